@@ -1,0 +1,32 @@
+# The README's commands. `make setup` builds .venv with every dependency (torch included).
+PYTHON ?= $(shell command -v python3.11 || command -v python3.12 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+# A CPU torch wheel on this machine's disk (pip's find-links) saves a multi-GB CUDA download;
+# on any other machine torch comes from PyPI as usual.
+WHEELS ?= $(shell pip config get global.find-links 2>/dev/null)
+LOCAL_TORCH := $(shell ls $(WHEELS)/torch-*.whl 2>/dev/null | head -n1 | sed -E 's/.*torch-([0-9.]+)[+-].*/\1/')
+UV_EXTRA := $(if $(LOCAL_TORCH),--find-links $(WHEELS) torch==$(LOCAL_TORCH),)
+
+.PHONY: setup test demo lint clean
+
+setup: $(BIN)/rcpipe
+
+$(BIN)/rcpipe: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade uv
+	$(BIN)/uv pip install --python $(BIN)/python -e '.[dev]' $(UV_EXTRA)
+	@touch $@
+
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+demo: setup
+	$(BIN)/python -m rcpipe.demo
+
+lint: setup
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) data/prepared models predictions metrics .pytest_cache

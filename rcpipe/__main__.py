@@ -1,0 +1,3 @@
+from rcpipe.cli import main
+
+main()

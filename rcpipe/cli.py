@@ -1,0 +1,77 @@
+"""The `rcpipe` command: each command loads the config and makes one call into stages.py."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rcpipe import stages
+from rcpipe.config import Config, load_config
+from rcpipe.errors import InputError
+
+app = typer.Typer(
+    help="Train and evaluate extractive QA models (BiDAF, R-Net, QANet) on SQuAD.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+Params = Annotated[Path, typer.Option("--params", help="params file (YAML)")]
+Sets = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="override a param: dotted.key=value (value parsed as YAML)"),
+]
+
+
+def _config(params: Path, sets: list[str] | None) -> Config:
+    return load_config(params, sets or [])
+
+
+@app.command()
+def synth(params: Params = Path("params.yaml"), set_: Sets = None) -> None:
+    """Write synthetic SQuAD-format train/dev files to data.train_file and data.dev_file."""
+    stages.synth(_config(params, set_))
+
+
+@app.command()
+def prepare(params: Params = Path("params.yaml"), set_: Sets = None) -> None:
+    """Tokenize and index SQuAD into Parquet under data.out_dir, with report.json."""
+    stages.prepare(_config(params, set_))
+
+
+@app.command()
+def score(
+    dataset: Annotated[str, typer.Argument(help="SQuAD JSON (path, URL or s3:// URI)")],
+    predictions: Annotated[Path, typer.Argument(help="predictions JSON: id -> answer text")],
+    na_prob_file: Annotated[Path | None, typer.Option(help="v2.0: id -> P(no answer)")] = None,
+    na_prob_thresh: Annotated[float, typer.Option(help="v2.0: answer '' above this")] = 1.0,
+) -> None:
+    """Score predictions exactly as the official SQuAD v1.1 / v2.0 script does (JSON out)."""
+    result = stages.score(dataset, predictions, na_prob_file, na_prob_thresh)
+    print(json.dumps(result))
+
+
+@app.command()
+def ensemble(
+    inputs: Annotated[list[Path] | None, typer.Option(help="nbest files to vote over")] = None,
+    out: Annotated[Path, typer.Option(help="ensemble predictions")] = Path(
+        "predictions/ensemble.json"
+    ),
+    params: Params = Path("params.yaml"),
+    set_: Sets = None,
+) -> None:
+    """Majority vote on the answer text across models (tie: highest single-voter prob)."""
+    stages.ensemble(_config(params, set_), inputs, out)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: a user's mistake is one line on stderr and exit code 2, no traceback."""
+    try:
+        app(args=argv, prog_name="rcpipe", standalone_mode=True)
+    except InputError as e:
+        print(e.line(), file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,125 @@
+"""Typed, frozen run configuration: params.yaml plus repeated ``--set dotted.key=value``.
+
+Every section rejects unknown keys, so a typo in params.yaml is an error, not a silent default.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rcpipe.errors import InputError
+
+VARIANTS = ("bidaf", "bidaf_selfattn", "rnet", "rnet_mult", "qanet")
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Limits(Section):
+    """Length limits, in tokens, applied to the training split only (dev keeps everything)."""
+
+    para: int = Field(400, gt=0, description="context tokens")
+    question: int = Field(50, gt=0, description="question tokens")
+    answer: int = Field(30, gt=0, description="answer tokens")
+    char: int = Field(16, gt=0, description="characters kept per word")
+
+
+class DataConfig(Section):
+    train_file: str = Field(description="SQuAD JSON: path, http(s) URL or s3:// URI; .json(.gz)")
+    dev_file: str = Field(description="SQuAD JSON scored by evaluate; never filtered")
+    out_dir: Path = Field(Path("data/prepared"), description="Parquet, vocab and report.json")
+    cache_dir: Path = Field(Path("data/cache"), description="downloads, keyed by URL")
+    word_vectors: str | None = Field(
+        None, description="GloVe-format text (.txt/.txt.gz/.zip); None: trainable vectors"
+    )
+    word_dim: int = Field(300, gt=0, description="word vector size (must match word_vectors)")
+    min_word_count: int = Field(1, ge=1, description="training count a word needs for the vocab")
+    min_char_count: int = Field(1, ge=1, description="training count a char needs for the vocab")
+    answer_search_window: int = Field(
+        64, ge=0, description="chars around answer_start searched for a misplaced answer text"
+    )
+    limits: Limits = Limits()
+    workers: int = Field(2, ge=1, description="tokenizer processes (nlp.pipe n_process)")
+
+
+class SynthConfig(Section):
+    """Synthetic SQuAD-format data written by `rcpipe synth` to data.train_file/dev_file."""
+
+    seed: int = 13
+    version: Literal["1.1", "2.0"] = "1.1"
+    train_articles: int = Field(60, gt=0)
+    dev_articles: int = Field(10, gt=0)
+    paragraphs_per_article: int = Field(5, gt=0)
+    questions_per_paragraph: int = Field(5, gt=0)
+    unanswerable_fraction: float = Field(0.33, ge=0.0, lt=1.0)
+
+
+class TrainConfig(Section):
+    num_workers: int = Field(1, ge=1, description="Ray Train workers (one per GPU on a cluster)")
+    epochs: int = Field(1, ge=1)
+    batch_size: int = Field(32, gt=0, description="global batch, split across workers")
+    seed: int = 42
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+
+class EvalConfig(Section):
+    max_answer_len: int = Field(15, gt=0, description="longest span best_span may return")
+    na_threshold: float | None = Field(
+        None, description="v2.0: answer '' when na_prob exceeds it; None: na_prob > span prob"
+    )
+
+
+class Config(Section):
+    data: DataConfig
+    synth: SynthConfig = SynthConfig()
+    train: TrainConfig = TrainConfig()
+    eval: EvalConfig = EvalConfig()
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """``a.b.c=value`` -> (["a", "b", "c"], value parsed as a YAML scalar)."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise InputError("--set", item, "expected dotted.key=value")
+    value = yaml.safe_load(raw) if raw.strip() else None
+    return key.strip().split("."), value
+
+
+def _apply(raw: dict[str, Any], keys: list[str], value: Any, item: str) -> None:
+    node = raw
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+        if not isinstance(node, dict):
+            raise InputError("--set", item, f"{k} is not a section")
+    node[keys[-1]] = value
+
+
+def load_config(params: Path | str = "params.yaml", overrides: list[str] | None = None) -> Config:
+    params = Path(params)
+    try:
+        text = params.read_text()
+    except OSError as e:
+        raise InputError(params, "", e.strerror or "cannot read") from None
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else ""
+        raise InputError(params, where, "not valid YAML") from None
+    if not isinstance(raw, dict):
+        raise InputError(params, "", "expected a mapping at the top level")
+    for item in overrides or []:
+        keys, value = parse_override(item)
+        _apply(raw, keys, value, item)
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        what = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        raise InputError(params, where, what) from None

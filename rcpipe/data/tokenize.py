@@ -1,0 +1,93 @@
+"""spaCy tokenization with character offsets, and answer span alignment.
+
+``spacy.blank("en")`` gives the rule-based English tokenizer with no trained pipeline, so
+nothing is downloaded. Whitespace tokens are dropped: they carry no answer and every kept
+token keeps its exact character span in the original text.
+"""
+
+from __future__ import annotations
+
+import bisect
+import multiprocessing as mp
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import spacy
+from spacy.attrs import IDX, IS_SPACE, LENGTH
+
+from rcpipe.console import progress
+
+_NLP = None
+
+
+@dataclass(frozen=True)
+class Tokens:
+    words: list[str]
+    starts: list[int]  # character offset of each word in the text
+    ends: list[int]  # one past its last character
+
+
+def _nlp() -> spacy.language.Language:
+    global _NLP
+    if _NLP is None:
+        _NLP = spacy.blank("en")
+    return _NLP
+
+
+def _tokenize_chunk(texts: list[str]) -> list[Tokens]:
+    out = []
+    for text, doc in zip(texts, _nlp().tokenizer.pipe(texts, batch_size=256), strict=True):
+        # one array read per doc instead of a Python Token object per token (3x faster)
+        arr = doc.to_array([IDX, LENGTH, IS_SPACE])  # (T, 3)
+        keep = arr[:, 2] == 0
+        starts = arr[keep, 0].tolist()
+        ends = (arr[keep, 0] + arr[keep, 1]).tolist()
+        out.append(Tokens([text[a:b] for a, b in zip(starts, ends, strict=True)], starts, ends))
+    return out
+
+
+def _chunks(texts: list[str], size: int) -> Iterator[list[str]]:
+    for i in range(0, len(texts), size):
+        yield texts[i : i + size]
+
+
+def tokenize(texts: list[str], workers: int = 1, chunk: int = 512,
+             desc: str = "tokenize") -> list[Tokens]:
+    """Tokenize ``texts`` in order on ``workers`` processes, with a progress bar."""
+    results: list[Tokens] = []
+    pool = _context().Pool(workers) if workers > 1 and len(texts) > chunk else None
+    # the pool starts before the bar: the bar's refresh thread would rule out fork
+    parts = pool.imap(_tokenize_chunk, _chunks(texts, chunk)) if pool else map(
+        _tokenize_chunk, _chunks(texts, chunk))
+    try:
+        with progress() as bar:
+            task = bar.add_task(desc, total=len(texts))
+            for part in parts:
+                results.extend(part)
+                bar.advance(task, len(part))
+    finally:
+        if pool:
+            pool.close()
+            pool.join()
+    return results
+
+
+def _context() -> mp.context.BaseContext:
+    """fork where it is safe: the children inherit the imported spaCy (spawn re-imports it,
+    4 s per process). A process that already runs threads (Prefect, Ray) gets forkserver,
+    since fork would copy their locks mid-use."""
+    methods = mp.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        return mp.get_context("fork")
+    if "forkserver" in methods:
+        mp.set_forkserver_preload(["rcpipe.data.tokenize"])
+        return mp.get_context("forkserver")
+    return mp.get_context("spawn")
+
+
+def char_span_to_token_span(tokens: Tokens, start: int, end: int) -> tuple[int, int] | None:
+    """The first and last token overlapping characters [start, end), or None if none does."""
+    first = bisect.bisect_right(tokens.ends, start)  # first token ending after start
+    last = bisect.bisect_left(tokens.starts, end) - 1  # last token starting before end
+    return (first, last) if first <= last else None

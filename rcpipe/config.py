@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rcpipe.errors import InputError
 
@@ -58,6 +58,12 @@ class SynthConfig(Section):
     questions_per_paragraph: int = Field(5, gt=0)
     unanswerable_fraction: float = Field(0.33, ge=0.0, lt=1.0)
 
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_text(cls, v: object) -> object:
+        # `--set synth.version=2.0` arrives as the YAML float 2.0
+        return f"{v:.1f}" if isinstance(v, float) else v
+
 
 class TrainConfig(Section):
     num_workers: int = Field(1, ge=1, description="Ray Train workers (one per GPU on a cluster)")
@@ -86,7 +92,10 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     key, sep, raw = item.partition("=")
     if not sep or not key.strip():
         raise InputError("--set", item, "expected dotted.key=value")
-    value = yaml.safe_load(raw) if raw.strip() else None
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        raise InputError("--set", item, "value is not valid YAML") from None
     return key.strip().split("."), value
 
 

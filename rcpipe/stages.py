@@ -177,7 +177,12 @@ def score(dataset: str, predictions: Path, na_prob_file: Path | None = None,
         missing = next((q for q in preds if q not in na_probs), None)
         if missing is not None:
             raise InputError(na_prob_file, json.dumps([missing]), "no probability for this id")
-    return metrics.score(doc, preds, na_probs, na_prob_thresh)
+    try:
+        return metrics.score(doc, preds, na_probs, na_prob_thresh)
+    except ValueError as e:  # v2.0 predictions answering no question; a v1.1 question
+        # without answers or a dataset without questions (the official scripts crash on those)
+        culprit = predictions if "predictions" in str(e) else dataset
+        raise InputError(culprit, "", str(e)) from None
 
 
 # --------------------------------------------------------------------------------- ensemble
@@ -202,7 +207,10 @@ def ensemble(cfg: Config, inputs: list[Path] | None = None,
     preds = vote.predictions_from(voted)
     na = {q: v["na_prob"] for q, v in voted.items()} if metrics.dataset_version(doc) == "2.0" \
         else None
-    result = metrics.score(doc, preds, na)
+    try:
+        result = metrics.score(doc, preds, na)
+    except ValueError as e:  # e.g. v2.0 nbest files whose ids are not the dev file's
+        raise InputError(cfg.data.dev_file, "", str(e)) from None
     name = out.name.removesuffix(".json")
     write_json(Path("metrics") / f"{name}.json", result)
     write_json(Path("metrics") / f"{name}.by_type.json", metrics.breakdown(doc, preds, na))
@@ -220,7 +228,7 @@ def _read_nbest(path: Path) -> dict[str, dict[str, Any]]:
         where = json.dumps([qid])
         if not isinstance(v.get("text"), str):
             raise InputError(path, where, "missing string 'text'")
-        for key in ("prob", "na_prob"):
-            if not isinstance(v.get(key, 0.0), int | float):
+        for key in ("prob", "na_prob"):  # majority_vote reads both: a missing one is an error
+            if not isinstance(v.get(key), int | float) or isinstance(v.get(key), bool):
                 raise InputError(path, f"{where}.{key}", "expected a number")
     return obj

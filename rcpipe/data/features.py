@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from itertools import chain
 
+import numpy as np
 import pyarrow as pa
 
 from rcpipe.config import DataConfig
@@ -101,53 +103,75 @@ def label_dev(sq: SquadFile, ctx: list[Tokens], cfg: DataConfig) -> list[Labelle
 
 
 class Indexer:
-    """Word and char ids, with each distinct word's char ids computed once."""
+    """Word and char ids as Arrow list columns, each distinct surface form looked up once.
+
+    Tokens become ids into a table of surface forms; ``take`` on that table (Arrow, C++)
+    then yields every token's word id and char ids without a Python loop per character.
+    """
 
     def __init__(self, words: Vocab, chars: Vocab, char_limit: int) -> None:
         self.words, self.chars, self.char_limit = words, chars, char_limit
-        self._char_cache: dict[str, list[int]] = {}
+        self._form_id: dict[str, int] = {}
+        self._form_words: list[int] = []
+        self._form_chars: list[list[int]] = []
 
-    def word_ids(self, tokens: Tokens) -> list[int]:
-        return [self.words.id(w) for w in tokens.words]
+    def _forms(self, tokens: list[Tokens]) -> np.ndarray:
+        ids = np.empty(sum(len(t.words) for t in tokens), dtype=np.int32)
+        k = 0
+        for t in tokens:
+            for w in t.words:
+                f = self._form_id.get(w)
+                if f is None:
+                    f = self._form_id[w] = len(self._form_words)
+                    self._form_words.append(self.words.id(w))
+                    self._form_chars.append([self.chars.id(c) for c in w[: self.char_limit]])
+                ids[k] = f
+                k += 1
+        return ids
 
-    def char_ids(self, tokens: Tokens) -> list[list[int]]:
-        out = []
-        for w in tokens.words:
-            ids = self._char_cache.get(w)
-            if ids is None:
-                ids = [self.chars.id(c) for c in w[: self.char_limit]]
-                self._char_cache[w] = ids
-            out.append(ids)
-        return out
+    def encode(self, tokens: list[Tokens]) -> dict[str, pa.Array]:
+        """One row per Tokens: word_ids, char_ids, starts, ends (list columns)."""
+        forms = self._forms(tokens)  # (total tokens,)
+        offsets = pa.array(np.cumsum([0] + [len(t.words) for t in tokens], dtype=np.int32))
+        word_of = np.asarray(self._form_words, dtype=np.int32)
+        chars_of = pa.array(self._form_chars, type=_ids)
+        flat = {
+            "word_ids": pa.array(word_of[forms]),
+            "char_ids": chars_of.take(pa.array(forms)),
+            "starts": pa.array(np.fromiter(chain.from_iterable(t.starts for t in tokens),
+                                           np.int32, len(forms))),
+            "ends": pa.array(np.fromiter(chain.from_iterable(t.ends for t in tokens),
+                                         np.int32, len(forms))),
+        }
+        return {k: pa.ListArray.from_arrays(offsets, v) for k, v in flat.items()}
 
 
 def build_table(sq: SquadFile, ctx: list[Tokens], qs: list[Tokens], rows: list[Labelled],
                 indexer: Indexer) -> pa.Table:
     """One row per labelled question, typed by SCHEMA."""
-    # contexts are indexed once and shared by their questions
-    ctx_words: dict[int, list[int]] = {}
-    ctx_chars: dict[int, list[list[int]]] = {}
-    cols: dict[str, list] = {f.name: [] for f in SCHEMA}
-    for r in rows:
-        q = sq.questions[r.index]
-        c = q.context_index
-        if c not in ctx_words:
-            ctx_words[c] = indexer.word_ids(ctx[c])
-            ctx_chars[c] = indexer.char_ids(ctx[c])
-        cols["id"].append(q.qid)
-        cols["title"].append(sq.titles[c])
-        cols["context"].append(sq.contexts[c])
-        cols["question"].append(q.question)
-        cols["context_word_ids"].append(ctx_words[c])
-        cols["context_char_ids"].append(ctx_chars[c])
-        cols["context_starts"].append(ctx[c].starts)
-        cols["context_ends"].append(ctx[c].ends)
-        cols["question_word_ids"].append(indexer.word_ids(qs[r.index]))
-        cols["question_char_ids"].append(indexer.char_ids(qs[r.index]))
-        cols["y1"].append(r.y1)
-        cols["y2"].append(r.y2)
-        cols["is_impossible"].append(q.is_impossible)
-        cols["answers"].append([a.text for a in q.answers])
+    questions = [sq.questions[r.index] for r in rows]
+    # contexts are encoded once; rows then gather them by position (Arrow take)
+    used = sorted({q.context_index for q in questions})
+    pos = {c: i for i, c in enumerate(used)}
+    gather = pa.array([pos[q.context_index] for q in questions], type=pa.int32())
+    c_enc = {k: v.take(gather) for k, v in indexer.encode([ctx[c] for c in used]).items()}
+    q_enc = indexer.encode([qs[r.index] for r in rows])
+    cols = {
+        "id": [q.qid for q in questions],
+        "title": pa.array([sq.titles[c] for c in used]).take(gather),
+        "context": pa.array([sq.contexts[c] for c in used]).take(gather),
+        "question": [q.question for q in questions],
+        "context_word_ids": c_enc["word_ids"],
+        "context_char_ids": c_enc["char_ids"],
+        "context_starts": c_enc["starts"],
+        "context_ends": c_enc["ends"],
+        "question_word_ids": q_enc["word_ids"],
+        "question_char_ids": q_enc["char_ids"],
+        "y1": [r.y1 for r in rows],
+        "y2": [r.y2 for r in rows],
+        "is_impossible": [q.is_impossible for q in questions],
+        "answers": [[a.text for a in q.answers] for q in questions],
+    }
     return pa.Table.from_pydict(cols, schema=SCHEMA)
 
 

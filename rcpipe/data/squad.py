@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import time
 import urllib.request
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,7 +121,7 @@ def read_json(path: Path, name: str) -> Any:
         if raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)
         text = raw.decode("utf-8")
-    except (OSError, EOFError) as e:
+    except (OSError, EOFError, zlib.error) as e:  # zlib.error: corrupt deflate data
         raise InputError(name, "", f"cannot read: {e}") from None
     except UnicodeDecodeError as e:
         raise InputError(name, f"byte {e.start}", "not UTF-8") from None
@@ -141,7 +142,7 @@ def _field(obj: dict, key: str, kind: type | tuple[type, ...], name: str, where:
            what: str) -> Any:
     if key not in obj:
         raise InputError(name, where, f"missing key '{key}'")
-    return _expect(obj[key], kind, name, f"{where}.{key}", what)
+    return _expect(obj[key], kind, name, f"{where}.{key}" if where else key, what)
 
 
 def _answers(qa: dict, key: str, name: str, where: str) -> tuple[Answer, ...]:

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import spacy
 from spacy.attrs import IDX, IS_SPACE, LENGTH
 
@@ -35,15 +36,18 @@ def _nlp() -> spacy.language.Language:
     return _NLP
 
 
-def _tokenize_chunk(texts: list[str]) -> list[Tokens]:
+def _spans_chunk(texts: list[str]) -> list[np.ndarray]:
+    """(T, 2) int32 start/end offsets of the non-space tokens of each text.
+
+    Workers send back only offsets (compact arrays pickle fast); the parent slices the words
+    out of its own copy of the text.
+    """
     out = []
-    for text, doc in zip(texts, _nlp().tokenizer.pipe(texts, batch_size=256), strict=True):
+    for doc in _nlp().tokenizer.pipe(texts, batch_size=256):
         # one array read per doc instead of a Python Token object per token (3x faster)
         arr = doc.to_array([IDX, LENGTH, IS_SPACE])  # (T, 3)
-        keep = arr[:, 2] == 0
-        starts = arr[keep, 0].tolist()
-        ends = (arr[keep, 0] + arr[keep, 1]).tolist()
-        out.append(Tokens([text[a:b] for a, b in zip(starts, ends, strict=True)], starts, ends))
+        arr = arr[arr[:, 2] == 0]
+        out.append(np.stack([arr[:, 0], arr[:, 0] + arr[:, 1]], axis=1).astype(np.int32))
     return out
 
 
@@ -58,13 +62,17 @@ def tokenize(texts: list[str], workers: int = 1, chunk: int = 512,
     results: list[Tokens] = []
     pool = _context().Pool(workers) if workers > 1 and len(texts) > chunk else None
     # the pool starts before the bar: the bar's refresh thread would rule out fork
-    parts = pool.imap(_tokenize_chunk, _chunks(texts, chunk)) if pool else map(
-        _tokenize_chunk, _chunks(texts, chunk))
+    parts = pool.imap(_spans_chunk, _chunks(texts, chunk)) if pool else map(
+        _spans_chunk, _chunks(texts, chunk))
     try:
         with progress() as bar:
             task = bar.add_task(desc, total=len(texts))
             for part in parts:
-                results.extend(part)
+                for spans in part:
+                    text = texts[len(results)]
+                    starts, ends = spans[:, 0].tolist(), spans[:, 1].tolist()
+                    words = [text[a:b] for a, b in zip(starts, ends, strict=True)]
+                    results.append(Tokens(words, starts, ends))
                 bar.advance(task, len(part))
     finally:
         if pool:

@@ -43,6 +43,23 @@ def prepare(params: Params = Path("params.yaml"), set_: Sets = None) -> None:
     stages.prepare(_config(params, set_))
 
 
+Variant = Annotated[str, typer.Argument(help="bidaf, bidaf_selfattn, rnet, rnet_mult or qanet")]
+
+
+@app.command()
+def train(variant: Variant, params: Params = Path("params.yaml"), set_: Sets = None,
+          force: Annotated[bool, typer.Option(help="train again even if finished")] = False
+          ) -> None:
+    """Train one variant; checkpoints and summary.json under models/<variant>/."""
+    stages.train(_config(params, set_), variant, force=force)
+
+
+@app.command()
+def evaluate(variant: Variant, params: Params = Path("params.yaml"), set_: Sets = None) -> None:
+    """Predict the dev split with a trained variant; predictions/ and metrics/ files."""
+    stages.evaluate(_config(params, set_), variant)
+
+
 @app.command()
 def score(
     dataset: Annotated[str, typer.Argument(help="SQuAD JSON (path, URL or s3:// URI)")],

@@ -71,6 +71,72 @@ class TrainConfig(Section):
     batch_size: int = Field(32, gt=0, description="global batch, split across workers")
     seed: int = 42
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    eval_every: int = Field(0, ge=0, description="steps between dev evaluations; 0: per epoch")
+    max_steps: int = Field(0, ge=0, description="stop after this many steps; 0: no limit")
+    max_minutes: float = Field(0, ge=0, description="stop after this long; 0: no limit")
+    dev_para_limit: int = Field(1000, gt=0, description="dev context tokens fed to a model")
+    threads: int = Field(0, ge=0, description="torch CPU threads; 0: torch's default")
+
+
+class OptimConfig(Section):
+    """The optimiser each paper used (Adadelta for BiDAF/R-Net, Adam + warm-up for QANet)."""
+
+    name: Literal["adam", "adadelta"] = "adam"
+    lr: float = Field(1e-3, gt=0)
+    beta1: float = 0.8  # Adam; QANet: 0.8
+    beta2: float = 0.999
+    eps: float = 1e-7
+    rho: float = 0.95  # Adadelta
+    weight_decay: float = Field(0.0, ge=0, description="L2 on all weights (QANet: 3e-7)")
+    warmup_steps: int = Field(0, ge=0, description="log warm-up of the lr (QANet: 1000)")
+    grad_clip: float = Field(5.0, gt=0)
+    ema_decay: float | None = Field(None, description="EMA of weights used for eval (0.9999)")
+
+
+class ModelConfig(Section):
+    """Sizes of one variant; fields a family does not use are ignored by its builder."""
+
+    hidden: int = Field(75, gt=0, description="d: RNN state / model width")
+    char_dim: int = Field(8, gt=0, description="char embedding size")
+    char_hidden: int = Field(100, gt=0, description="char CNN filters / char GRU state")
+    char_kernel: int = Field(5, gt=0, description="char CNN width")
+    dropout: float = Field(0.2, ge=0, lt=1)
+    char_dropout: float = Field(0.05, ge=0, lt=1)
+    layers: int = Field(3, gt=0, description="R-Net encoder BiGRU layers; BiDAF modeling")
+    highway_layers: int = Field(2, ge=0)
+    heads: int = Field(8, gt=0, description="QANet self-attention heads")
+    conv_kernel: int = Field(7, gt=0, description="QANet embedding-encoder conv width")
+    emb_convs: int = Field(4, gt=0, description="QANet convs per embedding-encoder block")
+    model_blocks: int = Field(7, gt=0, description="QANet model-encoder blocks")
+    model_convs: int = Field(2, gt=0, description="QANet convs per model-encoder block")
+    model_kernel: int = Field(5, gt=0, description="QANet model-encoder conv width")
+    stochastic_depth: float = Field(0.1, ge=0, lt=1, description="QANet p_L (1 - survival)")
+    train_word_vectors: bool = Field(False, description="fine-tune pretrained vectors")
+    batch_size: int | None = Field(None, gt=0, description="overrides train.batch_size")
+    optim: OptimConfig = OptimConfig()
+
+
+def _rnn(hidden: int, lr: float) -> ModelConfig:
+    return ModelConfig(hidden=hidden, optim=OptimConfig(name="adadelta", lr=lr, eps=1e-6))
+
+
+class ModelsConfig(Section):
+    """Per-variant settings; defaults are the papers' values."""
+
+    bidaf: ModelConfig = _rnn(100, 0.5).model_copy(update={"layers": 2, "char_dim": 8})
+    bidaf_selfattn: ModelConfig = _rnn(100, 0.5).model_copy(update={"layers": 2})
+    rnet: ModelConfig = _rnn(75, 1.0).model_copy(update={"char_hidden": 75})
+    rnet_mult: ModelConfig = _rnn(75, 1.0).model_copy(update={"char_hidden": 75})
+    qanet: ModelConfig = ModelConfig(
+        hidden=128, char_dim=64, char_hidden=128, dropout=0.1, highway_layers=2,
+        optim=OptimConfig(name="adam", lr=1e-3, beta1=0.8, beta2=0.999, eps=1e-7,
+                          weight_decay=3e-7, warmup_steps=1000, ema_decay=0.9999),
+    )
+
+    def of(self, variant: str) -> ModelConfig:
+        if variant not in VARIANTS:
+            raise InputError("VARIANT", variant, f"unknown variant; choose from {VARIANTS}")
+        return getattr(self, variant)
 
 
 class EvalConfig(Section):
@@ -85,6 +151,7 @@ class Config(Section):
     synth: SynthConfig = SynthConfig()
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
+    models: ModelsConfig = ModelsConfig()
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:

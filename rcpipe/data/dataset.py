@@ -95,6 +95,17 @@ class SquadDataset:
         self.y2 = table.column("y2").to_numpy()
         self.impossible = table.column("is_impossible").to_numpy(zero_copy_only=False)
         self.para_limit = para_limit
+        self._contexts = table.column("context")
+        self.starts = _Ragged(table.column("context_starts"))
+        self.ends = _Ragged(table.column("context_ends"))
+
+    def answer_text(self, i: int, start: int, end: int) -> str:
+        """The context text of row i from token ``start`` to token ``end`` (inclusive)."""
+        context = self._contexts[i].as_py()
+        return context[int(self.starts.row(i)[start]) : int(self.ends.row(i)[end])]
+
+    def char_span(self, i: int, start: int, end: int) -> tuple[int, int]:
+        return int(self.starts.row(i)[start]), int(self.ends.row(i)[end])
 
     @classmethod
     def from_parquet(cls, path: Path, para_limit: int | None = None) -> SquadDataset:

@@ -1,0 +1,16 @@
+"""The stages of the pipeline: the only code that reads and writes files for a stage.
+
+The CLI, dvc.yaml and the Prefect flows all call these functions, so each stage has one
+implementation. Heavy libraries are imported inside the stage that needs them, which keeps
+``rcpipe --help`` instant.
+"""
+
+from rcpipe.stages.data import prepare, synth
+from rcpipe.stages.io import load_dataset, read_mapping, write_json
+from rcpipe.stages.scoring import ensemble, score
+from rcpipe.stages.train import evaluate, train
+
+__all__ = [
+    "ensemble", "evaluate", "load_dataset", "prepare", "read_mapping", "score", "synth", "train",
+    "write_json",
+]

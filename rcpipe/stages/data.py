@@ -1,0 +1,119 @@
+"""Data stages: synthetic SQuAD and preparation into Parquet."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from rcpipe.config import Config
+from rcpipe.console import console
+from rcpipe.errors import InputError
+from rcpipe.stages.io import write_json
+
+# ------------------------------------------------------------------------------------ synth
+
+
+def synth(cfg: Config) -> dict[str, Path]:
+    """Write the synthetic train and dev files that data.train_file / data.dev_file name."""
+    from rcpipe.data import synth as gen
+
+    s = cfg.synth
+    out = {}
+    for split, uri, seed, articles in (
+        ("train", cfg.data.train_file, s.seed, s.train_articles),
+        ("dev", cfg.data.dev_file, s.seed + 1_000_003, s.dev_articles),
+    ):
+        if "://" in uri:
+            raise InputError("params", f"data.{split}_file", "synth writes local files only")
+        doc = gen.generate(seed, articles, s.paragraphs_per_article, s.questions_per_paragraph,
+                           version=s.version, unanswerable_fraction=s.unanswerable_fraction,
+                           title_prefix=f"synth-{split}")
+        gen.write(doc, Path(uri))
+        n = sum(len(p["qas"]) for a in doc["data"] for p in a["paragraphs"])
+        console.print(f"synth: {split}: {n} questions (SQuAD v{s.version}) -> {uri}")
+        out[split] = Path(uri)
+    return out
+
+
+# ---------------------------------------------------------------------------------- prepare
+
+
+def prepare(cfg: Config) -> dict[str, Any]:
+    """SQuAD JSON -> Parquet splits, vocab.json, word_emb.npy (with vectors), report.json."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from rcpipe.data import features as F
+    from rcpipe.data.squad import fetch, load_squad
+    from rcpipe.data.tokenize import tokenize
+    from rcpipe.data.vocab import build_vocab, case_forms, embedding_matrix, read_vectors
+
+    d = cfg.data
+    t0 = time.perf_counter()
+    train = load_squad(d.train_file, d.cache_dir)
+    dev = load_squad(d.dev_file, d.cache_dir)
+    overlap = {q.qid for q in train.questions} & {q.qid for q in dev.questions}
+    if overlap:  # legitimate when measuring on a split of one file; worth a warning
+        console.print(f"[yellow]warning: {len(overlap)} dev question ids are also in the "
+                      f"training file[/yellow]")
+    texts = (train.contexts + [q.question for q in train.questions]
+             + dev.contexts + [q.question for q in dev.questions])
+    toks = tokenize(texts, workers=d.workers)
+    a, b, c = len(train.contexts), len(train.contexts) + len(train.questions), \
+        len(train.contexts) + len(train.questions) + len(dev.contexts)
+    train_ctx, train_q, dev_ctx, dev_q = toks[:a], toks[a:b], toks[b:c], toks[c:]
+
+    kept, dropped = F.label_train(train, train_ctx, train_q, cfg.data)
+    dev_rows = F.label_dev(dev, dev_ctx, cfg.data)
+    word_counts, char_counts = F.count_words(train, train_ctx, train_q)
+
+    extra: set[str] = set()
+    emb = None
+    hits = 0
+    if d.word_vectors:
+        console.print(f"prepare: reading word vectors {d.word_vectors}")
+        dev_words, _ = F.count_words(dev, dev_ctx, dev_q)
+        candidates = set(word_counts) | set(dev_words)
+        wanted = {f for w in candidates for f in case_forms(w)}
+        vectors = read_vectors(fetch(d.word_vectors, d.cache_dir), wanted, d.word_dim,
+                               d.word_vectors)
+        extra = {w for w in candidates if any(f in vectors for f in case_forms(w))}
+    words = build_vocab(word_counts, d.min_word_count, extra)
+    chars = build_vocab(char_counts, d.min_char_count)
+    if d.word_vectors:
+        emb, hits = embedding_matrix(words, vectors, d.word_dim)
+
+    indexer = F.Indexer(words, chars, d.limits.char)
+    tables = {
+        "train": F.build_table(train, train_ctx, train_q, kept, indexer),
+        "dev": F.build_table(dev, dev_ctx, dev_q, dev_rows, indexer),
+    }
+    d.out_dir.mkdir(parents=True, exist_ok=True)
+    for split, table in tables.items():
+        pq.write_table(table, d.out_dir / f"{split}.parquet", compression="zstd")
+    write_json(d.out_dir / "vocab.json", {"words": words.items, "chars": chars.items})
+    if emb is not None:
+        np.save(d.out_dir / "word_emb.npy", emb)
+    report = {
+        "train": {"questions": len(train.questions), "kept": len(kept),
+                  "dropped": dict(sorted(dropped.items()))},
+        "dev": {"questions": len(dev.questions), "kept": len(dev_rows), "dropped": {}},
+    }
+    seconds = time.perf_counter() - t0
+    write_json(d.out_dir / "report.json", report)
+    write_json(d.out_dir / "meta.json", {
+        "train_file": d.train_file, "dev_file": d.dev_file,
+        "version": {"train": train.version, "dev": dev.version},
+        "words": len(words), "chars": len(chars), "char_limit": d.limits.char,
+        "word_vectors": d.word_vectors, "word_dim": d.word_dim, "vectors_found": hits,
+        "seconds": round(seconds, 2),
+    })
+    tr = report["train"]
+    console.print(
+        f"prepare: train {tr['kept']}/{tr['questions']} kept "
+        f"({sum(dropped.values())} dropped: {dict(dropped) or 'none'}), "
+        f"dev {len(dev_rows)}/{len(dev.questions)}; vocab {len(words)} words, {len(chars)} "
+        f"chars; {seconds:.1f}s -> {d.out_dir}"
+    )
+    return report

@@ -1,0 +1,43 @@
+"""File helpers shared by the stages: atomic JSON writes, validated JSON mappings, the dev set."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from rcpipe.errors import InputError
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write atomically: a reader never sees half a file, even if the run is killed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=1, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+
+
+def read_mapping(path: Path, value: type | tuple[type, ...], what: str) -> dict[str, Any]:
+    from rcpipe.data.squad import read_json
+
+    if not path.is_file():
+        raise InputError(path, "", "no such file")
+    obj = read_json(path, str(path))
+    if not isinstance(obj, dict):
+        raise InputError(path, "", "expected a JSON object mapping question ids to answers")
+    for k, v in obj.items():
+        if not isinstance(v, value) or isinstance(v, bool):
+            raise InputError(path, json.dumps([k]), f"expected {what}, got {type(v).__name__}")
+    return obj
+
+
+def load_dataset(uri: str, cache_dir: Path) -> dict[str, Any]:
+    """The raw SQuAD JSON for scoring, validated by the same reader as prepare."""
+    from rcpipe.data.squad import fetch, parse_squad, read_json
+
+    doc = read_json(fetch(uri, cache_dir), uri)
+    parse_squad(doc, uri)
+    return doc
+
+

@@ -1,0 +1,88 @@
+"""Scoring stages: the official metric on a predictions file, and majority-vote ensembling."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rcpipe.config import VARIANTS, Config
+from rcpipe.console import console
+from rcpipe.errors import InputError
+from rcpipe.stages.io import load_dataset, read_mapping, write_json
+
+# ------------------------------------------------------------------------------------ score
+
+
+def score(dataset: str, predictions: Path, na_prob_file: Path | None = None,
+          na_prob_thresh: float = 1.0, cache_dir: Path = Path("data/cache")) -> dict[str, Any]:
+    """The official SQuAD script's numbers for a predictions file (v1.1/v2.0 by version)."""
+    from rcpipe.eval import metrics
+
+    doc = load_dataset(dataset, cache_dir)
+    try:
+        metrics.dataset_version(doc)
+    except ValueError as e:
+        raise InputError(dataset, "version", str(e)) from None
+    preds = read_mapping(predictions, str, "an answer string")
+    na_probs = None
+    if na_prob_file is not None:
+        na_probs = read_mapping(na_prob_file, (int, float), "a probability")
+        missing = next((q for q in preds if q not in na_probs), None)
+        if missing is not None:
+            raise InputError(na_prob_file, json.dumps([missing]), "no probability for this id")
+    try:
+        return metrics.score(doc, preds, na_probs, na_prob_thresh)
+    except ValueError as e:  # v2.0 predictions answering no question; a v1.1 question
+        # without answers or a dataset without questions (the official scripts crash on those)
+        culprit = predictions if "predictions" in str(e) else dataset
+        raise InputError(culprit, "", str(e)) from None
+
+
+# --------------------------------------------------------------------------------- ensemble
+
+
+def ensemble(cfg: Config, inputs: list[Path] | None = None,
+             out: Path = Path("predictions/ensemble.json")) -> dict[str, Any]:
+    """Majority vote over the variants' nbest files; score it against data.dev_file."""
+    from rcpipe.eval import ensemble as vote
+    from rcpipe.eval import metrics
+
+    if not inputs:
+        inputs = [p for v in VARIANTS if (p := Path("predictions") / f"{v}.nbest.json").is_file()]
+        if not inputs:
+            raise InputError("predictions/", "", "no <variant>.nbest.json to ensemble; run "
+                             "`rcpipe evaluate VARIANT` first or pass --inputs")
+    nbests = [_read_nbest(p) for p in inputs]
+    voted = vote.majority_vote(nbests)
+    write_json(out, vote.predictions_from(voted))
+    write_json(out.with_suffix(".nbest.json"), voted)
+    doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir)
+    preds = vote.predictions_from(voted)
+    na = {q: v["na_prob"] for q, v in voted.items()} if metrics.dataset_version(doc) == "2.0" \
+        else None
+    try:
+        result = metrics.score(doc, preds, na)
+    except ValueError as e:  # e.g. v2.0 nbest files whose ids are not the dev file's
+        raise InputError(cfg.data.dev_file, "", str(e)) from None
+    name = out.name.removesuffix(".json")
+    write_json(Path("metrics") / f"{name}.json", result)
+    write_json(Path("metrics") / f"{name}.by_type.json", metrics.breakdown(doc, preds, na))
+    console.print(f"ensemble of {len(inputs)} models -> {out}: "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in result.items() if k in _HEADLINE))
+    return result
+
+
+_HEADLINE = ("exact_match", "exact", "f1")
+
+
+def _read_nbest(path: Path) -> dict[str, dict[str, Any]]:
+    obj = read_mapping(path, dict, "an object {text, prob, na_prob}")
+    for qid, v in obj.items():
+        where = json.dumps([qid])
+        if not isinstance(v.get("text"), str):
+            raise InputError(path, where, "missing string 'text'")
+        for key in ("prob", "na_prob"):  # majority_vote reads both: a missing one is an error
+            if not isinstance(v.get(key), int | float) or isinstance(v.get(key), bool):
+                raise InputError(path, f"{where}.{key}", "expected a number")
+    return obj

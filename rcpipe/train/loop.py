@@ -1,0 +1,126 @@
+"""The plain PyTorch training loop: one step, one epoch, prediction, EMA, the lr schedule.
+
+No files and no process groups here: stages.py (single process) and train/ray_job.py (Ray
+Train workers) both call these functions, so a step means the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+
+from rcpipe.config import OptimConfig
+from rcpipe.data.dataset import Batch, SquadDataset
+from rcpipe.eval.decode import best_span, predict_no_answer
+from rcpipe.models.layers import span_loss
+
+
+def make_optimizer(model: nn.Module, cfg: OptimConfig
+                   ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    params = [p for p in model.parameters() if p.requires_grad]
+    if cfg.name == "adam":
+        opt: torch.optim.Optimizer = torch.optim.Adam(
+            params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
+            weight_decay=cfg.weight_decay)
+    else:
+        opt = torch.optim.Adadelta(params, lr=cfg.lr, rho=cfg.rho, eps=cfg.eps,
+                                   weight_decay=cfg.weight_decay)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, warmup(cfg.warmup_steps))
+
+
+def warmup(steps: int):  # noqa: ANN201 - a schedule function for LambdaLR
+    """QANet's warm-up: the lr grows as log(step + 1) / log(steps), then stays."""
+    if steps <= 1:
+        return lambda step: 1.0
+    return lambda step: min(1.0, math.log(step + 1) / math.log(steps))
+
+
+class EMA:
+    """Exponential moving average of the weights (QANet: 0.9999), used for evaluation.
+
+    The decay ramps up as min(decay, (1 + n) / (10 + n)) so early averages are not
+    dominated by the random initialisation.
+    """
+
+    def __init__(self, model: nn.Module, decay: float) -> None:
+        self.decay = decay
+        self.updates = 0
+        self.shadow = {k: v.detach().clone() for k, v in model.state_dict().items()
+                       if v.dtype.is_floating_point}
+
+    @torch.no_grad()
+    def update(self, model: nn.Module) -> None:
+        self.updates += 1
+        d = min(self.decay, (1 + self.updates) / (10 + self.updates))
+        for k, v in model.state_dict().items():
+            if k in self.shadow:
+                self.shadow[k].mul_(d).add_(v.detach(), alpha=1 - d)
+
+    @contextmanager
+    def applied(self, model: nn.Module) -> Iterator[None]:
+        """Swap the averaged weights in for the duration (evaluation, saving)."""
+        backup = copy.deepcopy(model.state_dict())
+        model.load_state_dict({**backup, **self.shadow})
+        try:
+            yield
+        finally:
+            model.load_state_dict(backup)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"decay": self.decay, "updates": self.updates, "shadow": self.shadow}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.decay, self.updates = state["decay"], state["updates"]
+        for k, v in state["shadow"].items():
+            self.shadow[k].copy_(v)
+
+
+def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
+               scheduler: torch.optim.lr_scheduler.LRScheduler, grad_clip: float,
+               ema: EMA | None = None) -> float:
+    """One optimisation step on one batch; returns the loss."""
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    loss = span_loss(model(batch), batch.y1, batch.y2)
+    loss.backward()
+    nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    scheduler.step()
+    if ema is not None:
+        ema.update(model)
+    return float(loss.detach())
+
+
+@torch.no_grad()
+def predict(model: nn.Module, dataset: SquadDataset, batches: Iterable[list[int]],
+            device: torch.device, max_answer_len: int = 15,
+            na_threshold: float | None = None) -> dict[str, dict[str, Any]]:
+    """qid -> {"text", "prob", "na_prob", "start", "end"} (prob = p_start * p_end).
+
+    ``start``/``end`` are the answer's character span in the context ("" answers: -1).
+    """
+    model.eval()
+    out: dict[str, dict[str, Any]] = {}
+    for indices in batches:
+        batch = dataset.collate(indices).to(device)
+        log_p1, log_p2 = model(batch).log_probs()  # (B, 1 + Lc) each
+        p1, p2 = log_p1.exp(), log_p2.exp()
+        start, end, prob = best_span(p1[:, 1:], p2[:, 1:], max_answer_len)
+        na_prob = p1[:, 0] * p2[:, 0]  # (B,)
+        no_answer = predict_no_answer(prob, na_prob, na_threshold)
+        for b, i in enumerate(indices):
+            s, e = int(start[b]), int(end[b])
+            if no_answer[b] or not bool(batch.c_mask[b].any()):
+                text, span = "", (-1, -1)
+            else:
+                text, span = dataset.answer_text(i, s, e), dataset.char_span(i, s, e)
+            out[dataset.ids[i]] = {"text": text, "prob": float(prob[b]),
+                                   "na_prob": float(na_prob[b]),
+                                   "start": span[0], "end": span[1]}
+    return out

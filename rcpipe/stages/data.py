@@ -20,12 +20,14 @@ def synth(cfg: Config) -> dict[str, Path]:
 
     s = cfg.synth
     out = {}
-    for split, uri, seed, articles in (
+    splits = (
         ("train", cfg.data.train_file, s.seed, s.train_articles),
         ("dev", cfg.data.dev_file, s.seed + 1_000_003, s.dev_articles),
-    ):
+    )
+    for split, uri, _, _ in splits:  # both checked before either file is written
         if "://" in uri:
             raise InputError("params", f"data.{split}_file", "synth writes local files only")
+    for split, uri, seed, articles in splits:
         doc = gen.generate(seed, articles, s.paragraphs_per_article, s.questions_per_paragraph,
                            version=s.version, unanswerable_fraction=s.unanswerable_fraction,
                            title_prefix=f"synth-{split}")

@@ -1,0 +1,137 @@
+"""Shared fixtures: a tiny synthetic SQuAD dataset, a params file, and one prepared output.
+
+Everything is sized to keep the whole suite fast: a few articles, one tokenizer process.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rcpipe import stages
+from rcpipe.config import Config, load_config
+from rcpipe.data import synth
+
+# params.demo.yaml with small synth sizes, a small word_dim and one tokenizer process
+PARAMS: dict[str, Any] = {
+    "data": {
+        "train_file": "data/synth/train.json",
+        "dev_file": "data/synth/dev.json",
+        "out_dir": "data/prepared",
+        "cache_dir": "data/cache",
+        "word_vectors": None,
+        "word_dim": 16,
+        "limits": {"para": 400, "question": 50, "answer": 30, "char": 16},
+        "workers": 1,
+    },
+    "synth": {
+        "seed": 13,
+        "version": "1.1",
+        "train_articles": 3,
+        "dev_articles": 2,
+        "paragraphs_per_article": 3,
+        "questions_per_paragraph": 4,
+    },
+    "train": {"num_workers": 1, "epochs": 1, "batch_size": 8, "seed": 42, "device": "cpu"},
+    "eval": {"max_answer_len": 15},
+}
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def write_params(path: Path, **sections: dict[str, Any]) -> Path:
+    """PARAMS with ``sections`` merged in (``data={"workers": 2}``), written as YAML."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(_merge(PARAMS, sections), sort_keys=False))
+    return path
+
+
+def questions_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [qa for a in doc["data"] for p in a["paragraphs"] for qa in p["qas"]]
+
+
+@dataclass(frozen=True)
+class SynthData:
+    version: str
+    train: Path
+    dev: Path
+    train_doc: dict[str, Any]
+    dev_doc: dict[str, Any]
+
+
+def _synth(root: Path, version: str) -> SynthData:
+    s = PARAMS["synth"]
+    docs = {}
+    for split, seed, articles in (("train", s["seed"], s["train_articles"]),
+                                  ("dev", s["seed"] + 1, s["dev_articles"])):
+        docs[split] = synth.generate(seed, articles, s["paragraphs_per_article"],
+                                     s["questions_per_paragraph"], version=version,
+                                     unanswerable_fraction=0.3, title_prefix=f"t-{split}")
+        synth.write(docs[split], root / f"{split}.json")
+    return SynthData(version, root / "train.json", root / "dev.json", docs["train"], docs["dev"])
+
+
+@pytest.fixture(scope="session")
+def synth_v1(tmp_path_factory: pytest.TempPathFactory) -> SynthData:
+    """A tiny SQuAD v1.1 train/dev pair (read-only: tests must not modify it)."""
+    return _synth(tmp_path_factory.mktemp("synth_v1"), "1.1")
+
+
+@pytest.fixture(scope="session")
+def synth_v2(tmp_path_factory: pytest.TempPathFactory) -> SynthData:
+    """A tiny SQuAD v2.0 train/dev pair with unanswerable questions (read-only)."""
+    return _synth(tmp_path_factory.mktemp("synth_v2"), "2.0")
+
+
+@pytest.fixture
+def make_config(tmp_path: Path) -> Callable[..., Config]:
+    """Build a Config from PARAMS plus overrides, with absolute paths under tmp_path."""
+
+    def make(synth_data: SynthData, /, **sections: dict[str, Any]) -> Config:
+        base = {"data": {"train_file": str(synth_data.train), "dev_file": str(synth_data.dev),
+                         "out_dir": str(tmp_path / "prepared"),
+                         "cache_dir": str(tmp_path / "cache")}}
+        params = write_params(tmp_path / "params.yaml", **_merge(base, sections))
+        return load_config(params)
+
+    return make
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A temporary current directory holding params.yaml (relative paths, as in the demo)."""
+    monkeypatch.chdir(tmp_path)
+    write_params(tmp_path / "params.yaml")
+    return tmp_path
+
+
+@dataclass(frozen=True)
+class Prepared:
+    cfg: Config
+    data: SynthData
+    out_dir: Path
+    report: dict[str, Any]
+
+
+@pytest.fixture(scope="session")
+def prepared(tmp_path_factory: pytest.TempPathFactory, synth_v1: SynthData) -> Prepared:
+    """`stages.prepare` run once on synth_v1, for tests that only read its output."""
+    root = tmp_path_factory.mktemp("prepared")
+    params = write_params(root / "params.yaml", data={
+        "train_file": str(synth_v1.train), "dev_file": str(synth_v1.dev),
+        "out_dir": str(root / "out"), "cache_dir": str(root / "cache"),
+    })
+    cfg = load_config(params)
+    report = stages.prepare(cfg)
+    return Prepared(cfg, synth_v1, root / "out", report)

@@ -1,0 +1,171 @@
+"""Prepared Parquet -> padded, masked batches; length bucketing; unreadable files."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from rcpipe import stages
+from rcpipe.config import Config
+from rcpipe.data.dataset import SquadDataset, bucket_batches, iterate, read_table
+from rcpipe.errors import InputError
+from tests.conftest import Prepared, SynthData
+
+
+@pytest.fixture(scope="module")
+def train(prepared: Prepared) -> SquadDataset:
+    return SquadDataset.from_parquet(prepared.out_dir / "train.parquet")
+
+
+def test_reads_back(prepared: Prepared, train: SquadDataset) -> None:
+    table = pq.read_table(prepared.out_dir / "train.parquet")
+    assert len(train) == table.num_rows == prepared.report["train"]["kept"]
+    assert train.ids == table.column("id").to_pylist()
+    lengths = [len(x) for x in table.column("context_word_ids").to_pylist()]
+    np.testing.assert_array_equal(train.context_lengths(), lengths)
+    row = table.slice(3, 1).to_pylist()[0]
+    np.testing.assert_array_equal(train.cw.row(3), row["context_word_ids"])
+    np.testing.assert_array_equal(train.qw.row(3), row["question_word_ids"])
+    assert [list(x) for x in train.cc.row(3)] == row["context_char_ids"]
+    assert train.answer_text(3, row["y1"], row["y2"]) == row["answers"][0]
+
+
+def test_collate_shapes_masks_and_padding(prepared: Prepared, train: SquadDataset) -> None:
+    table = pq.read_table(prepared.out_dir / "train.parquet").to_pylist()
+    indices = [0, 5, 2, len(train) - 1]
+    b = train.collate(indices)
+    n = len(indices)
+    c_len = [len(table[i]["context_word_ids"]) for i in indices]
+    q_len = [len(table[i]["question_word_ids"]) for i in indices]
+    lc, lq = max(c_len), max(q_len)
+    assert len(b) == n and b.ids == [table[i]["id"] for i in indices]
+    assert b.cw.shape == (n, lc) and b.cc.shape == (n, lc, 16)
+    assert b.qw.shape == (n, lq) and b.qc.shape == (n, lq, 16)
+    assert b.cw.dtype == b.cc.dtype == torch.int64
+    assert b.c_mask.dtype == torch.bool and b.c_mask.shape == (n, lc)
+    assert b.c_mask.sum(1).tolist() == c_len and b.q_mask.sum(1).tolist() == q_len
+    for k, i in enumerate(indices):
+        row = table[i]
+        assert b.cw[k, : c_len[k]].tolist() == row["context_word_ids"]
+        assert b.cw[k, c_len[k]:].eq(0).all() and b.cc[k, c_len[k]:].eq(0).all()
+        assert b.qw[k, q_len[k]:].eq(0).all() and b.qc[k, q_len[k]:].eq(0).all()
+        for t, chars in enumerate(row["context_char_ids"]):
+            assert b.cc[k, t, : len(chars)].tolist() == chars
+            assert b.cc[k, t, len(chars):].eq(0).all()
+        assert (b.y1[k].item(), b.y2[k].item()) == (row["y1"], row["y2"])
+        assert 0 <= b.y1[k] <= b.y2[k] < c_len[k]
+    assert not b.is_impossible.any()
+
+
+def test_collate_char_limit(train: SquadDataset) -> None:
+    b = train.collate([0, 1], char_limit=2)
+    assert b.cc.shape[2] == 2 and b.qc.shape[2] == 2
+    full = train.collate([0, 1])
+    assert torch.equal(b.cc, full.cc[..., :2])
+
+
+def test_para_limit_truncates_and_drops_labels(prepared: Prepared, train: SquadDataset) -> None:
+    y2 = train.y2
+    limit = int(np.median(y2)) + 1  # some answers end inside it, some past it
+    short = SquadDataset.from_parquet(prepared.out_dir / "train.parquet", para_limit=limit)
+    indices = list(range(len(short)))
+    b = short.collate(indices)
+    assert b.cw.shape[1] == limit
+    assert short.context_lengths().max() == limit
+    full = train.collate(indices)
+    assert torch.equal(b.cw, full.cw[:, :limit])
+    assert torch.equal(b.cc, full.cc[:, :limit])
+    inside = torch.from_numpy(y2 < limit)
+    assert inside.any() and (~inside).any()
+    assert torch.equal(b.y1[inside], full.y1[inside]) and torch.equal(b.y2[inside], full.y2[inside])
+    assert b.y1[~inside].eq(-1).all() and b.y2[~inside].eq(-1).all()
+    assert (b.y2 < limit).all()
+
+
+def test_impossible_rows(make_config: Callable[..., Config], synth_v2: SynthData) -> None:
+    cfg = make_config(synth_v2)
+    stages.prepare(cfg)
+    ds = SquadDataset.from_parquet(cfg.data.out_dir / "train.parquet")
+    b = next(iterate(ds, [list(range(len(ds)))]))
+    assert b.is_impossible.any() and (~b.is_impossible).any()
+    assert b.y1[b.is_impossible].eq(-1).all() and b.y2[b.is_impossible].eq(-1).all()
+    assert (b.y1[~b.is_impossible] >= 0).all()
+
+
+def test_batch_to(train: SquadDataset) -> None:
+    b = train.collate([0, 1]).to("cpu")
+    assert b.cw.device.type == "cpu" and b.ids == train.ids[:2]
+
+
+# ----------------------------------------------------------------------------------- buckets
+
+
+def _lengths(n: int = 1000, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(5, 400, size=n)
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+@pytest.mark.parametrize(("n", "batch_size"), [(1000, 32), (7, 3), (5, 10), (0, 4)])
+def test_bucket_batches_cover_every_index_once(n: int, batch_size: int, shuffle: bool) -> None:
+    batches = bucket_batches(_lengths(n), batch_size, shuffle, seed=1, bucket_factor=4)
+    flat = [i for b in batches for i in b]
+    assert sorted(flat) == list(range(n))
+    assert all(1 <= len(b) <= batch_size for b in batches)
+    assert len(batches) == -(-n // batch_size)  # pools are whole batches: one short at most
+
+
+def test_bucket_batches_tighter_than_random() -> None:
+    lengths = _lengths()
+    batches = bucket_batches(lengths, 32, shuffle=True, seed=0, bucket_factor=10)
+    rng = np.random.default_rng(0)
+    order = rng.permutation(len(lengths))
+    random_batches = [order[i : i + 32] for i in range(0, len(order), 32)]
+
+    def spread(bs: list) -> float:
+        return float(np.mean([np.ptp(lengths[np.asarray(b)]) for b in bs]))
+
+    assert spread(batches) < spread(random_batches) / 4
+
+
+def test_bucket_batches_deterministic_per_seed() -> None:
+    lengths = _lengths()
+    a = bucket_batches(lengths, 32, shuffle=True, seed=5)
+    assert a == bucket_batches(lengths, 32, shuffle=True, seed=5)
+    assert a != bucket_batches(lengths, 32, shuffle=True, seed=6)
+
+
+def test_bucket_batches_without_shuffle_sorted() -> None:
+    lengths = _lengths(100)
+    flat = [i for b in bucket_batches(lengths, 8, shuffle=False) for i in b]
+    assert list(lengths[flat]) == sorted(lengths)
+    assert flat == list(np.argsort(lengths, kind="stable"))
+
+
+# ------------------------------------------------------------------------------ bad files
+
+
+def test_not_parquet(tmp_path: Path) -> None:
+    path = tmp_path / "train.parquet"
+    path.write_text('{"not": "parquet"}')
+    with pytest.raises(InputError) as info:
+        SquadDataset.from_parquet(path)
+    assert info.value.file == str(path) and "not a readable Parquet file" in info.value.what
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(InputError):
+        read_table(tmp_path / "absent.parquet")
+
+
+def test_missing_column(prepared: Prepared, tmp_path: Path) -> None:
+    table = pq.read_table(prepared.out_dir / "dev.parquet").drop_columns(["y2", "context"])
+    path = tmp_path / "old.parquet"
+    pq.write_table(table, path)
+    with pytest.raises(InputError) as info:
+        SquadDataset.from_parquet(path)
+    assert "missing columns ['context', 'y2']" in info.value.what

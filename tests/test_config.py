@@ -1,0 +1,234 @@
+"""Typed, frozen config: params file + repeated --set; every mistake is a located InputError."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pydantic
+import pytest
+
+from rcpipe.config import Config, load_config, parse_override
+from rcpipe.errors import InputError
+from tests.conftest import write_params
+
+
+def _minimal(tmp_path: Path, extra: str = "") -> Path:
+    path = tmp_path / "params.yaml"
+    path.write_text("data:\n  train_file: t.json\n  dev_file: d.json\n" + extra)
+    return path
+
+
+def _error(params: Path, sets: list[str] | None = None) -> InputError:
+    with pytest.raises(InputError) as info:
+        load_config(params, sets)
+    return info.value
+
+
+def test_defaults(tmp_path: Path) -> None:
+    cfg = load_config(_minimal(tmp_path))
+    assert cfg.data.train_file == "t.json" and cfg.data.dev_file == "d.json"
+    assert cfg.data.out_dir == Path("data/prepared")
+    assert cfg.data.cache_dir == Path("data/cache")
+    assert cfg.data.word_vectors is None
+    assert cfg.data.workers == 2
+    assert (cfg.data.limits.para, cfg.data.limits.question, cfg.data.limits.answer,
+            cfg.data.limits.char) == (400, 50, 30, 16)
+    assert cfg.synth.version == "1.1" and cfg.synth.seed == 13
+    assert cfg.train.num_workers == 1 and cfg.train.epochs == 1
+    assert cfg.train.device == "auto"
+    assert cfg.eval.max_answer_len == 15 and cfg.eval.na_threshold is None
+
+
+def test_relative_paths_stay_relative(tmp_path: Path) -> None:
+    # they resolve against the current directory when used, not against the params file
+    cfg = load_config(_minimal(tmp_path, "  out_dir: out/here\n"))
+    assert cfg.data.out_dir == Path("out/here") and not cfg.data.out_dir.is_absolute()
+
+
+def test_params_file_values(tmp_path: Path) -> None:
+    params = write_params(tmp_path / "p.yaml", train={"epochs": 7}, eval={"na_threshold": 0.4})
+    cfg = load_config(params)
+    assert cfg.train.epochs == 7 and cfg.train.batch_size == 8
+    assert cfg.eval.na_threshold == pytest.approx(0.4)
+    assert cfg.data.workers == 1 and cfg.synth.train_articles == 3
+
+
+def test_repeated_set_overrides_file(tmp_path: Path) -> None:
+    params = write_params(tmp_path / "p.yaml", data={"word_vectors": "glove.txt"})
+    cfg = load_config(params, [
+        "train.epochs=5",  # int
+        "synth.unanswerable_fraction=0.25",  # float
+        "data.word_vectors=null",  # null
+        "data.train_file=other.json",  # plain string
+        "train.device='cuda'",  # quoted string
+        "eval.na_threshold=0.5",
+        "data.limits.para=123",  # nested section
+        "train.epochs=6",  # the last --set of a key wins
+    ])
+    assert cfg.train.epochs == 6
+    assert cfg.synth.unanswerable_fraction == pytest.approx(0.25)
+    assert cfg.data.word_vectors is None
+    assert cfg.data.train_file == "other.json"
+    assert cfg.train.device == "cuda"
+    assert cfg.eval.na_threshold == pytest.approx(0.5)
+    assert cfg.data.limits.para == 123 and cfg.data.limits.question == 50
+
+
+def test_set_creates_a_missing_section(tmp_path: Path) -> None:
+    cfg = load_config(_minimal(tmp_path), ["eval.max_answer_len=7", "synth.version=2.0"])
+    assert cfg.eval.max_answer_len == 7 and cfg.synth.version == "2.0"
+
+
+def test_set_empty_value_is_null(tmp_path: Path) -> None:
+    cfg = load_config(_minimal(tmp_path, "  word_vectors: g.txt\n"), ["data.word_vectors="])
+    assert cfg.data.word_vectors is None
+
+
+@pytest.mark.parametrize(
+    ("item", "keys", "value"),
+    [
+        ("a.b=3", ["a", "b"], 3),
+        ("a=-2.5", ["a"], -2.5),
+        ("a.b=1e3", ["a", "b"], "1e3"),  # YAML 1.1: no dot, so a string
+        ("a=null", ["a"], None),
+        ("a=~", ["a"], None),
+        ("a=true", ["a"], True),
+        ("a=False", ["a"], False),
+        ("a=hello world", ["a"], "hello world"),
+        ("a='3'", ["a"], "3"),
+        ("a=x=y", ["a"], "x=y"),  # only the first '=' splits
+        (" a.b = 4", ["a", "b"], 4),
+    ],
+)
+def test_parse_override_yaml_scalars(item: str, keys: list[str], value: object) -> None:
+    assert parse_override(item) == (keys, value)
+
+
+def test_set_bool_into_a_string_field_is_rejected(tmp_path: Path) -> None:
+    err = _error(_minimal(tmp_path), ["data.train_file=true"])
+    assert err.location == "data.train_file"
+
+
+@pytest.mark.parametrize(
+    ("extra", "sets", "location"),
+    [
+        ("", ["bogus=1"], "bogus"),
+        ("", ["data.bogus=1"], "data.bogus"),
+        ("", ["data.limits.nope=3"], "data.limits.nope"),
+        ("", ["train.epoch=3"], "train.epoch"),
+        ("bogus: 1\n", [], "bogus"),
+        ("  limits:\n    paragraph: 3\n", [], "data.limits.paragraph"),
+        ("eval:\n  max_answer_length: 9\n", [], "eval.max_answer_length"),
+    ],
+)
+def test_unknown_key_is_named(tmp_path: Path, extra: str, sets: list[str], location: str) -> None:
+    params = _minimal(tmp_path, extra)
+    err = _error(params, sets)
+    assert err.file == str(params)
+    assert err.location == location
+    assert err.what == "unknown key"
+    assert err.line() == f"error: {params}: {location}: unknown key"
+
+
+@pytest.mark.parametrize(
+    ("sets", "location"),
+    [
+        (["train.epochs=abc"], "train.epochs"),
+        (["train.epochs=2.5"], "train.epochs"),
+        (["data.workers=0"], "data.workers"),  # constraint: at least 1
+        (["data.limits.para=-1"], "data.limits.para"),
+        (["synth.version=3.0"], "synth.version"),
+        (["synth.unanswerable_fraction=1.0"], "synth.unanswerable_fraction"),
+        (["train.device=gpu"], "train.device"),
+        (["data.train_file=123"], "data.train_file"),
+        (["data.dev_file=null"], "data.dev_file"),
+        (["data.limits=3"], "data.limits"),
+    ],
+)
+def test_bad_type_is_located(tmp_path: Path, sets: list[str], location: str) -> None:
+    params = _minimal(tmp_path)
+    err = _error(params, sets)
+    assert err.file == str(params) and err.location == location and err.what
+
+
+def test_missing_required_key(tmp_path: Path) -> None:
+    params = tmp_path / "p.yaml"
+    params.write_text("data:\n  train_file: t.json\n")
+    err = _error(params)
+    assert err.location == "data.dev_file"
+
+
+@pytest.mark.parametrize("item", ["train.epochs", "=3", "  =3"])
+def test_set_without_key_or_equals(tmp_path: Path, item: str) -> None:
+    err = _error(_minimal(tmp_path), [item])
+    assert err.file == "--set" and err.location == item
+    assert "dotted.key=value" in err.what
+
+
+def test_set_value_not_yaml(tmp_path: Path) -> None:
+    err = _error(_minimal(tmp_path), ["data.train_file=[unclosed"])
+    assert err.file == "--set" and err.location == "data.train_file=[unclosed"
+
+
+def test_set_through_a_scalar(tmp_path: Path) -> None:
+    err = _error(_minimal(tmp_path, "  workers: 2\n"), ["data.workers.x=1"])
+    assert err.file == "--set" and "workers is not a section" in err.what
+
+
+def test_missing_params_file(tmp_path: Path) -> None:
+    params = tmp_path / "nope.yaml"
+    err = _error(params)
+    assert err.file == str(params) and err.location == ""
+    assert err.line().startswith(f"error: {params}: ")
+
+
+def test_invalid_yaml_located_by_line(tmp_path: Path) -> None:
+    params = tmp_path / "p.yaml"
+    params.write_text("data:\n  train_file: t.json\n  dev_file: d.json\n bad: [\n")
+    err = _error(params)
+    assert err.location == "line 4"
+    assert err.what == "not valid YAML"
+
+
+def test_top_level_not_a_mapping(tmp_path: Path) -> None:
+    params = tmp_path / "p.yaml"
+    params.write_text("- a\n- b\n")
+    err = _error(params)
+    assert "mapping" in err.what
+
+
+def test_empty_file_lacks_data(tmp_path: Path) -> None:
+    params = tmp_path / "p.yaml"
+    params.write_text("# nothing\n")
+    assert _error(params).location == "data"
+
+
+def test_frozen(tmp_path: Path) -> None:
+    cfg = load_config(_minimal(tmp_path))
+    with pytest.raises(pydantic.ValidationError):
+        cfg.train.epochs = 5  # type: ignore[misc]
+    with pytest.raises(pydantic.ValidationError):
+        cfg.data.limits.para = 5  # type: ignore[misc]
+    with pytest.raises(pydantic.ValidationError):
+        cfg.data = cfg.data  # type: ignore[misc]
+    assert cfg.train.epochs == 1
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [("set:2.0", "2.0"), ("set:1.1", "1.1"), ("set:'2.0'", "2.0"), ("file:2.0", "2.0"),
+     ("file:1.1", "1.1"), ("file:'1.1'", "1.1")],
+)
+def test_synth_version_float_or_string(tmp_path: Path, source: str, expected: str) -> None:
+    kind, value = source.split(":", 1)
+    if kind == "set":
+        cfg = load_config(_minimal(tmp_path), [f"synth.version={value}"])
+    else:
+        cfg = load_config(_minimal(tmp_path, f"synth:\n  version: {value}\n"))
+    assert cfg.synth.version == expected
+
+
+def test_demo_and_full_params_files_load() -> None:
+    root = Path(__file__).resolve().parents[1]
+    for name in ("params.yaml", "params.demo.yaml"):
+        assert isinstance(load_config(root / name), Config)

@@ -53,6 +53,14 @@ def prepare(cfg: Config) -> dict[str, Any]:
 
     d = cfg.data
     t0 = time.perf_counter()
+    phases: dict[str, float] = {}
+    mark = [t0]
+
+    def done(phase: str) -> None:  # seconds per phase, kept in meta.json
+        now = time.perf_counter()
+        phases[phase] = round(now - mark[0], 3)
+        mark[0] = now
+
     train = load_squad(d.train_file, d.cache_dir)
     dev = load_squad(d.dev_file, d.cache_dir)
     overlap = {q.qid for q in train.questions} & {q.qid for q in dev.questions}
@@ -61,7 +69,9 @@ def prepare(cfg: Config) -> dict[str, Any]:
                       f"training file[/yellow]")
     texts = (train.contexts + [q.question for q in train.questions]
              + dev.contexts + [q.question for q in dev.questions])
+    done("read")
     toks = tokenize(texts, workers=d.workers)
+    done("tokenize")
     a, b, c = len(train.contexts), len(train.contexts) + len(train.questions), \
         len(train.contexts) + len(train.questions) + len(dev.contexts)
     train_ctx, train_q, dev_ctx, dev_q = toks[:a], toks[a:b], toks[b:c], toks[c:]
@@ -86,11 +96,13 @@ def prepare(cfg: Config) -> dict[str, Any]:
     if d.word_vectors:
         emb, hits = embedding_matrix(words, vectors, d.word_dim)
 
+    done("label_and_vocab")
     indexer = F.Indexer(words, chars, d.limits.char)
     tables = {
         "train": F.build_table(train, train_ctx, train_q, kept, indexer),
         "dev": F.build_table(dev, dev_ctx, dev_q, dev_rows, indexer),
     }
+    done("features")
     d.out_dir.mkdir(parents=True, exist_ok=True)
     for split, table in tables.items():
         pq.write_table(table, d.out_dir / f"{split}.parquet", compression="zstd")
@@ -102,14 +114,15 @@ def prepare(cfg: Config) -> dict[str, Any]:
                   "dropped": dict(sorted(dropped.items()))},
         "dev": {"questions": len(dev.questions), "kept": len(dev_rows), "dropped": {}},
     }
-    seconds = time.perf_counter() - t0
     write_json(d.out_dir / "report.json", report)
+    done("write")
+    seconds = time.perf_counter() - t0
     write_json(d.out_dir / "meta.json", {
         "train_file": d.train_file, "dev_file": d.dev_file,
         "version": {"train": train.version, "dev": dev.version},
         "words": len(words), "chars": len(chars), "char_limit": d.limits.char,
         "word_vectors": d.word_vectors, "word_dim": d.word_dim, "vectors_found": hits,
-        "seconds": round(seconds, 2),
+        "seconds": round(seconds, 2), "phases": phases,
     })
     tr = report["train"]
     console.print(

@@ -14,7 +14,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 NEG_INF = -1e30  # finite: a fully masked row stays NaN-free
 
@@ -142,35 +141,6 @@ class VariationalDropout(nn.Module):
         return x * keep / (1 - self.p)
 
 
-class BiRNN(nn.Module):
-    """Stacked bidirectional GRU/LSTM over padded sequences (packed: padding never leaks
-    into the backward direction), variational dropout on each layer's input."""
-
-    def __init__(self, input_dim: int, hidden: int, layers: int = 1, dropout: float = 0.0,
-                 cell: str = "gru", concat_layers: bool = False) -> None:
-        super().__init__()
-        rnn = {"gru": nn.GRU, "lstm": nn.LSTM}[cell]
-        self.rnns = nn.ModuleList(
-            rnn(input_dim if i == 0 else 2 * hidden, hidden, batch_first=True,
-                bidirectional=True)
-            for i in range(layers)
-        )
-        self.drop = VariationalDropout(dropout)
-        self.concat_layers = concat_layers
-        self.dim = 2 * hidden * (layers if concat_layers else 1)
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        lengths = mask.sum(1).clamp(min=1).cpu()
-        outs = []
-        for rnn in self.rnns:
-            packed = pack_padded_sequence(self.drop(x), lengths, batch_first=True,
-                                          enforce_sorted=False)
-            y, _ = rnn(packed)
-            x, _ = pad_packed_sequence(y, batch_first=True, total_length=mask.size(1))
-            outs.append(x)  # (B, L, 2H)
-        return torch.cat(outs, dim=-1) if self.concat_layers else x
-
-
 # ------------------------------------------------------------------------------ attention
 
 
@@ -217,3 +187,111 @@ def count_parameters(model: nn.Module, exclude_embeddings: bool = False) -> int:
     if exclude_embeddings:
         skip = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     return sum(p.numel() for p in model.parameters() if p.requires_grad and id(p) not in skip)
+
+
+# ------------------------------------------------------- recurrence without packing (CPU)
+
+
+def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Each row's first ``lengths[b]`` steps reversed, padding left in place; its own inverse."""
+    steps = torch.arange(x.size(1), device=x.device)  # (L,)
+    rev = lengths.unsqueeze(1) - 1 - steps  # (B, L)
+    rev = torch.where(rev >= 0, rev, steps)  # (B, L): padding positions map to themselves
+    return x.gather(1, rev.unsqueeze(-1).expand_as(x))  # (B, L, D)
+
+
+class BiRNN(nn.Module):
+    """Stacked bidirectional GRU/LSTM over padded sequences, zeros on padding, variational
+    dropout on each layer's input; padding never leaks into either direction.
+
+    It does not pack: PyTorch's CPU RNN slices a packed sequence step by step, and each
+    slice's backward writes a zero tensor the size of the whole packed input, O(L^2) memory
+    traffic per layer (BiDAF trains 3x faster on 2 CPU threads without packing). The forward
+    direction runs on the padded batch (padding comes after every real step, so it never
+    reaches them) and the backward direction on each row reversed within its length
+    (reverse_padded), so padding cannot leak into either direction.
+    """
+
+    def __init__(self, input_dim: int, hidden: int, layers: int = 1, dropout: float = 0.0,
+                 cell: str = "gru", concat_layers: bool = False) -> None:
+        super().__init__()
+        rnn = {"gru": nn.GRU, "lstm": nn.LSTM}[cell]
+        dims = [input_dim] + [2 * hidden] * (layers - 1)
+        self.fwd = nn.ModuleList(rnn(d, hidden, batch_first=True) for d in dims)
+        self.bwd = nn.ModuleList(rnn(d, hidden, batch_first=True) for d in dims)
+        self.drop = VariationalDropout(dropout)
+        self.concat_layers = concat_layers
+        self.dim = 2 * hidden * (layers if concat_layers else 1)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        lengths = mask.sum(1).clamp(min=1)  # (B,)
+        keep = mask.unsqueeze(-1).to(x.dtype)  # (B, L, 1)
+        outs = []
+        for fwd, bwd in zip(self.fwd, self.bwd, strict=True):
+            x = self.drop(x)
+            y_f, _ = fwd(x)  # (B, L, H)
+            y_b, _ = bwd(reverse_padded(x, lengths))  # (B, L, H), reversed time
+            x = torch.cat([y_f, reverse_padded(y_b, lengths)], dim=-1) * keep  # (B, L, 2H)
+            outs.append(x)
+        return torch.cat(outs, dim=-1) if self.concat_layers else x
+
+
+# ------------------------------------------------------------------ R-Net's matching blocks
+
+
+class MatchGate(nn.Module):
+    """R-Net's input gate: g * x with g = sigmoid(W_g x), x = [u_t; c_t] (Wang et al. 2017).
+
+    It lets the RNN that follows weigh the passage word against its attention summary,
+    so only the parts relevant to the question (or to the rest of the passage) pass.
+    """
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.w_g = nn.Linear(dim, dim, bias=False)  # the paper's W_g has no bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.w_g(x)) * x
+
+
+class SelfMatching(nn.Module):
+    """R-Net's self-matching layer (Wang et al. 2017, section 3.3), additive attention.
+
+    s^t_j = v^T tanh(W_v^P v_j + W_v^~P v_t), c_t = sum_j softmax(s^t)_j v_j, then
+    h_t = BiRNN(h_{t-1}, g_t * [v_t; c_t]). The scores do not depend on the RNN state, so
+    every c_t is computed at once (the same numbers as the per-step formulation) and the
+    BiRNN is the fused one. Training keeps the (B, L, L, attn_dim) tanh for backward:
+    ~2 GB at L = 400, B = 32, attn_dim 100, fine on a GPU. The diagonal is kept, as in
+    the paper.
+    """
+
+    CHUNK = 1 << 26  # elements of the (B, rows, L, A) temporary scored at once
+
+    def __init__(self, dim: int, attn_dim: int, hidden: int, dropout: float = 0.0,
+                 cell: str = "gru") -> None:
+        super().__init__()
+        self.w_v = nn.Linear(dim, attn_dim, bias=False)  # W_v^P: the attended word j
+        self.w_v_t = nn.Linear(dim, attn_dim, bias=False)  # W_v^~P: the current word t
+        self.v = nn.Linear(attn_dim, 1, bias=False)
+        self.gate = MatchGate(2 * dim)
+        self.drop = VariationalDropout(dropout)
+        self.rnn = BiRNN(2 * dim, hidden, 1, 0.0, cell)  # its input is already dropped
+        self.dim = self.rnn.dim
+
+    def attend(self, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """c_t for every t: (B, L, dim) from v (B, L, dim)."""
+        b, n, _ = v.shape
+        keys = self.w_v(v).unsqueeze(1)  # (B, 1, L_j, A)
+        queries = self.w_v_t(v).unsqueeze(2)  # (B, L_t, 1, A)
+        # scored a block of rows t at a time: evaluation on a 700-token dev context would
+        # otherwise hold a (B, L, L, A) temporary of several GB
+        rows = max(1, self.CHUNK // (b * n * keys.size(-1)))
+        s = torch.cat([self.v(torch.tanh(keys + queries[:, i : i + rows])).squeeze(-1)
+                       for i in range(0, n, rows)], dim=1)  # (B, L_t, L_j)
+        a = masked_softmax(s, mask.unsqueeze(1), dim=2)  # (B, L_t, L_j)
+        return torch.bmm(a, v)  # (B, L_t, dim)
+
+    def forward(self, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        v = self.drop(v)
+        c = self.attend(v, mask)  # (B, L, dim)
+        return self.rnn(self.gate(torch.cat([v, c], dim=-1)), mask)  # (B, L, 2 * hidden)

@@ -1,0 +1,95 @@
+"""BiDAF (Seo et al. 2017) and BiDAF with R-Net's self-matching layer (``bidaf_selfattn``).
+
+BiDAF: word + char-CNN embeddings -> highway -> contextual BiLSTM (H, U) -> attention flow
+G = [h; u~; h * u~; h * h~] -> modeling BiLSTM (M) -> p1 = softmax(w_p1^T [G; M]),
+M2 = BiLSTM(M), p2 = softmax(w_p2^T [G; M2]).
+
+bidaf_selfattn: the CS224N SQuAD 2.0 study's best model adds R-Net's self-matching layer
+(Wang et al. 2017) between the attention flow and the modeling layer. G is first projected
+from 8d to 2d, since self-matching attention is quadratic in the passage and its gate and
+RNN are quadratic in the input width; the output layer still reads the full G.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from rcpipe.config import ModelConfig
+from rcpipe.data.dataset import Batch
+from rcpipe.models import ModelInputs
+from rcpipe.models.layers import (
+    BiRNN,
+    CharCNN,
+    Highway,
+    NoAnswerHead,
+    SelfMatching,
+    SpanLogits,
+    TrilinearAttention,
+    WordEmbedding,
+    mask_logits,
+)
+
+
+class BiDAF(nn.Module):
+    """Bi-Directional Attention Flow; ``self_matching`` adds R-Net's self-matching layer."""
+
+    def __init__(self, cfg: ModelConfig, inputs: ModelInputs, self_matching: bool = False,
+                 cell: str = "lstm") -> None:
+        super().__init__()
+        d = cfg.hidden
+        self.word_emb = WordEmbedding(inputs.word_vocab, inputs.word_dim, inputs.vectors,
+                                      trainable=cfg.train_word_vectors)
+        # the paper drops out the CNN's input at the model's rate (0.2), not a char rate
+        self.char_emb = CharCNN(inputs.char_vocab, cfg.char_dim, cfg.char_hidden,
+                                cfg.char_kernel, cfg.dropout)
+        emb_dim = self.word_emb.dim + self.char_emb.dim
+        self.highway = Highway(emb_dim, cfg.highway_layers)
+        # one encoder for passage and question: the paper shares the contextual layer
+        self.contextual = BiRNN(emb_dim, d, 1, cfg.dropout, cell)
+        self.attention_flow = TrilinearAttention(2 * d, q2c="bidaf")
+        g_dim = 8 * d
+        self.project: nn.Linear | None = None
+        self.self_matching: SelfMatching | None = None
+        model_in = g_dim
+        if self_matching:
+            self.project = nn.Linear(g_dim, 2 * d)
+            self.self_matching = SelfMatching(2 * d, d, d, cfg.dropout)
+            model_in = self.self_matching.dim
+        self.modeling = BiRNN(model_in, d, cfg.layers, cfg.dropout, cell)
+        self.end_rnn = BiRNN(self.modeling.dim, d, 1, cfg.dropout, cell)
+        out_dim = g_dim + 2 * d
+        self.w_p1 = nn.Linear(out_dim, 1)
+        self.w_p2 = nn.Linear(out_dim, 1)
+        self.drop = nn.Dropout(cfg.dropout)  # "the linear transformation before the softmax"
+        self.no_answer = NoAnswerHead(out_dim) if inputs.no_answer else None
+
+    def embed(self, words: torch.Tensor, chars: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([self.word_emb(words), self.char_emb(chars)], dim=-1)  # (B, L, De)
+        return self.highway(x)  # (B, L, De)
+
+    def forward(self, batch: Batch) -> SpanLogits:
+        c_mask, q_mask = batch.c_mask, batch.q_mask
+        h = self.contextual(self.embed(batch.cw, batch.cc), c_mask)  # (B, Lc, 2d)
+        u = self.contextual(self.embed(batch.qw, batch.qc), q_mask)  # (B, Lq, 2d)
+        g = self.attention_flow(h, u, c_mask, q_mask)  # (B, Lc, 8d)
+        x = g
+        if self.project is not None and self.self_matching is not None:
+            x = self.self_matching(self.project(g), c_mask)  # (B, Lc, 2d)
+        m = self.modeling(x, c_mask)  # (B, Lc, 2d)
+        m2 = self.end_rnn(m, c_mask)  # (B, Lc, 2d)
+        gm = self.drop(torch.cat([g, m], dim=-1))  # (B, Lc, 10d)
+        gm2 = self.drop(torch.cat([g, m2], dim=-1))  # (B, Lc, 10d)
+        start = mask_logits(self.w_p1(gm).squeeze(-1), c_mask)  # (B, Lc)
+        end = mask_logits(self.w_p2(gm2).squeeze(-1), c_mask)  # (B, Lc)
+        # [G; M2] has seen the whole passage twice over: the richest summary for "no answer"
+        na = self.no_answer(gm2, c_mask) if self.no_answer is not None else None  # (B, 2)
+        return SpanLogits(start, end, na)
+
+
+def build_bidaf(cfg: ModelConfig, inputs: ModelInputs) -> nn.Module:
+    return BiDAF(cfg, inputs)
+
+
+def build_bidaf_selfattn(cfg: ModelConfig, inputs: ModelInputs) -> nn.Module:
+    return BiDAF(cfg, inputs, self_matching=True)

@@ -1,0 +1,254 @@
+"""R-Net (Wang et al. 2017, "R-Net: machine reading comprehension with self-matching
+networks", MSRA technical report) and a multiplicative-attention variant (``rnet_mult``).
+
+R-Net: word vectors + char BiGRU final states -> shared multi-layer BiGRU encoder (u^Q, u^P)
+-> gated attention-based recurrent network (v^P: question-passage matching, attention
+recomputed from v^P_{t-1} at every step) -> self-matching layer (h^P, see
+layers.SelfMatching) -> the March 2017 report's extra BiGRU over h^P -> pointer network
+initialised with the attention-pooled question r^Q.
+
+rnet_mult replaces both additive attentions by multiplicative scores computed outside any
+recurrence, tanh(W_1 x) tanh(W_2 y)^T, so each matching layer is one batched matmul, a gate
+and a fused BiGRU: no Python loop over time steps.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence
+
+from rcpipe.config import ModelConfig
+from rcpipe.data.dataset import Batch
+from rcpipe.models import ModelInputs
+from rcpipe.models.layers import (
+    BiRNN,
+    MatchGate,
+    NoAnswerHead,
+    SelfMatching,
+    SpanLogits,
+    VariationalDropout,
+    WordEmbedding,
+    mask_logits,
+    masked_softmax,
+)
+
+
+class CharGRU(nn.Module):
+    """R-Net's char embedding: a BiGRU over each word's chars, final states concatenated."""
+
+    def __init__(self, vocab_size: int, char_dim: int, hidden: int) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(vocab_size, char_dim, padding_idx=0)
+        self.rnn = nn.GRU(char_dim, hidden, batch_first=True, bidirectional=True)
+        self.dim = 2 * hidden
+
+    def forward(self, chars: torch.Tensor) -> torch.Tensor:
+        b, n, w = chars.shape
+        flat = chars.reshape(b * n, w)  # (B*L, W)
+        lengths = (flat != 0).sum(dim=1)  # (B*L,) chars are left-aligned, 0 = pad
+        real = lengths > 0
+        out = self.emb.weight.new_zeros(b * n, self.dim)  # (B*L, 2H): padding tokens stay 0
+        n_real = int(real.sum())
+        if n_real:
+            # only real words go through the GRU: a third of a bucketed batch can be padding
+            packed = pack_padded_sequence(self.emb(flat[real]), lengths[real].cpu(),
+                                          batch_first=True, enforce_sorted=False)
+            _, h_n = self.rnn(packed)  # (2, N, H): forward and backward final states
+            out[real] = torch.cat([h_n[0], h_n[1]], dim=-1)  # (N, 2H)
+        return out.view(b, n, self.dim)  # (B, L, 2H)
+
+
+class GatedAttentionRNN(nn.Module):
+    """Question-passage matching (eq. 3-4): at step t,
+    s_j = v^T tanh(W_u^Q u^Q_j + W_u^P u^P_t + W_v^P v^P_{t-1}), c_t = softmax(s) u^Q,
+    v^P_t = GRU(v^P_{t-1}, g_t * [u^P_t; c_t]) with g_t = sigmoid(W_g [u^P_t; c_t]).
+
+    Unidirectional, as in the paper. Everything that does not depend on v^P_{t-1}
+    (W_u^Q u^Q, W_u^P u^P and the u^P half of the gate) is computed once, outside the loop,
+    so a step is a (B, Lq, A) tanh, a softmax, a bmm and a GRUCell.
+    """
+
+    def __init__(self, dim: int, attn_dim: int, hidden: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.w_uq = nn.Linear(dim, attn_dim, bias=False)  # W_u^Q
+        self.w_up = nn.Linear(dim, attn_dim, bias=False)  # W_u^P
+        self.w_vp = nn.Linear(hidden, attn_dim, bias=False)  # W_v^P
+        self.v = nn.Linear(attn_dim, 1, bias=False)
+        self.gate = MatchGate(2 * dim)
+        self.cell = nn.GRUCell(2 * dim, hidden)
+        self.drop = VariationalDropout(dropout)
+        self.dim = hidden
+
+    def forward(self, u_p: torch.Tensor, c_mask: torch.Tensor, u_q: torch.Tensor,
+                q_mask: torch.Tensor) -> torch.Tensor:
+        u_p, u_q = self.drop(u_p), self.drop(u_q)
+        b, lc, dim = u_p.shape
+        keys = self.w_uq(u_q)  # (B, Lq, A)
+        passage = self.w_up(u_p)  # (B, Lc, A)
+        w_g = self.gate.w_g.weight  # (2D, 2D) acting on [u^P_t; c_t]
+        gate_p = F.linear(u_p, w_g[:, :dim])  # (B, Lc, 2D): the u^P_t half of W_g [u; c]
+        w_g_c = w_g[:, dim:]  # (2D, D): the c_t half, applied inside the loop
+        v_weight = self.v.weight.squeeze(0)  # (A,)
+        h = u_p.new_zeros(b, self.dim)  # (B, H)
+        outs = []
+        # unbind, not [:, t]: each slice's backward would write a zero tensor the size of
+        # the whole sequence, O(Lc^2) work; unbind's backward is one stack
+        steps = zip(passage.unbind(1), gate_p.unbind(1), u_p.unbind(1), strict=True)
+        for passage_t, gate_p_t, u_p_t in steps:  # (B, A), (B, 2D), (B, D)
+            query = passage_t + self.w_vp(h)  # (B, A)
+            s = torch.tanh(keys + query.unsqueeze(1)) @ v_weight  # (B, Lq)
+            a = masked_softmax(s, q_mask)  # (B, Lq)
+            c = torch.bmm(a.unsqueeze(1), u_q).squeeze(1)  # (B, D)
+            g = torch.sigmoid(gate_p_t + F.linear(c, w_g_c))  # (B, 2D)
+            h = self.cell(g * torch.cat([u_p_t, c], dim=-1), h)  # (B, H)
+            outs.append(h)
+        # steps past a row's length run on padding but, being later in time, never reach
+        # its real positions; their outputs are masked downstream
+        return torch.stack(outs, dim=1)  # (B, Lc, H)
+
+
+class MultiplicativeMatching(nn.Module):
+    """rnet_mult's matching layer: scores = tanh(W_1 x) tanh(W_2 y)^T in one bmm,
+    c = softmax(scores) y, then R-Net's gate on [x; c] and a fused BiGRU.
+
+    With ``memory`` None it is self-matching (y = x). The diagonal is then masked: W_1 and
+    W_2 differ, so a word need not score itself highest, but x_t already enters the gate
+    as the first half of [x_t; c_t], so attending to itself adds nothing, and masking it
+    makes c_t a summary of the rest of the passage (as Clark & Gardner 2018 do). A
+    one-token passage has no other word to attend to: its c_t is 0.
+    """
+
+    def __init__(self, dim: int, memory_dim: int, attn_dim: int, hidden: int,
+                 dropout: float = 0.0) -> None:
+        super().__init__()
+        self.w_x = nn.Linear(dim, attn_dim, bias=False)  # W_1
+        self.w_y = nn.Linear(memory_dim, attn_dim, bias=False)  # W_2
+        self.gate = MatchGate(dim + memory_dim)
+        self.drop = VariationalDropout(dropout)
+        self.rnn = BiRNN(dim + memory_dim, hidden, 1, 0.0, "gru")  # input is dropped
+        self.dim = self.rnn.dim
+
+    def attention(self, x: torch.Tensor, x_mask: torch.Tensor, y: torch.Tensor,
+                  y_mask: torch.Tensor | None) -> torch.Tensor:
+        """The weights of each x_t over y (B, Lx, Ly); y_mask None: y is x, self-matching."""
+        if y_mask is None:
+            eye = torch.eye(x.size(1), dtype=torch.bool, device=x.device)  # (L, L)
+            keep = x_mask.unsqueeze(1) & ~eye  # (B, L, L)
+        else:
+            keep = y_mask.unsqueeze(1).expand(-1, x.size(1), -1)  # (B, Lx, Ly)
+        scores = torch.bmm(torch.tanh(self.w_x(x)),
+                           torch.tanh(self.w_y(y)).transpose(1, 2))  # (B, Lx, Ly)
+        a = masked_softmax(scores, keep, dim=2)  # (B, Lx, Ly)
+        return a * keep.any(dim=2, keepdim=True)  # a row with nothing to attend to: c = 0
+
+    def forward(self, x: torch.Tensor, x_mask: torch.Tensor, memory: torch.Tensor | None = None,
+                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+        if (memory is None) != (memory_mask is None):
+            raise ValueError("give memory and memory_mask together, or neither (self-matching)")
+        x = self.drop(x)
+        y = x if memory is None else self.drop(memory)
+        a = self.attention(x, x_mask, y, None if memory is None else memory_mask)  # (B, Lx, Ly)
+        c = torch.bmm(a, y)  # (B, Lx, Dy)
+        return self.rnn(self.gate(torch.cat([x, c], dim=-1)), x_mask)  # (B, Lx, 2H)
+
+
+class QuestionPooling(nn.Module):
+    """r^Q = att(u^Q, V_r^Q) (eq. 11): s_j = v^T tanh(W_u^Q u^Q_j + W_v^Q V_r^Q).
+
+    W_v^Q V_r^Q is a constant vector, so the pair is over-parameterised; kept as in the
+    paper so the parameter count matches its description.
+    """
+
+    def __init__(self, dim: int, attn_dim: int) -> None:
+        super().__init__()
+        self.w_u = nn.Linear(dim, attn_dim, bias=False)  # W_u^Q (separate from matching's)
+        self.w_v = nn.Linear(attn_dim, attn_dim, bias=False)  # W_v^Q
+        self.v_r = nn.Parameter(torch.randn(attn_dim) / attn_dim**0.5)  # V_r^Q
+        self.v = nn.Linear(attn_dim, 1, bias=False)
+
+    def forward(self, u_q: torch.Tensor, q_mask: torch.Tensor) -> torch.Tensor:
+        s = self.v(torch.tanh(self.w_u(u_q) + self.w_v(self.v_r))).squeeze(-1)  # (B, Lq)
+        a = masked_softmax(s, q_mask)  # (B, Lq)
+        return torch.bmm(a.unsqueeze(1), u_q).squeeze(1)  # (B, D)
+
+
+class PointerNetwork(nn.Module):
+    """Two-step pointer (eq. 9-10): s^t_j = v^T tanh(W_h^P h_j + W_h^a h^a_{t-1}); step 1
+    gives the start, c_1 = a^1 h^P updates h^a_1 = GRU(h^a_0 = r^Q, c_1), step 2 the end."""
+
+    def __init__(self, dim: int, attn_dim: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.w_h = nn.Linear(dim, attn_dim, bias=False)  # W_h^P
+        self.w_a = nn.Linear(dim, attn_dim, bias=False)  # W_h^a
+        self.v = nn.Linear(attn_dim, 1, bias=False)
+        self.cell = nn.GRUCell(dim, dim)
+        self.drop = nn.Dropout(dropout)
+
+    def scores(self, keys: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        return self.v(torch.tanh(keys + self.w_a(state).unsqueeze(1))).squeeze(-1)  # (B, Lc)
+
+    def forward(self, h_p: torch.Tensor, c_mask: torch.Tensor, r_q: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        keys = self.w_h(h_p)  # (B, Lc, A), shared by both steps
+        s1 = self.scores(keys, r_q)  # (B, Lc)
+        a1 = masked_softmax(s1, c_mask)  # (B, Lc)
+        c1 = torch.bmm(a1.unsqueeze(1), h_p).squeeze(1)  # (B, D)
+        h_a = self.cell(self.drop(c1), r_q)  # (B, D)
+        s2 = self.scores(keys, h_a)  # (B, Lc)
+        return mask_logits(s1, c_mask), mask_logits(s2, c_mask)
+
+
+class RNet(nn.Module):
+    """R-Net; ``matching`` "additive" (the paper) or "multiplicative" (rnet_mult)."""
+
+    def __init__(self, cfg: ModelConfig, inputs: ModelInputs, matching: str = "additive"
+                 ) -> None:
+        super().__init__()
+        if matching not in ("additive", "multiplicative"):
+            raise ValueError(f"matching must be additive or multiplicative, not {matching}")
+        d = cfg.hidden  # the paper uses 75 for every RNN and every attention
+        self.word_emb = WordEmbedding(inputs.word_vocab, inputs.word_dim, inputs.vectors,
+                                      trainable=cfg.train_word_vectors)
+        self.char_emb = CharGRU(inputs.char_vocab, cfg.char_dim, cfg.char_hidden)
+        emb_dim = self.word_emb.dim + self.char_emb.dim
+        # one encoder for passage and question, as in the paper
+        self.encoder = BiRNN(emb_dim, d, cfg.layers, cfg.dropout, "gru")
+        self.question_matching: GatedAttentionRNN | MultiplicativeMatching
+        self.self_matching: SelfMatching | MultiplicativeMatching
+        if matching == "additive":
+            self.question_matching = GatedAttentionRNN(2 * d, d, d, cfg.dropout)
+            self.self_matching = SelfMatching(self.question_matching.dim, d, d, cfg.dropout)
+        else:
+            self.question_matching = MultiplicativeMatching(2 * d, 2 * d, d, d, cfg.dropout)
+            qm_dim = self.question_matching.dim
+            self.self_matching = MultiplicativeMatching(qm_dim, qm_dim, d, d, cfg.dropout)
+        self.output_rnn = BiRNN(self.self_matching.dim, d, 1, cfg.dropout, "gru")
+        self.question_pooling = QuestionPooling(2 * d, d)
+        self.pointer = PointerNetwork(2 * d, d, cfg.dropout)
+        self.drop = VariationalDropout(cfg.dropout)
+        self.no_answer = NoAnswerHead(2 * d) if inputs.no_answer else None
+
+    def embed(self, words: torch.Tensor, chars: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.word_emb(words), self.char_emb(chars)], dim=-1)  # (B, L, De)
+
+    def forward(self, batch: Batch) -> SpanLogits:
+        c_mask, q_mask = batch.c_mask, batch.q_mask
+        u_p = self.encoder(self.embed(batch.cw, batch.cc), c_mask)  # (B, Lc, 2d)
+        u_q = self.encoder(self.embed(batch.qw, batch.qc), q_mask)  # (B, Lq, 2d)
+        v_p = self.question_matching(u_p, c_mask, u_q, q_mask)  # (B, Lc, d or 2d)
+        h_p = self.self_matching(v_p, c_mask)  # (B, Lc, 2d)
+        h_p = self.drop(self.output_rnn(h_p, c_mask))  # (B, Lc, 2d)
+        r_q = self.question_pooling(u_q, q_mask)  # (B, 2d)
+        start, end = self.pointer(h_p, c_mask, r_q)  # (B, Lc) each
+        na = self.no_answer(h_p, c_mask) if self.no_answer is not None else None  # (B, 2)
+        return SpanLogits(start, end, na)
+
+
+def build_rnet(cfg: ModelConfig, inputs: ModelInputs) -> nn.Module:
+    return RNet(cfg, inputs, matching="additive")
+
+
+def build_rnet_mult(cfg: ModelConfig, inputs: ModelInputs) -> nn.Module:
+    return RNet(cfg, inputs, matching="multiplicative")

@@ -105,45 +105,39 @@ def label_dev(sq: SquadFile, ctx: list[Tokens], cfg: DataConfig) -> list[Labelle
 class Indexer:
     """Word and char ids as Arrow list columns, each distinct surface form looked up once.
 
-    Tokens become ids into a table of surface forms; ``take`` on that table (Arrow, C++)
-    then yields every token's word id and char ids without a Python loop per character.
+    Arrow dictionary-encodes the tokens (C++), Python maps only the distinct forms to ids,
+    and ``take`` on the forms' ids yields every token's word id and char ids.
     """
 
     def __init__(self, words: Vocab, chars: Vocab, char_limit: int) -> None:
         self.words, self.chars, self.char_limit = words, chars, char_limit
-        self._form_id: dict[str, int] = {}
-        self._form_words: list[int] = []
-        self._form_chars: list[list[int]] = []
+        self._chars: dict[str, list[int]] = {}
 
-    def _forms(self, tokens: list[Tokens]) -> np.ndarray:
-        ids = np.empty(sum(len(t.words) for t in tokens), dtype=np.int32)
-        k = 0
-        for t in tokens:
-            for w in t.words:
-                f = self._form_id.get(w)
-                if f is None:
-                    f = self._form_id[w] = len(self._form_words)
-                    self._form_words.append(self.words.id(w))
-                    self._form_chars.append([self.chars.id(c) for c in w[: self.char_limit]])
-                ids[k] = f
-                k += 1
+    def _char_ids(self, form: str) -> list[int]:
+        ids = self._chars.get(form)
+        if ids is None:
+            ids = self._chars[form] = [self.chars.id(c) for c in form[: self.char_limit]]
         return ids
 
     def encode(self, tokens: list[Tokens]) -> dict[str, pa.Array]:
         """One row per Tokens: word_ids, char_ids, starts, ends (list columns)."""
-        forms = self._forms(tokens)  # (total tokens,)
+        flat = pa.array(list(chain.from_iterable(t.words for t in tokens)), type=pa.string())
+        encoded = flat.dictionary_encode()
+        forms = encoded.dictionary.to_pylist()  # distinct surface forms
+        idx = encoded.indices  # (total tokens,) into forms
+        word_of = pa.array([self.words.id(f) for f in forms], type=pa.int32())
+        chars_of = pa.array([self._char_ids(f) for f in forms], type=_ids)
+        n = len(flat)
         offsets = pa.array(np.cumsum([0] + [len(t.words) for t in tokens], dtype=np.int32))
-        word_of = np.asarray(self._form_words, dtype=np.int32)
-        chars_of = pa.array(self._form_chars, type=_ids)
-        flat = {
-            "word_ids": pa.array(word_of[forms]),
-            "char_ids": chars_of.take(pa.array(forms)),
+        columns = {
+            "word_ids": word_of.take(idx),
+            "char_ids": chars_of.take(idx),
             "starts": pa.array(np.fromiter(chain.from_iterable(t.starts for t in tokens),
-                                           np.int32, len(forms))),
+                                           np.int32, n)),
             "ends": pa.array(np.fromiter(chain.from_iterable(t.ends for t in tokens),
-                                         np.int32, len(forms))),
+                                         np.int32, n)),
         }
-        return {k: pa.ListArray.from_arrays(offsets, v) for k, v in flat.items()}
+        return {k: pa.ListArray.from_arrays(offsets, v) for k, v in columns.items()}
 
 
 def build_table(sq: SquadFile, ctx: list[Tokens], qs: list[Tokens], rows: list[Labelled],

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -111,11 +112,7 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
 
     def evaluate_dev() -> dict[str, Any]:
         batches = bucket_batches(dev_set.context_lengths(), 64, shuffle=False)
-        if ema is not None:
-            with ema.applied(model):
-                nbest = predict(model, dev_set, batches, device, cfg.eval.max_answer_len,
-                                cfg.eval.na_threshold)
-        else:
+        with ema.applied(model) if ema is not None else nullcontext():
             nbest = predict(model, dev_set, batches, device, cfg.eval.max_answer_len,
                             cfg.eval.na_threshold)
         return metrics.score(dev_doc, {q: v["text"] for q, v in nbest.items()})

@@ -11,10 +11,16 @@ from rcpipe import stages
 from rcpipe.config import VARIANTS
 from rcpipe.errors import InputError
 from rcpipe.eval.metrics import score
-from tests.conftest import SynthData
+from tests.conftest import SynthData, questions_of
 
 TINY = {"hidden": 8, "char_dim": 4, "char_hidden": 8, "layers": 1, "heads": 2,
         "model_blocks": 1, "emb_convs": 1, "model_convs": 1, "highway_layers": 1}
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every stage writes models/, predictions/ and metrics/ under the current directory."""
+    monkeypatch.chdir(tmp_path)
 
 
 def _config(make_config, data: SynthData, **train):  # noqa: ANN001, ANN202
@@ -25,9 +31,7 @@ def _config(make_config, data: SynthData, **train):  # noqa: ANN001, ANN202
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_train_then_evaluate_writes_the_contract_files(
-        variant: str, make_config, synth_v1: SynthData, tmp_path: Path,  # noqa: ANN001
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
+        variant: str, make_config, synth_v1: SynthData) -> None:  # noqa: ANN001
     cfg = _config(make_config, synth_v1)
     stages.prepare(cfg)
     summary = stages.train(cfg, variant)
@@ -42,8 +46,7 @@ def test_train_then_evaluate_writes_the_contract_files(
     result = stages.evaluate(cfg, variant)
     preds = json.loads(Path(f"predictions/{variant}.json").read_text())
     nbest = json.loads(Path(f"predictions/{variant}.nbest.json").read_text())
-    dev_ids = {qa["id"] for a in synth_v1.dev_doc["data"] for p in a["paragraphs"]
-               for qa in p["qas"]}
+    dev_ids = {qa["id"] for qa in questions_of(synth_v1.dev_doc)}
     assert set(preds) == dev_ids == set(nbest)
     for qid, entry in nbest.items():
         assert entry["text"] == preds[qid]
@@ -54,9 +57,7 @@ def test_train_then_evaluate_writes_the_contract_files(
 
 
 def test_finished_run_is_not_retrained_and_resume_continues(
-        make_config, synth_v1: SynthData, tmp_path: Path,  # noqa: ANN001
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
+        make_config, synth_v1: SynthData) -> None:  # noqa: ANN001
     cfg = _config(make_config, synth_v1)
     stages.prepare(cfg)
     first = stages.train(cfg, "qanet")
@@ -74,9 +75,7 @@ def test_finished_run_is_not_retrained_and_resume_continues(
 
 
 def test_evaluate_refuses_a_model_of_another_vocabulary(
-        make_config, synth_v1: SynthData, tmp_path: Path,  # noqa: ANN001
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
+        make_config, synth_v1: SynthData) -> None:  # noqa: ANN001
     cfg = _config(make_config, synth_v1, max_steps=2)
     stages.prepare(cfg)
     stages.train(cfg, "bidaf")
@@ -89,9 +88,7 @@ def test_evaluate_refuses_a_model_of_another_vocabulary(
 
 
 def test_unknown_variant_and_missing_model_are_input_errors(
-        make_config, synth_v1: SynthData, tmp_path: Path,  # noqa: ANN001
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
+        make_config, synth_v1: SynthData) -> None:  # noqa: ANN001
     cfg = _config(make_config, synth_v1)
     with pytest.raises(InputError, match="unknown variant"):
         stages.train(cfg, "lstm")
@@ -100,9 +97,7 @@ def test_unknown_variant_and_missing_model_are_input_errors(
 
 
 def test_v2_models_predict_no_answer_probabilities(
-        make_config, synth_v2: SynthData, tmp_path: Path,  # noqa: ANN001
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
+        make_config, synth_v2: SynthData) -> None:  # noqa: ANN001
     cfg = _config(make_config, synth_v2, max_steps=3)
     stages.prepare(cfg)
     stages.train(cfg, "rnet_mult")

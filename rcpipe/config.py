@@ -71,11 +71,23 @@ class TrainConfig(Section):
     batch_size: int = Field(32, gt=0, description="global batch, split across workers")
     seed: int = 42
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    eval_every: int = Field(0, ge=0, description="steps between dev evaluations; 0: per epoch")
+    eval_every: int = Field(0, ge=0, description="steps between dev evaluations and "
+                            "checkpoints (also at every epoch end); 0: per epoch only")
+    keep_checkpoints: int = Field(2, ge=1, description="best K checkpoints by dev F1 kept "
+                                  "(the latest is always kept too, for resuming)")
     max_steps: int = Field(0, ge=0, description="stop after this many steps; 0: no limit")
     max_minutes: float = Field(0, ge=0, description="stop after this long; 0: no limit")
     dev_para_limit: int = Field(1000, gt=0, description="dev context tokens fed to a model")
-    threads: int = Field(0, ge=0, description="torch CPU threads; 0: torch's default")
+    threads: int = Field(0, ge=0, description="torch CPU threads per worker; 0: its CPU share")
+    cpus_per_worker: float = Field(0, ge=0, description="Ray CPUs per worker; 0: the "
+                                   "cluster's CPUs / num_workers on CPU, 1 with GPUs")
+    ray_address: str | None = Field(None, description="a running Ray cluster ('auto', "
+                                    "ray://host:10001); None: start a local one")
+    storage_path: str | None = Field(None, description="checkpoint storage, a directory or "
+                                     "s3://bucket/prefix; None: models/ here")
+    max_failures: int = Field(2, ge=0, description="restarts of a run whose worker died")
+    bf16: bool = Field(True, description="bf16 autocast on GPUs (CPU always trains in fp32)")
+    compile: bool = Field(False, description="torch.compile the model")
 
 
 class OptimConfig(Section):

@@ -6,7 +6,7 @@ Everything is sized to keep the whole suite fast: a few articles, one tokenizer 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -135,3 +135,17 @@ def prepared(tmp_path_factory: pytest.TempPathFactory, synth_v1: SynthData) -> P
     cfg = load_config(params)
     report = stages.prepare(cfg)
     return Prepared(cfg, synth_v1, root / "out", report)
+
+
+@pytest.fixture(scope="session")
+def local_ray() -> Iterator[None]:
+    """One real local Ray cluster (2 CPUs, as on the CI machine) for every training test.
+
+    stages.train joins a Ray that this process already started instead of starting its own.
+    """
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             logging_level="WARNING")
+    yield
+    ray.shutdown()

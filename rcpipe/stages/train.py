@@ -1,28 +1,25 @@
-"""Training stages: `rcpipe train VARIANT` and `rcpipe evaluate VARIANT` (one process).
+"""Training stages: `rcpipe train VARIANT` (a Ray Train job) and `rcpipe evaluate VARIANT`.
 
-Layout (the command contract): models/<variant>/checkpoints/step-<n>.pt while training,
+Layout (the command contract): models/<variant>/checkpoints/step-<n>/ (Ray Train's run
+storage: the best K by dev F1 and the latest; or under train.storage_path, e.g. S3),
 models/<variant>/model.pt (the best weights by dev F1, EMA weights where the variant keeps
-an EMA) and models/<variant>/summary.json; evaluate writes predictions/<variant>.json,
-predictions/<variant>.nbest.json and metrics/<variant>.json.
+an EMA), models/<variant>/summary.json and metrics.json (the dev curve); evaluate writes
+predictions/<variant>.json, predictions/<variant>.nbest.json and metrics/<variant>.json.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import time
-from contextlib import nullcontext
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from rcpipe.config import Config
-from rcpipe.console import console
+from rcpipe.console import console, progress
 from rcpipe.errors import InputError
 from rcpipe.stages.io import load_dataset, write_json
-
-KEEP_CHECKPOINTS = 2
-
 
 def model_dir(variant: str) -> Path:
     return Path("models") / variant
@@ -63,173 +60,98 @@ def _f1_key(result: dict[str, Any]) -> tuple[float, float]:
 
 
 def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
-    """Train one variant in this process; resume from its last checkpoint if one exists."""
-    import numpy as np
-    import torch
+    """Train one variant as a Ray Train job; resume from its latest checkpoint if any.
 
-    from rcpipe.console import progress
-    from rcpipe.data.dataset import SquadDataset, bucket_batches
-    from rcpipe.eval import metrics
-    from rcpipe.models import build_model
-    from rcpipe.train.loop import EMA, make_optimizer, predict, train_step
+    ``force`` starts over: the local checkpoints and summary are removed first.
+    """
+    import ray
 
-    mcfg = cfg.models.of(variant)
+    from rcpipe.train import ray_job
+    from rcpipe.train.checkpoint import META, MODEL
+
+    cfg.models.of(variant)  # an unknown variant is the user's mistake, found before Ray starts
     out = model_dir(variant)
-    ckpt_dir = out / "checkpoints"
     summary_path = out / "summary.json"
-    if summary_path.is_file() and not force:
+    if force:
+        shutil.rmtree(out, ignore_errors=True)
+    if summary_path.is_file():
         summary = json.loads(summary_path.read_text())
         if summary.get("finished"):
             console.print(f"train {variant}: already finished ({summary_path}); nothing to do")
             return summary
-    if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
-    torch.manual_seed(cfg.train.seed)
-    device = _device(cfg)
     inputs = _model_inputs(cfg)
-    train_set = SquadDataset.from_parquet(cfg.data.out_dir / "train.parquet")
-    dev_set = SquadDataset.from_parquet(cfg.data.out_dir / "dev.parquet",
-                                        para_limit=cfg.train.dev_para_limit)
     dev_doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir)
-    model = build_model(variant, mcfg, inputs).to(device)
-    optimizer, scheduler = make_optimizer(model, mcfg.optim)
-    ema = EMA(model, mcfg.optim.ema_decay) if mcfg.optim.ema_decay else None
-    batch_size = mcfg.batch_size or cfg.train.batch_size
-
-    step, epoch, best, resumed_from = 0, 0, None, 0
-    latest = _latest_checkpoint(ckpt_dir)
-    if latest is not None:
-        state = torch.load(latest, map_location=device, weights_only=True)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        if ema is not None and state.get("ema"):
-            ema.load_state_dict(state["ema"])
-        torch.set_rng_state(state["rng"])
-        step, epoch, best = state["step"], state["epoch"], state.get("best")
-        resumed_from = step
-        console.print(f"train {variant}: resumed from {latest} (step {step}, epoch {epoch})")
-
-    def evaluate_dev() -> dict[str, Any]:
-        batches = bucket_batches(dev_set.context_lengths(), 64, shuffle=False)
-        with ema.applied(model) if ema is not None else nullcontext():
-            nbest = predict(model, dev_set, batches, device, cfg.eval.max_answer_len,
-                            cfg.eval.na_threshold)
-        return metrics.score(dev_doc, {q: v["text"] for q, v in nbest.items()})
-
+    prepared = cfg.data.out_dir.resolve()
     t0 = time.perf_counter()
-    seen, history = 0, []
-    limit_s = cfg.train.max_minutes * 60
-    stop = False
-    lengths = train_set.context_lengths()
-    with progress() as bar:
-        task = bar.add_task(f"train {variant}", total=cfg.train.epochs)
-        bar.update(task, completed=epoch)
-        while epoch < cfg.train.epochs and not stop:
-            batches = bucket_batches(lengths, batch_size, shuffle=True,
-                                     seed=cfg.train.seed + epoch)
-            losses = []
-            for indices in batches:
-                batch = train_set.collate(indices).to(device)
-                losses.append(train_step(model, batch, optimizer, scheduler,
-                                         mcfg.optim.grad_clip, ema))
-                step += 1
-                seen += len(indices)
-                if step % 10 == 0:
-                    rate = seen / (time.perf_counter() - t0)
-                    bar.update(task, description=f"train {variant} step {step} "
-                               f"loss {np.mean(losses[-10:]):.3f} {rate:.0f} ex/s")
-                if (cfg.train.max_steps and step >= cfg.train.max_steps) or \
-                        (limit_s and time.perf_counter() - t0 > limit_s):
-                    stop = True
-                    break
-            epoch += 1
-            result = evaluate_dev()
-            em, f1 = _f1_key(result)
-            history.append({"epoch": epoch, "step": step, "loss": float(np.mean(losses)),
-                            "em": em, "f1": f1})
-            console.print(f"train {variant}: epoch {epoch} step {step} loss "
-                          f"{np.mean(losses):.3f} dev EM {em:.2f} F1 {f1:.2f}")
-            if best is None or f1 > best["f1"]:
-                best = {"em": em, "f1": f1, "step": step, "epoch": epoch}
-                _save_model(out / "model.pt", variant, cfg, inputs, model, ema)
-            _save_checkpoint(ckpt_dir, step, epoch, best, model, optimizer, scheduler, ema)
-            bar.update(task, completed=epoch)
-
-    wall = time.perf_counter() - t0
+    with ray_job.ray_cluster(cfg.train.ray_address):
+        spec = ray_job.JobSpec(
+            config=cfg.model_dump(mode="json"), variant=variant,
+            train_path=str(prepared / "train.parquet"), dev_path=str(prepared / "dev.parquet"),
+            inputs=ray.put(inputs), dev_doc=ray.put(dev_doc),
+            vocab_sha256=_vocab_hash(cfg.data.out_dir), threads=0)
+        path, filesystem = ray_job.storage(cfg, variant, out)
+        with progress() as bar:
+            task = bar.add_task(f"train {variant}", total=cfg.train.epochs)
+            result = ray_job.fit(spec, cfg, path, filesystem,
+                                 lambda message: _show(bar, task, variant, message))
+    if result.checkpoint is None:
+        raise InputError(cfg.data.out_dir / "train.parquet", "",
+                         "training produced no checkpoint (no batch to train on?)")
+    with result.checkpoint.as_directory() as d:
+        meta = json.loads((Path(d) / META).read_text())
+    best = result.get_best_checkpoint("dev_f1", "max") or result.checkpoint
+    with best.as_directory() as d:
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = out / "model.pt.tmp"
+        shutil.copyfile(Path(d) / MODEL, tmp)
+        tmp.replace(out / "model.pt")
     summary = {
-        "variant": variant, "world_size": 1, "steps": step, "epochs": epoch,
-        "examples_per_s": round(seen / wall, 2) if wall > 0 else 0.0,
-        "resumed_from_step": resumed_from, "device": str(device),
-        "wall_seconds": round(wall, 2), "best_dev_em": best["em"] if best else None,
-        "best_dev_f1": best["f1"] if best else None, "history": history,
-        "finished": True,
+        "variant": variant, "world_size": meta["world_size"], "steps": meta["step"],
+        "epochs": meta["epoch"], "examples_per_s": meta["examples_per_s"],
+        "resumed_from_step": meta["resumed_from_step"], "device": meta["device"],
+        "wall_seconds": round(time.perf_counter() - t0, 2),
+        "train_seconds": round(meta["elapsed"], 2),
+        "best_dev_em": meta["best"]["em"], "best_dev_f1": meta["best"]["f1"],
+        "best_step": meta["best"]["step"], "checkpoints": result.path,
+        "history": meta["history"], "finished": True,
     }
-    write_json(out / "metrics.json", {"history": history})
+    write_json(out / "metrics.json", {"history": meta["history"]})
     write_json(summary_path, summary)
+    console.print(f"train {variant}: best dev EM {summary['best_dev_em']:.2f} "
+                  f"F1 {summary['best_dev_f1']:.2f} at step {summary['best_step']}; "
+                  f"{summary['examples_per_s']:.0f} examples/s on {meta['world_size']} "
+                  f"worker(s) ({meta['device']})")
     return summary
 
 
-def _latest_checkpoint(ckpt_dir: Path) -> Path | None:
-    found = sorted(ckpt_dir.glob("step-*.pt"), key=lambda p: int(p.stem.split("-")[1]))
-    return found[-1] if found else None
-
-
-def _save_checkpoint(ckpt_dir: Path, step: int, epoch: int, best: dict | None,
-                     model, optimizer, scheduler, ema) -> None:  # noqa: ANN001
-    import torch
-
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    path = ckpt_dir / f"step-{step}.pt"
-    tmp = path.with_suffix(".tmp")
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "ema": ema.state_dict() if ema is not None else None,
-                "rng": torch.get_rng_state(), "step": step, "epoch": epoch, "best": best}, tmp)
-    tmp.replace(path)
-    for old in sorted(ckpt_dir.glob("step-*.pt"),
-                      key=lambda p: int(p.stem.split("-")[1]))[:-KEEP_CHECKPOINTS]:
-        old.unlink()
-
-
-def _save_model(path: Path, variant: str, cfg: Config, inputs, model, ema) -> None:  # noqa: ANN001
-    import torch
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    weights = dict(model.state_dict())
-    if ema is not None:
-        weights.update(ema.shadow)
-    meta = asdict(inputs) | {"vectors": None}
-    tmp = path.with_suffix(".tmp")
-    torch.save({"variant": variant, "model_config": cfg.models.of(variant).model_dump(),
-                "inputs": meta, "vocab_sha256": _vocab_hash(cfg.data.out_dir),
-                "state_dict": {k: v.cpu() for k, v in weights.items()}}, tmp)
-    tmp.replace(path)
+def _show(bar, task, variant: str, message: dict[str, Any]) -> None:  # noqa: ANN001
+    """One progress message from rank 0: a step line, or a dev evaluation."""
+    if "eval" in message:
+        e = message["eval"]
+        console.print(f"train {variant}: epoch {e['epoch']} step {e['step']} "
+                      f"dev EM {e['em']:.2f} F1 {e['f1']:.2f}")
+        return
+    bar.update(task, completed=message["epoch"],
+               description=f"train {variant} step {message['step']} loss "
+                           f"{message['loss']:.3f} {message['examples_per_s']:.0f} ex/s")
 
 
 def load_model(cfg: Config, variant: str):  # noqa: ANN201 - (nn.Module, ModelInputs)
     """The saved model, refusing one trained on a different vocabulary (weights only)."""
     import torch
 
-    from rcpipe.config import ModelConfig
-    from rcpipe.models import ModelInputs, build_model
+    from rcpipe.train.checkpoint import PayloadMismatch, model_from_payload
 
     path = model_dir(variant) / "model.pt"
     if not path.is_file():
         raise InputError(path, "", f"no trained model; run `rcpipe train {variant}` first")
     saved = torch.load(path, map_location="cpu", weights_only=True)
-    if saved.get("variant") != variant:
-        raise InputError(path, "variant", f"holds {saved.get('variant')!r}, not {variant!r}")
-    if saved["vocab_sha256"] != _vocab_hash(cfg.data.out_dir):
-        raise InputError(path, "vocab_sha256", f"trained on another vocabulary than "
-                         f"{cfg.data.out_dir / 'vocab.json'}; prepare or train again")
-    inputs = ModelInputs(**{**saved["inputs"], "vectors": None})
-    model = build_model(variant, ModelConfig.model_validate(saved["model_config"]), inputs)
     try:
-        model.load_state_dict(saved["state_dict"])
-    except RuntimeError as e:
-        raise InputError(path, "state_dict", f"does not fit the model: {str(e)[:200]}") from None
-    return model, inputs
+        return model_from_payload(saved, variant, _vocab_hash(cfg.data.out_dir))
+    except PayloadMismatch as e:
+        hint = f" than {cfg.data.out_dir / 'vocab.json'}; prepare or train again" \
+            if e.field == "vocab_sha256" else ""
+        raise InputError(path, e.field, f"{e}{hint}") from None
 
 
 def evaluate(cfg: Config, variant: str) -> dict[str, Any]:

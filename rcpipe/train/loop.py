@@ -83,17 +83,24 @@ class EMA:
 
 def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
                scheduler: torch.optim.lr_scheduler.LRScheduler, grad_clip: float,
-               ema: EMA | None = None) -> float:
-    """One optimisation step on one batch; returns the loss."""
+               ema: EMA | None = None, raw: nn.Module | None = None,
+               bf16: bool = False) -> float:
+    """One optimisation step on one batch; returns the loss.
+
+    ``model`` may be a DDP wrapper of ``raw`` (whose weights the EMA follows); ``bf16``
+    runs the forward pass under CUDA bf16 autocast (the loss and the update stay fp32).
+    """
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    loss = span_loss(model(batch), batch.y1, batch.y2)
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+        logits = model(batch)
+    loss = span_loss(logits, batch.y1, batch.y2)  # log_probs() computes in fp32
     loss.backward()
     nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     optimizer.step()
     scheduler.step()
     if ema is not None:
-        ema.update(model)
+        ema.update(raw if raw is not None else model)
     return float(loss.detach())
 
 

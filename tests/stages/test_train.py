@@ -13,6 +13,8 @@ from rcpipe.errors import InputError
 from rcpipe.eval.metrics import score
 from tests.conftest import SynthData, questions_of
 
+pytestmark = pytest.mark.usefixtures("local_ray")
+
 TINY = {"hidden": 8, "char_dim": 4, "char_hidden": 8, "layers": 1, "heads": 2,
         "model_blocks": 1, "emb_convs": 1, "model_convs": 1, "highway_layers": 1}
 
@@ -41,7 +43,7 @@ def test_train_then_evaluate_writes_the_contract_files(
     assert summary["steps"] > 0 and summary["examples_per_s"] > 0
     assert summary["device"] == "cpu"
     assert Path(f"models/{variant}/model.pt").is_file()
-    assert list(Path(f"models/{variant}/checkpoints").glob("step-*.pt"))
+    assert list(Path(f"models/{variant}/checkpoints").glob("step-*/model.pt"))
 
     result = stages.evaluate(cfg, variant)
     preds = json.loads(Path(f"predictions/{variant}.json").read_text())

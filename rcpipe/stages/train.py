@@ -21,6 +21,7 @@ from rcpipe.console import console, progress
 from rcpipe.errors import InputError
 from rcpipe.stages.io import load_dataset, write_json
 
+
 def model_dir(variant: str) -> Path:
     return Path("models") / variant
 
@@ -113,6 +114,7 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
         "train_seconds": round(meta["elapsed"], 2),
         "best_dev_em": meta["best"]["em"], "best_dev_f1": meta["best"]["f1"],
         "best_step": meta["best"]["step"], "checkpoints": result.path,
+        "replicas_in_sync": len(set(meta["replica_digests"])) == 1,
         "history": meta["history"], "finished": True,
     }
     write_json(out / "metrics.json", {"history": meta["history"]})

@@ -12,6 +12,7 @@ workers' progress live and hands the result back to rcpipe.stages, which writes 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -22,6 +23,8 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from rcpipe.config import Config
 from rcpipe.train.checkpoint import META, MODEL, STATE, model_payload
@@ -70,7 +73,6 @@ def train_worker(config: dict[str, JobSpec]) -> None:
     import ray
     import ray.train
     import ray.train.torch
-    import torch
 
     from rcpipe.data.dataset import SquadDataset, bucket_batches
     from rcpipe.models import build_model
@@ -175,13 +177,13 @@ def _report(spec: JobSpec, cfg: Config, run: _State, rank: int, world: int, raw,
             scheduler, ema, inputs, dev_set, device, loss: float) -> None:  # noqa: ANN001
     """Evaluate (rank 0), write a checkpoint (rank 0) and report it (every rank)."""
     import ray.train
-    import torch
 
-    rng = torch.get_rng_state()
-    rngs = [rng]
+    mine = (torch.get_rng_state(), weights_digest(raw))
+    ranks = [mine]
     if world > 1:
-        rngs = [None] * world
-        torch.distributed.all_gather_object(rngs, rng)
+        ranks = [None] * world
+        torch.distributed.all_gather_object(ranks, mine)
+    rngs, digests = [r for r, _ in ranks], [d for _, d in ranks]
     name = f"step-{run.step:08d}"
     if rank != 0:
         ray.train.report({"step": run.step}, checkpoint=None, checkpoint_dir_name=name)
@@ -198,6 +200,7 @@ def _report(spec: JobSpec, cfg: Config, run: _State, rank: int, world: int, raw,
         weights.update(ema.shadow)
     meta = {"step": run.step, "epoch": run.epoch, "dev_em": em, "dev_f1": f1,
             "best": run.best, "history": run.history, "world_size": world,
+            "replica_digests": digests,  # DDP keeps every rank's weights identical
             "resumed_from_step": run.resumed_from_step, "elapsed": run.elapsed,
             "examples_per_s": _rate(run),
             "device": str(device)}
@@ -215,6 +218,15 @@ def _report(spec: JobSpec, cfg: Config, run: _State, rank: int, world: int, raw,
                          checkpoint=Checkpoint.from_directory(tmp), checkpoint_dir_name=name)
     if spec.progress is not None:
         _progress(spec, {"eval": {"step": run.step, "epoch": run.epoch, "em": em, "f1": f1}})
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """sha256 of every weight's bytes: equal digests mean bitwise-equal weights."""
+    h = hashlib.sha256()
+    for name, p in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(p.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
 
 
 def _evaluate(spec: JobSpec, cfg: Config, raw, ema, dev_set, device) -> dict[str, Any]:  # noqa: ANN001

@@ -1,0 +1,137 @@
+"""Ray Train on a real local Ray cluster: DDP replicas, worker death, kill -9 and resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from rcpipe import stages
+from tests.conftest import SynthData, write_params
+
+TINY = {"hidden": 8, "char_dim": 4, "char_hidden": 8, "heads": 2, "model_blocks": 1,
+        "emb_convs": 1, "model_convs": 1, "highway_layers": 1}
+
+
+def _registered_checkpoint(checkpoints: Path) -> bool:
+    """Whether Ray Train's controller has registered a reported checkpoint (not only its files)."""
+    snapshot = checkpoints / "checkpoint_manager_snapshot.json"
+    try:
+        return "step-" in snapshot.read_text()
+    except OSError:
+        return False
+
+
+def _metas(variant: str) -> list[dict]:
+    found = sorted(Path(f"models/{variant}/checkpoints").glob("step-*/meta.json"))
+    return [json.loads(p.read_text()) for p in found]
+
+
+@pytest.mark.usefixtures("local_ray")
+def test_two_workers_hold_identical_weights_after_every_step(
+        make_config, synth_v1: SynthData, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    monkeypatch.chdir(tmp_path)
+    cfg = make_config(synth_v1, train={"num_workers": 2, "max_steps": 2, "eval_every": 1,
+                                       "batch_size": 8, "epochs": 3},
+                      models={"qanet": TINY})
+    stages.prepare(cfg)
+    summary = stages.train(cfg, "qanet")
+    assert summary["world_size"] == 2 and summary["steps"] == 2
+    assert summary["replicas_in_sync"]
+    metas = _metas("qanet")
+    assert [m["step"] for m in metas] == [1, 2]
+    for m in metas:  # each rank hashed its own weights; DDP kept them bitwise equal
+        assert len(m["replica_digests"]) == 2
+        assert m["replica_digests"][0] == m["replica_digests"][1]
+    # and the weights did move between the steps, so equal digests are not trivially equal
+    assert metas[0]["replica_digests"][0] != metas[1]["replica_digests"][0]
+
+
+def _ray_train_workers() -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        if any("RayTrainWorker" in part for part in p.info["cmdline"] or []):
+            found.append(p)
+    return found
+
+
+@pytest.mark.usefixtures("local_ray")
+def test_failure_config_restarts_a_run_whose_worker_died(
+        make_config, synth_v1: SynthData, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    monkeypatch.chdir(tmp_path)
+    cfg = make_config(synth_v1, train={"max_steps": 24, "eval_every": 3, "batch_size": 4,
+                                       "epochs": 50, "max_failures": 1},
+                      models={"bidaf": TINY})
+    stages.prepare(cfg)
+    killed: list[int] = []
+
+    def kill_a_worker_after_the_first_checkpoint() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not killed:
+            workers = _ray_train_workers()
+            if workers and _registered_checkpoint(Path("models/bidaf/checkpoints")):
+                workers[0].kill()  # SIGKILL, as an OOM killer or a lost node would
+                killed.append(workers[0].pid)
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=kill_a_worker_after_the_first_checkpoint, daemon=True)
+    killer.start()
+    summary = stages.train(cfg, "bidaf")
+    killer.join()
+    assert killed, "the training worker was never seen"
+    assert summary["steps"] == 24
+    assert summary["resumed_from_step"] > 0  # the restarted group went on from a checkpoint
+
+
+def _train_command(root: Path) -> list[str]:
+    return [sys.executable, "-m", "rcpipe", "train", "qanet", "--params",
+            str(root / "params.yaml")]
+
+
+def _run_dir(root: Path, synth: SynthData) -> Path:
+    root.mkdir()
+    write_params(root / "params.yaml",
+                 data={"train_file": str(synth.train), "dev_file": str(synth.dev)},
+                 train={"max_steps": 24, "eval_every": 4, "batch_size": 4, "epochs": 20,
+                        "max_failures": 0, "threads": 1},
+                 models={"qanet": TINY})
+    subprocess.run([sys.executable, "-m", "rcpipe", "prepare"], cwd=root, check=True,
+                   capture_output=True)
+    return root
+
+
+@pytest.mark.slow
+def test_kill_9_then_the_same_command_resumes_to_the_same_dev_f1(
+        tmp_path: Path, synth_v1: SynthData) -> None:
+    whole = _run_dir(tmp_path / "uninterrupted", synth_v1)
+    subprocess.run(_train_command(whole), cwd=whole, check=True, capture_output=True)
+    expected = json.loads((whole / "models/qanet/summary.json").read_text())
+
+    crashed = _run_dir(tmp_path / "crashed", synth_v1)
+    proc = subprocess.Popen(_train_command(crashed), cwd=crashed, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 180
+    while not _registered_checkpoint(crashed / "models/qanet/checkpoints"):
+        assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint came"
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver, its Ray cluster and the workers
+    proc.wait()
+    assert not (crashed / "models/qanet/summary.json").exists()
+
+    done = subprocess.run(_train_command(crashed), cwd=crashed, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    resumed = json.loads((crashed / "models/qanet/summary.json").read_text())
+    assert resumed["resumed_from_step"] > 0
+    assert resumed["steps"] == expected["steps"] == 24
+    # the same data order, optimizer, EMA and RNG streams: the same result, within noise
+    assert resumed["best_dev_f1"] == pytest.approx(expected["best_dev_f1"], abs=2.0)

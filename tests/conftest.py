@@ -149,3 +149,36 @@ def local_ray() -> Iterator[None]:
              logging_level="WARNING")
     yield
     ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[Any]:
+    """A real moto S3 server on 127.0.0.1; yields a boto3 client with a bucket 'rcpipe-test'.
+
+    The standard AWS variables point at it (AWS_ENDPOINT_URL, dummy keys), as they would
+    at MinIO or any S3-compatible endpoint.
+    """
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    _, port = server.get_host_and_port()
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in {
+            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
+            "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }.items():
+            mp.setenv(key, value)
+        mp.delenv("AWS_PROFILE", raising=False)
+        client = boto3.client("s3")
+        client.create_bucket(Bucket="rcpipe-test")
+        try:
+            yield client
+        finally:
+            server.stop()

@@ -74,6 +74,7 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
     out = model_dir(variant)
     summary_path = out / "summary.json"
     if force:
+        ray_job.forget_run(*ray_job.storage(cfg, variant, out))
         shutil.rmtree(out, ignore_errors=True)
     if summary_path.is_file():
         summary = json.loads(summary_path.read_text())

@@ -30,6 +30,7 @@ from rcpipe.config import Config
 from rcpipe.train.checkpoint import META, MODEL, STATE, model_payload
 
 PROGRESS_EVERY = 10  # steps between progress messages from rank 0
+RUN_NAME = "checkpoints"  # RunConfig.name: the run's folder under the storage path
 
 
 @dataclass
@@ -288,22 +289,41 @@ def scaling(cfg: Config) -> tuple[Any, int]:
 
 
 def storage(cfg: Config, variant: str, local_dir: Path) -> tuple[str, Any]:
-    """(storage_path, pyarrow filesystem or None): where this variant's checkpoints live.
+    """(storage_path, pyarrow filesystem or None): where this variant's run lives.
 
-    An s3:// storage path honours AWS_ENDPOINT_URL, so MinIO or any S3-compatible
-    endpoint works like AWS S3.
+    An s3:// storage path goes through a pyarrow S3FileSystem built here from the standard
+    AWS settings (AWS_ENDPOINT_URL for MinIO or any S3-compatible endpoint), so the workers
+    need no AWS environment of their own.
     """
     if cfg.train.storage_path is None:
         return str(local_dir.resolve()), None
     base = cfg.train.storage_path.rstrip("/")
-    if base.startswith("s3://") and os.environ.get("AWS_ENDPOINT_URL"):
-        from pyarrow import fs
+    if not base.startswith("s3://"):
+        return f"{str(Path(base).resolve())}/{variant}", None
+    import boto3
+    from pyarrow import fs
 
-        endpoint = os.environ["AWS_ENDPOINT_URL"]
-        s3 = fs.S3FileSystem(endpoint_override=endpoint,
-                             scheme="https" if endpoint.startswith("https") else "http")
-        return f"{base[len('s3://'):]}/{variant}", s3
-    return f"{base}/{variant}", None
+    session = boto3.Session()
+    options: dict[str, Any] = {"region": session.region_name or "us-east-1"}
+    credentials = session.get_credentials()
+    if credentials is not None:
+        frozen = credentials.get_frozen_credentials()
+        options |= {"access_key": frozen.access_key, "secret_key": frozen.secret_key,
+                    "session_token": frozen.token}
+    if endpoint := os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"):
+        options |= {"endpoint_override": endpoint,
+                    "scheme": "https" if endpoint.startswith("https") else "http"}
+    return f"{base[len('s3://'):]}/{variant}", fs.S3FileSystem(**options)
+
+
+def forget_run(storage_path: str, filesystem: Any) -> None:
+    """Delete a run's checkpoints (``rcpipe train --force``), wherever they are stored."""
+    from pyarrow import fs
+
+    filesystem = filesystem or fs.LocalFileSystem()
+    run = f"{storage_path}/{RUN_NAME}"
+    if filesystem.get_file_info(run).type != fs.FileType.NotFound:
+        filesystem.delete_dir(run)
 
 
 def fit(spec: JobSpec, cfg: Config, storage_path: str, filesystem: Any,
@@ -322,7 +342,7 @@ def fit(spec: JobSpec, cfg: Config, storage_path: str, filesystem: Any,
         train_worker, train_loop_config={"spec": spec}, scaling_config=scaling_config,
         torch_config=TorchConfig(backend="nccl" if scaling_config.use_gpu else "gloo"),
         run_config=ray.train.RunConfig(
-            name="checkpoints", storage_path=storage_path, storage_filesystem=filesystem,
+            name=RUN_NAME, storage_path=storage_path, storage_filesystem=filesystem,
             failure_config=ray.train.FailureConfig(max_failures=cfg.train.max_failures),
             checkpoint_config=ray.train.CheckpointConfig(
                 num_to_keep=cfg.train.keep_checkpoints, checkpoint_score_attribute="dev_f1",

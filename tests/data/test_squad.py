@@ -255,38 +255,6 @@ def test_fetch_unreachable_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 # ---------------------------------------------------------------------------------- fetch: s3
 
 
-@pytest.fixture(scope="module")
-def s3() -> Iterator[Any]:
-    """A real moto S3 server on 127.0.0.1; yields a boto3 client with a bucket 'rcpipe-test'."""
-    pytest.importorskip("moto.server")
-    boto3 = pytest.importorskip("boto3")
-    from moto.server import ThreadedMotoServer
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in {
-            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
-            "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
-            "AWS_EC2_METADATA_DISABLED": "true",
-        }.items():
-            mp.setenv(key, value)
-        mp.delenv("AWS_PROFILE", raising=False)
-        client = boto3.client("s3")
-        client.create_bucket(Bucket="rcpipe-test")
-        try:
-            yield client
-        finally:
-            server.stop()
-
-
 def test_fetch_s3(s3: Any, tmp_path: Path) -> None:
     body = gzip.compress(json.dumps(DOC).encode())
     s3.put_object(Bucket="rcpipe-test", Key="squad/dev-v2.0.json.gz", Body=body)

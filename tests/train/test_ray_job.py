@@ -135,3 +135,29 @@ def test_kill_9_then_the_same_command_resumes_to_the_same_dev_f1(
     assert resumed["steps"] == expected["steps"] == 24
     # the same data order, optimizer, EMA and RNG streams: the same result, within noise
     assert resumed["best_dev_f1"] == pytest.approx(expected["best_dev_f1"], abs=2.0)
+
+
+@pytest.mark.usefixtures("local_ray")
+def test_checkpoints_can_live_on_s3_and_a_run_resumes_from_there(
+        make_config, synth_v1: SynthData, tmp_path: Path, s3,  # noqa: ANN001
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    train = {"max_steps": 2, "eval_every": 1, "batch_size": 8, "epochs": 5,
+             "storage_path": "s3://rcpipe-test/runs"}
+    cfg = make_config(synth_v1, train=train, models={"bidaf": TINY})
+    stages.prepare(cfg)
+    first = stages.train(cfg, "bidaf")
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket="rcpipe-test")["Contents"]}
+    assert "runs/bidaf/checkpoints/step-00000002/model.pt" in keys
+    assert "runs/bidaf/checkpoints/step-00000002/state.pt" in keys
+    assert not Path("models/bidaf/checkpoints").exists()  # nothing local but the model
+    assert Path("models/bidaf/model.pt").is_file()
+
+    Path("models/bidaf/summary.json").unlink()  # as if the machine were lost mid-run
+    longer = make_config(synth_v1, train=train | {"max_steps": 4}, models={"bidaf": TINY})
+    resumed = stages.train(longer, "bidaf")
+    assert resumed["resumed_from_step"] == first["steps"] == 2
+    assert resumed["steps"] == 4
+
+    again = stages.train(longer, "bidaf", force=True)  # --force forgets the S3 run too
+    assert again["resumed_from_step"] == 0 and again["steps"] == 4

@@ -1,0 +1,413 @@
+"""infra/: every manifest parses, holds no secret, and agrees with the tools that read it.
+
+All offline and fast. Where a tool ships its schema or rule with an installed package, the
+check uses it: Ray's cluster schema (ray/autoscaler/ray-schema.json) and Ray's own
+prepare_config/validate_config, the steps `ray up` runs before it calls AWS. Prefect's
+template rule and prefect-kubernetes' required Job shape are restated here (prefect-kubernetes
+is not a dependency). The last tests feed broken copies to the same checks, so that a check
+that could never fail would show.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rcpipe.config import load_config
+
+REPO = Path(__file__).resolve().parents[1]
+INFRA = REPO / "infra"
+DOCKERFILE = INFRA / "docker" / "Dockerfile"
+RAY_CLUSTER = INFRA / "ray" / "cluster-aws.yaml"
+RAYJOB = INFRA / "kuberay" / "rayjob.yaml"
+RAYCLUSTER = INFRA / "kuberay" / "raycluster.yaml"
+STORAGE = INFRA / "kuberay" / "storage.yaml"
+JOB_TEMPLATE = INFRA / "prefect" / "base-job-template.json"
+
+MANIFESTS = sorted(p for p in INFRA.rglob("*") if p.suffix in {".yaml", ".yml", ".json"})
+TEXT_FILES = sorted(p for p in INFRA.rglob("*") if p.is_file())
+
+# prefect.utilities.templating.PLACEHOLDER_CAPTURE_REGEX: what Prefect counts as a placeholder
+PLACEHOLDER = re.compile(r"({{\s*([\w\.\-\[\]$]+)\s*}})")
+# AWS access key ids: long-term (AKIA) and temporary (ASIA)
+AWS_KEY_ID = re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")
+# `secret_access_key = wJal...`, `"aws_secret_access_key": "..."` or `dvc remote modify
+# storage secret_access_key wJal...` with a literal value; a reference ($VAR, "$VAR",
+# <placeholder>, {{ template }}) is fine
+SECRET_ASSIGNMENT = re.compile(
+    r"""(?i)(?:secret_access_key["']?\s*[:=]|remote modify .*\bsecret_access_key)\s*["']?"""
+    r"""(?![$<{"'\s]|$)(\S+)""")
+SECRET_NAME = re.compile(r"(?i)secret|password|passwd|token|access_key|api_key|private_key")
+
+
+def load(path: Path) -> Any:
+    text = path.read_text()
+    return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+
+
+def walk(node: Any) -> Iterator[Any]:
+    """Every dict, list and scalar of a parsed document, depth first."""
+    yield node
+    children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else []
+    for child in children:
+        yield from walk(child)
+
+
+def pods(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A RayJob's or RayCluster's pod specs by group: "head" and each worker group's name."""
+    spec = doc["spec"]["rayClusterSpec"] if doc["kind"] == "RayJob" else doc["spec"]
+    found = {"head": spec["headGroupSpec"]["template"]["spec"]}
+    for group in spec["workerGroupSpecs"]:
+        found[group["groupName"]] = group["template"]["spec"]
+    return found
+
+
+def gpus(pod: dict[str, Any]) -> int:
+    return sum(int(c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0))
+               for c in pod["containers"])
+
+
+# ------------------------------------------------------------------- every file
+
+
+def test_infra_holds_what_the_walkthrough_names() -> None:
+    for path in (DOCKERFILE, RAY_CLUSTER, RAYJOB, RAYCLUSTER, STORAGE, JOB_TEMPLATE,
+                 INFRA / "README.md", INFRA / "prefect" / "README.md"):
+        assert path.is_file(), path
+    assert len(MANIFESTS) >= 5
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: str(p.relative_to(INFRA)))
+def test_manifest_parses_without_tabs(path: Path) -> None:
+    text = path.read_text()
+    assert "\t" not in text, f"{path}: tab character (YAML forbids tabs in indentation)"
+    doc = load(path)
+    assert isinstance(doc, dict) and doc, f"{path}: expected a non-empty mapping"
+
+
+def secrets_in_text(text: str) -> list[str]:
+    return AWS_KEY_ID.findall(text) + SECRET_ASSIGNMENT.findall(text)
+
+
+def secrets_in_doc(doc: Any) -> list[str]:
+    """Literal values where a reference belongs: env entries and Kubernetes Secrets."""
+    found = []
+    for node in walk(doc):
+        if not isinstance(node, dict):
+            continue
+        if node.get("kind") == "Secret" and ("data" in node or "stringData" in node):
+            found.append(f"Secret {node.get('metadata', {}).get('name')} with values")
+        name = node.get("name")
+        if isinstance(name, str) and "value" in node and SECRET_NAME.search(name):
+            found.append(f"env {name} has a literal value")
+    return found
+
+
+@pytest.mark.parametrize("path", TEXT_FILES, ids=lambda p: str(p.relative_to(INFRA)))
+def test_no_secret_values(path: Path) -> None:
+    assert secrets_in_text(path.read_text()) == [], path
+    if path in MANIFESTS:
+        assert secrets_in_doc(load(path)) == [], path
+
+
+def test_one_image_everywhere() -> None:
+    """The driver, Ray Client and every Ray node must run the same image."""
+    cluster = load(RAY_CLUSTER)
+    images = {("ray", cluster["docker"]["image"])}
+    for path in (RAYJOB, RAYCLUSTER):
+        for group, pod in pods(load(path)).items():
+            images |= {(f"{path.name}:{group}", c["image"]) for c in pod["containers"]}
+    template = load(JOB_TEMPLATE)
+    images.add(("prefect", template["variables"]["properties"]["image"]["default"]))
+    assert len({image for _, image in images}) == 1, sorted(images)
+
+
+# ------------------------------------------------------------------ Ray on AWS
+
+
+def ray_schema() -> dict[str, Any]:
+    import ray.autoscaler
+
+    return json.loads((Path(ray.autoscaler.__file__).parent / "ray-schema.json").read_text())
+
+
+def ray_schema_errors(config: dict[str, Any]) -> list[str]:
+    schema = ray_schema()
+    try:
+        import jsonschema
+    except ImportError:  # without jsonschema: the schema's required keys, by hand
+        return [f"missing {key}" for key in schema["required"] if key not in config]
+    validator = jsonschema.Draft7Validator(schema)
+    return [f"{list(e.path)}: {e.message}" for e in validator.iter_errors(config)]
+
+
+def test_ray_cluster_matches_rays_schema() -> None:
+    assert ray_schema_errors(load(RAY_CLUSTER)) == []
+
+
+def test_ray_cluster_passes_rays_own_checks() -> None:
+    """`ray up` merges the AWS defaults and validates before it calls AWS: do the same."""
+    util = pytest.importorskip("ray.autoscaler._private.util")  # private: skip if moved
+    config = load(RAY_CLUSTER)
+    prepared = util.prepare_config(copy.deepcopy(config))
+    util.validate_config(prepared)
+    # The defaults must not slip in: they pip-install packages over the image at every start.
+    for key in ("setup_commands", "head_setup_commands", "worker_setup_commands"):
+        assert prepared[key] == [], key
+    assert prepared["file_mounts"] == {}, "the image carries the code; nothing is uploaded"
+
+
+def test_ray_cluster_has_a_cpu_head_and_gpu_workers() -> None:
+    config = load(RAY_CLUSTER)
+    types = config["available_node_types"]
+    head = types[config["head_node_type"]]
+    assert head["resources"].get("GPU", 0) == 0
+    workers = [t for name, t in types.items() if name != config["head_node_type"]]
+    assert workers and all(t["resources"]["GPU"] >= 1 for t in workers)
+    assert all(t.get("min_workers", 0) <= t["max_workers"] <= config["max_workers"]
+               for t in workers)
+    assert config["provider"]["type"] == "aws"
+    assert any("/app/data" in option for option in config["docker"]["run_options"])
+
+
+# -------------------------------------------------------------------- KubeRay
+
+
+def entrypoint_commands(entrypoint: str) -> list[list[str]]:
+    """A shell entrypoint `a && b && c` as its commands' argument lists."""
+    commands: list[list[str]] = [[]]
+    for token in shlex.split(entrypoint):
+        if token == "&&":
+            commands.append([])
+        else:
+            commands[-1].append(token)
+    return commands
+
+
+def rcpipe_train(entrypoint: str) -> tuple[str, str, list[str]]:
+    """(variant, params file, --set items) of the entrypoint's `rcpipe train` command."""
+    train = [c for c in entrypoint_commands(entrypoint) if c[:2] == ["rcpipe", "train"]]
+    assert len(train) == 1, f"one `rcpipe train` expected in {entrypoint!r}"
+    args, params, sets = train[0][3:], "params.yaml", []
+    for flag, value in zip(args[::2], args[1::2], strict=True):
+        assert flag in {"--params", "--set"}, flag
+        if flag == "--params":
+            params = value
+        else:
+            sets.append(value)
+    return train[0][2], params, sets
+
+
+def test_rayjob_runs_rcpipe_train_on_the_cluster() -> None:
+    job = load(RAYJOB)
+    assert (job["apiVersion"], job["kind"]) == ("ray.io/v1", "RayJob")
+    assert job["spec"]["shutdownAfterJobFinishes"] is True
+    variant, params, sets = rcpipe_train(job["spec"]["entrypoint"])
+    # the overrides must pass rcpipe's own config (unknown keys are errors there)
+    cfg = load_config(REPO / params, sets)
+    cfg.models.of(variant)
+    assert cfg.train.ray_address == "auto"
+    assert cfg.train.storage_path and cfg.train.storage_path.startswith("s3://")
+    assert cfg.train.device == "cuda"
+    groups = job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    cluster_gpus = sum(g["replicas"] * gpus(g["template"]["spec"]) for g in groups)
+    assert cluster_gpus >= cfg.train.num_workers, "one GPU per Ray Train worker"
+
+
+@pytest.mark.parametrize("path", [RAYJOB, RAYCLUSTER], ids=lambda p: p.name)
+def test_kuberay_gpu_workers_and_referenced_secrets(path: Path) -> None:
+    doc = load(path)
+    assert doc["apiVersion"] == "ray.io/v1" and doc["kind"] in {"RayJob", "RayCluster"}
+    groups = pods(doc)
+    assert gpus(groups.pop("head")) == 0
+    assert groups and all(gpus(pod) >= 1 for pod in groups.values())
+    for pod in groups.values():
+        mounts = {m["mountPath"] for c in pod["containers"] for m in c.get("volumeMounts", [])}
+        assert "/dev/shm" in mounts, "NCCL needs more than the default 64 MiB /dev/shm"
+    # the driver (head) gets its S3 keys, and by reference only
+    head = pods(doc)["head"]["containers"][0]
+    refs = {e["name"]: e.get("valueFrom", {}).get("secretKeyRef") for e in head.get("env", [])}
+    assert refs.get("AWS_ACCESS_KEY_ID") and refs.get("AWS_SECRET_ACCESS_KEY"), refs
+    for node in walk(doc):
+        if isinstance(node, dict) and str(node.get("name", "")).startswith("AWS_") \
+                and SECRET_NAME.search(node["name"]):
+            assert "value" not in node and "secretKeyRef" in node["valueFrom"], node
+
+
+@pytest.mark.parametrize("path", [RAYJOB, RAYCLUSTER], ids=lambda p: p.name)
+def test_kuberay_matches_image_and_shared_volume(path: Path) -> None:
+    doc = load(path)
+    spec = doc["spec"]["rayClusterSpec"] if doc["kind"] == "RayJob" else doc["spec"]
+    assert spec["rayVersion"] == dockerfile_args()["RAY_VERSION"]
+    claim = load(STORAGE)
+    assert claim["kind"] == "PersistentVolumeClaim"
+    assert "ReadWriteMany" in claim["spec"]["accessModes"]
+    for group, pod in pods(doc).items():
+        claims = {v["name"]: v["persistentVolumeClaim"]["claimName"]
+                  for v in pod["volumes"] if "persistentVolumeClaim" in v}
+        data = [m for c in pod["containers"] for m in c.get("volumeMounts", [])
+                if m["mountPath"] == "/app/data"]
+        assert data and claims[data[0]["name"]] == claim["metadata"]["name"], group
+        assert doc["metadata"]["namespace"] == claim["metadata"]["namespace"]
+
+
+# ------------------------------------------------------------- Prefect work pool
+
+
+def template_problems(template: dict[str, Any]) -> list[str]:
+    """Prefect's rule (server/schemas/actions.py validate_base_job_template) and more."""
+    if not ("job_configuration" in template and "variables" in template):
+        return ["needs job_configuration and variables"]
+    properties = template["variables"].get("properties")
+    if not isinstance(properties, dict) or not properties:
+        return ["variables needs a JSON-schema properties block"]
+    used = {name for value in template["job_configuration"].values()
+            for _, name in PLACEHOLDER.findall(json.dumps(value))}
+    problems = [f"undeclared placeholder {name}" for name in sorted(used - set(properties))]
+    try:
+        import jsonschema
+    except ImportError:
+        return problems
+    try:
+        jsonschema.Draft7Validator.check_schema(template["variables"])
+    except jsonschema.SchemaError as e:
+        return [*problems, f"variables is not a JSON schema: {e.message}"]
+    for name, prop in properties.items():
+        if "default" in prop and not jsonschema.Draft7Validator(prop).is_valid(prop["default"]):
+            problems.append(f"default of {name} does not match its schema")
+    return problems
+
+
+def test_prefect_template_declares_every_placeholder() -> None:
+    assert template_problems(load(JOB_TEMPLATE)) == []
+
+
+def test_prefect_template_is_a_kubernetes_job_next_to_the_ray_cluster() -> None:
+    template = load(JOB_TEMPLATE)
+    manifest = template["job_configuration"]["job_manifest"]
+    # what prefect-kubernetes' worker requires of a job manifest (_get_base_job_manifest)
+    assert (manifest["apiVersion"], manifest["kind"]) == ("batch/v1", "Job")
+    pod = manifest["spec"]["template"]["spec"]
+    assert (pod["parallelism"], pod["completions"], pod["restartPolicy"]) == (1, 1, "Never")
+    container = pod["containers"][0]
+    assert container["name"] == "prefect-job"
+    # keys come from the Secret named by a variable, never from the template
+    assert [e["secretRef"]["name"] for e in container["envFrom"]] == ["{{ aws_secret_name }}"]
+    defaults = {k: v.get("default") for k, v in template["variables"]["properties"].items()}
+    cluster = load(RAYCLUSTER)
+    name, namespace = cluster["metadata"]["name"], cluster["metadata"]["namespace"]
+    client_port = next(p["containerPort"] for c in pods(cluster)["head"]["containers"]
+                       for p in c.get("ports", []) if p["name"] == "client")
+    assert defaults["env"]["RAY_ADDRESS"] == \
+        f"ray://{name}-head-svc.{namespace}.svc.cluster.local:{client_port}"
+    assert defaults["namespace"] == namespace
+    assert defaults["data_volume_claim"] == load(STORAGE)["metadata"]["name"]
+    assert {m["mountPath"] for m in container["volumeMounts"]} >= {"/app/data"}
+
+
+# ---------------------------------------------------------------------- Dockerfile
+
+
+def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    instructions, pending = [], ""
+    for line in text.splitlines():
+        if line.lstrip().startswith("#") or not line.strip():
+            continue
+        pending += line.rstrip()
+        if pending.endswith("\\"):
+            pending = pending[:-1] + " "
+            continue
+        word, _, rest = pending.strip().partition(" ")
+        instructions.append((word.upper(), " ".join(rest.split())))
+        pending = ""
+    return instructions
+
+
+def dockerfile_args(text: str | None = None) -> dict[str, str]:
+    """Defaults of the ARGs declared before the first FROM (those a FROM line can use)."""
+    args = {}
+    for word, rest in dockerfile_instructions(text or DOCKERFILE.read_text()):
+        if word == "FROM":
+            break
+        if word == "ARG" and "=" in rest:
+            key, _, value = rest.partition("=")
+            args[key] = value
+    return args
+
+
+def dockerfile_problems(text: str) -> list[str]:
+    instructions = dockerfile_instructions(text)
+    args = dockerfile_args(text)
+    base = next(rest for word, rest in instructions if word == "FROM").split()[0]
+    base = re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m[1], m[0]), base)
+    problems = []
+    python = re.search(r"py3(\d+)", base.partition(":")[2])
+    if not python or python[1] not in {"11", "12"}:
+        problems.append(f"base image {base}: its tag names no Python 3.11 or 3.12")
+    users = [rest for word, rest in instructions if word == "USER"]
+    if not users or users[-1].split(":")[0] in {"root", "0"}:
+        problems.append("runs as root: the last USER must be an unprivileged user")
+    runs = [rest for word, rest in instructions if word == "RUN"]
+    if not any(re.search(r"pip install (?:[^&;|]* )?\.(?:\s|$)", run) for run in runs):
+        problems.append("does not install the project (pip install .)")
+    copied = " ".join(rest for word, rest in instructions if word == "COPY")
+    if not ("pyproject.toml" in copied and "rcpipe/" in copied):
+        problems.append("does not copy pyproject.toml and rcpipe/")
+    if ("WORKDIR", "/app") not in instructions:
+        problems.append("WORKDIR is not /app")
+    return problems
+
+
+def test_dockerfile_installs_the_project_as_a_user_on_python_311_or_312() -> None:
+    assert dockerfile_problems(DOCKERFILE.read_text()) == []
+
+
+def test_dockerfile_copies_only_what_exists_and_is_not_ignored() -> None:
+    ignore = (INFRA / "docker" / "Dockerfile.dockerignore").read_text().split()
+    allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
+    for word, rest in dockerfile_instructions(DOCKERFILE.read_text()):
+        if word != "COPY":
+            continue
+        sources = [s for s in rest.split()[:-1] if not s.startswith("--")]
+        for source in sources:
+            assert (REPO / source).exists(), f"COPY {source}: not in the repository"
+            assert source.rstrip("/") in allowed, f"COPY {source}: excluded by .dockerignore"
+
+
+# ------------------------------------------------- the checks above can fail
+
+
+def test_checks_reject_broken_copies() -> None:
+    cluster = load(RAY_CLUSTER)
+    cluster["available_node_types"]["head"]["node_config"] = "m5.2xlarge"
+    cluster["idle_timeout"] = 5  # not a Ray key
+    assert len(ray_schema_errors(cluster)) >= 2
+
+    template = load(JOB_TEMPLATE)
+    template["job_configuration"]["job_manifest"]["metadata"]["name"] = "{{ job_name }}"
+    template["variables"]["properties"]["stream_output"]["default"] = "yes"
+    assert template_problems(template) == [
+        "undeclared placeholder job_name", "default of stream_output does not match its schema"]
+
+    dockerfile = DOCKERFILE.read_text()
+    assert len(dockerfile_problems(dockerfile.replace("py311", "py310")
+                                   .replace("USER ray\n", "USER ray\nUSER root\n")
+                                   .replace("pip install . ", "pip install rcpipe "))) == 3
+
+    key_id = "AKIA" + "Q" * 16  # built here, so this file holds no key-shaped string itself
+    assert secrets_in_text(f"aws_access_key_id = {key_id}")
+    assert secrets_in_text("aws_secret_access_key: wJalrXUtnFEMI/K7MDENG")
+    assert secrets_in_text("dvc remote modify --local storage secret_access_key wJalrXUtn")
+    assert not secrets_in_text('secret_access_key "$AWS_SECRET_ACCESS_KEY"')
+    env = {"env": [{"name": "AWS_SECRET_ACCESS_KEY", "value": "x"}]}
+    assert secrets_in_doc(env) == ["env AWS_SECRET_ACCESS_KEY has a literal value"]
+    assert secrets_in_doc({"kind": "Secret", "stringData": {"k": "v"}})

@@ -6,9 +6,13 @@ The literature reports QANet training 3x-13x faster than its RNN counterparts (o
 this measures whether ours does on this machine.
 
     .venv/bin/python bench/train_speed.py [--prepared DIR] [--hidden 64] [--batch 32]
+    .venv/bin/python bench/train_speed.py --workers 1 2 [--variants qanet]
 
 --prepared defaults to a synthetic set made on the fly (params.demo.yaml). Writes
 bench/out/train_speed.json and prints a table with each variant's ratio to qanet.
+--workers runs `rcpipe train` itself (Ray Train, DDP) with each number of workers at the
+same global batch, one after another in one run, and reports the workers' examples/s
+(timed inside the job, Ray's start-up excluded) and the wall seconds of the whole job.
 """
 
 from __future__ import annotations
@@ -62,6 +66,36 @@ def measure(variant: str, data: SquadDataset, inputs: ModelInputs, hidden: int, 
             "params": count_parameters(model, exclude_embeddings=True)}
 
 
+def measure_workers(variant: str, prepared: Path, workers: int, batch: int, steps: int
+                    ) -> dict[str, float]:
+    """One `rcpipe train` job through Ray Train on this machine's local cluster."""
+    os.chdir(tempfile.mkdtemp(prefix=f"bench-workers-{workers}-"))
+    synth = prepared.parent / "synth"  # the params.demo.yaml layout: data/{synth,prepared}
+    cfg = load_config(ROOT / "params.demo.yaml", [
+        f"data.out_dir={prepared}", f"data.train_file={synth / 'train.json'}",
+        f"data.dev_file={synth / 'dev.json'}", f"train.num_workers={workers}",
+        f"train.batch_size={batch}", f"train.max_steps={steps}", "train.epochs=1000",
+        "train.eval_every=0", "train.max_minutes=0"])
+    t0 = time.perf_counter()
+    summary = stages.train(cfg, variant)
+    return {"examples_per_s": summary["examples_per_s"], "wall_s": time.perf_counter() - t0,
+            "steps": summary["steps"], "world_size": summary["world_size"]}
+
+
+def compare_workers(args: argparse.Namespace, prepared: Path) -> dict:
+    results: dict[str, dict[int, dict]] = {}
+    for v in args.variants:
+        results[v] = {n: measure_workers(v, prepared, n, args.batch, args.steps)
+                      for n in args.workers}
+    print(f"\n{'variant':<15} " + " ".join(f"{f'{n} worker(s) ex/s':>18}" for n in args.workers)
+          + f" {'speed-up':>9}   (global batch {args.batch}, {os.cpu_count()} CPUs)")
+    for v, by_n in results.items():
+        rates = [by_n[n]["examples_per_s"] for n in args.workers]
+        print(f"{v:<15} " + " ".join(f"{r:>18.1f}" for r in rates)
+              + f" {rates[-1] / rates[0]:>8.2f}x")
+    return results
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prepared", type=Path)
@@ -71,9 +105,19 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--variants", nargs="*", default=list(VARIANTS))
+    ap.add_argument("--workers", nargs="*", type=int,
+                    help="compare Ray Train jobs with these numbers of workers instead")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     prepared = (args.prepared or synthetic_prepared()).resolve()
+    if args.workers:
+        results = compare_workers(args, prepared)
+        out = ROOT / "bench" / "out" / "train_workers.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"prepared": str(prepared), "batch": args.batch,
+                                   "results": results}, indent=1) + "\n")
+        print(f"-> {out}")
+        return
     data = SquadDataset.from_parquet(prepared / "train.parquet", para_limit=400)
     vocab = json.loads((prepared / "vocab.json").read_text())
     inputs = ModelInputs(word_vocab=len(vocab["words"]), char_vocab=len(vocab["chars"]),

@@ -57,6 +57,15 @@ class SynthConfig(Section):
     paragraphs_per_article: int = Field(5, gt=0)
     questions_per_paragraph: int = Field(5, gt=0)
     unanswerable_fraction: float = Field(0.33, ge=0.0, lt=1.0)
+    facts_per_paragraph: tuple[int, int] = Field(
+        (5, 7), description="[min, max] fact sentences per paragraph: the passages' length")
+
+    @field_validator("facts_per_paragraph")
+    @classmethod
+    def _facts_range(cls, v: tuple[int, int]) -> tuple[int, int]:
+        if not 1 <= v[0] <= v[1]:
+            raise ValueError("must be [min, max] with 1 <= min <= max")
+        return v
 
     @field_validator("version", mode="before")
     @classmethod

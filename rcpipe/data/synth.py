@@ -345,10 +345,11 @@ def _lonely_kind(facts: list[_Fact]) -> str | None:
     return next((kind for kind, seen in values.items() if len(seen) == 1), None)
 
 
-def _facts(rng: random.Random, picker: _Picker) -> list[_Fact]:
-    """A paragraph's facts: random ones, then more until every kind has a distractor."""
+def _facts(rng: random.Random, picker: _Picker, sizes: tuple[int, int]) -> list[_Fact]:
+    """A paragraph's facts: ``sizes`` (min, max) random ones, then more until every kind
+    has a distractor."""
     facts: list[_Fact] = []
-    target = rng.randint(5, 7)
+    target = rng.randint(*sizes)
     for _ in range(100):  # bounded: picks that keep failing just leave a kind alone
         if len(facts) < target:
             # Repeating a relation ("X raised $4 million ... Y raised $9 million") puts a
@@ -397,9 +398,10 @@ def _question(rng: random.Random, picker: _Picker, facts: list[_Fact], context: 
 
 
 def _paragraph(rng: random.Random, cast: Mapping[str, list[str]], n_questions: int,
-               v2: bool, unanswerable_fraction: float, id_prefix: str) -> dict[str, object]:
+               v2: bool, unanswerable_fraction: float, id_prefix: str,
+               sizes: tuple[int, int]) -> dict[str, object]:
     picker = _Picker(rng, cast)
-    facts = _facts(rng, picker)
+    facts = _facts(rng, picker, sizes)
     sentences: list[str] = []
     offset = 0
     for fact in facts:
@@ -431,10 +433,13 @@ def _paragraph(rng: random.Random, cast: Mapping[str, list[str]], n_questions: i
 
 def generate(seed: int, articles: int, paragraphs_per_article: int,
              questions_per_paragraph: int, version: str = "1.1",
-             unanswerable_fraction: float = 0.33, title_prefix: str = "synth") -> dict:
+             unanswerable_fraction: float = 0.33, title_prefix: str = "synth",
+             facts_per_paragraph: tuple[int, int] = (5, 7)) -> dict:
     """A whole SQuAD JSON object (v1.1 or v2.0) of synthetic articles.
 
-    ``unanswerable_fraction`` is the expected share of unanswerable questions (v2.0 only).
+    ``unanswerable_fraction`` is the expected share of unanswerable questions (v2.0 only);
+    ``facts_per_paragraph`` (min, max) sets the passages' length (each fact is a sentence;
+    a few more are added so that every entity kind has a same-kind distractor).
     Ids hash (title_prefix, seed, position), so train and dev files never share an id.
     """
     v2 = version.lstrip("v") == "2.0"
@@ -444,6 +449,8 @@ def generate(seed: int, articles: int, paragraphs_per_article: int,
         raise ValueError(f"unanswerable_fraction must be in [0, 1], got {unanswerable_fraction}")
     if min(articles, paragraphs_per_article, questions_per_paragraph) < 0:
         raise ValueError("counts must be non-negative")
+    if not 1 <= facts_per_paragraph[0] <= facts_per_paragraph[1]:
+        raise ValueError(f"facts_per_paragraph must be 1 <= min <= max, got {facts_per_paragraph}")
     rng = random.Random(seed)
     data: list[dict[str, object]] = []
     for a in range(articles):
@@ -452,7 +459,7 @@ def generate(seed: int, articles: int, paragraphs_per_article: int,
         cast = {kind: [cast_picker.fresh(kind)] for kind in ("org", "person", "city")}
         paragraphs = [
             _paragraph(rng, cast, questions_per_paragraph, v2, unanswerable_fraction,
-                       f"{title_prefix}:{seed}:{a}:{p}")
+                       f"{title_prefix}:{seed}:{a}:{p}", tuple(facts_per_paragraph))
             for p in range(paragraphs_per_article)
         ]
         topic = cast["org"][0].removeprefix("the ").replace(" ", "_")

@@ -30,7 +30,8 @@ def synth(cfg: Config) -> dict[str, Path]:
     for split, uri, seed, articles in splits:
         doc = gen.generate(seed, articles, s.paragraphs_per_article, s.questions_per_paragraph,
                            version=s.version, unanswerable_fraction=s.unanswerable_fraction,
-                           title_prefix=f"synth-{split}")
+                           title_prefix=f"synth-{split}",
+                           facts_per_paragraph=s.facts_per_paragraph)
         gen.write(doc, Path(uri))
         n = sum(len(p["qas"]) for a in doc["data"] for p in a["paragraphs"])
         console.print(f"synth: {split}: {n} questions (SQuAD v{s.version}) -> {uri}")

@@ -262,6 +262,7 @@ def ray_cluster(address: str | None):  # noqa: ANN201
     if ray.is_initialized():
         yield
         return
+    address = address or os.environ.get("RAY_ADDRESS")  # a cluster's job environment
     if address:
         ray.init(address=address, logging_level="WARNING", log_to_driver=False)
     else:
@@ -301,12 +302,15 @@ def storage(cfg: Config, variant: str, local_dir: Path) -> tuple[str, Any]:
     if not base.startswith("s3://"):
         return f"{str(Path(base).resolve())}/{variant}", None
     import boto3
+    from botocore.credentials import RefreshableCredentials
     from pyarrow import fs
 
     session = boto3.Session()
     options: dict[str, Any] = {"region": session.region_name or "us-east-1"}
     credentials = session.get_credentials()
-    if credentials is not None:
+    # Static keys travel to the workers with the filesystem; expiring ones (instance or
+    # container roles) must not: every node then asks its own role through pyarrow.
+    if credentials is not None and not isinstance(credentials, RefreshableCredentials):
         frozen = credentials.get_frozen_credentials()
         options |= {"access_key": frozen.access_key, "secret_key": frozen.secret_key,
                     "session_token": frozen.token}

@@ -313,3 +313,16 @@ def test_bad_arguments_raise() -> None:
         synth.generate(1, 1, 1, 1, version="3.0")
     with pytest.raises(ValueError, match="unanswerable_fraction"):
         synth.generate(1, 1, 1, 1, version="2.0", unanswerable_fraction=1.5)
+    with pytest.raises(ValueError, match="facts_per_paragraph"):
+        synth.generate(1, 1, 1, 1, facts_per_paragraph=(3, 2))
+
+
+def test_facts_per_paragraph_sets_the_passage_length() -> None:
+    def mean_sentences(facts: tuple[int, int]) -> float:
+        doc = synth.generate(5, 10, 3, 2, facts_per_paragraph=facts)
+        contexts = [p["context"] for a in doc["data"] for p in a["paragraphs"]]
+        return sum(c.count(". ") + 1 for c in contexts) / len(contexts)
+
+    short, long = mean_sentences((2, 2)), mean_sentences((8, 8))
+    assert short + 3 < long
+    assert mean_sentences((2, 2)) >= 2  # distractor facts are still added

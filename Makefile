@@ -26,7 +26,7 @@ test: setup
 	$(BIN)/python -m pytest
 
 demo: setup
-	$(BIN)/python -m rcpipe.demo
+	$(BIN)/python -m flows.demo
 
 lint: setup
 	$(BIN)/ruff check .

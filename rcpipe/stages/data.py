@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,35 @@ def synth(cfg: Config) -> dict[str, Path]:
 
 
 # ---------------------------------------------------------------------------------- prepare
+
+
+def fingerprint(cfg: Config) -> str:
+    """What prepare's output depends on: the data params and the input files' identity.
+
+    Local inputs count by size and modification time, remote ones by URI (the cache holds
+    one version per URI), so an unchanged input is recognised without reading it.
+    """
+    inputs = []
+    for uri in (cfg.data.train_file, cfg.data.dev_file, cfg.data.word_vectors):
+        path = Path(uri) if uri and "://" not in uri else None
+        if path is not None and path.is_file():
+            stat = path.stat()
+            inputs.append([str(path.resolve()), stat.st_size, stat.st_mtime_ns])
+        else:
+            inputs.append(uri)
+    data = cfg.data.model_dump(mode="json", exclude={"workers", "cache_dir"})
+    blob = json.dumps({"data": data, "inputs": inputs}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def prepared_is_current(cfg: Config) -> bool:
+    """Whether data.out_dir holds prepare's output for exactly these params and inputs."""
+    meta = cfg.data.out_dir / "meta.json"
+    try:
+        return json.loads(meta.read_text()).get("fingerprint") == fingerprint(cfg) and \
+            (cfg.data.out_dir / "report.json").is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def prepare(cfg: Config) -> dict[str, Any]:
@@ -123,7 +154,7 @@ def prepare(cfg: Config) -> dict[str, Any]:
         "version": {"train": train.version, "dev": dev.version},
         "words": len(words), "chars": len(chars), "char_limit": d.limits.char,
         "word_vectors": d.word_vectors, "word_dim": d.word_dim, "vectors_found": hits,
-        "seconds": round(seconds, 2), "phases": phases,
+        "seconds": round(seconds, 2), "phases": phases, "fingerprint": fingerprint(cfg),
     })
     tr = report["train"]
     console.print(

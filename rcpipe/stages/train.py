@@ -13,6 +13,7 @@ import hashlib
 import json
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,7 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
             console.print(f"train {variant}: already finished ({summary_path}); nothing to do")
             return summary
     inputs = _model_inputs(cfg)
+    _check_model_config(cfg, variant, inputs)
     dev_doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir)
     prepared = cfg.data.out_dir.resolve()
     t0 = time.perf_counter()
@@ -125,6 +127,16 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
                   f"{summary['examples_per_s']:.0f} examples/s on {meta['world_size']} "
                   f"worker(s) ({meta['device']})")
     return summary
+
+
+def _check_model_config(cfg: Config, variant: str, inputs) -> None:  # noqa: ANN001
+    """Build the model once here, so a bad size fails now, not on every Ray worker."""
+    from rcpipe.models import build_model
+
+    try:
+        build_model(variant, cfg.models.of(variant), replace(inputs, vectors=None))
+    except ValueError as e:
+        raise InputError("params", f"models.{variant}", str(e)) from None
 
 
 def _show(bar, task, variant: str, message: dict[str, Any]) -> None:  # noqa: ANN001

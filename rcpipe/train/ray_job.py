@@ -289,6 +289,18 @@ def scaling(cfg: Config) -> tuple[Any, int]:
                          resources_per_worker={"CPU": cpus}), threads
 
 
+def jobs_that_fit(cfg: Config) -> int:
+    """How many training jobs of this shape the cluster runs at once (at least one)."""
+    import ray
+
+    scaling_config, _ = scaling(cfg)
+    resources = ray.cluster_resources()
+    if scaling_config.use_gpu:
+        return max(1, int(resources.get("GPU", 0)) // cfg.train.num_workers)
+    per_job = scaling_config.resources_per_worker["CPU"] * cfg.train.num_workers
+    return max(1, int(resources.get("CPU", 1) // per_job))
+
+
 def storage(cfg: Config, variant: str, local_dir: Path) -> tuple[str, Any]:
     """(storage_path, pyarrow filesystem or None): where this variant's run lives.
 

@@ -1,0 +1,158 @@
+"""The `train-all` Prefect flow: prepare -> train + evaluate each variant -> ensemble -> report.
+
+Every task is one call into rcpipe.stages, so `dvc repro`, the CLI and this flow run the
+same code. A re-run skips what is done: prepare when its output matches the params and
+inputs, variants whose training finished; an interrupted variant resumes from its
+checkpoint (rcpipe.stages.train). Variants train concurrently when the Ray cluster has room
+for more than one job, one after another otherwise.
+
+Run it as a deployment (`prefect deployment run train-all/local`, see prefect.yaml) or
+directly: `python -m flows.train_all --params params.demo.yaml --synth`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+
+from rcpipe import stages
+from rcpipe.config import VARIANTS, Config, load_config
+
+Variant = Literal["bidaf", "bidaf_selfattn", "rnet", "rnet_mult", "qanet"]
+
+
+@task(cache_policy=NO_CACHE)
+def synth(cfg: Config) -> None:
+    stages.synth(cfg)
+
+
+# prepare may download SQuAD and GloVe: retried with backoff
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[10, 60])
+def prepare(cfg: Config) -> dict[str, Any]:
+    if stages.prepared_is_current(cfg):
+        get_run_logger().info("prepare: %s is current; skipped", cfg.data.out_dir)
+        return {"skipped": True}
+    return stages.prepare(cfg)
+
+
+# a retry resumes from the last checkpoint instead of starting over
+@task(cache_policy=NO_CACHE, retries=1, retry_delay_seconds=5, task_run_name="train-{variant}")
+def train(cfg: Config, variant: str) -> dict[str, Any]:
+    return stages.train(cfg, variant)
+
+
+@task(cache_policy=NO_CACHE, task_run_name="evaluate-{variant}")
+def evaluate(cfg: Config, variant: str) -> dict[str, Any]:
+    return stages.evaluate(cfg, variant)
+
+
+@task(cache_policy=NO_CACHE)
+def ensemble(cfg: Config, variants: list[str]) -> dict[str, Any]:
+    return stages.ensemble(cfg, [Path("predictions") / f"{v}.nbest.json" for v in variants])
+
+
+@task(cache_policy=NO_CACHE)
+def report(scores: dict[str, dict[str, Any]], seconds: dict[str, float]) -> None:
+    """Prefect artifacts: the EM/F1 table and a markdown report by question type."""
+    from flows.report import by_type_markdown, score_rows
+
+    create_table_artifact(key="train-all-scores", table=score_rows(scores),
+                          description="Dev EM/F1 of every variant and the ensemble")
+    create_markdown_artifact(key="train-all-report",
+                             markdown=by_type_markdown(scores, Path("metrics"), seconds),
+                             description="train-all: scores, F1 by question type, timings")
+
+
+@flow(name="train-all", log_prints=True)
+def train_all(
+    params: str = "params.demo.yaml",
+    variants: list[Variant] = list(VARIANTS),  # noqa: B006 - Prefect copies parameters
+    overrides: list[str] | None = None,
+    synth_data: bool = False,
+    workdir: str | None = None,
+    ray_address: str | None = None,
+    storage_path: str | None = None,
+) -> dict[str, Any]:
+    """Train and evaluate ``variants``, ensemble them, report.
+
+    params: the params file (relative to the deployment's directory); overrides: extra
+    ``dotted.key=value`` settings as for ``rcpipe --set``; synth_data: run `rcpipe synth`
+    first (the demo preset's data); workdir: where data/, models/, predictions/ and
+    metrics/ go (default: the current directory); ray_address / storage_path: a Ray
+    cluster to join and checkpoint storage (s3://...), as train.ray_address and
+    train.storage_path.
+    """
+    params_path = Path(params).resolve()
+    sets = list(overrides or [])
+    sets += [f"train.ray_address={ray_address}"] if ray_address else []
+    sets += [f"train.storage_path={storage_path}"] if storage_path else []
+    if workdir:
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+        os.chdir(workdir)
+    cfg = load_config(params_path, sets)
+    seconds: dict[str, float] = {}
+
+    def timed(name: str, fn, *args):  # noqa: ANN001, ANN202
+        t0 = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            seconds[name] = round(time.perf_counter() - t0, 2)
+
+    if synth_data:
+        timed("synth", synth, cfg)
+    timed("prepare", prepare, cfg)
+
+    from rcpipe.train.ray_job import jobs_that_fit, ray_cluster
+
+    scores: dict[str, dict[str, Any]] = {}
+    failed: dict[str, str] = {}
+    with ray_cluster(cfg.train.ray_address):  # one Ray for every variant's job
+        slots = jobs_that_fit(cfg)
+        get_run_logger().info("train: %d variant(s), %d at a time", len(variants), slots)
+        for start in range(0, len(variants), slots):
+            wave = variants[start:start + slots]
+            t0 = time.perf_counter()
+            futures = {v: _submit(cfg, v) for v in wave}
+            for v, future in futures.items():
+                try:
+                    scores[v] = future.result()
+                except Exception as e:  # noqa: BLE001 - the others go on; reported below
+                    failed[v] = f"{type(e).__name__}: {e}"
+            seconds[f"train+evaluate {'+'.join(wave)}"] = round(time.perf_counter() - t0, 2)
+    if failed:
+        raise RuntimeError(f"train-all: {len(failed)} variant(s) failed: "
+                           + "; ".join(f"{v}: {why[:300]}" for v, why in failed.items()))
+    if len(variants) > 1:
+        scores["ensemble"] = timed("ensemble", ensemble, cfg, list(variants))
+    timed("report", report, scores, seconds)
+    return {"scores": scores, "seconds": seconds, "workdir": str(Path.cwd())}
+
+
+def _submit(cfg: Config, variant: str):  # noqa: ANN202 - a PrefectFuture
+    """Train then evaluate one variant as a pair of tasks running on the flow's runner."""
+    train_run = train.submit(cfg, variant)
+    return evaluate.submit(cfg, variant, wait_for=[train_run])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="Run the train-all flow in this process.")
+    ap.add_argument("--params", default="params.demo.yaml")
+    ap.add_argument("--variants", nargs="*", default=list(VARIANTS))
+    ap.add_argument("--set", dest="overrides", action="append", default=[])
+    ap.add_argument("--synth", action="store_true", help="run `rcpipe synth` first")
+    ap.add_argument("--workdir")
+    args = ap.parse_args()
+    train_all(params=args.params, variants=args.variants, overrides=args.overrides,
+              synth_data=args.synth, workdir=args.workdir)
+
+
+if __name__ == "__main__":
+    main()

@@ -8,7 +8,8 @@ WHEELS ?= $(shell pip config get global.find-links 2>/dev/null)
 LOCAL_TORCH := $(shell ls $(WHEELS)/torch-*.whl 2>/dev/null | head -n1 | sed -E 's/.*torch-([0-9.]+)[+-].*/\1/')
 UV_EXTRA := $(if $(LOCAL_TORCH),--find-links $(WHEELS) torch==$(LOCAL_TORCH),)
 
-.PHONY: setup test demo lint clean
+.PHONY: setup test demo up down lint clean
+PREFECT_PORT ?= 4200
 
 setup: $(BIN)/rcpipe
 
@@ -28,8 +29,16 @@ test: setup
 demo: setup
 	$(BIN)/python -m flows.demo
 
+# the embedded Prefect stack in the background: server (SQLite in .prefect/), work pool,
+# worker, train-all/local; then `prefect deployment run train-all/local --watch`
+up: setup
+	$(BIN)/python -m flows.stack up --port $(PREFECT_PORT)
+
+down:
+	$(BIN)/python -m flows.stack down
+
 lint: setup
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf $(VENV) data/prepared models predictions metrics .pytest_cache
+	rm -rf $(VENV) data models predictions metrics .pytest_cache .prefect

@@ -16,7 +16,7 @@ from rich.progress import (
 console = Console(stderr=True)
 
 
-def progress() -> Progress:
+def progress(disable: bool = False) -> Progress:
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -25,4 +25,5 @@ def progress() -> Progress:
         TimeRemainingColumn(),
         console=console,
         transient=False,
+        disable=disable,
     )

@@ -57,15 +57,16 @@ def _chunks(texts: list[str], size: int) -> Iterator[list[str]]:
 
 
 def tokenize(texts: list[str], workers: int = 1, chunk: int = 512,
-             desc: str = "tokenize") -> list[Tokens]:
-    """Tokenize ``texts`` in order on ``workers`` processes, with a progress bar."""
+             desc: str = "tokenize", quiet: bool = False) -> list[Tokens]:
+    """Tokenize ``texts`` in order on ``workers`` processes, with a progress bar unless
+    ``quiet`` (a service tokenizing every request)."""
     results: list[Tokens] = []
     pool = _context().Pool(workers) if workers > 1 and len(texts) > chunk else None
     # the pool starts before the bar: the bar's refresh thread would rule out fork
     parts = pool.imap(_spans_chunk, _chunks(texts, chunk)) if pool else map(
         _spans_chunk, _chunks(texts, chunk))
     try:
-        with progress() as bar:
+        with progress(disable=quiet) as bar:
             task = bar.add_task(desc, total=len(texts))
             for part in parts:
                 for spans in part:

@@ -85,6 +85,55 @@ def ensemble(
     stages.ensemble(_config(params, set_), inputs, out)
 
 
+Model = Annotated[str, typer.Option("--model", help="a variant, or ensemble (majority vote "
+                                    "of every trained variant)")]
+
+
+@app.command()
+def predict(
+    model: Model = "ensemble",
+    question: Annotated[str | None, typer.Option(help="the question")] = None,
+    context: Annotated[str | None, typer.Option(help="the passage, as text")] = None,
+    context_file: Annotated[Path | None, typer.Option(help="the passage, from a file")] = None,
+    input_file: Annotated[str | None, typer.Option(
+        "--input", help="answer every question of a SQuAD-format file instead")] = None,
+    out: Annotated[Path | None, typer.Option(help="--input: predictions file (default "
+                                             "predictions/<model>.predict.json)")] = None,
+    params: Params = Path("params.yaml"),
+    set_: Sets = None,
+) -> None:
+    """Answer a question about a passage (JSON on stdout: answer, char span, prob, na_prob)."""
+    result = stages.predict(_config(params, set_), model, question, context, context_file,
+                            input_file, out)
+    if input_file is None:
+        print(json.dumps(result, ensure_ascii=False))
+
+
+@app.command()
+def serve(
+    model: Annotated[list[str] | None, typer.Option(
+        "--model", help="a model to serve (repeatable); default: ensemble and every "
+                        "trained variant")] = None,
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port")] = 8000,
+    max_batch: Annotated[int, typer.Option(help="requests per forward pass")] = 16,
+    batch_wait_ms: Annotated[float, typer.Option(help="wait for a batch to fill")] = 5.0,
+    timeout: Annotated[float, typer.Option(help="seconds per request, else 504")] = 30.0,
+    max_context_chars: Annotated[int, typer.Option(help="longer: 413")] = 20_000,
+    max_question_chars: Annotated[int, typer.Option(help="longer: 413")] = 1_000,
+    threads: Annotated[int, typer.Option(help="torch CPU threads; 0: torch's default")] = 1,
+    params: Params = Path("params.yaml"),
+    set_: Sets = None,
+) -> None:
+    """The answer service: POST /answer, and a web page at / to ask a passage."""
+    from rcpipe.serve.app import Limits
+
+    if max_batch < 1:
+        raise InputError("--max-batch", str(max_batch), "must be at least 1")
+    limits = Limits(max_context_chars, max_question_chars, max_batch, batch_wait_ms, timeout)
+    stages.serve(_config(params, set_), model, host, port, limits, threads)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: a user's mistake is one line on stderr and exit code 2, no traceback."""
     try:

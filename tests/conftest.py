@@ -182,3 +182,41 @@ def s3() -> Iterator[Any]:
             yield client
         finally:
             server.stop()
+
+
+# model sizes small enough to train in seconds (tests/stages/test_train.py's TINY)
+TINY_MODEL = {"hidden": 8, "char_dim": 4, "char_hidden": 8, "layers": 1, "heads": 2,
+              "model_blocks": 1, "emb_convs": 1, "model_convs": 1, "highway_layers": 1}
+
+
+@dataclass(frozen=True)
+class Trained:
+    """A run directory (models/, predictions/, metrics/) and the config that made it."""
+
+    root: Path
+    cfg: Config
+    data: SynthData
+    variants: tuple[str, ...]
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory: pytest.TempPathFactory, synth_v1: SynthData,
+            local_ray: None) -> Trained:
+    """bidaf and qanet trained for 2 steps on synth_v1 through Ray Train, each evaluated
+    and ensembled, once per session: for the tests that use trained models (predict,
+    serve). Read-only; chdir to ``root`` to use it (models/ is relative to it)."""
+    root = tmp_path_factory.mktemp("trained")
+    variants = ("bidaf", "qanet")
+    params = write_params(root / "params.yaml", data={
+        "train_file": str(synth_v1.train), "dev_file": str(synth_v1.dev),
+        "out_dir": str(root / "data" / "prepared"), "cache_dir": str(root / "data" / "cache"),
+    }, train={"batch_size": 16, "max_steps": 2}, models=dict.fromkeys(variants, TINY_MODEL))
+    cfg = load_config(params)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        stages.prepare(cfg)
+        for v in variants:
+            stages.train(cfg, v)
+            stages.evaluate(cfg, v)
+        stages.ensemble(cfg, [Path(f"predictions/{v}.nbest.json") for v in variants])
+    return Trained(root, cfg, synth_v1, variants)

@@ -156,8 +156,12 @@ def _answers(qa: dict, key: str, name: str, where: str) -> tuple[Answer, ...]:
     return tuple(out)
 
 
-def parse_squad(doc: Any, name: str) -> SquadFile:
-    """Validate the whole structure of a SQuAD v1.1/v2.0 document and flatten it."""
+def parse_squad(doc: Any, name: str, require_answers: bool = True) -> SquadFile:
+    """Validate the whole structure of a SQuAD v1.1/v2.0 document and flatten it.
+
+    ``require_answers=False`` accepts questions to be answered (`rcpipe predict --input`):
+    "answers" may be missing or empty; any that are given are still checked.
+    """
     _expect(doc, dict, name, "", "a JSON object at the top level")
     version = doc.get("version", "")
     _expect(version, str, name, "version", "a string")
@@ -178,12 +182,13 @@ def parse_squad(doc: Any, name: str) -> SquadFile:
             contexts.append(context)
             titles.append(title)
             for k, qa in enumerate(_field(para, "qas", list, name, pw, "a list")):
-                questions.append(_question(qa, len(contexts) - 1, name, f"{pw}.qas[{k}]", seen))
+                questions.append(_question(qa, len(contexts) - 1, name, f"{pw}.qas[{k}]", seen,
+                                           require_answers))
     return SquadFile(name, version, contexts, titles, questions)
 
 
 def _question(qa: Any, context_index: int, name: str, where: str,
-              seen: dict[str, str]) -> Question:
+              seen: dict[str, str], require_answers: bool = True) -> Question:
     _expect(qa, dict, name, where, "an object")
     qid = _field(qa, "id", str, name, where, "a string")
     if not qid:
@@ -193,19 +198,20 @@ def _question(qa: Any, context_index: int, name: str, where: str,
                          f"duplicate question id '{qid}' (first at {seen[qid]})")
     seen[qid] = where
     text = _field(qa, "question", str, name, where, "a string")
-    answers = _answers(qa, "answers", name, where)
+    answers = _answers(qa, "answers", name, where) \
+        if require_answers or "answers" in qa else ()
     impossible = qa.get("is_impossible", False)
     _expect(impossible, bool, name, f"{where}.is_impossible", "true or false")
     plausible = _answers(qa, "plausible_answers", name, where) if "plausible_answers" in qa else ()
     if impossible and answers:
         raise InputError(name, f"{where}.answers", "is_impossible is true but answers is not empty")
-    if not impossible and not answers:
+    if not impossible and not answers and require_answers:
         raise InputError(name, f"{where}.answers", "no answers for an answerable question")
     return Question(qid, text, context_index, answers, impossible, plausible, where)
 
 
-def load_squad(uri: str, cache_dir: Path) -> SquadFile:
-    return parse_squad(read_json(fetch(uri, cache_dir), uri), uri)
+def load_squad(uri: str, cache_dir: Path, require_answers: bool = True) -> SquadFile:
+    return parse_squad(read_json(fetch(uri, cache_dir), uri), uri, require_answers)
 
 
 # ---------------------------------------------------------------------- usable for training

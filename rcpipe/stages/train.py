@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 import shutil
 import time
 from dataclasses import replace
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rcpipe.config import Config
-from rcpipe.console import console, progress
+from rcpipe.console import console, shared_progress
 from rcpipe.errors import InputError
 from rcpipe.stages.io import load_dataset, write_json
 
@@ -94,7 +95,7 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
             inputs=ray.put(inputs), dev_doc=ray.put(dev_doc),
             vocab_sha256=_vocab_hash(cfg.data.out_dir), threads=0)
         path, filesystem = ray_job.storage(cfg, variant, out)
-        with progress() as bar:
+        with shared_progress() as bar:
             task = bar.add_task(f"train {variant}", total=cfg.train.epochs)
             result = ray_job.fit(spec, cfg, path, filesystem,
                                  lambda message: _show(bar, task, variant, message))
@@ -160,13 +161,25 @@ def load_model(cfg: Config, variant: str):  # noqa: ANN201 - (nn.Module, ModelIn
     path = model_dir(variant) / "model.pt"
     if not path.is_file():
         raise InputError(path, "", f"no trained model; run `rcpipe train {variant}` first")
-    saved = torch.load(path, map_location="cpu", weights_only=True)
     try:
-        return model_from_payload(saved, variant, _vocab_hash(cfg.data.out_dir))
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as e:
+        # weights_only refuses any pickled object that is not a tensor or plain container
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        raise InputError(path, "", f"refused: not a weights-only model file ({reason})"
+                         ) from None
+    if not isinstance(saved, dict):
+        raise InputError(path, "", "refused: not an rcpipe model file")
+    try:
+        return model_from_payload(saved, variant, _vocab_hash(cfg.data.out_dir),
+                                  cfg.models.of(variant))
     except PayloadMismatch as e:
         hint = f" than {cfg.data.out_dir / 'vocab.json'}; prepare or train again" \
             if e.field == "vocab_sha256" else ""
+        hint = hint or ("; train again" if e.field.startswith("model_config") else "")
         raise InputError(path, e.field, f"{e}{hint}") from None
+    except (KeyError, TypeError, AttributeError, ValueError) as e:  # a payload missing parts
+        raise InputError(path, "", f"refused: not an rcpipe model file ({e!r:.120})") from None
 
 
 def evaluate(cfg: Config, variant: str) -> dict[str, Any]:

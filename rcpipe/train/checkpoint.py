@@ -40,12 +40,27 @@ class PayloadMismatch(ValueError):
         self.field = field
 
 
-def model_from_payload(saved: dict[str, Any], variant: str, vocab_sha256: str
+# ModelConfig fields that only shape training, not the weights: a saved model may differ there
+TRAINING_ONLY = frozenset({"dropout", "char_dropout", "stochastic_depth", "train_word_vectors",
+                           "batch_size", "optim"})
+
+
+def model_from_payload(saved: dict[str, Any], variant: str, vocab_sha256: str,
+                       model_config: ModelConfig | None = None
                        ) -> tuple[nn.Module, ModelInputs]:
+    """The model a payload holds, refusing another variant, vocabulary or (when
+    ``model_config`` is given) another architecture than the params describe."""
     if saved.get("variant") != variant:
         raise PayloadMismatch("variant", f"holds {saved.get('variant')!r}, not {variant!r}")
     if saved.get("vocab_sha256") != vocab_sha256:
         raise PayloadMismatch("vocab_sha256", "trained on another vocabulary")
+    if model_config is not None:
+        want = model_config.model_dump(exclude=TRAINING_ONLY)
+        have = {k: saved["model_config"].get(k) for k in want}
+        for k in want:
+            if have[k] != want[k]:
+                raise PayloadMismatch(f"model_config.{k}", f"{have[k]!r} in the file, "
+                                      f"{want[k]!r} in models.{variant} of the params")
     inputs = ModelInputs(**{**saved["inputs"], "vectors": None})
     model = build_model(variant, ModelConfig.model_validate(saved["model_config"]), inputs)
     try:

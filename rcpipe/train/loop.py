@@ -107,10 +107,13 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
 @torch.no_grad()
 def predict(model: nn.Module, dataset: SquadDataset, batches: Iterable[list[int]],
             device: torch.device, max_answer_len: int = 15,
-            na_threshold: float | None = None) -> dict[str, dict[str, Any]]:
+            na_threshold: float | None = None, token_probs: bool = False
+            ) -> dict[str, dict[str, Any]]:
     """qid -> {"text", "prob", "na_prob", "start", "end"} (prob = p_start * p_end).
 
     ``start``/``end`` are the answer's character span in the context ("" answers: -1).
+    ``token_probs`` adds "p_start" and "p_end": the distributions over the context tokens
+    the model saw (a list per question; the no-answer share is na_prob's factors).
     """
     model.eval()
     out: dict[str, dict[str, Any]] = {}
@@ -130,4 +133,8 @@ def predict(model: nn.Module, dataset: SquadDataset, batches: Iterable[list[int]
             out[dataset.ids[i]] = {"text": text, "prob": float(prob[b]),
                                    "na_prob": float(na_prob[b]),
                                    "start": span[0], "end": span[1]}
+            if token_probs:
+                n = int(batch.c_mask[b].sum())
+                out[dataset.ids[i]] |= {"p_start": p1[b, 1 : 1 + n].tolist(),
+                                        "p_end": p2[b, 1 : 1 + n].tolist()}
     return out

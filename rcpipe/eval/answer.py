@@ -1,0 +1,82 @@
+"""Answering questions with trained models: the one path behind predict and serve.
+
+Text goes through data/encode.py (prepare's own tokenizer, vocab and schema) and the model
+through train/loop.py's ``predict`` (the function `rcpipe evaluate` uses), so an answer here
+is the answer evaluate gives for the same context and question. ``ensemble`` is the majority
+vote of eval/ensemble.py over every loaded variant.
+
+No file I/O: rcpipe/stages/predict.py loads the models and the vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from rcpipe.data.dataset import SquadDataset, bucket_batches
+from rcpipe.data.encode import Encoder, token_spans
+from rcpipe.eval.ensemble import majority_vote
+from rcpipe.train.loop import predict
+
+ENSEMBLE = "ensemble"
+
+
+@dataclass
+class Reader:
+    """Trained models (variant -> model, in eval mode on ``device``) and how to decode them."""
+
+    encoder: Encoder
+    models: dict[str, nn.Module]
+    device: torch.device
+    max_answer_len: int = 15
+    na_threshold: float | None = None
+    para_limit: int | None = None  # context tokens a model sees (train.dev_para_limit)
+    no_answer: bool = False  # SQuAD v2.0 models: na_prob is meaningful
+    batch_size: int = 64
+
+    def answer_dataset(self, ds: SquadDataset, name: str, token_probs: bool = False
+                       ) -> dict[str, dict[str, Any]]:
+        """qid -> {"text", "prob", "na_prob", "start", "end"} (+ "votes" for the ensemble;
+        + "p_start"/"p_end" per context token with ``token_probs``)."""
+        if name != ENSEMBLE:
+            return self._predict(self.models[name], ds, token_probs)
+        nbests = [self._predict(m, ds, token_probs) for m in self.models.values()]
+        return vote(nbests, token_probs)
+
+    def answer_pairs(self, pairs: Sequence[tuple[str, str]], name: str,
+                     token_probs: bool = False) -> list[dict[str, Any]]:
+        """One answer per (context, question) pair, in order; with ``token_probs`` each
+        also holds "tokens": the (start, end) characters of the tokens the model saw."""
+        ds = self.encoder.pairs(pairs, self.para_limit)
+        found = self.answer_dataset(ds, name, token_probs)
+        out = [found[qid] for qid in ds.ids]
+        if token_probs:
+            for i, entry in enumerate(out):
+                entry["tokens"] = token_spans(ds, i)
+        return out
+
+    def _predict(self, model: nn.Module, ds: SquadDataset, token_probs: bool
+                 ) -> dict[str, dict[str, Any]]:
+        batches = bucket_batches(ds.context_lengths(), self.batch_size, False)
+        return predict(model, ds, batches, self.device, self.max_answer_len,
+                       self.na_threshold, token_probs)
+
+
+def vote(nbests: list[dict[str, dict[str, Any]]], token_probs: bool = False
+         ) -> dict[str, dict[str, Any]]:
+    """The majority vote, with the winning text's span from its most confident voter and,
+    with ``token_probs``, the voters' start/end distributions averaged."""
+    voted = majority_vote(nbests)
+    for qid, entry in voted.items():
+        answers = [n[qid] for n in nbests if qid in n]
+        best = max((a for a in answers if a["text"] == entry["text"]), key=lambda a: a["prob"])
+        entry["start"], entry["end"] = best["start"], best["end"]
+        if token_probs:
+            for key in ("p_start", "p_end"):
+                dists = torch.tensor([a[key] for a in answers])  # (models, Lc)
+                entry[key] = dists.mean(0).tolist()
+    return voted

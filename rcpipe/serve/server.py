@@ -1,0 +1,43 @@
+"""Running the service: uvicorn in the foreground (`rcpipe serve`), or in a background
+thread on a free loopback port for tests and bench/serve.py."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import uvicorn
+from fastapi import FastAPI
+
+
+def run(app: FastAPI, host: str = "127.0.0.1", port: int = 8000) -> None:
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+
+
+@contextmanager
+def background(app: FastAPI, host: str = "127.0.0.1") -> Iterator[str]:
+    """Serve ``app`` on a free port of ``host`` in a thread; yields its base URL."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, 0))
+    port = sock.getsockname()[1]
+    # backlog for a burst of concurrent connections (the load test opens hundreds at once)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
+                                           backlog=2048, timeout_keep_alive=30))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
+                              name="rcpipe-serve", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the service did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()

@@ -1,0 +1,158 @@
+"""Using trained models: `rcpipe predict` (one question or a whole SQuAD file) and `rcpipe
+serve` (the HTTP answer service with its web page).
+
+Both load the models here (models/<variant>/model.pt, weights only, refused when trained on
+another vocabulary or architecture: stages.train.load_model) and answer through
+eval/answer.py's Reader, the path `rcpipe evaluate` takes through the model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rcpipe.config import VARIANTS, Config
+from rcpipe.console import console
+from rcpipe.errors import InputError
+from rcpipe.stages.io import write_json
+from rcpipe.stages.train import _device, load_model, model_dir
+
+ENSEMBLE = "ensemble"  # eval.answer.ENSEMBLE, without importing torch for --help
+
+
+def trained_variants() -> list[str]:
+    return [v for v in VARIANTS if (model_dir(v) / "model.pt").is_file()]
+
+
+def load_reader(cfg: Config, names: list[str]):  # noqa: ANN201 - eval.answer.Reader
+    """A Reader holding what ``names`` need: the variants named, every trained variant
+    for "ensemble"."""
+    import torch
+
+    from rcpipe.data.encode import Encoder
+    from rcpipe.eval.answer import Reader
+
+    variants: list[str] = []
+    for name in names:
+        if name == ENSEMBLE:
+            found = trained_variants()
+            if not found:
+                raise InputError("models/", "", "no trained variant to ensemble; run "
+                                 "`rcpipe train VARIANT` first")
+            variants += found
+        elif name in VARIANTS:
+            variants.append(name)
+        else:
+            raise InputError("--model", name, f"unknown model; choose from "
+                             f"{', '.join((*VARIANTS, ENSEMBLE))}")
+    d = cfg.data.out_dir
+    if not (d / "vocab.json").is_file() or not (d / "meta.json").is_file():
+        raise InputError(d, "", "no prepared data; run `rcpipe prepare` first")
+    meta = json.loads((d / "meta.json").read_text())
+    encoder = Encoder.from_vocab(json.loads((d / "vocab.json").read_text()),
+                                 meta.get("char_limit", cfg.data.limits.char))
+    device = _device(cfg)
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+    models = {}
+    for v in dict.fromkeys(variants):
+        model, _ = load_model(cfg, v)
+        models[v] = model.to(device).eval()
+    return Reader(encoder, models, device, cfg.eval.max_answer_len, cfg.eval.na_threshold,
+                  cfg.train.dev_para_limit, no_answer="2.0" in meta["version"]["train"])
+
+
+def predict(cfg: Config, model: str = ENSEMBLE, question: str | None = None,
+            context: str | None = None, context_file: Path | None = None,
+            input_file: str | None = None, out: Path | None = None) -> dict[str, Any]:
+    """Answer one question about a context (text or file), or every question of a SQuAD
+    file (``input_file``: official-format predictions to ``out``, text/prob/na_prob/span
+    per question to its .nbest.json). Returns the answer, or a summary of the file's run."""
+    given = [o for o, v in (("--context", context), ("--context-file", context_file),
+                            ("--input", input_file)) if v is not None]
+    if len(given) != 1:
+        raise InputError("predict", "", "give one of --context, --context-file or --input"
+                         + (f", not {' and '.join(given)}" if given else ""))
+    if input_file is not None:
+        if question is not None:
+            raise InputError("predict", "--question", "--input holds its own questions")
+        return _predict_file(cfg, model, input_file, out)
+    if context_file is not None:
+        context = _read_text(context_file)
+    if not question or not question.strip():
+        raise InputError("predict", "--question", "give a question")
+    if not context or not context.strip():
+        raise InputError(str(context_file or "predict"), "--context", "the context is empty")
+    reader = load_reader(cfg, [model])
+    found = reader.answer_pairs([(context, question)], model)[0]
+    result = {"model": model, "answer": found["text"], "start": found["start"],
+              "end": found["end"], "prob": found["prob"]}
+    if reader.no_answer:
+        result["na_prob"] = found["na_prob"]
+    return result
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(path, "", "no such file") from None
+    except UnicodeDecodeError as e:
+        raise InputError(path, f"byte {e.start}", "not UTF-8") from None
+    except OSError as e:
+        raise InputError(path, "", e.strerror or "cannot read") from None
+
+
+def _predict_file(cfg: Config, model: str, input_file: str, out: Path | None
+                  ) -> dict[str, Any]:
+    from rcpipe.data.squad import load_squad
+
+    sq = load_squad(input_file, cfg.data.cache_dir, require_answers=False)
+    reader = load_reader(cfg, [model])
+    nbest = reader.answer_dataset(reader.encoder.squad(sq, reader.para_limit), model)
+    out = out or Path("predictions") / f"{model}.predict.json"
+    nbest_path = out.with_suffix(".nbest.json")
+    write_json(out, {q: v["text"] for q, v in nbest.items()})
+    write_json(nbest_path, nbest)
+    answered = sum(1 for v in nbest.values() if v["text"])
+    console.print(f"predict {model}: {len(nbest)} questions of {input_file} "
+                  f"({answered} answered) -> {out}, {nbest_path}")
+    return {"model": model, "questions": len(nbest), "answered": answered,
+            "predictions": str(out), "nbest": str(nbest_path)}
+
+
+def serve_app(cfg: Config, models: list[str] | None = None, limits: Any = None,
+              threads: int = 1):  # noqa: ANN201 - a FastAPI app
+    """The answer service over ``models`` (default: the ensemble and every trained
+    variant); ``limits`` is a serve.app.Limits, ``threads`` torch's CPU threads (one keeps
+    a small model's latency steady on a shared machine: 20 ms, not 800, on a busy 2-core
+    box; batching, not threads, gives the throughput)."""
+    import torch
+
+    from rcpipe.serve.app import Limits, create_app
+
+    names = models or [ENSEMBLE]
+    reader = load_reader(cfg, names)
+    if threads:
+        torch.set_num_threads(threads)
+    served = [*names]
+    if ENSEMBLE in names:  # each voter is worth asking on its own too
+        served += reader.models
+    served = list(dict.fromkeys(served))
+
+    def answer(pairs: list[tuple[str, str]], model: str) -> list[dict[str, Any]]:
+        return reader.answer_pairs(pairs, model, token_probs=True)
+
+    return create_app(answer, served, limits or Limits(), no_answer=reader.no_answer)
+
+
+def serve(cfg: Config, models: list[str] | None = None, host: str = "127.0.0.1",
+          port: int = 8000, limits: Any = None, threads: int = 1) -> None:
+    """`rcpipe serve`: the service and its page on http://host:port/ until interrupted."""
+    from rcpipe.serve import server
+
+    app = serve_app(cfg, models, limits, threads)
+    console.print(f"serve: {', '.join(app.state.models)} on http://{host}:{port}/ "
+                  f"(POST /answer, the page at /); Ctrl-C stops")
+    server.run(app, host, port)

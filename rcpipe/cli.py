@@ -85,6 +85,30 @@ def ensemble(
     stages.ensemble(_config(params, set_), inputs, out)
 
 
+@app.command()
+def explain(
+    model: Annotated[str, typer.Option("--model", help="the variant to explain")],
+    qid: Annotated[str, typer.Option("--qid", help="a dev question id")],
+    out: Annotated[Path | None, typer.Option(
+        help="HTML page (the PNG goes beside it); default reports/explain/<V>-<qid>.html")
+    ] = None,
+    params: Params = Path("params.yaml"),
+    set_: Sets = None,
+) -> None:
+    """Attention views of one dev question: passage-question, self-attention, pointers."""
+    stages.explain(_config(params, set_), model, qid, out)
+
+
+@app.command()
+def report(
+    out: Annotated[Path, typer.Option(help="report directory")] = Path("reports"),
+    params: Params = Path("params.yaml"),
+    set_: Sets = None,
+) -> None:
+    """Evaluation report of the run (HTML, PNG, CSV) from predictions/, metrics/, the dev set."""
+    stages.report(_config(params, set_), out)
+
+
 Model = Annotated[str, typer.Option("--model", help="a variant, or ensemble (majority vote "
                                     "of every trained variant)")]
 

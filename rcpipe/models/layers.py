@@ -8,6 +8,9 @@ competes with the positions in the same softmax (index 0 of ``log_probs``).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +28,40 @@ def mask_logits(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def masked_softmax(logits: torch.Tensor, mask: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return F.softmax(mask_logits(logits.float(), mask), dim=dim).to(logits.dtype)
+
+
+# ------------------------------------------------------------------- attention capture
+
+# (module, name) -> the weights of each call, in call order; None: nothing is recording
+_CAPTURE: ContextVar[dict[tuple[nn.Module, str], list[torch.Tensor]] | None] = ContextVar(
+    "rcpipe_attention_capture", default=None)
+
+
+@contextmanager
+def capture_attention() -> Iterator[dict[tuple[nn.Module, str], list[torch.Tensor]]]:
+    """Within the block, attention modules record their weights (for `rcpipe explain`).
+
+    Yields (module, name) -> one detached tensor per forward call, in call order (a shared
+    encoder called on passage then question has two). Outside the block ``keep_attention``
+    returns at once, so training and evaluation compute exactly what they did before.
+    """
+    maps: dict[tuple[nn.Module, str], list[torch.Tensor]] = {}
+    token = _CAPTURE.set(maps)
+    try:
+        yield maps
+    finally:
+        _CAPTURE.reset(token)
+
+
+def capturing() -> bool:
+    """Whether a capture_attention block is open (for weights that cost extra to form)."""
+    return _CAPTURE.get() is not None
+
+
+def keep_attention(module: nn.Module, name: str, weights: torch.Tensor) -> None:
+    maps = _CAPTURE.get()
+    if maps is not None:
+        maps.setdefault((module, name), []).append(weights.detach())
 
 
 # ------------------------------------------------------------------------------ the output
@@ -170,10 +207,12 @@ class TrilinearAttention(nn.Module):
              + torch.bmm(c * self.w_cq, q.transpose(1, 2))  # (B, Lc, Lq)
              + self.bias)
         a = masked_softmax(s, q_mask.unsqueeze(1), dim=2)  # (B, Lc, Lq) over the query
+        keep_attention(self, "c2q", a)
         c2q = torch.bmm(a, q)  # (B, Lc, D)
         if self.q2c == "bidaf":
             best = mask_logits(s, q_mask.unsqueeze(1)).max(dim=2).values  # (B, Lc)
             b = masked_softmax(best, c_mask)  # (B, Lc)
+            keep_attention(self, "q2c", b)
             q2c = torch.bmm(b.unsqueeze(1), c).expand_as(c)  # (B, Lc, D)
         else:
             b = masked_softmax(s, c_mask.unsqueeze(2), dim=1)  # (B, Lc, Lq) over the context
@@ -289,6 +328,7 @@ class SelfMatching(nn.Module):
         s = torch.cat([self.v(torch.tanh(keys + queries[:, i : i + rows])).squeeze(-1)
                        for i in range(0, n, rows)], dim=1)  # (B, L_t, L_j)
         a = masked_softmax(s, mask.unsqueeze(1), dim=2)  # (B, L_t, L_j)
+        keep_attention(self, "self", a)
         return torch.bmm(a, v)  # (B, L_t, dim)
 
     def forward(self, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -30,6 +30,8 @@ from rcpipe.models.layers import (
     SpanLogits,
     VariationalDropout,
     WordEmbedding,
+    capturing,
+    keep_attention,
     mask_logits,
     masked_softmax,
 )
@@ -93,6 +95,7 @@ class GatedAttentionRNN(nn.Module):
         v_weight = self.v.weight.squeeze(0)  # (A,)
         h = u_p.new_zeros(b, self.dim)  # (B, H)
         outs = []
+        weights: list[torch.Tensor] | None = [] if capturing() else None  # for explain
         # unbind, not [:, t]: each slice's backward would write a zero tensor the size of
         # the whole sequence, O(Lc^2) work; unbind's backward is one stack
         steps = zip(passage.unbind(1), gate_p.unbind(1), u_p.unbind(1), strict=True)
@@ -100,10 +103,14 @@ class GatedAttentionRNN(nn.Module):
             query = passage_t + self.w_vp(h)  # (B, A)
             s = torch.tanh(keys + query.unsqueeze(1)) @ v_weight  # (B, Lq)
             a = masked_softmax(s, q_mask)  # (B, Lq)
+            if weights is not None:
+                weights.append(a)
             c = torch.bmm(a.unsqueeze(1), u_q).squeeze(1)  # (B, D)
             g = torch.sigmoid(gate_p_t + F.linear(c, w_g_c))  # (B, 2D)
             h = self.cell(g * torch.cat([u_p_t, c], dim=-1), h)  # (B, H)
             outs.append(h)
+        if weights is not None:
+            keep_attention(self, "question", torch.stack(weights, dim=1))  # (B, Lc, Lq)
         # steps past a row's length run on padding but, being later in time, never reach
         # its real positions; their outputs are masked downstream
         return torch.stack(outs, dim=1)  # (B, Lc, H)
@@ -150,6 +157,7 @@ class MultiplicativeMatching(nn.Module):
         x = self.drop(x)
         y = x if memory is None else self.drop(memory)
         a = self.attention(x, x_mask, y, None if memory is None else memory_mask)  # (B, Lx, Ly)
+        keep_attention(self, "attention", a)
         c = torch.bmm(a, y)  # (B, Lx, Dy)
         return self.rnn(self.gate(torch.cat([x, c], dim=-1)), x_mask)  # (B, Lx, 2H)
 

@@ -1,0 +1,196 @@
+"""Attention views for `rcpipe explain`: what a model looked at to answer one question.
+
+In the manner of the R-Net report's attention figures: the passage-question attention, the
+passage self-attention (where the variant has one) and the start/end pointer
+distributions, taken from one forward pass under ``layers.capture_attention``. Which
+module's weights each view shows is declared per variant in ``VIEWS``.
+
+No file I/O: rcpipe.stages.explain reads the model and the question and writes the page.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from rcpipe.data.dataset import Batch
+from rcpipe.eval.decode import best_span, predict_no_answer
+from rcpipe.models.layers import capture_attention
+
+Kind = Literal["question", "passage", "passage_weights"]
+
+
+@dataclass(frozen=True)
+class ViewSpec:
+    """Where a view's weights come from: ``keep_attention(module, name, ...)``, call ``call``."""
+
+    module: str  # submodule path in the model
+    name: str
+    call: int  # a shared module runs several times per forward (QANet's encoders)
+    kind: Kind  # question: (Lc, Lq) rows over the question; passage: (Lc, Lc); or (Lc,)
+    title: str
+    note: str
+
+
+_C2Q = "passage-question attention"
+_SELF = "passage self-attention"
+_BIDAF_C2Q = ViewSpec("attention_flow", "c2q", 0, "question", f"{_C2Q} (C2Q)",
+                      "BiDAF attention flow, context-to-query: for each passage word, a "
+                      "softmax over the question words")
+VIEWS: dict[str, tuple[ViewSpec, ...]] = {
+    "bidaf": (
+        _BIDAF_C2Q,
+        ViewSpec("attention_flow", "q2c", 0, "passage_weights", "query-to-context (Q2C)",
+                 "BiDAF query-to-context: softmax over the passage of each word's best "
+                 "question-word score (BiDAF has no passage self-attention)"),
+    ),
+    "bidaf_selfattn": (
+        _BIDAF_C2Q,
+        ViewSpec("self_matching", "self", 0, "passage", _SELF,
+                 "R-Net self-matching (additive) over the projected attention-flow output"),
+    ),
+    "rnet": (
+        ViewSpec("question_matching", "question", 0, "question", _C2Q,
+                 "R-Net gated attention-based recurrence: at each passage step, additive "
+                 "attention over the question, given the previous state"),
+        ViewSpec("self_matching", "self", 0, "passage", _SELF,
+                 "R-Net self-matching attention (additive, diagonal kept)"),
+    ),
+    "rnet_mult": (
+        ViewSpec("question_matching", "attention", 0, "question", _C2Q,
+                 "R-Net question matching, multiplicative: tanh(W1 u^P) tanh(W2 u^Q)^T"),
+        ViewSpec("self_matching", "attention", 0, "passage", _SELF,
+                 "R-Net self-matching, multiplicative (a word does not attend to itself)"),
+    ),
+    "qanet": (
+        ViewSpec("cq_attention", "c2q", 0, "question", f"{_C2Q} (C2Q)",
+                 "QANet context-query attention (trilinear): for each passage word, a "
+                 "softmax over the question words"),
+        ViewSpec("model_encoder.blocks.0.attn", "self", 0, "passage", _SELF,
+                 "QANet model encoder, first block, first pass (M0): multi-head "
+                 "self-attention, mean over the heads"),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class AttentionMap:
+    spec: ViewSpec
+    weights: np.ndarray  # (Lc, Lq), (Lc, Lc) or (Lc,), float64
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """One question seen through one model (a batch of one: no padding anywhere)."""
+
+    variant: str
+    qid: str
+    question: str
+    context: str
+    passage: list[str]  # the passage tokens the model read (after dev_para_limit)
+    question_tokens: list[str]
+    maps: list[AttentionMap]
+    p_start: np.ndarray  # (Lc,) the start pointer over the passage tokens
+    p_end: np.ndarray  # (Lc,)
+    p_start_na: float  # the no-answer share of the start softmax (0 for v1.1 models)
+    p_end_na: float
+    start: int  # the predicted span's tokens, -1 for "no answer"
+    end: int
+    answer: str
+    gold: list[str]
+    gold_start: int = -1  # the first gold answer's tokens (-1: none, or cut off)
+    gold_end: int = -1
+
+    def of(self, kind: Kind) -> AttentionMap | None:
+        return next((m for m in self.maps if m.spec.kind == kind), None)
+
+    def gold_tokens(self) -> set[int]:
+        return set(range(self.gold_start, self.gold_end + 1)) if self.gold_start >= 0 else set()
+
+    def focus_rows(self) -> list[int]:
+        """The passage rows the views summarise: the predicted answer (or the start peak)."""
+        if self.start >= 0:
+            return list(range(self.start, self.end + 1))
+        return [int(self.p_start.argmax())]
+
+
+def attention_maps(model: nn.Module, variant: str, batch: Batch
+                   ) -> tuple[list[AttentionMap], torch.Tensor, torch.Tensor]:
+    """One eval forward pass of a one-question batch; its views and log p_start, log p_end
+    over [no-answer, tokens] (1 + Lc,)."""
+    if len(batch) != 1:
+        raise ValueError(f"explain one question at a time, not {len(batch)}")
+    model.eval()
+    with torch.no_grad(), capture_attention() as captured:
+        log_p1, log_p2 = model(batch).log_probs()  # (1, 1 + Lc) each
+    maps = []
+    for spec in VIEWS[variant]:
+        calls = captured.get((model.get_submodule(spec.module), spec.name), [])
+        if len(calls) <= spec.call:
+            raise RuntimeError(f"{variant}: {spec.module} recorded no {spec.name!r} attention")
+        w = calls[spec.call][0].double()  # (Lc, Lq) / (Lc, Lc) / (Lc,), or (h, Lc, Lc)
+        if w.dim() == 3:  # multi-head: the heads' mean, still a distribution per row
+            w = w.mean(dim=0)  # (Lc, Lc)
+        maps.append(AttentionMap(spec, w.numpy()))
+    return maps, log_p1[0], log_p2[0]
+
+
+def decode(log_p1: torch.Tensor, log_p2: torch.Tensor, max_answer_len: int,
+           na_threshold: float | None) -> tuple[int, int]:
+    """The predicted token span as `rcpipe evaluate` decides it; (-1, -1) for no answer."""
+    p1, p2 = log_p1.exp().unsqueeze(0), log_p2.exp().unsqueeze(0)  # (1, 1 + Lc)
+    start, end, prob = best_span(p1[:, 1:], p2[:, 1:], max_answer_len)
+    if bool(predict_no_answer(prob, p1[:, 0] * p2[:, 0], na_threshold)[0]):
+        return -1, -1
+    return int(start[0]), int(end[0])
+
+
+def strongest(weights: np.ndarray, k: int) -> list[int]:
+    """Indices of the k largest entries of a 1-D array, largest first (ties: earlier first)."""
+    order = np.argsort(-weights, kind="stable")
+    return [int(i) for i in order[:k]]
+
+
+def question_focus(ex: Explanation) -> np.ndarray | None:
+    """(Lq,) how the focus rows spread over the question: mean of their attention rows."""
+    m = ex.of("question")
+    return None if m is None else m.weights[ex.focus_rows()].mean(axis=0)
+
+
+def passage_focus(ex: Explanation) -> np.ndarray | None:
+    """(Lc,) the passage words the answer draws on: the focus rows' self-attention (or
+    BiDAF's Q2C weights, which are one distribution over the passage)."""
+    m = ex.of("passage")
+    if m is not None:
+        return m.weights[ex.focus_rows()].mean(axis=0)
+    m = ex.of("passage_weights")
+    return None if m is None else m.weights
+
+
+def top_pairs(ex: Explanation, k: int = 8) -> list[tuple[int, int, float]]:
+    """The k strongest (passage token, question token, weight) of the passage-question map."""
+    m = ex.of("question")
+    if m is None:
+        return []
+    flat = strongest(m.weights.ravel(), k)
+    lq = m.weights.shape[1]
+    return [(i // lq, i % lq, float(m.weights.ravel()[i])) for i in flat]
+
+
+def display_window(ex: Explanation, size: int) -> tuple[int, int]:
+    """[lo, hi) of at most ``size`` passage tokens for plots: centred on the predicted and
+    the gold answer when both fit, on the predicted answer otherwise."""
+    n = len(ex.passage)
+    if n <= size:
+        return 0, n
+    rows = ex.focus_rows()
+    first, last = rows[0], rows[-1]
+    if ex.gold_start >= 0 and max(last, ex.gold_end) - min(first, ex.gold_start) < size:
+        first, last = min(first, ex.gold_start), max(last, ex.gold_end)
+    centre = (first + last) // 2
+    lo = min(max(0, centre - size // 2), n - size)
+    return lo, lo + size

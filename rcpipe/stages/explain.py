@@ -1,0 +1,77 @@
+"""`rcpipe explain --model V --qid ID`: one dev question's attention views as HTML + PNG.
+
+Reads models/<V>/model.pt (weights only, refused on another vocabulary) and the question's
+row of <data.out_dir>/dev.parquet; writes reports/explain/<V>-<qid>.html (self-contained)
+and the PNG beside it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from rcpipe.config import Config
+from rcpipe.console import console
+from rcpipe.errors import InputError
+from rcpipe.stages.report import write_bytes
+from rcpipe.stages.train import load_model
+
+
+def default_out(variant: str, qid: str) -> Path:
+    return Path("reports") / "explain" / f"{variant}-{re.sub(r'[^A-Za-z0-9_.-]', '_', qid)}.html"
+
+
+def explain(cfg: Config, variant: str, qid: str, out: Path | None = None):  # noqa: ANN201
+    """Run the model on the dev question ``qid`` and write its attention page and figure.
+
+    Returns (Explanation, html path); the PNG is the html path with suffix .png.
+    """
+    import numpy as np
+
+    from rcpipe.data.dataset import SquadDataset, read_table
+    from rcpipe.eval import attention, pages, plots
+
+    cfg.models.of(variant)  # an unknown variant is an InputError naming the choices
+    dev_path = cfg.data.out_dir / "dev.parquet"
+    if not dev_path.is_file():
+        raise InputError(dev_path, "", "no prepared dev set; run `rcpipe prepare` first")
+    table = read_table(dev_path)
+    ids = table.column("id").to_pylist()
+    try:
+        i = ids.index(qid)
+    except ValueError:
+        raise InputError(dev_path, "id", f"no dev question with id {qid!r}") from None
+    model, _ = load_model(cfg, variant)
+    dev = SquadDataset(table, para_limit=cfg.train.dev_para_limit)
+    batch = dev.collate([i])
+    maps, log_p1, log_p2 = attention.attention_maps(model, variant, batch)
+    start, end = attention.decode(log_p1, log_p2, cfg.eval.max_answer_len, cfg.eval.na_threshold)
+    n = int(batch.c_mask.sum())
+    p1, p2 = log_p1.exp().double().numpy(), log_p2.exp().double().numpy()  # (1 + Lc,)
+    question = table.column("question")[i].as_py()
+    ex = attention.Explanation(
+        variant=variant, qid=qid, question=question, context=table.column("context")[i].as_py(),
+        passage=[dev.answer_text(i, t, t) for t in range(n)],
+        question_tokens=_question_tokens(question, int(batch.q_mask.sum())),
+        maps=maps, p_start=np.asarray(p1[1:]), p_end=np.asarray(p2[1:]),
+        p_start_na=float(p1[0]), p_end_na=float(p2[0]), start=start, end=end,
+        answer=dev.answer_text(i, start, end) if start >= 0 else "",
+        gold=table.column("answers")[i].as_py() or [],
+        gold_start=int(batch.y1[0]), gold_end=int(batch.y2[0]))
+    html_path = out or default_out(variant, qid)
+    png = plots.explain_png(ex)
+    write_bytes(html_path.with_suffix(".png"), png)
+    write_bytes(html_path, pages.explain_html(ex, png).encode())
+    console.print(f"explain {variant} {qid}: “{ex.answer}” -> {html_path} "
+                  f"(+ {html_path.with_suffix('.png').name})")
+    return ex, html_path
+
+
+def _question_tokens(question: str, n: int) -> list[str]:
+    """The question's words as prepare tokenized them (the Parquet row holds only ids)."""
+    from rcpipe.data.tokenize import tokenize
+
+    words = tokenize([question], quiet=True)[0].words[:n]
+    if len(words) < n:  # cannot happen with the same tokenizer; keep the map labelled anyway
+        words += [f"#{k + 1}" for k in range(len(words), n)]
+    return words

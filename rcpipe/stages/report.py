@@ -1,0 +1,112 @@
+"""`rcpipe report [--out reports/]`: the run's evaluation report, HTML + PNG + plot data.
+
+Reads predictions/<model>.json and metrics/<model>.json of every evaluated variant and of
+the ensemble (when there is one) and the dev set (data.dev_file). Writes under ``out``:
+report.html (self-contained), scores.png, f1_by_type.png, f1_by_answer_length.png,
+f1_by_context_length.png, f1_by_answerability.png (v2.0), agreement.png, and the data of
+each chart as CSV (scores.csv, f1_by_*.csv, agreement.csv: what `dvc plots` reads) plus
+everything in report.json.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+from rcpipe.config import VARIANTS, Config
+from rcpipe.console import console
+from rcpipe.errors import InputError
+from rcpipe.stages.io import load_dataset, read_mapping, write_json
+
+PREDICTIONS, METRICS = Path("predictions"), Path("metrics")
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """Write atomically, as write_json does."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _csv(rows: list[dict[str, Any]]) -> bytes:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue().encode()
+
+
+def evaluated_models() -> list[str]:
+    """Every variant with a predictions file, in VARIANTS order, then the ensemble."""
+    found = [v for v in VARIANTS if (PREDICTIONS / f"{v}.json").is_file()]
+    return found + (["ensemble"] if (PREDICTIONS / "ensemble.json").is_file() else [])
+
+
+def report(cfg: Config, out: Path = Path("reports")) -> dict[str, Any]:
+    """Write the report; returns {"html": path, "files": [every file written]}."""
+    from rcpipe.eval import metrics, pages, plots
+    from rcpipe.eval import report as tables
+
+    models = evaluated_models()
+    if not models:
+        raise InputError(f"{PREDICTIONS}/", "", "no <variant>.json predictions; run "
+                         "`rcpipe evaluate VARIANT` first")
+    preds = {m: read_mapping(PREDICTIONS / f"{m}.json", str, "an answer string") for m in models}
+    scores = {}
+    for m in models:
+        path = METRICS / f"{m}.json"
+        if not path.is_file():
+            step = "rcpipe ensemble" if m == "ensemble" else f"rcpipe evaluate {m}"
+            raise InputError(path, "", f"no metrics beside {PREDICTIONS / f'{m}.json'}; run "
+                             f"`{step}` again")
+        scores[m] = read_mapping(path, (int, float), "a number")
+    doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir)
+    version = metrics.dataset_version(doc)
+    qids = [q.qid for q in tables.questions(doc)]
+
+    rows = tables.score_rows(scores)
+    groups = [("F1 by question type", "f1_by_type", tables.by_question_type(doc, preds)),
+              ("F1 by answer length (words of the first gold answer)", "f1_by_answer_length",
+               tables.by_answer_length(doc, preds)),
+              ("F1 by context length (words)", "f1_by_context_length",
+               tables.by_context_length(doc, preds))]
+    if version == "2.0":
+        groups.append(("F1 on answerable (HasAns) vs unanswerable (NoAns) questions",
+                        "f1_by_answerability", tables.by_answerability(doc, preds)))
+    written: list[Path] = []
+
+    def put(name: str, data: bytes) -> None:
+        write_bytes(out / name, data)
+        written.append(out / name)
+
+    scores_png = plots.scores_png(rows)
+    put("scores.png", scores_png)
+    put("scores.csv", _csv(rows))
+    sections = []
+    for title, name, table in groups:
+        png = plots.grouped_bars_png(table, title)
+        put(f"{name}.png", png)
+        put(f"{name}.csv", _csv(table.rows()))
+        sections.append((title, table, png, f"{name}.csv"))
+    agreement = None
+    if len(models) > 1:
+        matrix = tables.agreement_matrix(preds, qids)
+        png = plots.agreement_png(models, matrix)
+        put("agreement.png", png)
+        put("agreement.csv", _csv([{"model": m, **{o: round(v, 4) for o, v in zip(
+            models, row, strict=True)}} for m, row in zip(models, matrix, strict=True)]))
+        agreement = (models, matrix, png)
+    info = {"dev_file": cfg.data.dev_file, "version": version, "questions": len(qids)}
+    put("report.html", pages.report_html(info, rows, scores_png, sections, agreement).encode())
+    write_json(out / "report.json", {
+        **info, "models": models, "scores": rows,
+        **{name: table.rows() for _, name, table in groups},
+        "agreement": None if agreement is None else {"models": models, "matrix": agreement[1]}})
+    written.append(out / "report.json")
+    console.print(f"report: {len(models)} model(s) on {len(qids)} dev questions -> "
+                  f"{out / 'report.html'}")
+    return {"html": str(out / "report.html"), "files": [str(p) for p in written]}

@@ -54,3 +54,11 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
            "|" + "---|" * len(header)]
     out += ["| " + " | ".join("" if v is None else str(v) for v in r) + " |" for r in rows]
     return "\n".join(out)
+
+
+def report_link_markdown(html: str) -> str:
+    """Where `rcpipe report` put the run's evaluation report (HTML, PNG plots, CSV data)."""
+    path = Path(html).resolve()
+    return (f"\n## Evaluation report\n\n[{path.name}]({path.as_uri()}): `{path}` (plots by "
+            f"question type, answer and context length, model agreement; PNG and CSV files in "
+            f"`{path.parent}`)\n")

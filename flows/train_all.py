@@ -59,14 +59,22 @@ def ensemble(cfg: Config, variants: list[str]) -> dict[str, Any]:
 
 
 @task(cache_policy=NO_CACHE)
-def report(scores: dict[str, dict[str, Any]], seconds: dict[str, float]) -> None:
+def evaluation_report(cfg: Config) -> str:
+    """`rcpipe report`: the run's HTML report with plots; returns its path."""
+    return stages.report(cfg)["html"]
+
+
+@task(cache_policy=NO_CACHE)
+def report(scores: dict[str, dict[str, Any]], seconds: dict[str, float],
+           report_html: str | None = None) -> None:
     """Prefect artifacts: the EM/F1 table and a markdown report by question type."""
-    from flows.report import by_type_markdown, score_rows
+    from flows.report import by_type_markdown, report_link_markdown, score_rows
 
     create_table_artifact(key="train-all-scores", table=score_rows(scores),
                           description="Dev EM/F1 of every variant and the ensemble")
     create_markdown_artifact(key="train-all-report",
-                             markdown=by_type_markdown(scores, Path("metrics"), seconds),
+                             markdown=by_type_markdown(scores, Path("metrics"), seconds)
+                             + (report_link_markdown(report_html) if report_html else ""),
                              description="train-all: scores, F1 by question type, timings")
 
 
@@ -132,7 +140,8 @@ def train_all(
                            + "; ".join(f"{v}: {why[:300]}" for v, why in failed.items()))
     if len(variants) > 1:
         scores["ensemble"] = timed("ensemble", ensemble, cfg, list(variants))
-    timed("report", report, scores, seconds)
+    report_html = timed("evaluation report", evaluation_report, cfg)
+    timed("report", report, scores, seconds, report_html)
     return {"scores": scores, "seconds": seconds, "workdir": str(Path.cwd())}
 
 

@@ -71,13 +71,17 @@ def up(port: int, home: Path) -> dict[str, object]:
     stack: dict[str, object] = {"api_url": api_url, "server": server.pid}
     (home / "stack.json").write_text(json.dumps(stack))
     print(f"prefect server: starting on {api_url} (first start migrates SQLite: ~1 min)")
-    _wait_healthy(api_url, home / "server.log")
-    _run([prefect, "work-pool", "create", POOL, "--type", "process", "--overwrite"], env)
-    _run([prefect, "--no-prompt", "deploy", "--name", "local"], env)
-    worker = subprocess.Popen(
-        [prefect, "worker", "start", "--pool", POOL, "--type", "process"],
-        env=env, cwd=ROOT, stdout=(home / "worker.log").open("w"),
-        stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_healthy(api_url, home / "server.log")
+        _run([prefect, "work-pool", "create", POOL, "--type", "process", "--overwrite"], env)
+        _run([prefect, "--no-prompt", "deploy", "--name", "local"], env)
+        worker = subprocess.Popen(
+            [prefect, "worker", "start", "--pool", POOL, "--type", "process"],
+            env=env, cwd=ROOT, stdout=(home / "worker.log").open("w"),
+            stderr=subprocess.STDOUT, start_new_session=True)
+    except BaseException:
+        down(home, quiet=True)  # no server left behind by a half-started stack
+        raise
     stack["worker"] = worker.pid
     (home / "stack.json").write_text(json.dumps(stack))
     # the caller's profile (its own PREFECT_HOME) learns where the server is

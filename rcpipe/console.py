@@ -3,6 +3,10 @@ carries only results that other tools parse (``rcpipe score`` prints JSON there)
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -27,3 +31,36 @@ def progress(disable: bool = False) -> Progress:
         transient=False,
         disable=disable,
     )
+
+
+class _SharedProgress:
+    """One live progress display for every concurrent user in this process.
+
+    rich allows one live display per console, and the train-all flow trains several
+    variants at once on threads of one process: each takes a task row in the same bar.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._bar: Progress | None = None
+        self._users = 0
+
+    @contextmanager
+    def __call__(self) -> Iterator[Progress]:
+        with self._lock:
+            if self._bar is None:
+                self._bar = progress()
+                self._bar.start()
+            self._users += 1
+            bar = self._bar
+        try:
+            yield bar
+        finally:
+            with self._lock:
+                self._users -= 1
+                if self._users == 0:
+                    bar.stop()
+                    self._bar = None
+
+
+shared_progress = _SharedProgress()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rcpipe.config import Config
-from rcpipe.console import console, progress
+from rcpipe.console import console, shared_progress
 from rcpipe.errors import InputError
 from rcpipe.stages.io import load_dataset, write_json
 
@@ -95,7 +95,7 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
             inputs=ray.put(inputs), dev_doc=ray.put(dev_doc),
             vocab_sha256=_vocab_hash(cfg.data.out_dir), threads=0)
         path, filesystem = ray_job.storage(cfg, variant, out)
-        with progress() as bar:
+        with shared_progress() as bar:
             task = bar.add_task(f"train {variant}", total=cfg.train.epochs)
             result = ray_job.fit(spec, cfg, path, filesystem,
                                  lambda message: _show(bar, task, variant, message))

@@ -87,6 +87,7 @@ def train_all(
     workdir: str | None = None,
     ray_address: str | None = None,
     storage_path: str | None = None,
+    version: bool = False,
 ) -> dict[str, Any]:
     """Train and evaluate ``variants``, ensemble them, report.
 
@@ -95,7 +96,9 @@ def train_all(
     first (the demo preset's data); workdir: where data/, models/, predictions/ and
     metrics/ go (default: the current directory); ray_address / storage_path: a Ray
     cluster to join and checkpoint storage (s3://...), as train.ray_address and
-    train.storage_path.
+    train.storage_path; version: afterwards commit the DVC state, push it to the DVC
+    remote and run the champion gate (flows/version.py; the workdir must be the DVC
+    workspace and params its params.yaml).
     """
     params_path = Path(params).resolve()
     sets = list(overrides or [])
@@ -142,6 +145,10 @@ def train_all(
         scores["ensemble"] = timed("ensemble", ensemble, cfg, list(variants))
     report_html = timed("evaluation report", evaluation_report, cfg)
     timed("report", report, scores, seconds, report_html)
+    if version:  # DVC commit + push of this run, then the champion gate
+        from flows.version import version_run
+
+        timed("version", version_run, cfg, str(params_path), sets, list(variants))
     return {"scores": scores, "seconds": seconds, "workdir": str(Path.cwd())}
 
 

@@ -45,6 +45,9 @@ class DataConfig(Section):
     )
     limits: Limits = Limits()
     workers: int = Field(2, ge=1, description="tokenizer processes (nlp.pipe n_process)")
+    sha256: dict[str, str] = Field(
+        default_factory=dict, description="source URI -> sha256 of its content: `rcpipe "
+        "fetch` refuses a file that does not match (the official files' digests pinned)")
 
 
 class SynthConfig(Section):

@@ -1,0 +1,241 @@
+"""`rcpipe version` and the flow's versioning step: commit, push, the champion gate.
+
+After a run in a DVC workspace (a checkout holding dvc.yaml, the run's outputs in place):
+`dvc commit` records the stages the run produced in dvc.lock, git commits dvc.lock, `dvc
+push` sends the data and models to the remote, and the run's record and dvc.lock go beside
+the remote's objects (``<remote>/rcpipe/versions/<run>/``), so even a run whose workspace
+disappears (a pod) leaves a version anyone can `dvc pull`. With ``promote`` the champion
+gate follows: rcpipe.versioning.decide compares the run's best dev F1 with
+``<remote>/rcpipe/champion.json`` and moves that pointer (and the git tag ``champion``)
+only when the new model wins.
+
+A failed push is retried with backoff: the remote is content-addressed and an object
+appears only once uploaded whole, so a retry sends what is missing and nothing half-written
+is ever visible. One versioning process per workspace at a time (a file lock); DVC's own
+lock is waited for too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rcpipe.config import VARIANTS, Config
+from rcpipe.console import console
+from rcpipe.errors import InputError
+from rcpipe.versioning import (
+    Score,
+    best_score,
+    classify_failure,
+    commit_targets,
+    decide,
+    untracked_overrides,
+)
+
+LOCK = Path(".dvc/tmp/rcpipe-version.lock")
+RECORDS = "rcpipe"  # <remote>/rcpipe/: champion.json and versions/<run>/ (DVC uses files/, runs/)
+
+
+@contextmanager
+def workspace_lock(root: Path, timeout: float = 3600.0) -> Iterator[None]:
+    """Hold the workspace's versioning lock (waits up to ``timeout`` seconds for it)."""
+    import fcntl
+
+    path = root / LOCK
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise InputError(path, "", f"another `rcpipe version` held the workspace "
+                                               f"for more than {timeout:.0f}s") from None
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def dvc(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """One dvc command in ``root`` (waiting for DVC's own lock), output captured."""
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+    return subprocess.run([sys.executable, "-m", "dvc", "--wait-for-lock", *args], cwd=root,
+                          env=env, capture_output=True, text=True)
+
+
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+
+
+class Remote:
+    """The DVC remote, through DVC's own file system for it: its URL, endpoint and keys
+    (``.dvc/config``, ``.dvc/config.local``, else the standard AWS environment)."""
+
+    def __init__(self, root: Path, name: str | None) -> None:
+        from dvc.config import RemoteConfigError
+        from dvc.repo import Repo
+
+        try:
+            with Repo(str(root)) as repo:
+                remote = repo.cloud.get_remote(name, command="push")
+                self.url = repo.config["remote"][remote.name]["url"].rstrip("/")
+        except RemoteConfigError as e:
+            what = (str(e).splitlines() or ["no remote"])[0].rstrip(".")
+            raise InputError(root / ".dvc/config", f"remote {name or '(default)'}",
+                             f"{what}; add one: `dvc remote add -d storage s3://BUCKET/PREFIX`"
+                             ) from None
+        self.name, self.fs, self.path = remote.name, remote.fs, remote.path
+
+    def _where(self, *parts: str) -> tuple[str, str]:
+        return self.fs.join(self.path, RECORDS, *parts), "/".join((self.url, RECORDS, *parts))
+
+    def read_json(self, *parts: str) -> dict[str, Any] | None:
+        path, url = self._where(*parts)
+        try:
+            if not self.fs.exists(path):
+                return None
+            return json.loads(self.fs.cat_file(path))
+        except ValueError:
+            raise InputError(url, "", "not valid JSON") from None
+        except Exception as e:  # noqa: BLE001 - s3fs/botocore raise many types
+            raise InputError(url, "", f"cannot read: {str(e).splitlines()[0][:200]}") from None
+
+    def write(self, data: bytes, *parts: str) -> str:
+        path, url = self._where(*parts)
+        try:
+            self.fs.pipe_file(path, data)
+        except Exception as e:  # noqa: BLE001
+            raise InputError(url, "", f"cannot write: {str(e).splitlines()[0][:200]}") from None
+        return url
+
+
+def tracked_params(root: Path) -> dict[str, list[str]]:
+    """stage address -> the params keys dvc.yaml lists for it (foreach resolved)."""
+    from dvc.dependency.param import ParamsDependency
+    from dvc.repo import Repo
+
+    with Repo(str(root)) as repo:
+        return {stage.addressing: [k for d in stage.deps if isinstance(d, ParamsDependency)
+                                   for k in d.params]
+                for stage in repo.index.stages}
+
+
+def push(root: Path, targets: Sequence[str], remote: Remote, tries: int = 3,
+         backoff: float = 2.0) -> None:
+    """`dvc push` with retries; a one-line InputError naming the remote when it gives up."""
+    for attempt in range(1, tries + 1):
+        out = dvc(root, "push", "-r", remote.name, *targets)
+        if out.returncode == 0:
+            return
+        failure = classify_failure(out.stdout + "\n" + out.stderr)
+        if not failure.retryable:
+            raise InputError(remote.url, "dvc push", f"{failure.what} ({failure.detail})")
+        if attempt < tries:
+            console.print(f"version: push failed ({failure.detail}); try {attempt + 1} of "
+                          f"{tries} in {backoff * 2 ** (attempt - 1):.0f}s")
+            time.sleep(backoff * 2 ** (attempt - 1))
+    raise InputError(remote.url, "dvc push", f"{failure.what} after {tries} tries "
+                                             f"({failure.detail}); what was uploaded is "
+                                             "complete: push again once it is up")
+
+
+def _git_commit(root: Path, message: str) -> str | None:
+    """Commit dvc.lock when the workspace is a git checkout; the commit (or HEAD) id."""
+    if _git(root, "rev-parse", "--is-inside-work-tree").returncode != 0:
+        return None
+    _git(root, "add", "dvc.lock")
+    if _git(root, "diff", "--cached", "--quiet", "--", "dvc.lock").returncode != 0:
+        who = [] if _git(root, "config", "user.email").stdout.strip() else \
+            ["-c", "user.name=rcpipe", "-c", "user.email=rcpipe@localhost"]
+        done = _git(root, *who, "commit", "-q", "-m", message, "--", "dvc.lock")
+        if done.returncode != 0:
+            raise InputError(root / "dvc.lock", "git commit", done.stderr.strip()[:300])
+    head = _git(root, "rev-parse", "HEAD")
+    return head.stdout.strip() if head.returncode == 0 else None
+
+
+def _scores(targets: Sequence[str]) -> dict[str, dict[str, Any]]:
+    models = [t.partition("@")[2] for t in targets if t.startswith("evaluate@")]
+    models += ["ensemble"] if "ensemble" in targets else []
+    return {m: json.loads((Path("metrics") / f"{m}.json").read_text()) for m in models}
+
+
+def version(cfg: Config, variants: Sequence[str] = VARIANTS, *,
+            params: Path = Path("params.yaml"), overrides: Sequence[str] = (),
+            remote: str | None = None, promote: bool = False, run: str | None = None,
+            min_gain: float = 0.0, tries: int = 3, backoff: float = 2.0) -> dict[str, Any]:
+    """Version the outputs of a run of ``variants`` in the current directory (see above)."""
+    from rcpipe.stages.fetch import fetch
+
+    root = Path.cwd()
+    if not (root / "dvc.yaml").is_file() or not (root / ".dvc").is_dir():
+        raise InputError(root / "dvc.yaml", "", "not a DVC workspace (dvc.yaml and .dvc/ "
+                                                "expected here)")
+    if Path(params).resolve() != (root / "params.yaml").resolve():
+        raise InputError(params, "", "dvc.yaml records params.yaml: only a run of "
+                                     "params.yaml can be versioned")
+    try:
+        targets = commit_targets(variants)
+    except ValueError as e:
+        raise InputError("variants", ",".join(variants), str(e)) from None
+    run = run or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    with workspace_lock(root):
+        where = Remote(root, remote)  # a missing remote fails before anything changes
+        clashes = untracked_overrides(overrides, tracked_params(root))
+        if clashes:
+            item, stage, key = clashes[0]
+            raise InputError("--set", item, f"dvc.yaml's {stage} tracks {key}: set it in "
+                                            "params.yaml, or dvc.lock would misstate the run")
+        manifest = fetch(cfg)  # the pinned checksums, and sources.json for the fetch stage
+        committed = dvc(root, "commit", "--force", *targets)
+        if committed.returncode != 0:
+            failure = classify_failure(committed.stdout + "\n" + committed.stderr)
+            raise InputError(root / "dvc.yaml", "dvc commit", failure.detail)
+        scores = _scores(targets)
+        git_commit = _git_commit(root, f"rcpipe version {run}: dvc.lock of "
+                                       f"{', '.join(targets)}")
+        push(root, targets, where, tries, backoff)
+        candidate = best_score(scores, manifest["dev"]["sha256"], run)
+        lock_url = where.write((root / "dvc.lock").read_bytes(), "versions", run, "dvc.lock")
+        record: dict[str, Any] = {
+            "run": run, "targets": list(targets), "git_commit": git_commit,
+            "dvc_lock": lock_url, "candidate": candidate.as_dict(),
+            "scores": {m: {"em": s.get("exact_match", s.get("exact")), "f1": s["f1"]}
+                       for m, s in scores.items()},
+        }
+        console.print(f"version {run}: {len(targets)} stages committed and pushed to "
+                      f"{where.url}")
+        if promote:
+            record |= _gate(root, where, candidate, record, min_gain)
+        record["record"] = where.write(json.dumps(record, indent=1).encode(), "versions", run,
+                                       "version.json")
+    return record
+
+
+def _gate(root: Path, where: Remote, candidate: Score, record: dict[str, Any],
+          min_gain: float) -> dict[str, Any]:
+    current = where.read_json("champion.json")
+    champion = Score.from_dict(current["score"]) if current else None
+    decision = decide(candidate, champion, min_gain)
+    if decision.promote:
+        where.write(json.dumps({"score": candidate.as_dict(), "dvc_lock": record["dvc_lock"],
+                                "git_commit": record["git_commit"],
+                                "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                             time.gmtime())},
+                               indent=1).encode(), "champion.json")
+        if record["git_commit"]:
+            _git(root, "tag", "-f", "champion", record["git_commit"])
+    console.print(f"champion: {'promoted' if decision.promote else 'kept'}: {decision.reason}")
+    return {"promoted": decision.promote, "reason": decision.reason,
+            "champion_before": champion.as_dict() if champion else None}

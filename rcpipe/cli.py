@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from rcpipe import stages
-from rcpipe.config import Config, load_config
+from rcpipe.config import VARIANTS, Config, load_config
 from rcpipe.errors import InputError
 
 app = typer.Typer(
@@ -83,6 +83,45 @@ def ensemble(
 ) -> None:
     """Majority vote on the answer text across models (tie: highest single-voter prob)."""
     stages.ensemble(_config(params, set_), inputs, out)
+
+
+# ------------------------------------------------ DVC: fetch, plots, version (dvc.yaml)
+
+
+@app.command()
+def fetch(params: Params = Path("params.yaml"), set_: Sets = None) -> None:
+    """Download the SQuAD files and word vectors into data.cache_dir, checked by data.sha256."""
+    from rcpipe.stages.fetch import fetch as fetch_sources
+
+    fetch_sources(_config(params, set_))
+
+
+@app.command()
+def plots(params: Params = Path("params.yaml"), set_: Sets = None) -> None:
+    """metrics/<model>.by_type.json as plots/by_type/<model>.json rows, for `dvc plots`."""
+    from rcpipe.stages.plots import plots as write_plots
+
+    _config(params, set_)
+    write_plots()
+
+
+@app.command()
+def version(
+    variant: Annotated[list[str] | None, typer.Option(
+        help="a variant the run trained (repeatable); default: all five")] = None,
+    promote: Annotated[bool, typer.Option(
+        help="move the champion to this run if its dev F1 beats the champion's")] = False,
+    remote: Annotated[str | None, typer.Option(help="DVC remote (default: core.remote)")
+                      ] = None,
+    params: Params = Path("params.yaml"),
+    set_: Sets = None,
+) -> None:
+    """Commit the run's DVC state (dvc.lock), push it to the remote; the champion gate."""
+    from rcpipe.stages.version import version as version_run
+
+    record = version_run(_config(params, set_), variant or list(VARIANTS), params=params,
+                         overrides=set_ or [], remote=remote, promote=promote)
+    print(json.dumps(record))
 
 
 @app.command()

@@ -1,0 +1,175 @@
+"""dvc.yaml, checked offline against DVC itself and against the code it runs.
+
+DVC's own schema (dvc/schema.py) and DVC's own resolution of the stages with params.yaml;
+each stage's code deps cover every rcpipe module its entry module imports (transitively);
+each variant's stages track that variant's params only; and the nightly deployment's
+overrides touch no tracked key, so `rcpipe version` can record what it ran.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rcpipe.config import VARIANTS, load_config
+from rcpipe.versioning import untracked_overrides
+
+REPO = Path(__file__).resolve().parents[1]
+DVC_YAML = REPO / "dvc.yaml"
+# the module behind each `rcpipe <command>` that dvc.yaml runs
+ENTRY = {"fetch": "rcpipe/stages/fetch.py", "prepare": "rcpipe/stages/data.py",
+         "train": "rcpipe/stages/train.py", "evaluate": "rcpipe/stages/train.py",
+         "ensemble": "rcpipe/stages/scoring.py", "plots": "rcpipe/stages/plots.py"}
+# modules that only print or define the error type: not a reason to retrain anything
+NOT_DEPS = {"rcpipe/console.py", "rcpipe/errors.py", "rcpipe/__init__.py"}
+
+
+@pytest.fixture(scope="module")
+def stages() -> dict[str, Any]:
+    """DVC's own resolution of dvc.yaml with params.yaml: address -> Stage."""
+    from dvc.repo import Repo
+
+    with Repo(str(REPO)) as repo:
+        return {stage.addressing: stage for stage in repo.index.stages}
+
+
+def test_dvc_yaml_matches_dvcs_schema() -> None:
+    from dvc.schema import COMPILED_MULTI_STAGE_SCHEMA
+
+    COMPILED_MULTI_STAGE_SCHEMA(yaml.safe_load(DVC_YAML.read_text()))
+
+
+def test_the_schema_check_can_fail() -> None:
+    import voluptuous
+    from dvc.schema import COMPILED_MULTI_STAGE_SCHEMA
+
+    broken = copy.deepcopy(yaml.safe_load(DVC_YAML.read_text()))
+    broken["stages"]["prepare"]["dep"] = broken["stages"]["prepare"].pop("deps")
+    with pytest.raises(voluptuous.Invalid):
+        COMPILED_MULTI_STAGE_SCHEMA(broken)
+
+
+def test_the_pipeline_runs_rcpipe_in_order(stages: dict[str, Any]) -> None:
+    expected = ["fetch", "prepare", *(f"{s}@{v}" for s in ("train", "evaluate") for v in VARIANTS),
+                "ensemble", "plots"]
+    assert sorted(stages) == sorted(expected)
+    from rcpipe.cli import app
+
+    commands = {c.name or c.callback.__name__ for c in app.registered_commands}
+    for address, stage in stages.items():
+        program, command, *args = stage.cmd.split()
+        assert program == "rcpipe" and command in commands, stage.cmd
+        assert command == address.partition("@")[0]
+    # what each stage reads is what the one before it writes
+    outs = {str(o.def_path): a for a, s in stages.items() for o in s.outs}
+    for variant in VARIANTS:
+        train_deps = {str(d.def_path) for d in stages[f"train@{variant}"].deps}
+        assert outs["data/prepared"] == "prepare" and "data/prepared" in train_deps
+        assert outs[f"models/{variant}/model.pt"] == f"train@{variant}"
+        assert f"predictions/{variant}.nbest.json" in \
+            {str(d.def_path) for d in stages["ensemble"].deps}
+    assert outs["data/cache"] == "fetch" and stages["fetch"].outs[0].persist
+
+
+def test_every_tracked_key_is_in_params_yaml_and_rcpipes_config(stages: dict[str, Any]
+                                                                  ) -> None:
+    from dvc.dependency.param import ParamsDependency
+
+    load_config(REPO / "params.yaml")
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    for address, stage in stages.items():
+        for dep in stage.deps:
+            if isinstance(dep, ParamsDependency):
+                for key in dep.params:
+                    node = params
+                    for part in key.split("."):
+                        assert isinstance(node, dict) and part in node, f"{address}: {key}"
+                        node = node[part]
+
+
+def _tracked(stages: dict[str, Any]) -> dict[str, list[str]]:
+    from dvc.dependency.param import ParamsDependency
+
+    return {a: [k for d in s.deps if isinstance(d, ParamsDependency) for k in d.params]
+            for a, s in stages.items()}
+
+
+def test_a_variants_stages_track_its_own_model_params_only(stages: dict[str, Any]) -> None:
+    tracked = _tracked(stages)
+    for address, keys in tracked.items():
+        models = {k for k in keys if k.startswith("models.")}
+        variant = address.partition("@")[2]
+        assert models == ({f"models.{variant}"} if variant else set()), address
+
+
+def test_the_nightly_deployment_can_be_versioned(stages: dict[str, Any]) -> None:
+    """Its --set overrides (and ray_address, storage_path) leave dvc.lock truthful."""
+    deployments = yaml.safe_load((REPO / "prefect.yaml").read_text())["deployments"]
+    nightly = next(d for d in deployments if d["name"] == "nightly")["parameters"]
+    sets = list(nightly.get("overrides", []))
+    sets += [f"train.ray_address={nightly['ray_address']}",
+             f"train.storage_path={nightly['storage_path']}"]
+    assert untracked_overrides(sets, _tracked(stages)) == []
+    assert nightly["params"] == "params.yaml"  # the file dvc.yaml records
+    assert nightly.get("version") is True
+
+
+def _module_file(name: str) -> str | None:
+    path = REPO / Path(*name.split("."))
+    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+        if candidate.is_file():
+            return str(candidate.relative_to(REPO))
+    return None
+
+
+def imports(path: str) -> set[str]:
+    """rcpipe files ``path`` imports anywhere in it (functions included)."""
+    found = set()
+    for node in ast.walk(ast.parse((REPO / path).read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("rcpipe"):
+            subs = {_module_file(f"{node.module}.{a.name}") for a in node.names} - {None}
+            # `from rcpipe.data import features` imports the module, not the package's body
+            if len(subs) < len(node.names):
+                found.add(_module_file(node.module))
+            found |= subs
+        elif isinstance(node, ast.Import):
+            found |= {_module_file(a.name) for a in node.names if a.name.startswith("rcpipe")}
+    return found - {None}
+
+
+def closure(path: str) -> set[str]:
+    seen, todo = set(), [path]
+    while todo:
+        current = todo.pop()
+        if current not in seen:
+            seen.add(current)
+            todo += imports(current)
+    return seen - NOT_DEPS
+
+
+def test_code_deps_cover_exactly_the_code_each_stage_runs(stages: dict[str, Any]) -> None:
+    for address, stage in stages.items():
+        code = {str(d.def_path) for d in stage.deps if str(d.def_path).startswith("rcpipe/")}
+        needed = closure(ENTRY[address.partition("@")[0]])
+        covered = {f for f in needed if any(f == c or f.startswith(c + "/") for c in code)}
+        assert covered == needed, f"{address}: missing code deps {sorted(needed - covered)}"
+        unused = {c for c in code if not any(f == c or f.startswith(c + "/") for f in needed)}
+        assert not unused, f"{address}: code deps it never imports {sorted(unused)}"
+
+
+def test_metrics_and_plots_are_declared(stages: dict[str, Any]) -> None:
+    doc = yaml.safe_load(DVC_YAML.read_text())
+    metrics = {str(o.def_path) for s in stages.values() for o in s.outs if o.metric}
+    assert metrics == {f"metrics/{m}{suffix}.json" for m in (*VARIANTS, "ensemble")
+                       for suffix in ("", ".by_type")}
+    files = {f for plot in doc["plots"] for spec in plot.values() for f in spec["y"]}
+    assert {f"models/{v}/metrics.json" for v in VARIANTS} <= files
+    assert {f"plots/by_type/{m}.json" for m in (*VARIANTS, "ensemble")} <= files
+    outs = {str(o.def_path) for s in stages.values() for o in s.outs}
+    for f in files:  # every plotted file is some stage's output
+        assert f in outs or any(f.startswith(o + "/") for o in outs), f

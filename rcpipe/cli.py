@@ -113,6 +113,7 @@ def version(
         help="move the champion to this run if its dev F1 beats the champion's")] = False,
     remote: Annotated[str | None, typer.Option(help="DVC remote (default: core.remote)")
                       ] = None,
+    tries: Annotated[int, typer.Option(min=1, help="dvc push attempts")] = 3,
     params: Params = Path("params.yaml"),
     set_: Sets = None,
 ) -> None:
@@ -120,7 +121,7 @@ def version(
     from rcpipe.stages.version import version as version_run
 
     record = version_run(_config(params, set_), variant or list(VARIANTS), params=params,
-                         overrides=set_ or [], remote=remote, promote=promote)
+                         overrides=set_ or [], remote=remote, promote=promote, tries=tries)
     print(json.dumps(record))
 
 

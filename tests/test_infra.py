@@ -411,3 +411,55 @@ def test_checks_reject_broken_copies() -> None:
     env = {"env": [{"name": "AWS_SECRET_ACCESS_KEY", "value": "x"}]}
     assert secrets_in_doc(env) == ["env AWS_SECRET_ACCESS_KEY has a literal value"]
     assert secrets_in_doc({"kind": "Secret", "stringData": {"k": "v"}})
+
+
+# ------------------------------------------------- DVC: the remote and the nightly's workspace
+
+
+def dvc_repo_config() -> dict[str, Any]:
+    """.dvc/config as DVC reads and validates it (its own schema, dvc/config_schema.py)."""
+    from dvc.config import Config
+
+    return Config(dvc_dir=str(REPO / ".dvc"), validate=True).load_one("repo")
+
+
+def test_dvc_remote_is_the_infra_bucket_and_holds_no_key() -> None:
+    config = dvc_repo_config()
+    remote = config["remote"][config["core"]["remote"]]
+    assert set(remote) == {"url"}, "keys and endpoints go to .dvc/config.local (--local)"
+    bucket = remote["url"].removeprefix("s3://").split("/")[0]
+    nightly = next(d for d in load(REPO / "prefect.yaml")["deployments"]
+                   if d["name"] == "nightly")
+    assert nightly["parameters"]["storage_path"].startswith(f"s3://{bucket}/")
+    assert secrets_in_text((REPO / ".dvc/config").read_text()) == []
+    assert "/config.local" in (REPO / ".dvc/.gitignore").read_text().split()
+
+
+def test_the_image_is_the_dvc_workspace_the_nightly_versions() -> None:
+    """The nightly runs in /app with version=true: dvc.yaml, .dvc/config and params.yaml
+    must be there, and DVC must run without a git checkout."""
+    instructions = dockerfile_instructions(DOCKERFILE.read_text())
+    copied = {s for word, rest in instructions if word == "COPY"
+              for s in rest.split()[:-1] if not s.startswith("--")}
+    assert {"dvc.yaml", ".dvc/config", "params.yaml", "flows/"} <= copied
+    runs = " ".join(rest for word, rest in instructions if word == "RUN")
+    assert "no_scm = true" in runs and ".dvc/config.local" in runs
+    nightly = next(d for d in load(REPO / "prefect.yaml")["deployments"]
+                   if d["name"] == "nightly")
+    assert nightly["parameters"]["version"] is True
+    assert nightly["parameters"]["params"] == "params.yaml"
+    steps = [step for entry in nightly["pull"] for step in entry.items()]
+    assert ("prefect.deployments.steps.set_working_directory", {"directory": "/app"}) in steps
+    assert ("WORKDIR", "/app") in instructions
+
+
+def test_walkthrough_goes_from_bucket_to_dvc_pull() -> None:
+    """infra/README.md's commands, in the order a first run needs them."""
+    text = (INFRA / "README.md").read_text()
+    steps = ["aws s3 mb s3://rcpipe-artifacts", "dvc remote modify --local storage",
+             "docker build", "ray up infra/ray/cluster-aws.yaml",
+             "kubectl apply -f infra/kuberay/raycluster.yaml", "prefect deploy",
+             "prefect deployment run train-all/nightly", "dvc pull"]
+    at = [text.find(step) for step in steps]
+    assert -1 not in at, [s for s, i in zip(steps, at, strict=True) if i < 0]
+    assert at == sorted(at), "walkthrough steps out of order"

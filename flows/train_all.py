@@ -123,21 +123,11 @@ def train_all(
 
     from rcpipe.train.ray_job import jobs_that_fit, ray_cluster
 
-    scores: dict[str, dict[str, Any]] = {}
-    failed: dict[str, str] = {}
     with ray_cluster(cfg.train.ray_address):  # one Ray for every variant's job
         slots = jobs_that_fit(cfg)
         get_run_logger().info("train: %d variant(s), %d at a time", len(variants), slots)
-        for start in range(0, len(variants), slots):
-            wave = variants[start:start + slots]
-            t0 = time.perf_counter()
-            futures = {v: _submit(cfg, v) for v in wave}
-            for v, future in futures.items():
-                try:
-                    scores[v] = future.result()
-                except Exception as e:  # noqa: BLE001 - the others go on; reported below
-                    failed[v] = f"{type(e).__name__}: {e}"
-            seconds[f"train+evaluate {'+'.join(wave)}"] = round(time.perf_counter() - t0, 2)
+        scores, failed = timed("train+evaluate", _train_and_evaluate, cfg, list(variants),
+                               slots)
     if failed:
         raise RuntimeError(f"train-all: {len(failed)} variant(s) failed: "
                            + "; ".join(f"{v}: {why[:300]}" for v, why in failed.items()))
@@ -156,6 +146,32 @@ def _submit(cfg: Config, variant: str):  # noqa: ANN202 - a PrefectFuture
     """Train then evaluate one variant as a pair of tasks running on the flow's runner."""
     train_run = train.submit(cfg, variant)
     return evaluate.submit(cfg, variant, wait_for=[train_run])
+
+
+def _train_and_evaluate(cfg: Config, variants: list[str], slots: int
+                        ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Keep ``slots`` variants training at once; a freed slot takes the next variant.
+
+    Returns (scores of the variants that finished, why each other one failed).
+    """
+    from prefect.futures import as_completed
+
+    pending = list(variants)
+    running: dict[Any, tuple[str, Any]] = {}  # task run id -> (variant, its future)
+    scores: dict[str, dict[str, Any]] = {}
+    failed: dict[str, str] = {}
+    while pending or running:
+        while pending and len(running) < slots:
+            variant = pending.pop(0)
+            future = _submit(cfg, variant)
+            running[future.task_run_id] = (variant, future)
+        done = next(as_completed([future for _, future in running.values()]))
+        variant, _ = running.pop(done.task_run_id)
+        try:
+            scores[variant] = done.result()
+        except Exception as e:  # noqa: BLE001 - the others go on; reported by the caller
+            failed[variant] = f"{type(e).__name__}: {e}"
+    return {v: scores[v] for v in variants if v in scores}, failed
 
 
 def main() -> None:

@@ -135,6 +135,9 @@ class ModelConfig(Section):
     model_convs: int = Field(2, gt=0, description="QANet convs per model-encoder block")
     model_kernel: int = Field(5, gt=0, description="QANet model-encoder conv width")
     stochastic_depth: float = Field(0.1, ge=0, lt=1, description="QANet p_L (1 - survival)")
+    position_encoding: bool = Field(True, description="QANet: add the sinusoid at every "
+                                    "encoder block (the paper); False: the convolutions "
+                                    "alone carry word order")
     train_word_vectors: bool = Field(False, description="fine-tune pretrained vectors")
     batch_size: int | None = Field(None, gt=0, description="overrides train.batch_size")
     optim: OptimConfig = OptimConfig()

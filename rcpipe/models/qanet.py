@@ -138,8 +138,10 @@ class EncoderBlock(nn.Module):
     def _add(x: torch.Tensor, y: torch.Tensor, scale: float) -> torch.Tensor:
         return x + (y if scale == 1.0 else y * scale)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, pe: torch.Tensor) -> torch.Tensor:
-        x = x + pe  # (B, L, d) + (L, d)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, pe: torch.Tensor | None
+                ) -> torch.Tensor:
+        if pe is not None:
+            x = x + pe  # (B, L, d) + (L, d)
         for i, (norm, conv) in enumerate(zip(self.conv_norms, self.convs, strict=True)):
             run, scale = self._runs(i)
             if run:
@@ -164,8 +166,9 @@ class Encoder(nn.Module):
     """
 
     def __init__(self, blocks: int, dim: int, convs: int, kernel: int, heads: int,
-                 dropout: float, p_l: float) -> None:
+                 dropout: float, p_l: float, position_encoding: bool = True) -> None:
         super().__init__()
+        self.position_encoding = position_encoding
         per_block = convs + 2
         total = blocks * per_block
         survival = [1.0 - sub / total * p_l for sub in range(1, total + 1)]
@@ -176,7 +179,8 @@ class Encoder(nn.Module):
         )
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        pe = positional_encoding(x.size(1), x.size(2), x.device, x.dtype)  # (L, d), once
+        pe = positional_encoding(x.size(1), x.size(2), x.device, x.dtype) \
+            if self.position_encoding else None  # (L, d), once
         for block in self.blocks:
             x = block(x, mask, pe)  # (B, L, d)
         return x
@@ -200,11 +204,12 @@ class QANet(nn.Module):
         self.highway = Highway(emb_dim, cfg.highway_layers, cfg.dropout)
         self.emb_proj = nn.Linear(emb_dim, d)
         self.emb_encoder = Encoder(1, d, cfg.emb_convs, cfg.conv_kernel, cfg.heads,
-                                   cfg.dropout, cfg.stochastic_depth)
+                                   cfg.dropout, cfg.stochastic_depth, cfg.position_encoding)
         self.cq_attention = TrilinearAttention(d, q2c="dcn")
         self.cq_proj = nn.Linear(4 * d, d)
         self.model_encoder = Encoder(cfg.model_blocks, d, cfg.model_convs, cfg.model_kernel,
-                                     cfg.heads, cfg.dropout, cfg.stochastic_depth)
+                                     cfg.heads, cfg.dropout, cfg.stochastic_depth,
+                                     cfg.position_encoding)
         self.w1 = nn.Linear(2 * d, 1, bias=False)  # the paper's W1, W2 have no bias
         self.w2 = nn.Linear(2 * d, 1, bias=False)
         self.na_head = NoAnswerHead(3 * d) if inputs.no_answer else None

@@ -19,28 +19,42 @@ TINY = {"hidden": 8, "char_dim": 4, "char_hidden": 8, "heads": 2, "model_blocks"
 def _params(root: Path, synth: SynthData) -> Path:
     return write_params(root / "params.yaml",
                         data={"train_file": str(synth.train), "dev_file": str(synth.dev)},
-                        train={"max_steps": 3, "batch_size": 8, "max_failures": 0},
-                        models={"bidaf": TINY, "qanet": TINY})
+                        # one CPU a job: both variants train at once on the 2-CPU test Ray
+                        train={"max_steps": 3, "batch_size": 8, "max_failures": 0,
+                               "cpus_per_worker": 1},
+                        models={"bidaf": TINY, "rnet_mult": TINY, "qanet": TINY})
+
+
+def _training_interval(model_dir: Path) -> tuple[float, float]:
+    """(start, end) of a variant's training job, from its summary's wall seconds and mtime."""
+    summary = model_dir / "summary.json"
+    end = summary.stat().st_mtime
+    return end - json.loads(summary.read_text())["wall_seconds"], end
 
 
 def test_a_rerun_after_one_variant_failed_skips_what_finished(
         tmp_path: Path, synth_v1: SynthData) -> None:
     params, work = _params(tmp_path, synth_v1), tmp_path / "work"
-    # qanet cannot be built with 3 heads on 8 dimensions: that variant fails, bidaf finishes
-    state = train_all(params=str(params), variants=["bidaf", "qanet"], workdir=str(work),
+    variants = ["bidaf", "rnet_mult", "qanet"]
+    # qanet cannot be built with 3 heads on 8 dimensions: that variant fails, the others finish
+    state = train_all(params=str(params), variants=variants, workdir=str(work),
                       overrides=["models.qanet.heads=3"], return_state=True)
     assert state.is_failed()
     assert "qanet" in state.message
     bidaf = work / "models/bidaf"
-    assert json.loads((bidaf / "summary.json").read_text())["finished"]
+    for v in ("bidaf", "rnet_mult"):
+        assert json.loads((work / f"models/{v}/summary.json").read_text())["finished"]
     assert not (work / "models/qanet/summary.json").exists()
+    # two jobs fit the 2-CPU Ray at one CPU each: bidaf and rnet_mult trained at once
+    (a0, a1), (b0, b1) = _training_interval(bidaf), _training_interval(work / "models/rnet_mult")
+    assert a0 < b1 and b0 < a1
     trained_at = (bidaf / "model.pt").stat().st_mtime_ns
     prepared_at = (work / "data/prepared/meta.json").stat().st_mtime_ns
 
-    out = train_all(params=str(params), variants=["bidaf", "qanet"], workdir=str(work))
+    out = train_all(params=str(params), variants=variants, workdir=str(work))
     assert (bidaf / "model.pt").stat().st_mtime_ns == trained_at  # not retrained
     assert (work / "data/prepared/meta.json").stat().st_mtime_ns == prepared_at  # nor prepared
     assert json.loads((work / "models/qanet/summary.json").read_text())["finished"]
-    assert set(out["scores"]) == {"bidaf", "qanet", "ensemble"}
-    for name in ("bidaf", "qanet", "ensemble"):
+    assert set(out["scores"]) == {*variants, "ensemble"}
+    for name in (*variants, "ensemble"):
         assert json.loads((work / f"metrics/{name}.json").read_text()) == out["scores"][name]

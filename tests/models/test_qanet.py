@@ -230,3 +230,19 @@ def test_parameter_count_at_paper_size() -> None:
     # which alone holds 734k. Everything else agrees with ~1.3M to within 5%.
     highway_at_d = cfg.highway_layers * 2 * (d * d + d)
     assert abs(n - highway + highway_at_d - 1.3e6) < 0.05 * 1.3e6
+
+
+@pytest.mark.parametrize("position_encoding", [True, False])
+def test_position_encoding_switch(position_encoding: bool) -> None:
+    """Identical inputs everywhere: interior positions (beyond the convs' reach of the edges)
+    come out identical exactly when no sinusoid tells them apart."""
+    from rcpipe.models.qanet import Encoder
+
+    torch.manual_seed(0)
+    encoder = Encoder(1, 8, convs=1, kernel=3, heads=2, dropout=0.0, p_l=0.0,
+                      position_encoding=position_encoding).eval()
+    x, mask = torch.ones(1, 21, 8), torch.ones(1, 21, dtype=torch.bool)
+    out = encoder(x, mask)  # (1, 21, 8)
+    assert torch.allclose(out[0, 8], out[0, 12], atol=1e-6) is not position_encoding
+    model = small(position_encoding=position_encoding)
+    assert model.model_encoder.position_encoding is position_encoding

@@ -152,11 +152,15 @@ def _train_and_evaluate(cfg: Config, variants: list[str], slots: int
                         ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """Keep ``slots`` variants training at once; a freed slot takes the next variant.
 
-    Returns (scores of the variants that finished, why each other one failed).
+    The longest time limits start first, so that no long job ends up running alone at the
+    end. Returns (scores of the variants that finished, why each other one failed).
     """
     from prefect.futures import as_completed
 
-    pending = list(variants)
+    def minutes(v: str) -> float:  # 0: no limit, the longest
+        return cfg.models.minutes(v, cfg.train.max_minutes) or float("inf")
+
+    pending = sorted(variants, key=minutes, reverse=True)  # stable: ties keep their order
     running: dict[Any, tuple[str, Any]] = {}  # task run id -> (variant, its future)
     scores: dict[str, dict[str, Any]] = {}
     failed: dict[str, str] = {}

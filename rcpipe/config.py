@@ -140,6 +140,7 @@ class ModelConfig(Section):
                                     "alone carry word order")
     train_word_vectors: bool = Field(False, description="fine-tune pretrained vectors")
     batch_size: int | None = Field(None, gt=0, description="overrides train.batch_size")
+    max_minutes: float | None = Field(None, ge=0, description="overrides train.max_minutes")
     optim: OptimConfig = OptimConfig()
 
 
@@ -159,6 +160,11 @@ class ModelsConfig(Section):
         optim=OptimConfig(name="adam", lr=1e-3, beta1=0.8, beta2=0.999, eps=1e-7,
                           weight_decay=3e-7, warmup_steps=1000, ema_decay=0.9999),
     )
+
+    def minutes(self, variant: str, default: float) -> float:
+        """The variant's training time limit: its own max_minutes, else ``default``."""
+        own = self.of(variant).max_minutes
+        return default if own is None else own
 
     def of(self, variant: str) -> ModelConfig:
         if variant not in VARIANTS:

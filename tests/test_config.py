@@ -232,3 +232,10 @@ def test_demo_and_full_params_files_load() -> None:
     root = Path(__file__).resolve().parents[1]
     for name in ("params.yaml", "params.demo.yaml"):
         assert isinstance(load_config(root / name), Config)
+
+
+def test_a_variant_may_have_its_own_time_limit(tmp_path: Path) -> None:
+    cfg = load_config(write_params(tmp_path / "p.yaml"),
+                      ["train.max_minutes=3", "models.rnet.max_minutes=4.5"])
+    assert cfg.models.minutes("rnet", cfg.train.max_minutes) == 4.5
+    assert cfg.models.minutes("bidaf", cfg.train.max_minutes) == 3

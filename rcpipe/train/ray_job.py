@@ -121,7 +121,7 @@ def train_worker(config: dict[str, JobSpec]) -> None:
     dev_set = SquadDataset.from_parquet(Path(spec.dev_path), para_limit=cfg.train.dev_para_limit)
     batch_size = mcfg.batch_size or cfg.train.batch_size
     lengths = train_set.context_lengths()
-    limit_s = cfg.train.max_minutes * 60
+    limit_s = cfg.models.minutes(spec.variant, cfg.train.max_minutes) * 60
     run.started = time.perf_counter()
 
     def stop_now() -> bool:

@@ -22,6 +22,8 @@ def score_rows(scores: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                                "F1": round(s["f1"], 2), "questions": s.get("total")}
         row |= {k: round(s[k], 2) for k in V2_KEYS if k in s}
         rows.append(row)
+    if all(r["questions"] is None for r in rows):  # v1.1 metrics carry no count
+        rows = [{k: v for k, v in r.items() if k != "questions"} for r in rows]
     return rows
 
 

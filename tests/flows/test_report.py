@@ -27,3 +27,10 @@ def test_markdown_has_scores_types_and_time_shares(tmp_path: Path) -> None:
     assert "| bidaf | 1.0 | 2.0 | 6 |" in md
     assert "| what | 4 | 62.5 |" in md and "| who | 2 | 10.0 |" in md
     assert "| prepare | 10.0 | 25% |" in md and "| train+evaluate bidaf | 30.0 | 75% |" in md
+
+
+def test_score_rows_leave_out_a_count_no_metrics_file_has() -> None:
+    rows = score_rows({"bidaf": {"exact_match": 1.0, "f1": 2.0},
+                       "ensemble": {"exact_match": 3.0, "f1": 4.0}})
+    assert rows == [{"model": "bidaf", "EM": 1.0, "F1": 2.0},
+                    {"model": "ensemble", "EM": 3.0, "F1": 4.0}]

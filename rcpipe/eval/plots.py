@@ -7,9 +7,11 @@ global state, no display needed, safe in a worker thread.
 
 from __future__ import annotations
 
+import functools
 import io
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
+import matplotlib
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
@@ -29,6 +31,17 @@ GOLD_COLOUR = "#c7e9c0"  # behind the gold answer's words
 START_COLOUR, END_COLOUR = "#1b7837", "#762a83"
 WINDOW = 60  # passage tokens shown at most: a 400-token map is unreadable at any size
 DPI = 110
+
+
+def _plain_text(draw: Callable[..., bytes]) -> Callable[..., bytes]:
+    """Text drawn as it is: "$27 million ... $3" would otherwise be typeset as mathtext."""
+
+    @functools.wraps(draw)
+    def wrapper(*args, **kwargs) -> bytes:  # noqa: ANN002, ANN003
+        with matplotlib.rc_context({"text.parse_math": False}):
+            return draw(*args, **kwargs)
+
+    return wrapper
 
 
 def _png(fig: Figure) -> bytes:
@@ -56,6 +69,7 @@ def _style_labels(labels: list, strong: Collection[int], answer: Collection[int]
 # ------------------------------------------------------------------------------ explain
 
 
+@_plain_text
 def explain_png(ex: Explanation, top_k: int = 5) -> bytes:
     """Passage-question attention, the pointer distributions and the passage self-attention
     (or BiDAF's Q2C weights), all over the same passage window, aligned column by column."""
@@ -78,7 +92,7 @@ def explain_png(ex: Explanation, top_k: int = 5) -> bytes:
     if qvec is not None:
         heights.append(0.9)
     width = max(7.0, 2.2 + col_w * n)
-    fig = Figure(figsize=(width, sum(heights) + 0.9 * len(heights) + 1.8))
+    fig = Figure(figsize=(width, sum(heights) + 0.9 * len(heights) + 1.8), layout="constrained")
     axes = fig.subplots(len(heights), 1, gridspec_kw={"height_ratios": heights})
     x = np.arange(n)
     shown = f"passage tokens {lo + 1}-{hi} of {len(ex.passage)}" if n < len(ex.passage) \
@@ -145,6 +159,7 @@ def _shade_answer(ax: Axes, answer: set[int]) -> None:
 # ------------------------------------------------------------------------------- report
 
 
+@_plain_text
 def grouped_bars_png(table: GroupScores, title: str) -> bytes:
     """F1 per group, one bar per model; each group labelled with its number of questions."""
     models = list(table.f1)
@@ -168,6 +183,7 @@ def grouped_bars_png(table: GroupScores, title: str) -> bytes:
     return _png(fig)
 
 
+@_plain_text
 def scores_png(rows: list[dict]) -> bytes:
     """EM and F1 of every model, side by side."""
     fig = Figure(figsize=(max(6.0, 1.2 * len(rows) + 1.5), 3.6))
@@ -189,6 +205,7 @@ def scores_png(rows: list[dict]) -> bytes:
     return _png(fig)
 
 
+@_plain_text
 def agreement_png(models: list[str], matrix: list[list[float]]) -> bytes:
     """The agreement matrix as an annotated heatmap (fractions of dev questions)."""
     k = len(models)

@@ -41,12 +41,24 @@ class GroupScores:
     counts: list[int]  # dev questions per group
     f1: dict[str, list[float]]  # model -> one F1 per group
     exact: dict[str, list[float]]
+    min_words: list[int] | None = None  # ordered buckets: each one's first word count
 
-    def rows(self) -> list[dict[str, Any]]:
-        """One row per group: the group, its size, then each model's F1 (for CSV and DVC)."""
-        return [{self.by.replace(" ", "_"): g, "questions": n,
-                 **{m: round(f[i], 2) for m, f in self.f1.items()}}
-                for i, (g, n) in enumerate(zip(self.groups, self.counts, strict=True))]
+    def rows(self, models: list[str] | None = None) -> list[dict[str, Any]]:
+        """One row per group: the group, (min_words,) its size, then each model's F1.
+
+        ``models`` fixes the F1 columns (for CSV that `dvc plots` reads: a declared column
+        must exist); a model without scores gets "" there.
+        """
+        out = []
+        for i, (g, n) in enumerate(zip(self.groups, self.counts, strict=True)):
+            row: dict[str, Any] = {self.by.replace(" ", "_"): g}
+            if self.min_words is not None:
+                row["min_words"] = self.min_words[i]
+            row["questions"] = n
+            for m in models or list(self.f1):
+                row[m] = round(self.f1[m][i], 2) if m in self.f1 else ""
+            out.append(row)
+        return out
 
 
 def questions(dataset: dict[str, Any]) -> Iterator[Question]:
@@ -78,9 +90,10 @@ def answerability_group(q: Question) -> str:
 
 
 def group_scores(dataset: dict[str, Any], predictions: dict[str, dict[str, str]], by: str,
-                 group_of: Callable[[Question], str], order: list[str]) -> GroupScores:
+                 group_of: Callable[[Question], str], order: list[str],
+                 min_words: dict[str, int] | None = None) -> GroupScores:
     """Each model's EM/F1 over the dev questions of each group (``order``: display order;
-    groups outside it follow in order of appearance)."""
+    groups outside it follow in order of appearance; ``min_words``: ordered buckets' starts)."""
     qs = list(questions(dataset))
     members: dict[str, list[int]] = {}
     for i, q in enumerate(qs):
@@ -92,7 +105,8 @@ def group_scores(dataset: dict[str, Any], predictions: dict[str, dict[str, str]]
         scores = question_scores(dataset, preds)  # dataset order, the same as qs
         f1[model] = [_percent([scores[i].f1 for i in members[g]]) for g in groups]
         exact[model] = [_percent([scores[i].exact for i in members[g]]) for g in groups]
-    return GroupScores(by, groups, [len(members[g]) for g in groups], f1, exact)
+    starts = None if min_words is None else [min_words[g] for g in groups]
+    return GroupScores(by, groups, [len(members[g]) for g in groups], f1, exact, starts)
 
 
 def _percent(values: list[float | None]) -> float:
@@ -107,14 +121,16 @@ def by_question_type(dataset: dict[str, Any], predictions: dict[str, dict[str, s
 
 def by_answer_length(dataset: dict[str, Any], predictions: dict[str, dict[str, str]]
                      ) -> GroupScores:
-    order = [label for _, _, label in ANSWER_LENGTH_BUCKETS] + [NO_ANSWER]
-    return group_scores(dataset, predictions, "answer length", answer_length_group, order)
+    starts = {label: lo for lo, _, label in ANSWER_LENGTH_BUCKETS} | {NO_ANSWER: 0}
+    return group_scores(dataset, predictions, "answer length", answer_length_group,
+                        list(starts), starts)
 
 
 def by_context_length(dataset: dict[str, Any], predictions: dict[str, dict[str, str]]
                       ) -> GroupScores:
-    order = [label for _, _, label in CONTEXT_LENGTH_BUCKETS]
-    return group_scores(dataset, predictions, "context length", context_length_group, order)
+    starts = {label: lo for lo, _, label in CONTEXT_LENGTH_BUCKETS}
+    return group_scores(dataset, predictions, "context length", context_length_group,
+                        list(starts), starts)
 
 
 def by_answerability(dataset: dict[str, Any], predictions: dict[str, dict[str, str]]

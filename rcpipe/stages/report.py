@@ -4,8 +4,10 @@ Reads predictions/<model>.json and metrics/<model>.json of every evaluated varia
 the ensemble (when there is one) and the dev set (data.dev_file). Writes under ``out``:
 report.html (self-contained), scores.png, f1_by_type.png, f1_by_answer_length.png,
 f1_by_context_length.png, f1_by_answerability.png (v2.0), agreement.png, and the data of
-each chart as CSV (scores.csv, f1_by_*.csv, agreement.csv: what `dvc plots` reads) plus
-everything in report.json.
+each chart as CSV (scores.csv, f1_by_*.csv, agreement.csv: what `dvc plots` reads; the
+f1_by_* files have a column for every variant and the ensemble, "" where one was not
+evaluated, and the length buckets a numeric min_words for the x axis) plus everything in
+report.json.
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ def report(cfg: Config, out: Path = Path("reports")) -> dict[str, Any]:
     for title, name, table in groups:
         png = plots.grouped_bars_png(table, title)
         put(f"{name}.png", png)
-        put(f"{name}.csv", _csv(table.rows()))
+        put(f"{name}.csv", _csv(table.rows([*VARIANTS, "ensemble"])))
         sections.append((title, table, png, f"{name}.csv"))
     agreement = None
     if len(models) > 1:

@@ -46,6 +46,9 @@ def test_f1_by_answer_and_context_length() -> None:
     assert by_answer.counts == [1, 3]
     assert by_answer.f1["A"] == pytest.approx([0.0, 100 * (1 + 2 / 3 + 0) / 3])
     assert by_answer.f1["B"] == pytest.approx([100.0, 100 * 2 / 3])
+    assert by_answer.rows(["A", "X"]) == [
+        {"answer_length": "1", "min_words": 1, "questions": 1, "A": 0.0, "X": ""},
+        {"answer_length": "2", "min_words": 2, "questions": 3, "A": 55.56, "X": ""}]
     by_context = report.by_context_length(V1, {"A": A, "B": B})
     assert by_context.groups == ["<50", "50-99"]
     assert by_context.counts == [3, 1]

@@ -8,7 +8,7 @@ WHEELS ?= $(shell pip config get global.find-links 2>/dev/null)
 LOCAL_TORCH := $(shell ls $(WHEELS)/torch-*.whl 2>/dev/null | head -n1 | sed -E 's/.*torch-([0-9.]+)[+-].*/\1/')
 UV_EXTRA := $(if $(LOCAL_TORCH),--find-links $(WHEELS) torch==$(LOCAL_TORCH),)
 
-.PHONY: setup test demo up down lint clean
+.PHONY: setup test demo up down lint clean browser
 PREFECT_PORT ?= 4200
 
 setup: $(BIN)/rcpipe
@@ -21,6 +21,15 @@ $(BIN)/rcpipe: pyproject.toml
 	@# (spaCy alone: 8 s per process), so compile once here
 	$(BIN)/python -m compileall -q -j0 $(VENV)/lib > /dev/null || true
 	@touch $@
+
+# Debian's headless Chromium and its WebDriver, for the web page's test (tests/serve/)
+browser:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y \
+	    -qq --no-install-recommends chromium chromium-driver fonts-dejavu-core > /dev/null; \
+	fi
+	@/usr/bin/chromium --version
 
 test: setup
 	$(BIN)/ruff check .

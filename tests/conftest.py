@@ -199,12 +199,35 @@ class Trained:
     variants: tuple[str, ...]
 
 
+def save_untrained_model(cfg: Config, variant: str, no_answer: bool = False) -> Path:
+    """models/<variant>/model.pt (relative to the current directory) with initial weights,
+    for tests about what is done with a model file rather than what it learned."""
+    import json
+
+    import torch
+
+    from rcpipe.models import ModelInputs, build_model
+    from rcpipe.stages.train import _vocab_hash
+    from rcpipe.train.checkpoint import model_payload
+
+    vocab = json.loads((cfg.data.out_dir / "vocab.json").read_text())
+    inputs = ModelInputs(len(vocab["words"]), len(vocab["chars"]), cfg.data.word_dim, None,
+                         no_answer)
+    model = build_model(variant, cfg.models.of(variant), inputs)
+    path = Path("models") / variant / "model.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(model_payload(variant, cfg.models.of(variant), inputs, model.state_dict(),
+                             _vocab_hash(cfg.data.out_dir)), path)
+    return path
+
+
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory: pytest.TempPathFactory, synth_v1: SynthData,
             local_ray: None) -> Trained:
-    """bidaf and qanet trained for 2 steps on synth_v1 through Ray Train, each evaluated
-    and ensembled, once per session: for the tests that use trained models (predict,
-    serve). Read-only; chdir to ``root`` to use it (models/ is relative to it)."""
+    """bidaf trained for 2 steps on synth_v1 through Ray Train and qanet with its initial
+    weights (a second voter without a second Ray job), each evaluated, and their ensemble,
+    once per session: for the tests that use trained models (predict, serve). Read-only;
+    chdir to ``root`` to use it (models/ is relative to it)."""
     root = tmp_path_factory.mktemp("trained")
     variants = ("bidaf", "qanet")
     params = write_params(root / "params.yaml", data={
@@ -215,8 +238,9 @@ def trained(tmp_path_factory: pytest.TempPathFactory, synth_v1: SynthData,
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
         stages.prepare(cfg)
+        stages.train(cfg, "bidaf")
+        save_untrained_model(cfg, "qanet")
         for v in variants:
-            stages.train(cfg, v)
             stages.evaluate(cfg, v)
         stages.ensemble(cfg, [Path(f"predictions/{v}.nbest.json") for v in variants])
     return Trained(root, cfg, synth_v1, variants)

@@ -42,7 +42,7 @@ class PayloadMismatch(ValueError):
 
 # ModelConfig fields that only shape training, not the weights: a saved model may differ there
 TRAINING_ONLY = frozenset({"dropout", "char_dropout", "stochastic_depth", "train_word_vectors",
-                           "batch_size", "optim"})
+                           "batch_size", "max_minutes", "optim"})
 
 
 def model_from_payload(saved: dict[str, Any], variant: str, vocab_sha256: str,
@@ -55,10 +55,12 @@ def model_from_payload(saved: dict[str, Any], variant: str, vocab_sha256: str,
     if saved.get("vocab_sha256") != vocab_sha256:
         raise PayloadMismatch("vocab_sha256", "trained on another vocabulary")
     if model_config is not None:
+        # a field the file lacks came after it was written: the file was built with the
+        # field's default, which building from the file uses again
+        have = saved["model_config"]
         want = model_config.model_dump(exclude=TRAINING_ONLY)
-        have = {k: saved["model_config"].get(k) for k in want}
         for k in want:
-            if have[k] != want[k]:
+            if k in have and have[k] != want[k]:
                 raise PayloadMismatch(f"model_config.{k}", f"{have[k]!r} in the file, "
                                       f"{want[k]!r} in models.{variant} of the params")
     inputs = ModelInputs(**{**saved["inputs"], "vectors": None})

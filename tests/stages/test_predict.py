@@ -14,10 +14,14 @@ import torch
 from rcpipe import stages
 from rcpipe.cli import main
 from rcpipe.config import load_config
-from rcpipe.models import ModelInputs, build_model
-from rcpipe.stages.train import _vocab_hash
-from rcpipe.train.checkpoint import model_payload
-from tests.conftest import TINY_MODEL, SynthData, Trained, questions_of, write_params
+from tests.conftest import (
+    TINY_MODEL,
+    SynthData,
+    Trained,
+    questions_of,
+    save_untrained_model,
+    write_params,
+)
 
 
 @pytest.fixture
@@ -130,12 +134,6 @@ def test_a_v2_model_reports_its_no_answer_probability(
         "train_file": str(synth_v2.train), "dev_file": str(synth_v2.dev)},
         models={"rnet_mult": TINY_MODEL}))
     stages.prepare(cfg)
-    vocab = _read(cfg.data.out_dir / "vocab.json")
-    inputs = ModelInputs(len(vocab["words"]), len(vocab["chars"]), cfg.data.word_dim, None, True)
-    model = build_model("rnet_mult", cfg.models.rnet_mult, inputs)
-    digest = _vocab_hash(cfg.data.out_dir)
-    Path("models/rnet_mult").mkdir(parents=True)
-    torch.save(model_payload("rnet_mult", cfg.models.rnet_mult, inputs, model.state_dict(),
-                             digest), "models/rnet_mult/model.pt")
+    save_untrained_model(cfg, "rnet_mult", no_answer=True)
     got = stages.predict(cfg, "rnet_mult", "Who?", "Nobody was there at all.")
     assert 0.0 < got["na_prob"] < 1.0 and got["prob"] + got["na_prob"] <= 1.0 + 1e-6

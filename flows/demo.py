@@ -9,15 +9,20 @@ predictions/ and metrics/<variant>.json, metrics/ensemble.json. Extra arguments 
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
 
-from rich.table import Table
+# the embedded Prefect server must not try to phone home: a laptop demo may be offline
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("DO_NOT_TRACK", "1")
 
-from flows.report import score_rows
-from flows.train_all import train_all
-from rcpipe.console import console
+from rich.table import Table  # noqa: E402 - after the environment above
+
+from flows.report import score_rows  # noqa: E402
+from flows.train_all import train_all  # noqa: E402
+from rcpipe.console import console  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

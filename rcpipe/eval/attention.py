@@ -5,7 +5,9 @@ passage self-attention (where the variant has one) and the start/end pointer
 distributions, taken from one forward pass under ``layers.capture_attention``. Which
 module's weights each view shows is declared per variant in ``VIEWS``.
 
-No file I/O: rcpipe.stages.explain reads the model and the question and writes the page.
+Plain data and numpy here (eval.plots and eval.pages draw from it); running a model for
+its views is rcpipe.eval.explain. No file I/O: rcpipe.stages.explain reads the model and the
+question and writes the page.
 """
 
 from __future__ import annotations
@@ -14,12 +16,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-import torch
-from torch import nn
-
-from rcpipe.data.dataset import Batch
-from rcpipe.eval.decode import best_span, predict_no_answer
-from rcpipe.models.layers import capture_attention
 
 Kind = Literal["question", "passage", "passage_weights"]
 
@@ -116,37 +112,6 @@ class Explanation:
         if self.start >= 0:
             return list(range(self.start, self.end + 1))
         return [int(self.p_start.argmax())]
-
-
-def attention_maps(model: nn.Module, variant: str, batch: Batch
-                   ) -> tuple[list[AttentionMap], torch.Tensor, torch.Tensor]:
-    """One eval forward pass of a one-question batch; its views and log p_start, log p_end
-    over [no-answer, tokens] (1 + Lc,)."""
-    if len(batch) != 1:
-        raise ValueError(f"explain one question at a time, not {len(batch)}")
-    model.eval()
-    with torch.no_grad(), capture_attention() as captured:
-        log_p1, log_p2 = model(batch).log_probs()  # (1, 1 + Lc) each
-    maps = []
-    for spec in VIEWS[variant]:
-        calls = captured.get((model.get_submodule(spec.module), spec.name), [])
-        if len(calls) <= spec.call:
-            raise RuntimeError(f"{variant}: {spec.module} recorded no {spec.name!r} attention")
-        w = calls[spec.call][0].double()  # (Lc, Lq) / (Lc, Lc) / (Lc,), or (h, Lc, Lc)
-        if w.dim() == 3:  # multi-head: the heads' mean, still a distribution per row
-            w = w.mean(dim=0)  # (Lc, Lc)
-        maps.append(AttentionMap(spec, w.numpy()))
-    return maps, log_p1[0], log_p2[0]
-
-
-def decode(log_p1: torch.Tensor, log_p2: torch.Tensor, max_answer_len: int,
-           na_threshold: float | None) -> tuple[int, int]:
-    """The predicted token span as `rcpipe evaluate` decides it; (-1, -1) for no answer."""
-    p1, p2 = log_p1.exp().unsqueeze(0), log_p2.exp().unsqueeze(0)  # (1, 1 + Lc)
-    start, end, prob = best_span(p1[:, 1:], p2[:, 1:], max_answer_len)
-    if bool(predict_no_answer(prob, p1[:, 0] * p2[:, 0], na_threshold)[0]):
-        return -1, -1
-    return int(start[0]), int(end[0])
 
 
 def strongest(weights: np.ndarray, k: int) -> list[int]:

@@ -30,6 +30,7 @@ def explain(cfg: Config, variant: str, qid: str, out: Path | None = None):  # no
 
     from rcpipe.data.dataset import SquadDataset, read_table
     from rcpipe.eval import attention, pages, plots
+    from rcpipe.eval.explain import attention_maps, decode
 
     cfg.models.of(variant)  # an unknown variant is an InputError naming the choices
     dev_path = cfg.data.out_dir / "dev.parquet"
@@ -44,8 +45,8 @@ def explain(cfg: Config, variant: str, qid: str, out: Path | None = None):  # no
     model, _ = load_model(cfg, variant)
     dev = SquadDataset(table, para_limit=cfg.train.dev_para_limit)
     batch = dev.collate([i])
-    maps, log_p1, log_p2 = attention.attention_maps(model, variant, batch)
-    start, end = attention.decode(log_p1, log_p2, cfg.eval.max_answer_len, cfg.eval.na_threshold)
+    maps, log_p1, log_p2 = attention_maps(model, variant, batch)
+    start, end = decode(log_p1, log_p2, cfg.eval.max_answer_len, cfg.eval.na_threshold)
     n = int(batch.c_mask.sum())
     p1, p2 = log_p1.exp().double().numpy(), log_p2.exp().double().numpy()  # (1 + Lc,)
     question = table.column("question")[i].as_py()

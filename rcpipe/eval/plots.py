@@ -46,7 +46,8 @@ def _plain_text(draw: Callable[..., bytes]) -> Callable[..., bytes]:
 
 def _png(fig: Figure) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    # constrained layout already fits every label: bbox_inches="tight" would draw it twice
+    fig.savefig(buf, format="png", dpi=DPI)
     return buf.getvalue()
 
 
@@ -164,7 +165,7 @@ def grouped_bars_png(table: GroupScores, title: str) -> bytes:
     """F1 per group, one bar per model; each group labelled with its number of questions."""
     models = list(table.f1)
     k, g = len(models), len(table.groups)
-    fig = Figure(figsize=(max(6.0, 1.0 + g * (0.25 * k + 0.4)), 3.8))
+    fig = Figure(figsize=(max(6.0, 1.0 + g * (0.25 * k + 0.4)), 3.8), layout="constrained")
     ax = fig.subplots()
     width = 0.8 / max(1, k)
     x = np.arange(g)
@@ -186,7 +187,7 @@ def grouped_bars_png(table: GroupScores, title: str) -> bytes:
 @_plain_text
 def scores_png(rows: list[dict]) -> bytes:
     """EM and F1 of every model, side by side."""
-    fig = Figure(figsize=(max(6.0, 1.2 * len(rows) + 1.5), 3.6))
+    fig = Figure(figsize=(max(6.0, 1.2 * len(rows) + 1.5), 3.6), layout="constrained")
     ax = fig.subplots()
     x = np.arange(len(rows))
     em = [r["EM"] for r in rows]
@@ -209,7 +210,7 @@ def scores_png(rows: list[dict]) -> bytes:
 def agreement_png(models: list[str], matrix: list[list[float]]) -> bytes:
     """The agreement matrix as an annotated heatmap (fractions of dev questions)."""
     k = len(models)
-    fig = Figure(figsize=(1.6 + 0.9 * k, 1.2 + 0.8 * k))
+    fig = Figure(figsize=(1.6 + 0.9 * k, 1.2 + 0.8 * k), layout="constrained")
     ax = fig.subplots()
     m = np.asarray(matrix)
     im = ax.imshow(m, cmap="Greens", vmin=0, vmax=1)

@@ -202,9 +202,13 @@ def parse_override(item: str) -> tuple[list[str], Any]:
 def _apply(raw: dict[str, Any], keys: list[str], value: Any, item: str) -> None:
     node = raw
     for k in keys[:-1]:
-        node = node.setdefault(k, {})
-        if not isinstance(node, dict):
+        child = node.get(k, {})
+        if not isinstance(child, dict):
             raise InputError("--set", item, f"{k} is not a section")
+        # a copy on the way down: a YAML alias (`qanet: *base`) shares its mapping with the
+        # anchor, and the override must change only the section it names
+        node[k] = dict(child)
+        node = node[k]
     node[keys[-1]] = value
 
 

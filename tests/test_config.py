@@ -239,3 +239,11 @@ def test_a_variant_may_have_its_own_time_limit(tmp_path: Path) -> None:
                       ["train.max_minutes=3", "models.rnet.max_minutes=4.5"])
     assert cfg.models.minutes("rnet", cfg.train.max_minutes) == 4.5
     assert cfg.models.minutes("bidaf", cfg.train.max_minutes) == 3
+
+
+def test_set_changes_only_the_section_it_names_under_yaml_aliases(tmp_path: Path) -> None:
+    params = tmp_path / "p.yaml"
+    params.write_text("data: {train_file: t.json, dev_file: d.json}\n"
+                      "models:\n  bidaf: &small {hidden: 8}\n  qanet: *small\n")
+    cfg = load_config(params, ["models.qanet.hidden=16"])
+    assert cfg.models.qanet.hidden == 16 and cfg.models.bidaf.hidden == 8

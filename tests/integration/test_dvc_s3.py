@@ -1,0 +1,309 @@
+"""dvc.yaml end to end against a real S3 endpoint (moto's server on 127.0.0.1).
+
+One temporary copy of the project (dvc.yaml, the code it lists, the committed .dvc/config,
+a tiny params.yaml and synthetic SQuAD files) is reproduced once for the module; the tests
+then push, wipe, pull, change one variant's params, push through an endpoint that goes down
+mid-push, and version the run with the champion gate, in that order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rcpipe.config import VARIANTS
+from tests.conftest import SynthData
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+TINY = {"hidden": 8, "char_dim": 4, "char_hidden": 8, "layers": 1, "heads": 2,
+        "model_blocks": 1, "emb_convs": 1, "model_convs": 1, "highway_layers": 1}
+BUCKET = "rcpipe-test"  # made by the s3 fixture
+OUTPUTS = ("data/cache", "data/prepared", "models", "predictions", "metrics", "plots")
+
+
+def tiny_params(dev_sha256: str) -> dict[str, Any]:
+    """Every key dvc.yaml lists, at the smallest sizes that train (2 steps per variant)."""
+    return {
+        "data": {"train_file": "data/synth/train.json", "dev_file": "data/synth/dev.json",
+                 "out_dir": "data/prepared", "cache_dir": "data/cache", "word_vectors": None,
+                 "word_dim": 16, "min_word_count": 1, "min_char_count": 1,
+                 "answer_search_window": 64,
+                 "limits": {"para": 400, "question": 50, "answer": 30, "char": 16},
+                 "workers": 1, "sha256": {"data/synth/dev.json": dev_sha256}},
+        "train": {"num_workers": 1, "epochs": 1, "batch_size": 8, "seed": 42, "device": "cpu",
+                  "threads": 1, "eval_every": 0, "max_steps": 2, "max_minutes": 0,
+                  "dev_para_limit": 1000, "bf16": True, "compile": False},
+        "eval": {"max_answer_len": 15, "na_threshold": None},
+        "models": {v: dict(TINY) for v in VARIANTS},  # copies: no YAML aliases
+    }
+
+
+def sh(root: Path, *cmd: str, check: bool = True, timeout: float = 600
+       ) -> subprocess.CompletedProcess[str]:
+    """A command in the project with the venv first on PATH (dvc.yaml runs `rcpipe`)."""
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+           "DVC_NO_ANALYTICS": "1", "NO_COLOR": "1", "COLUMNS": "200",
+           "AWS_MAX_ATTEMPTS": "2"}  # botocore's own retries: keep the outage test short
+    exe = [sys.executable, "-m", "dvc"] if cmd[0] == "dvc" else \
+        [str(BIN / "rcpipe")] if cmd[0] == "rcpipe" else [cmd[0]]
+    out = subprocess.run([*exe, *cmd[1:]], cwd=root, env=env, capture_output=True, text=True,
+                         timeout=timeout)
+    if check:
+        assert out.returncode == 0, f"{cmd}: {out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    return out
+
+
+def ran_stages(output: str) -> set[str]:
+    return {line.split("'")[1] for line in output.splitlines()
+            if line.startswith("Running stage '")}
+
+
+def digests(root: Path) -> dict[str, str]:
+    """sha256 of every output file (relative path -> digest)."""
+    found = {}
+    for top in OUTPUTS:
+        for path in sorted((root / top).rglob("*")):
+            if path.is_file() and "checkpoints" not in path.parts and path.name != ".gitignore":
+                found[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+def remote_objects(s3: Any) -> dict[str, bytes]:
+    """Every object under the DVC remote's prefix, read straight from the endpoint."""
+    found = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix="dvc/"):
+        for item in page.get("Contents", []):
+            found[item["Key"]] = s3.get_object(Bucket=BUCKET, Key=item["Key"])["Body"].read()
+    return found
+
+
+def assert_content_addressed(objects: dict[str, bytes]) -> int:
+    """Each DVC object's md5 is its name: a torn or truncated upload would not be."""
+    count = 0
+    for key, body in objects.items():
+        if "/files/md5/" not in key:
+            continue
+        prefix, rest = key.split("/files/md5/")[1].split("/")
+        assert hashlib.md5(body).hexdigest() == prefix + rest.removesuffix(".dir"), key
+        count += 1
+    return count
+
+
+@pytest.fixture(scope="module")
+def project(s3: Any, tmp_path_factory: pytest.TempPathFactory, synth_v1: SynthData
+            ) -> Iterator[Path]:
+    """The project copied, git and DVC set up, the remote pointed at moto, `dvc repro` run."""
+    root = tmp_path_factory.mktemp("dvc") / "project"
+    root.mkdir()
+    shutil.copy(REPO / "dvc.yaml", root)
+    shutil.copytree(REPO / "rcpipe", root / "rcpipe",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for split, src in (("train", synth_v1.train), ("dev", synth_v1.dev)):
+        (root / "data/synth").mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, root / f"data/synth/{split}.json")
+    dev_sha256 = hashlib.sha256((root / "data/synth/dev.json").read_bytes()).hexdigest()
+    (root / "params.yaml").write_text(yaml.safe_dump(tiny_params(dev_sha256), sort_keys=False))
+    sh(root, "git", "init", "-q")
+    (root / ".dvc").mkdir()
+    for name in (".dvc/config", ".dvc/.gitignore", ".dvcignore"):
+        shutil.copy(REPO / name, root / name)
+    # the committed remote names the real bucket; this machine's --local config points it
+    # at the test bucket, exactly as README.md tells a user with another bucket to do
+    sh(root, "dvc", "remote", "modify", "--local", "storage", "url", f"s3://{BUCKET}/dvc")
+    sh(root, "git", "add", ".")
+    sh(root, "git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "project")
+    t0 = time.perf_counter()
+    out = sh(root, "dvc", "repro")
+    print(f"dvc repro of the whole pipeline: {time.perf_counter() - t0:.1f}s")
+    expected = {"fetch", "prepare", "ensemble", "plots",
+                *(f"{s}@{v}" for s in ("train", "evaluate") for v in VARIANTS)}
+    assert ran_stages(out.stdout) == expected
+    yield root
+
+
+def test_repro_push_wipe_pull_gives_the_same_model_then_repro_does_nothing(
+        project: Path, s3: Any) -> None:
+    before = digests(project)
+    assert {f"models/{v}/model.pt" for v in VARIANTS} <= set(before)
+    assert sh(project, "dvc", "push").returncode == 0
+    assert assert_content_addressed(remote_objects(s3)) > 0
+
+    shutil.rmtree(project / ".dvc/cache")
+    for path in digests(project):  # every output; Ray's checkpoints stay (not versioned)
+        (project / path).unlink()
+    sh(project, "dvc", "pull")
+    assert json.loads(sh(project, "dvc", "status", "--json").stdout) == {}
+    assert digests(project) == before
+
+    # the pulled model predicts exactly what it predicted before the push
+    sh(project, "rcpipe", "evaluate", "rnet")
+    assert digests(project) == before
+    assert json.loads(sh(project, "dvc", "status", "--json").stdout) == {}
+
+    again = sh(project, "dvc", "repro")
+    assert ran_stages(again.stdout) == set(), again.stdout
+    assert "Data and pipelines are up to date" in again.stdout
+    assert digests(project) == before
+
+
+def test_a_changed_variants_params_retrain_only_that_variant(project: Path) -> None:
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["models"]["qanet"]["hidden"] = 12
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    assert list((project / "models/qanet/checkpoints").glob("step-*"))  # the old params' run
+    status = json.loads(sh(project, "dvc", "status", "--json").stdout)
+    assert set(status) == {"train@qanet", "evaluate@qanet"}, status  # both list models.qanet
+    before = digests(project)
+
+    out = sh(project, "dvc", "repro")
+    assert ran_stages(out.stdout) == {"train@qanet", "evaluate@qanet", "ensemble", "plots"}
+    after = digests(project)
+    changed = {path for path in before if after.get(path) != before[path]}
+    assert {p for p in changed if p.startswith("models/")} <= {
+        f"models/qanet/{name}" for name in ("model.pt", "summary.json", "metrics.json")}
+    assert "models/qanet/model.pt" in changed
+    # a fresh run from the new params: the old run's checkpoints were not resumed
+    summary = json.loads((project / "models/qanet/summary.json").read_text())
+    assert summary["resumed_from_step"] == 0 and summary["steps"] == 2
+    assert json.loads(sh(project, "dvc", "status", "--json").stdout) == {}
+
+
+class Outage:
+    """A TCP proxy in front of the S3 endpoint that drops every connection, and refuses new
+    ones, once ``allow`` PUT requests have gone through: the endpoint going down mid-push."""
+
+    def __init__(self, target: int, allow: int) -> None:
+        self.target, self.allow, self.puts = target, allow, 0
+        self.down = threading.Event()
+        self.sockets: list[socket.socket] = []
+        self.lock = threading.Lock()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.down.is_set():
+                client.close()
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            with self.lock:
+                self.sockets += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream, True),
+                             daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False),
+                             daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, requests: bool) -> None:
+        try:
+            while data := src.recv(1 << 16):
+                if requests:
+                    with self.lock:
+                        self.puts += data.count(b"PUT /")
+                        over = self.puts > self.allow
+                    if over:
+                        self.cut()
+                        return
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                s.close()
+
+    def cut(self) -> None:
+        self.down.set()
+        with self.lock:
+            for s in self.sockets:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def restore(self) -> None:
+        self.allow = 10**9
+        self.down.clear()
+
+    def close(self) -> None:
+        self.cut()
+        self.listener.close()
+
+
+def test_push_while_the_endpoint_goes_down_fails_clearly_and_pushing_again_completes(
+        project: Path, s3: Any) -> None:
+    """The qanet retrain left new objects to push: the endpoint dies after the first few."""
+    endpoint = os.environ["AWS_ENDPOINT_URL"]
+    outage = Outage(int(endpoint.rsplit(":", 1)[1]), allow=2)
+    proxy = f"http://127.0.0.1:{outage.port}"
+    sh(project, "dvc", "remote", "modify", "--local", "storage", "endpointurl", proxy)
+    try:
+        t0 = time.perf_counter()
+        failed = sh(project, "rcpipe", "version", "--tries", "2", check=False)
+        print(f"push through the outage failed after {time.perf_counter() - t0:.1f}s")
+        assert failed.returncode == 2, failed.stderr[-3000:]
+        lines = failed.stderr.strip().splitlines()
+        assert lines[-1].startswith(f"error: s3://{BUCKET}/dvc: dvc push: the remote is "
+                                    "unreachable after 2 tries"), lines[-1]
+        assert "push again once it is up" in lines[-1] and "Traceback" not in failed.stderr
+        assert outage.puts > 2  # it did go down in the middle of the push
+        objects = remote_objects(s3)
+        assert assert_content_addressed(objects) == len(
+            [k for k in objects if "/files/md5/" in k])
+        assert not [k for k in objects if k.startswith("dvc/rcpipe/")]  # no record of it
+
+        outage.restore()
+        done = sh(project, "rcpipe", "version", "--tries", "2")
+        record = json.loads(done.stdout)
+        assert record["targets"][-2:] == ["ensemble", "plots"]
+        cloud = sh(project, "dvc", "status", "--cloud", "--json")
+        assert json.loads(cloud.stdout) == {}, cloud.stdout
+        assert assert_content_addressed(remote_objects(s3)) > len(objects)
+    finally:
+        sh(project, "dvc", "remote", "modify", "--local", "--unset", "storage", "endpointurl")
+        outage.close()
+
+
+def test_version_promotes_a_better_model_and_keeps_a_better_champion(
+        project: Path, s3: Any) -> None:
+    first = json.loads(sh(project, "rcpipe", "version", "--promote").stdout)
+    assert first["promoted"] and "no champion yet" in first["reason"]
+    champion = json.loads(s3.get_object(Bucket=BUCKET, Key="dvc/rcpipe/champion.json")
+                          ["Body"].read())
+    assert champion["score"] == first["candidate"]
+    assert sh(project, "git", "rev-parse", "champion").stdout.strip() == first["git_commit"]
+    assert "dvc.lock" in sh(project, "git", "show", "--name-only", "--format=", "HEAD").stdout
+    lock = s3.get_object(Bucket=BUCKET, Key=f"dvc/rcpipe/versions/{first['run']}/dvc.lock")
+    assert lock["Body"].read() == (project / "dvc.lock").read_bytes()
+
+    # a champion the run cannot beat stays, and the record says why
+    better = {**champion, "score": {**champion["score"], "f1": 101.0, "run": "best-ever"}}
+    s3.put_object(Bucket=BUCKET, Key="dvc/rcpipe/champion.json", Body=json.dumps(better))
+    time.sleep(1)  # another run id (one per second)
+    second = json.loads(sh(project, "rcpipe", "version", "--promote").stdout)
+    assert not second["promoted"]
+    assert "does not beat the champion" in second["reason"] and "best-ever" in second["reason"]
+    kept = s3.get_object(Bucket=BUCKET, Key="dvc/rcpipe/champion.json")["Body"].read()
+    assert json.loads(kept) == better
+    record = s3.get_object(Bucket=BUCKET, Key=f"dvc/rcpipe/versions/{second['run']}/"
+                                               "version.json")
+    assert json.loads(record["Body"].read())["reason"] == second["reason"]

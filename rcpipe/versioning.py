@@ -89,7 +89,7 @@ def classify_failure(output: str) -> Failure:
     """What a failed dvc command's output says went wrong (first matching rule wins)."""
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith("ERROR")] or lines[-1:] or ["(no output)"]
-    detail = errors[-1].removeprefix("ERROR:").strip()
+    detail = errors[-1].removeprefix("ERROR:").strip().rstrip(".")
     for kind, pattern, what in _FAILURES:
         if pattern.search(output):
             return Failure(kind, what, detail)

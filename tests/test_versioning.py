@@ -115,7 +115,7 @@ def test_dvc_failures_are_classified(output: str, kind: str) -> None:
     failure = classify_failure("Collecting\n" + output + "\n")
     assert failure.kind == kind
     assert failure.retryable == (kind == "retry")
-    assert failure.detail == output.removeprefix("ERROR:").strip()
+    assert failure.detail == output.removeprefix("ERROR:").strip().rstrip(".")
 
 
 # -------------------------------------------------------------------------- fetch and plots

@@ -13,8 +13,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -26,47 +24,11 @@ import yaml
 
 from rcpipe.config import VARIANTS
 from tests.conftest import SynthData
+from tests.dvc_project import BUCKET, make_project, sh
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
-TINY = {"hidden": 8, "char_dim": 4, "char_hidden": 8, "layers": 1, "heads": 2,
-        "model_blocks": 1, "emb_convs": 1, "model_convs": 1, "highway_layers": 1}
-BUCKET = "rcpipe-test"  # made by the s3 fixture
 OUTPUTS = ("data/cache", "data/prepared", "models", "predictions", "metrics", "plots")
-
-
-def tiny_params(dev_sha256: str) -> dict[str, Any]:
-    """Every key dvc.yaml lists, at the smallest sizes that train (2 steps per variant)."""
-    return {
-        "data": {"train_file": "data/synth/train.json", "dev_file": "data/synth/dev.json",
-                 "out_dir": "data/prepared", "cache_dir": "data/cache", "word_vectors": None,
-                 "word_dim": 16, "min_word_count": 1, "min_char_count": 1,
-                 "answer_search_window": 64,
-                 "limits": {"para": 400, "question": 50, "answer": 30, "char": 16},
-                 "workers": 1, "sha256": {"data/synth/dev.json": dev_sha256}},
-        "train": {"num_workers": 1, "epochs": 1, "batch_size": 8, "seed": 42, "device": "cpu",
-                  "threads": 1, "eval_every": 0, "max_steps": 2, "max_minutes": 0,
-                  "dev_para_limit": 1000, "bf16": True, "compile": False},
-        "eval": {"max_answer_len": 15, "na_threshold": None},
-        "models": {v: dict(TINY) for v in VARIANTS},  # copies: no YAML aliases
-    }
-
-
-def sh(root: Path, *cmd: str, check: bool = True, timeout: float = 600
-       ) -> subprocess.CompletedProcess[str]:
-    """A command in the project with the venv first on PATH (dvc.yaml runs `rcpipe`)."""
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
-           "DVC_NO_ANALYTICS": "1", "NO_COLOR": "1", "COLUMNS": "200",
-           "AWS_MAX_ATTEMPTS": "2"}  # botocore's own retries: keep the outage test short
-    exe = [sys.executable, "-m", "dvc"] if cmd[0] == "dvc" else \
-        [str(BIN / "rcpipe")] if cmd[0] == "rcpipe" else [cmd[0]]
-    out = subprocess.run([*exe, *cmd[1:]], cwd=root, env=env, capture_output=True, text=True,
-                         timeout=timeout)
-    if check:
-        assert out.returncode == 0, f"{cmd}: {out.stdout[-3000:]}\n{out.stderr[-3000:]}"
-    return out
 
 
 def ran_stages(output: str) -> set[str]:
@@ -109,25 +71,7 @@ def assert_content_addressed(objects: dict[str, bytes]) -> int:
 def project(s3: Any, tmp_path_factory: pytest.TempPathFactory, synth_v1: SynthData
             ) -> Iterator[Path]:
     """The project copied, git and DVC set up, the remote pointed at moto, `dvc repro` run."""
-    root = tmp_path_factory.mktemp("dvc") / "project"
-    root.mkdir()
-    shutil.copy(REPO / "dvc.yaml", root)
-    shutil.copytree(REPO / "rcpipe", root / "rcpipe",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    for split, src in (("train", synth_v1.train), ("dev", synth_v1.dev)):
-        (root / "data/synth").mkdir(parents=True, exist_ok=True)
-        shutil.copy(src, root / f"data/synth/{split}.json")
-    dev_sha256 = hashlib.sha256((root / "data/synth/dev.json").read_bytes()).hexdigest()
-    (root / "params.yaml").write_text(yaml.safe_dump(tiny_params(dev_sha256), sort_keys=False))
-    sh(root, "git", "init", "-q")
-    (root / ".dvc").mkdir()
-    for name in (".dvc/config", ".dvc/.gitignore", ".dvcignore"):
-        shutil.copy(REPO / name, root / name)
-    # the committed remote names the real bucket; this machine's --local config points it
-    # at the test bucket, exactly as README.md tells a user with another bucket to do
-    sh(root, "dvc", "remote", "modify", "--local", "storage", "url", f"s3://{BUCKET}/dvc")
-    sh(root, "git", "add", ".")
-    sh(root, "git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "project")
+    root = make_project(tmp_path_factory.mktemp("dvc") / "project", synth_v1)
     t0 = time.perf_counter()
     out = sh(root, "dvc", "repro")
     print(f"dvc repro of the whole pipeline: {time.perf_counter() - t0:.1f}s")
@@ -272,9 +216,7 @@ def test_push_while_the_endpoint_goes_down_fails_clearly_and_pushing_again_compl
         assert not [k for k in objects if k.startswith("dvc/rcpipe/")]  # no record of it
 
         outage.restore()
-        done = sh(project, "rcpipe", "version", "--tries", "2")
-        record = json.loads(done.stdout)
-        assert record["targets"][-2:] == ["ensemble", "plots"]
+        sh(project, "dvc", "push")
         cloud = sh(project, "dvc", "status", "--cloud", "--json")
         assert json.loads(cloud.stdout) == {}, cloud.stdout
         assert assert_content_addressed(remote_objects(s3)) > len(objects)
@@ -287,6 +229,7 @@ def test_version_promotes_a_better_model_and_keeps_a_better_champion(
         project: Path, s3: Any) -> None:
     first = json.loads(sh(project, "rcpipe", "version", "--promote").stdout)
     assert first["promoted"] and "no champion yet" in first["reason"]
+    assert first["targets"][-2:] == ["ensemble", "plots"]
     champion = json.loads(s3.get_object(Bucket=BUCKET, Key="dvc/rcpipe/champion.json")
                           ["Body"].read())
     assert champion["score"] == first["candidate"]

@@ -1,0 +1,81 @@
+"""A temporary DVC workspace of the project for tests: dvc.yaml, the code it lists, the
+committed .dvc/config with the remote pointed at a test bucket, a tiny params.yaml holding
+every key dvc.yaml tracks, and synthetic SQuAD files (tests/integration/test_dvc_s3.py,
+tests/flows/test_version.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rcpipe.config import VARIANTS
+from tests.conftest import SynthData
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+TINY = {"hidden": 8, "char_dim": 4, "char_hidden": 8, "layers": 1, "heads": 2,
+        "model_blocks": 1, "emb_convs": 1, "model_convs": 1, "highway_layers": 1}
+BUCKET = "rcpipe-test"  # made by the s3 fixture
+
+
+def tiny_params(dev_sha256: str) -> dict[str, Any]:
+    """Every key dvc.yaml lists, at the smallest sizes that train (2 steps per variant)."""
+    return {
+        "data": {"train_file": "data/synth/train.json", "dev_file": "data/synth/dev.json",
+                 "out_dir": "data/prepared", "cache_dir": "data/cache", "word_vectors": None,
+                 "word_dim": 16, "min_word_count": 1, "min_char_count": 1,
+                 "answer_search_window": 64,
+                 "limits": {"para": 400, "question": 50, "answer": 30, "char": 16},
+                 "workers": 1, "sha256": {"data/synth/dev.json": dev_sha256}},
+        "train": {"num_workers": 1, "epochs": 1, "batch_size": 8, "seed": 42, "device": "cpu",
+                  "threads": 1, "eval_every": 0, "max_steps": 2, "max_minutes": 0,
+                  "dev_para_limit": 1000, "bf16": True, "compile": False},
+        "eval": {"max_answer_len": 15, "na_threshold": None},
+        "models": {v: dict(TINY) for v in VARIANTS},  # copies: no YAML aliases
+    }
+
+
+def sh(root: Path, *cmd: str, check: bool = True, timeout: float = 600
+       ) -> subprocess.CompletedProcess[str]:
+    """A command in the project with the venv first on PATH (dvc.yaml runs `rcpipe`)."""
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+           "DVC_NO_ANALYTICS": "1", "NO_COLOR": "1", "COLUMNS": "200",
+           "AWS_MAX_ATTEMPTS": "2"}  # botocore's own retries: keep the outage test short
+    exe = [sys.executable, "-m", "dvc"] if cmd[0] == "dvc" else \
+        [str(BIN / "rcpipe")] if cmd[0] == "rcpipe" else [cmd[0]]
+    out = subprocess.run([*exe, *cmd[1:]], cwd=root, env=env, capture_output=True, text=True,
+                         timeout=timeout)
+    if check:
+        assert out.returncode == 0, f"{cmd}: {out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    return out
+
+
+def make_project(root: Path, synth: SynthData, prefix: str = "dvc") -> Path:
+    """The workspace at ``root`` (git committed), not reproduced yet; its remote is
+    s3://rcpipe-test/<prefix> (moto keeps one store per process: a prefix per test module)."""
+    root.mkdir(parents=True)
+    shutil.copy(REPO / "dvc.yaml", root)
+    shutil.copytree(REPO / "rcpipe", root / "rcpipe",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for split, src in (("train", synth.train), ("dev", synth.dev)):
+        (root / "data/synth").mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, root / f"data/synth/{split}.json")
+    dev_sha256 = hashlib.sha256((root / "data/synth/dev.json").read_bytes()).hexdigest()
+    (root / "params.yaml").write_text(yaml.safe_dump(tiny_params(dev_sha256), sort_keys=False))
+    sh(root, "git", "init", "-q")
+    (root / ".dvc").mkdir()
+    for name in (".dvc/config", ".dvc/.gitignore", ".dvcignore"):
+        shutil.copy(REPO / name, root / name)
+    # the committed remote names the real bucket; this machine's --local config points it
+    # at the test bucket, exactly as README.md tells a user with another bucket to do
+    sh(root, "dvc", "remote", "modify", "--local", "storage", "url", f"s3://{BUCKET}/{prefix}")
+    sh(root, "git", "add", ".")
+    sh(root, "git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "project")
+    return root

@@ -13,7 +13,7 @@ directly: `python -m flows.train_all --params params.demo.yaml --synth`.
 from __future__ import annotations
 
 import argparse
-import os
+import contextlib
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -106,7 +106,14 @@ def train_all(
     sets += [f"train.storage_path={storage_path}"] if storage_path else []
     if workdir:
         Path(workdir).mkdir(parents=True, exist_ok=True)
-        os.chdir(workdir)
+    # back to the caller's directory afterwards: an in-process run (make demo, tests) must
+    # not leave the whole process working elsewhere
+    with contextlib.chdir(workdir or "."):
+        return _run(params_path, sets, list(variants), synth_data, version)
+
+
+def _run(params_path: Path, sets: list[str], variants: list[str], synth_data: bool,
+         version: bool) -> dict[str, Any]:
     cfg = load_config(params_path, sets)
     seconds: dict[str, float] = {}
 

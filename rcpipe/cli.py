@@ -85,7 +85,7 @@ def ensemble(
     stages.ensemble(_config(params, set_), inputs, out)
 
 
-# ------------------------------------------------ DVC: fetch, plots, version (dvc.yaml)
+# ------------------------------------------------------- DVC: fetch, version (dvc.yaml)
 
 
 @app.command()
@@ -94,15 +94,6 @@ def fetch(params: Params = Path("params.yaml"), set_: Sets = None) -> None:
     from rcpipe.stages.fetch import fetch as fetch_sources
 
     fetch_sources(_config(params, set_))
-
-
-@app.command()
-def plots(params: Params = Path("params.yaml"), set_: Sets = None) -> None:
-    """metrics/<model>.by_type.json as plots/by_type/<model>.json rows, for `dvc plots`."""
-    from rcpipe.stages.plots import plots as write_plots
-
-    _config(params, set_)
-    write_plots()
 
 
 @app.command()
@@ -130,7 +121,7 @@ def explain(
     model: Annotated[str, typer.Option("--model", help="the variant to explain")],
     qid: Annotated[str, typer.Option("--qid", help="a dev question id")],
     out: Annotated[Path | None, typer.Option(
-        help="HTML page (the PNG goes beside it); default reports/explain/<V>-<qid>.html")
+        help="HTML page (the PNG goes beside it); default explanations/<V>-<qid>.html")
     ] = None,
     params: Params = Path("params.yaml"),
     set_: Sets = None,

@@ -19,14 +19,14 @@ from rcpipe.config import VARIANTS
 
 
 def commit_targets(variants: Sequence[str]) -> list[str]:
-    """dvc.yaml stages a run of ``variants`` produced; ensemble and plots need all five."""
+    """dvc.yaml stages a run of ``variants`` produced; ensemble and report need all five."""
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         raise ValueError(f"unknown variant(s) {unknown}; choose from {VARIANTS}")
     ordered = [v for v in VARIANTS if v in variants]
     targets = ["fetch", "prepare", *(f"train@{v}" for v in ordered),
                *(f"evaluate@{v}" for v in ordered)]
-    return targets + (["ensemble", "plots"] if len(ordered) == len(VARIANTS) else [])
+    return targets + (["ensemble", "report"] if len(ordered) == len(VARIANTS) else [])
 
 
 def untracked_overrides(overrides: Iterable[str], tracked: Mapping[str, Iterable[str]]

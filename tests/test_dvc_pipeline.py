@@ -18,13 +18,14 @@ import yaml
 
 from rcpipe.config import VARIANTS, load_config
 from rcpipe.versioning import untracked_overrides
+from tests.conftest import SynthData
 
 REPO = Path(__file__).resolve().parents[1]
 DVC_YAML = REPO / "dvc.yaml"
 # the module behind each `rcpipe <command>` that dvc.yaml runs
 ENTRY = {"fetch": "rcpipe/stages/fetch.py", "prepare": "rcpipe/stages/data.py",
          "train": "rcpipe/stages/train.py", "evaluate": "rcpipe/stages/train.py",
-         "ensemble": "rcpipe/stages/scoring.py", "plots": "rcpipe/stages/plots.py"}
+         "ensemble": "rcpipe/stages/scoring.py", "report": "rcpipe/stages/report.py"}
 # modules that only print or define the error type: not a reason to retrain anything
 NOT_DEPS = {"rcpipe/console.py", "rcpipe/errors.py", "rcpipe/__init__.py"}
 
@@ -56,7 +57,7 @@ def test_the_schema_check_can_fail() -> None:
 
 def test_the_pipeline_runs_rcpipe_in_order(stages: dict[str, Any]) -> None:
     expected = ["fetch", "prepare", *(f"{s}@{v}" for s in ("train", "evaluate") for v in VARIANTS),
-                "ensemble", "plots"]
+                "ensemble", "report"]
     assert sorted(stages) == sorted(expected)
     from rcpipe.cli import app
 
@@ -73,6 +74,10 @@ def test_the_pipeline_runs_rcpipe_in_order(stages: dict[str, Any]) -> None:
         assert outs[f"models/{variant}/model.pt"] == f"train@{variant}"
         assert f"predictions/{variant}.nbest.json" in \
             {str(d.def_path) for d in stages["ensemble"].deps}
+        assert outs[f"predictions/{variant}.json"] == f"evaluate@{variant}"
+    report_deps = {str(d.def_path) for d in stages["report"].deps}
+    for model in (*VARIANTS, "ensemble"):  # the report reads every model's answers
+        assert {f"predictions/{model}.json", f"metrics/{model}.json"} <= report_deps
     assert outs["data/cache"] == "fetch" and stages["fetch"].outs[0].persist
 
 
@@ -167,9 +172,43 @@ def test_metrics_and_plots_are_declared(stages: dict[str, Any]) -> None:
     metrics = {str(o.def_path) for s in stages.values() for o in s.outs if o.metric}
     assert metrics == {f"metrics/{m}{suffix}.json" for m in (*VARIANTS, "ensemble")
                        for suffix in ("", ".by_type")}
-    files = {f for plot in doc["plots"] for spec in plot.values() for f in spec["y"]}
+    data_plots = [p for p in doc["plots"] if isinstance(p, dict)]
+    files = {f for plot in data_plots for spec in plot.values() for f in spec["y"]}
+    images = {p for p in doc["plots"] if isinstance(p, str)}
     assert {f"models/{v}/metrics.json" for v in VARIANTS} <= files
-    assert {f"plots/by_type/{m}.json" for m in (*VARIANTS, "ensemble")} <= files
+    assert {f"reports/by_type/{m}.json" for m in (*VARIANTS, "ensemble")} <= files
+    assert {"reports/f1_by_answer_length.csv", "reports/f1_by_context_length.csv"} <= files
+    assert {"reports/scores.png", "reports/agreement.png"} <= images
+    for plot in data_plots:  # a CSV plot draws one line per model: every column declared
+        for f, columns in next(iter(plot.values()))["y"].items():
+            if f.endswith(".csv"):
+                assert columns == [*VARIANTS, "ensemble"], f
     outs = {str(o.def_path) for s in stages.values() for o in s.outs}
-    for f in files:  # every plotted file is some stage's output
+    for f in files | images:  # every plotted file is some stage's output
         assert f in outs or any(f.startswith(o + "/") for o in outs), f
+
+
+def test_the_report_writes_every_file_the_plots_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, synth_v1: SynthData) -> None:
+    """dvc.yaml's report plots against what `rcpipe report` really writes (v1.1)."""
+    import json
+
+    from rcpipe import stages as rc_stages
+
+    dev = json.loads(synth_v1.dev.read_text())
+    qids = [qa["id"] for a in dev["data"] for p in a["paragraphs"] for qa in p["qas"]]
+    monkeypatch.chdir(tmp_path)
+    for model in (*VARIANTS, "ensemble"):
+        answers = {q: "" for q in qids}
+        Path("predictions").mkdir(exist_ok=True)
+        Path("metrics").mkdir(exist_ok=True)
+        Path(f"predictions/{model}.json").write_text(json.dumps(answers))
+        Path(f"metrics/{model}.json").write_text(json.dumps({"exact_match": 0.0, "f1": 0.0}))
+    cfg = load_config(REPO / "params.yaml", [f"data.dev_file={synth_v1.dev}",
+                                             f"data.cache_dir={tmp_path / 'cache'}"])
+    rc_stages.report(cfg)
+    doc = yaml.safe_load(DVC_YAML.read_text())
+    for plot in doc["plots"]:
+        for f in [plot] if isinstance(plot, str) else next(iter(plot.values()))["y"]:
+            if f.startswith("reports/"):
+                assert Path(f).is_file(), f

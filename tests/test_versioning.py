@@ -1,5 +1,5 @@
 """rcpipe.versioning: what a run commits, which overrides dvc.lock can absorb, which failed
-pushes are retried, and the champion gate both ways; plus the fetch and plots helpers."""
+pushes are retried, and the champion gate both ways; plus the fetch helpers."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import pytest
 from rcpipe.config import VARIANTS
 from rcpipe.errors import InputError
 from rcpipe.stages.fetch import check_pin, fetch, sources
-from rcpipe.stages.plots import by_type_rows, plots
 from rcpipe.versioning import (
     Score,
     best_score,
@@ -81,7 +80,7 @@ def test_commit_targets_follow_the_variants_the_run_trained() -> None:
     assert commit_targets(["qanet", "bidaf"]) == [
         "fetch", "prepare", "train@bidaf", "train@qanet", "evaluate@bidaf", "evaluate@qanet"]
     full = commit_targets(list(VARIANTS))
-    assert full[-2:] == ["ensemble", "plots"] and len(full) == 2 + 2 * len(VARIANTS) + 2
+    assert full[-2:] == ["ensemble", "report"] and len(full) == 2 + 2 * len(VARIANTS) + 2
     with pytest.raises(ValueError, match="unknown variant"):
         commit_targets(["bert"])
 
@@ -118,7 +117,7 @@ def test_dvc_failures_are_classified(output: str, kind: str) -> None:
     assert failure.detail == output.removeprefix("ERROR:").strip().rstrip(".")
 
 
-# -------------------------------------------------------------------------- fetch and plots
+# ---------------------------------------------------------------------------------- fetch
 
 
 def test_fetch_verifies_pins_and_writes_the_manifest(make_config, synth_v1: SynthData
@@ -137,18 +136,6 @@ def test_fetch_verifies_pins_and_writes_the_manifest(make_config, synth_v1: Synt
         fetch(bad)
     assert e.value.file == str(synth_v1.train) and "does not match data.sha256" in e.value.what
     check_pin("https://x/y.json", "f" * 64, {})  # unpinned: accepted
-
-
-def test_plots_rows_keep_the_by_type_numbers(tmp_path: Path) -> None:
-    by_type = {"what": {"exact": 50.0, "f1": 60.0, "total": 4},
-               "who": {"exact": 0.0, "f1": 10.0, "total": 1}}
-    assert by_type_rows(by_type) == [{"type": "what", "exact": 50.0, "f1": 60.0, "total": 4},
-                                     {"type": "who", "exact": 0.0, "f1": 10.0, "total": 1}]
-    (tmp_path / "metrics").mkdir()
-    (tmp_path / "metrics/qanet.by_type.json").write_text(json.dumps(by_type))
-    assert plots(tmp_path / "metrics", tmp_path / "out") == [tmp_path / "out/qanet.json"]
-    with pytest.raises(InputError, match="no <model>.by_type.json"):
-        plots(tmp_path / "nothing", tmp_path / "out")
 
 
 # ------------------------------------------------------------------------ one-line errors

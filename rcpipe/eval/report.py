@@ -60,6 +60,14 @@ class GroupScores:
             out.append(row)
         return out
 
+    def model_rows(self, model: str) -> list[dict[str, Any]]:
+        """One model's row per group, {group, questions, exact, f1}: the record list `dvc
+        plots` draws per file (it colours by file, so a categorical chart needs one file
+        per model)."""
+        return [{self.by.replace(" ", "_"): g, "questions": n,
+                 "exact": round(self.exact[model][i], 2), "f1": round(self.f1[model][i], 2)}
+                for i, (g, n) in enumerate(zip(self.groups, self.counts, strict=True))]
+
 
 def questions(dataset: dict[str, Any]) -> Iterator[Question]:
     """Every dev question with its passage, in dataset order."""

@@ -1,8 +1,8 @@
 """`rcpipe explain --model V --qid ID`: one dev question's attention views as HTML + PNG.
 
 Reads models/<V>/model.pt (weights only, refused on another vocabulary) and the question's
-row of <data.out_dir>/dev.parquet; writes reports/explain/<V>-<qid>.html (self-contained)
-and the PNG beside it.
+row of <data.out_dir>/dev.parquet; writes explanations/<V>-<qid>.html (self-contained)
+and the PNG beside it (not under reports/: that is the report stage's DVC output).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from rcpipe.stages.train import load_model
 
 
 def default_out(variant: str, qid: str) -> Path:
-    return Path("reports") / "explain" / f"{variant}-{re.sub(r'[^A-Za-z0-9_.-]', '_', qid)}.html"
+    return Path("explanations") / f"{variant}-{re.sub(r'[^A-Za-z0-9_.-]', '_', qid)}.html"
 
 
 def explain(cfg: Config, variant: str, qid: str, out: Path | None = None):  # noqa: ANN201

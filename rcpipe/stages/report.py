@@ -6,8 +6,10 @@ report.html (self-contained), scores.png, f1_by_type.png, f1_by_answer_length.pn
 f1_by_context_length.png, f1_by_answerability.png (v2.0), agreement.png, and the data of
 each chart as CSV (scores.csv, f1_by_*.csv, agreement.csv: what `dvc plots` reads; the
 f1_by_* files have a column for every variant and the ensemble, "" where one was not
-evaluated, and the length buckets a numeric min_words for the x axis) plus everything in
-report.json.
+evaluated, and the length buckets a numeric min_words for the x axis), by_type/<model>.json
+(F1 by question type as one model's rows: the categorical chart `dvc plots` draws from one
+file per model) and everything in report.json. dvc.yaml's `report` stage owns the whole
+directory, so nothing else writes there.
 """
 
 from __future__ import annotations
@@ -94,6 +96,11 @@ def report(cfg: Config, out: Path = Path("reports")) -> dict[str, Any]:
         put(f"{name}.png", png)
         put(f"{name}.csv", _csv(table.rows([*VARIANTS, "ensemble"])))
         sections.append((title, table, png, f"{name}.csv"))
+    by_type = groups[0][2]
+    for m in models:
+        rows_json = out / "by_type" / f"{m}.json"
+        write_json(rows_json, by_type.model_rows(m))
+        written.append(rows_json)
     agreement = None
     if len(models) > 1:
         matrix = tables.agreement_matrix(preds, qids)

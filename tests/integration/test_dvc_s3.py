@@ -28,7 +28,7 @@ from tests.dvc_project import BUCKET, make_project, sh
 
 pytestmark = pytest.mark.integration
 
-OUTPUTS = ("data/cache", "data/prepared", "models", "predictions", "metrics", "plots")
+OUTPUTS = ("data/cache", "data/prepared", "models", "predictions", "metrics", "reports")
 
 
 def ran_stages(output: str) -> set[str]:
@@ -75,10 +75,28 @@ def project(s3: Any, tmp_path_factory: pytest.TempPathFactory, synth_v1: SynthDa
     t0 = time.perf_counter()
     out = sh(root, "dvc", "repro")
     print(f"dvc repro of the whole pipeline: {time.perf_counter() - t0:.1f}s")
-    expected = {"fetch", "prepare", "ensemble", "plots",
+    expected = {"fetch", "prepare", "ensemble", "report",
                 *(f"{s}@{v}" for s in ("train", "evaluate") for v in VARIANTS)}
     assert ran_stages(out.stdout) == expected
     yield root
+
+
+def test_dvc_plots_draws_every_declared_plot_from_the_run(project: Path) -> None:
+    shown = json.loads(sh(project, "dvc", "plots", "show", "--json").stdout)
+    assert not shown.get("errors"), shown["errors"]
+    declared = yaml.safe_load((project / "dvc.yaml").read_text())["plots"]
+    names = [p if isinstance(p, str) else next(iter(p)) for p in declared]
+    assert set(shown["data"]) == set(names)
+    models = len(VARIANTS) + 1
+    for name, [plot] in shown["data"].items():
+        if plot["type"] == "image":
+            assert Path(plot["url"]).stat().st_size > 0, name
+            continue
+        rows = plot["content"]["data"]["values"]
+        per_model = len(VARIANTS) if "training" in name else models
+        # one series per model: a file per model, or a CSV column per model
+        series = {r.get("field") or r["filename"] for r in rows}
+        assert len(series) == per_model, (name, series)
 
 
 def test_repro_push_wipe_pull_gives_the_same_model_then_repro_does_nothing(
@@ -116,7 +134,7 @@ def test_a_changed_variants_params_retrain_only_that_variant(project: Path) -> N
     before = digests(project)
 
     out = sh(project, "dvc", "repro")
-    assert ran_stages(out.stdout) == {"train@qanet", "evaluate@qanet", "ensemble", "plots"}
+    assert ran_stages(out.stdout) == {"train@qanet", "evaluate@qanet", "ensemble", "report"}
     after = digests(project)
     changed = {path for path in before if after.get(path) != before[path]}
     assert {p for p in changed if p.startswith("models/")} <= {
@@ -229,7 +247,7 @@ def test_version_promotes_a_better_model_and_keeps_a_better_champion(
         project: Path, s3: Any) -> None:
     first = json.loads(sh(project, "rcpipe", "version", "--promote").stdout)
     assert first["promoted"] and "no champion yet" in first["reason"]
-    assert first["targets"][-2:] == ["ensemble", "plots"]
+    assert first["targets"][-2:] == ["ensemble", "report"]
     champion = json.loads(s3.get_object(Bucket=BUCKET, Key="dvc/rcpipe/champion.json")
                           ["Body"].read())
     assert champion["score"] == first["candidate"]

@@ -84,7 +84,7 @@ def test_explain_writes_the_views_of_one_question(
     cfg, _ = trained
     qa = _a_question(prepared)
     ex, html_path = stages.explain(cfg, variant, qa["id"])
-    assert html_path == Path(f"reports/explain/{variant}-{qa['id']}.html")
+    assert html_path == Path(f"explanations/{variant}-{qa['id']}.html")
     lc, lq = len(ex.passage), len(ex.question_tokens)
     assert ex.question == qa["question"] and ex.gold == [a["text"] for a in qa["answers"]]
     assert [m.spec for m in ex.maps] == list(VIEWS[variant])

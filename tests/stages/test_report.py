@@ -57,7 +57,14 @@ def test_report_writes_html_png_and_plot_data(make_config, synth_v1: SynthData) 
         assert Path(f"out/{name}.csv").is_file()
     assert not Path("out/f1_by_answerability.csv").exists()  # v1.1: every question answerable
     assert set(result["files"]) == {f"out/{n}.{ext}" for n in names for ext in ("png", "csv")} \
-        | {"out/report.html", "out/report.json"}
+        | {"out/report.html", "out/report.json"} | {f"out/by_type/{m}.json" for m in preds}
+    # dvc plots' rows per model: the numbers `rcpipe evaluate` put in metrics/<m>.by_type.json
+    for model, answers in preds.items():
+        rows = json.loads(Path(f"out/by_type/{model}.json").read_text())
+        official = metrics.breakdown(synth_v1.dev_doc, answers)
+        assert [(r["question_type"], r["questions"], r["exact"], r["f1"]) for r in rows] == \
+            [(t, s["total"], round(s["exact"], 2), round(s["f1"], 2))
+             for t, s in official.items()]
 
     by_type = tables.by_question_type(synth_v1.dev_doc, preds)
     with open("out/f1_by_type.csv", newline="") as f:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from rcpipe.data import synth
+from rcpipe.data import synth_world as world
 
 
 def _alternation(values: Iterable[str]) -> str:
@@ -28,15 +29,15 @@ def _alternation(values: Iterable[str]) -> str:
 # An entity recogniser built from the generator's pools; alternatives are tried in order, so
 # dates beat their years, amounts beat their numbers and "the University of X" beats X.
 _KIND_PATTERNS = {
-    "date": rf"(?:{'|'.join(synth.MONTHS)}) \d{{1,2}}, \d{{4}}",
+    "date": rf"(?:{'|'.join(world.MONTHS)}) \d{{1,2}}, \d{{4}}",
     "money": r"\$\d+(?:\.\d)? million",
-    "org": _alternation(synth.ORGANIZATIONS),
-    "structure": _alternation(synth.STRUCTURES),
-    "event": _alternation(synth.EVENTS),
-    "prize": _alternation(synth.PRIZES),
-    "person": rf"(?:{_alternation(synth.FIRST_NAMES)}) (?:{_alternation(synth.LAST_NAMES)})",
-    "city": _alternation(synth.CITIES),
-    "country": _alternation(synth.COUNTRIES),
+    "org": _alternation(world.ORGANIZATIONS),
+    "structure": _alternation(world.STRUCTURES),
+    "event": _alternation(world.EVENTS),
+    "prize": _alternation(world.PRIZES),
+    "person": rf"(?:{_alternation(world.FIRST_NAMES)}) (?:{_alternation(world.LAST_NAMES)})",
+    "city": _alternation(world.CITIES),
+    "country": _alternation(world.COUNTRIES),
     "year": r"\d{4}",
     "number": r"\d{1,3}(?:,\d{3})*",
 }
@@ -213,7 +214,7 @@ def test_question_types_all_present(v1: dict) -> None:
 
 def test_relation_table_is_consistent() -> None:
     """Statements name every slot; each asked slot has paraphrases naming other slots only."""
-    for relation in synth.RELATIONS:
+    for relation in world.RELATIONS:
         assert len(relation.statements) >= 2
         for statement in relation.statements:
             assert sorted(synth.template_slots(statement)) == sorted(relation.slots)

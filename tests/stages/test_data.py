@@ -1,11 +1,10 @@
-"""Stages: synth, prepare (report, determinism, v2.0, vectors), score and ensemble files."""
+"""rcpipe.stages.data: synth, and prepare (report, determinism, v2.0, word vectors)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -16,7 +15,7 @@ from rcpipe.config import Config, load_config
 from rcpipe.data.squad import load_squad
 from rcpipe.data.tokenize import tokenize
 from rcpipe.errors import InputError
-from tests.conftest import Prepared, SynthData, questions_of, write_params
+from tests.conftest import Prepared, SynthData, questions_of
 
 MakeConfig = Callable[..., Config]
 
@@ -164,124 +163,3 @@ def test_prepare_bad_vectors_file(make_config: MakeConfig, synth_v1: SynthData,
     with pytest.raises(InputError) as info:
         stages.prepare(cfg)
     assert (info.value.file, info.value.location) == (str(glove), "line 2")
-
-
-# ------------------------------------------------------------------------------------ score
-
-
-def test_score_direct(synth_v1: SynthData, tmp_path: Path) -> None:
-    qas = questions_of(synth_v1.dev_doc)
-    preds = {qa["id"]: qa["answers"][0]["text"] for qa in qas[: len(qas) // 2]}
-    path = tmp_path / "p.json"
-    path.write_text(json.dumps(preds))
-    result = stages.score(str(synth_v1.dev), path, cache_dir=tmp_path / "cache")
-    assert result["exact_match"] == pytest.approx(100.0 * len(preds) / len(qas))
-
-
-# --------------------------------------------------------------------------------- ensemble
-
-
-def _nbest(answers: dict[str, str], prob: float = 0.5, na_prob: float = 0.1
-           ) -> dict[str, dict[str, Any]]:
-    return {q: {"text": t, "prob": prob, "na_prob": na_prob} for q, t in answers.items()}
-
-
-def _write(path: Path, obj: Any) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj))
-    return path
-
-
-@pytest.fixture
-def ens_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, synth_v1: SynthData) -> Path:
-    monkeypatch.chdir(tmp_path)
-    write_params(tmp_path / "params.yaml", data={"dev_file": str(synth_v1.dev)})
-    return tmp_path
-
-
-def test_ensemble_majority_vote_files(ens_dir: Path, synth_v1: SynthData) -> None:
-    gold = {qa["id"]: qa["answers"][0]["text"] for qa in questions_of(synth_v1.dev_doc)}
-    wrong = {q: "nothing like it" for q in gold}
-    first = next(iter(gold))
-    _write(Path("predictions/bidaf.nbest.json"), _nbest(gold, 0.3))
-    _write(Path("predictions/rnet.nbest.json"), _nbest({**wrong, first: gold[first]}, 0.9))
-    _write(Path("predictions/qanet.nbest.json"), _nbest(gold, 0.4, na_prob=0.4))
-    result = stages.ensemble(load_config("params.yaml"))
-
-    assert result == {"exact_match": 100.0, "f1": 100.0}
-    assert json.loads(Path("predictions/ensemble.json").read_text()) == gold
-    assert json.loads(Path("metrics/ensemble.json").read_text()) == result
-    voted = json.loads(Path("predictions/ensemble.nbest.json").read_text())
-    assert voted[first] == {"text": gold[first], "prob": 0.9, "votes": 3,
-                            "na_prob": pytest.approx(0.2)}
-    other = next(q for q in gold if q != first)
-    assert voted[other]["votes"] == 2 and voted[other]["prob"] == 0.4
-    by_type = json.loads(Path("metrics/ensemble.by_type.json").read_text())
-    assert sum(v["total"] for v in by_type.values()) == len(gold)
-
-
-def test_ensemble_tie_goes_to_the_higher_prob(ens_dir: Path, synth_v1: SynthData) -> None:
-    gold = {qa["id"]: qa["answers"][0]["text"] for qa in questions_of(synth_v1.dev_doc)}
-    wrong = {q: "nothing like it" for q in gold}
-    a = _write(ens_dir / "in/a.json", _nbest(wrong, 0.6))
-    b = _write(ens_dir / "in/b.json", _nbest(gold, 0.7))
-    out = Path("out/custom.json")
-    result = stages.ensemble(load_config("params.yaml"), [a, b], out)
-    assert result["exact_match"] == 100.0
-    assert json.loads(out.read_text()) == gold
-    assert Path("out/custom.nbest.json").is_file()
-    assert json.loads(Path("metrics/custom.json").read_text()) == result
-    # and the other way round: the wrong text wins the tie
-    _write(a, _nbest(wrong, 0.8))
-    assert stages.ensemble(load_config("params.yaml"), [a, b], out)["exact_match"] == 0.0
-
-
-def test_ensemble_v2_empty_text_is_an_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                             synth_v2: SynthData) -> None:
-    monkeypatch.chdir(tmp_path)
-    write_params(tmp_path / "params.yaml", data={"dev_file": str(synth_v2.dev)})
-    gold = {qa["id"]: (qa["answers"][0]["text"] if qa["answers"] else "")
-            for qa in questions_of(synth_v2.dev_doc)}
-    blank = {q: "" for q in gold}
-    _write(Path("predictions/bidaf.nbest.json"), _nbest(gold))
-    _write(Path("predictions/rnet_mult.nbest.json"), _nbest(gold))
-    _write(Path("predictions/qanet.nbest.json"), _nbest(blank, 0.99))
-    result = stages.ensemble(load_config("params.yaml"))
-    assert result["exact"] == 100.0 and result["total"] == len(gold)
-    assert {"HasAns_exact", "NoAns_exact", "best_exact"} <= set(result)
-    assert json.loads(Path("predictions/ensemble.json").read_text()) == gold
-
-
-def test_ensemble_without_inputs(ens_dir: Path) -> None:
-    with pytest.raises(InputError) as info:
-        stages.ensemble(load_config("params.yaml"))
-    assert info.value.file == "predictions/"
-
-
-@pytest.mark.parametrize(
-    ("entry", "location"),
-    [
-        ({"text": "x", "na_prob": 0.1}, '["q"].prob'),
-        ({"text": "x", "prob": 0.5}, '["q"].na_prob'),
-        ({"text": "x", "prob": "high", "na_prob": 0.1}, '["q"].prob'),
-        ({"text": "x", "prob": True, "na_prob": 0.1}, '["q"].prob'),
-        ({"prob": 0.5, "na_prob": 0.1}, '["q"]'),
-        ("x", '["q"]'),
-    ],
-)
-def test_ensemble_malformed_nbest(ens_dir: Path, entry: Any, location: str) -> None:
-    path = _write(ens_dir / "bad.nbest.json", {"q": entry})
-    with pytest.raises(InputError) as info:
-        stages.ensemble(load_config("params.yaml"), [path])
-    assert (info.value.file, info.value.location) == (str(path), location)
-    assert not Path("predictions").exists()  # nothing written for a bad input
-
-
-def test_ensemble_ids_from_another_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                           synth_v2: SynthData) -> None:
-    monkeypatch.chdir(tmp_path)
-    write_params(tmp_path / "params.yaml", data={"dev_file": str(synth_v2.dev)})
-    path = _write(tmp_path / "other.nbest.json", _nbest({"not-a-dev-id": "x"}))
-    with pytest.raises(InputError) as info:
-        stages.ensemble(load_config("params.yaml"), [path])
-    assert info.value.file == str(synth_v2.dev)

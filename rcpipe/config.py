@@ -6,18 +6,43 @@ Every section rejects unknown keys, so a typo in params.yaml is an error, not a 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from types import UnionType
+from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from rcpipe.errors import InputError
 
 VARIANTS = ("bidaf", "bidaf_selfattn", "rnet", "rnet_mult", "qanet")
 
 
+def _is_number(annotation: object) -> bool:
+    """int, float, or an optional one (``float | None``); bool is not a number here."""
+    if annotation in (int, float):
+        return True
+    args = get_args(annotation)
+    return isinstance(annotation, UnionType) and any(a in (int, float) for a in args) and \
+        all(a in (int, float, type(None)) for a in args)
+
+
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, v: object, info: ValidationInfo) -> object:
+        # pydantic's lax mode reads true as 1: `train.epochs: yes` is a typo, not one epoch
+        if isinstance(v, bool) and _is_number(cls.model_fields[info.field_name].annotation):
+            raise ValueError("expected a number, got a boolean")
+        return v
 
 
 class Limits(Section):

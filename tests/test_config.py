@@ -143,6 +143,10 @@ def test_unknown_key_is_named(tmp_path: Path, extra: str, sets: list[str], locat
         (["data.train_file=123"], "data.train_file"),
         (["data.dev_file=null"], "data.dev_file"),
         (["data.limits=3"], "data.limits"),
+        (["train.epochs=true"], "train.epochs"),  # YAML booleans are not numbers
+        (["models.bidaf.optim.lr=yes"], "models.bidaf.optim.lr"),
+        (["data.limits.para=false"], "data.limits.para"),
+        (["models.qanet.optim.ema_decay=true"], "models.qanet.optim.ema_decay"),
     ],
 )
 def test_bad_type_is_located(tmp_path: Path, sets: list[str], location: str) -> None:

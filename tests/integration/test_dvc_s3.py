@@ -23,7 +23,8 @@ import pytest
 import yaml
 
 from rcpipe.config import VARIANTS
-from tests.conftest import SynthData
+from rcpipe.eval.metrics import score
+from tests.conftest import SynthData, questions_of
 from tests.dvc_project import BUCKET, make_project, sh
 
 pytestmark = pytest.mark.integration
@@ -68,8 +69,8 @@ def assert_content_addressed(objects: dict[str, bytes]) -> int:
 
 
 @pytest.fixture(scope="module")
-def project(s3: Any, tmp_path_factory: pytest.TempPathFactory, synth_v1: SynthData
-            ) -> Iterator[Path]:
+def project(s3: Any, tmp_path_factory: pytest.TempPathFactory, synth_v1: SynthData,
+            join_local_ray: str) -> Iterator[Path]:
     """The project copied, git and DVC set up, the remote pointed at moto, `dvc repro` run."""
     root = make_project(tmp_path_factory.mktemp("dvc") / "project", synth_v1)
     t0 = time.perf_counter()
@@ -79,6 +80,22 @@ def project(s3: Any, tmp_path_factory: pytest.TempPathFactory, synth_v1: SynthDa
                 *(f"{s}@{v}" for s in ("train", "evaluate") for v in VARIANTS)}
     assert ran_stages(out.stdout) == expected
     yield root
+
+
+def test_every_variant_left_the_contract_files(project: Path, synth_v1: SynthData) -> None:
+    """tests/stages/test_train.py checks two variants in-process; here all five, as run by
+    `rcpipe train` / `rcpipe evaluate` from dvc.yaml."""
+    dev_ids = {qa["id"] for qa in questions_of(synth_v1.dev_doc)}
+    for variant in VARIANTS:
+        summary = json.loads((project / f"models/{variant}/summary.json").read_text())
+        assert summary["world_size"] == 1 and summary["resumed_from_step"] == 0, variant
+        assert summary["steps"] == 2 and summary["device"] == "cpu", variant
+        preds = json.loads((project / f"predictions/{variant}.json").read_text())
+        nbest = json.loads((project / f"predictions/{variant}.nbest.json").read_text())
+        assert set(preds) == set(nbest) == dev_ids, variant
+        assert all(nbest[q]["text"] == preds[q] for q in preds), variant
+        metrics = json.loads((project / f"metrics/{variant}.json").read_text())
+        assert metrics == score(synth_v1.dev_doc, preds), variant
 
 
 def test_dvc_plots_draws_every_declared_plot_from_the_run(project: Path) -> None:

@@ -1,4 +1,9 @@
-"""`rcpipe train` / `rcpipe evaluate` end to end on tiny synthetic data, every variant."""
+"""`rcpipe train` / `rcpipe evaluate` end to end on tiny synthetic data.
+
+Each Ray Train job costs ~20 s of start-up on 2 cores, so the contract files are checked
+here for one recurrent and one convolutional variant (the other three: rnet_mult in the v2.0
+test below, all five through `rcpipe train` in tests/integration/test_dvc_s3.py).
+"""
 
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ def _config(make_config, data: SynthData, **train):  # noqa: ANN001, ANN202
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", ["bidaf", "qanet"])
 def test_train_then_evaluate_writes_the_contract_files(
         variant: str, make_config, synth_v1: SynthData) -> None:  # noqa: ANN001
     cfg = _config(make_config, synth_v1)
@@ -57,6 +62,14 @@ def test_train_then_evaluate_writes_the_contract_files(
     assert json.loads(Path(f"metrics/{variant}.json").read_text()) == result
     assert result == score(synth_v1.dev_doc, preds)
 
+    # the model is refused once the prepared vocabulary is not the one it was trained on
+    vocab = cfg.data.out_dir / "vocab.json"
+    doc = json.loads(vocab.read_text())
+    doc["words"].append("an-extra-word")
+    vocab.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="another vocabulary"):
+        stages.evaluate(cfg, variant)
+
 
 def test_finished_run_is_not_retrained_and_resume_continues(
         make_config, synth_v1: SynthData) -> None:  # noqa: ANN001
@@ -74,19 +87,6 @@ def test_finished_run_is_not_retrained_and_resume_continues(
     assert resumed["resumed_from_step"] == first["steps"]
     assert resumed["steps"] == 2 * first["steps"]
     assert resumed["epochs"] == 2
-
-
-def test_evaluate_refuses_a_model_of_another_vocabulary(
-        make_config, synth_v1: SynthData) -> None:  # noqa: ANN001
-    cfg = _config(make_config, synth_v1, max_steps=2)
-    stages.prepare(cfg)
-    stages.train(cfg, "bidaf")
-    vocab = cfg.data.out_dir / "vocab.json"
-    doc = json.loads(vocab.read_text())
-    doc["words"].append("an-extra-word")
-    vocab.write_text(json.dumps(doc))
-    with pytest.raises(InputError, match="another vocabulary"):
-        stages.evaluate(cfg, "bidaf")
 
 
 def test_unknown_variant_and_missing_model_are_input_errors(

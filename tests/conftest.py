@@ -145,8 +145,9 @@ def local_ray() -> Iterator[None]:
     """
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             logging_level="WARNING")
+    from rcpipe.train.ray_job import start_local_ray
+
+    start_local_ray(num_cpus=2)
     yield
     ray.shutdown()
 

@@ -254,6 +254,23 @@ def _progress(spec: JobSpec, message: dict[str, Any]) -> None:
 # ---------------------------------------------------------------- driver side
 
 
+# A local Ray is one machine that no cloud preempts, running short jobs: no preemption
+# watcher (one process less to start per job) and the controller polls its workers every
+# 0.5 s instead of 2 s (a job's end is seen sooner). ~2.5 s less per job on 2 cores.
+LOCAL_RAY_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+                 "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
+
+
+def start_local_ray(num_cpus: int | None = None) -> None:
+    """ray.init of a local cluster; its processes inherit LOCAL_RAY_ENV (unless set)."""
+    import ray
+
+    for key, value in LOCAL_RAY_ENV.items():
+        os.environ.setdefault(key, value)
+    ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
+             logging_level="WARNING", log_to_driver=False)
+
+
 @contextmanager
 def ray_cluster(address: str | None):  # noqa: ANN201
     """Join the Ray cluster at ``address``, reuse this process's, or start a local one."""
@@ -266,8 +283,7 @@ def ray_cluster(address: str | None):  # noqa: ANN201
     if address:
         ray.init(address=address, logging_level="WARNING", log_to_driver=False)
     else:
-        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level="WARNING",
-                 log_to_driver=False)
+        start_local_ray()
     try:
         yield
     finally:

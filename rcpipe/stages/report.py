@@ -73,7 +73,8 @@ def report(cfg: Config, out: Path = Path("reports")) -> dict[str, Any]:
     qids = [q.qid for q in tables.questions(doc)]
 
     rows = tables.score_rows(scores)
-    groups = [("F1 by question type", "f1_by_type", tables.by_question_type(doc, preds)),
+    by_type = tables.by_question_type(doc, preds)
+    groups = [("F1 by question type", "f1_by_type", by_type),
               ("F1 by answer length (words of the first gold answer)", "f1_by_answer_length",
                tables.by_answer_length(doc, preds)),
               ("F1 by context length (words)", "f1_by_context_length",
@@ -96,7 +97,6 @@ def report(cfg: Config, out: Path = Path("reports")) -> dict[str, Any]:
         put(f"{name}.png", png)
         put(f"{name}.csv", _csv(table.rows([*VARIANTS, "ensemble"])))
         sections.append((title, table, png, f"{name}.csv"))
-    by_type = groups[0][2]
     for m in models:
         rows_json = out / "by_type" / f"{m}.json"
         write_json(rows_json, by_type.model_rows(m))

@@ -1,18 +1,23 @@
-"""Benchmark: training examples per second of every variant, side by side.
+"""Benchmark: training speed of every variant at a params file's sizes, side by side.
 
-Same prepared data, same hidden size, same batch size, same threads: only the model
-differs. Each variant gets warm-up steps (not timed), then ``--steps`` timed steps.
-The literature reports QANet training 3x-13x faster than its RNN counterparts (on GPUs);
-this measures whether ours does on this machine.
+The models, optimisers and batch are the params file's (default params.yaml: the papers'
+sizes); the data is a prepared split (``--prepared``; default: a small synthetic set made on
+the fly, which needs spaCy). Each (device, variant, mode) gets warm-up steps, then
+``--repeats`` timed runs of ``--steps`` steps (the device synchronised at both ends of each
+run); the median run gives examples/s and ms per step. Devices: the CPU always, CUDA where
+present. Modes: fp32 (TF32 matmuls on CUDA, train.tf32), bf16 (autocast, CUDA only) and
+compile (torch.compile). On CUDA it also reports the peak memory and the fraction of a
+step the GPU is busy (kernel time over wall time, from torch.profiler).
 
-    .venv/bin/python bench/train_speed.py [--prepared DIR] [--hidden 64] [--batch 32]
+    .venv/bin/python bench/train_speed.py --prepared data/prepared [--params params.yaml]
+    .venv/bin/python bench/train_speed.py --devices cpu --modes fp32 --steps 3
     .venv/bin/python bench/train_speed.py --workers 1 2 [--variants qanet]
 
---prepared defaults to a synthetic set made on the fly (params.demo.yaml). Writes
-bench/out/train_speed.json and prints a table with each variant's ratio to qanet.
---workers runs `rcpipe train` itself (Ray Train, DDP) with each number of workers at the
-same global batch, one after another in one run, and reports the workers' examples/s
-(timed inside the job, Ray's start-up excluded) and the wall seconds of the whole job.
+It needs PyTorch, numpy, pyarrow, PyYAML and pydantic only (no Ray, spaCy or Prefect) when
+given ``--prepared``, so it runs on a bare GPU box. Writes bench/out/train_speed.json and
+prints a table, with the ratios the literature quotes (QANet over the R-Nets). ``--workers``
+runs `rcpipe train` itself (Ray Train, DDP) with each number of workers at the same global
+batch and reports the workers' examples/s and the wall seconds of the whole job.
 """
 
 from __future__ import annotations
@@ -20,24 +25,30 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
+import statistics
 import tempfile
 import time
+from itertools import cycle, islice
 from pathlib import Path
+from typing import Any
 
-import numpy as np
 import torch
 
-from rcpipe import stages
-from rcpipe.config import VARIANTS, ModelConfig, load_config
+from rcpipe.config import VARIANTS, Config, load_config
 from rcpipe.data.dataset import SquadDataset, bucket_batches
-from rcpipe.models import ModelInputs, build_model
+from rcpipe.models import build_model
 from rcpipe.models.layers import count_parameters
 from rcpipe.train.loop import make_optimizer, train_step
+from rcpipe.train.worker import mixed_precision, prepared_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
+MODES = ("fp32", "bf16", "compile")
 
 
 def synthetic_prepared() -> Path:
+    from rcpipe import stages  # spaCy: only without --prepared
+
     work = Path(tempfile.mkdtemp(prefix="bench-train-"))
     os.chdir(work)
     cfg = load_config(ROOT / "params.demo.yaml", ["synth.train_articles=20"])
@@ -46,29 +57,121 @@ def synthetic_prepared() -> Path:
     return work / cfg.data.out_dir
 
 
-def measure(variant: str, data: SquadDataset, inputs: ModelInputs, hidden: int, batch: int,
-            steps: int, warmup: int) -> dict[str, float]:
+def device_name(device: torch.device, threads: int) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{platform.processor() or platform.machine()} CPU, {threads} torch thread(s)"
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(variant: str, cfg: Config, data: SquadDataset, prepared: Path,
+            device: torch.device, mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    mcfg = cfg.models.of(variant)
     torch.manual_seed(0)
-    cfg = ModelConfig(hidden=hidden, char_hidden=hidden, char_dim=16, layers=2, heads=4,
-                      model_blocks=3, dropout=0.1)
-    model = build_model(variant, cfg, inputs)
-    opt, sched = make_optimizer(model, cfg.optim)
-    batches = bucket_batches(data.context_lengths(), batch, shuffle=True, seed=0)
-    batches = (batches * (1 + (steps + warmup) // len(batches)))[: steps + warmup]
-    seen, t0 = 0, 0.0
-    for k, idx in enumerate(batches):
-        if k == warmup:
-            t0, seen = time.perf_counter(), 0
-        train_step(model, data.collate(idx), opt, sched, 5.0)
-        seen += len(idx)
-    wall = time.perf_counter() - t0
-    return {"examples_per_s": seen / wall, "seconds": wall, "steps": steps,
-            "params": count_parameters(model, exclude_embeddings=True)}
+    model = build_model(variant, mcfg, prepared_inputs(prepared, cfg.data.word_dim)).to(device)
+    optimizer, scheduler = make_optimizer(model, mcfg.optim)
+    step_model = torch.compile(model) if mode == "compile" else model
+    batches = bucket_batches(data.context_lengths(), args.batch, shuffle=True, seed=0)
+    batches = [b for b in batches if len(b) == args.batch]
+    feed = cycle(batches)
+    bf16 = mode == "bf16"
+
+    def run(steps: int) -> int:
+        seen = 0
+        for indices in islice(feed, steps):
+            batch = data.collate(indices).to(device)
+            train_step(step_model, batch, optimizer, scheduler, mcfg.optim.grad_clip,
+                       bf16=bf16)
+            seen += len(indices)
+        _sync(device)
+        return seen
+
+    with mixed_precision(device, cfg.train.tf32):
+        t0 = time.perf_counter()
+        run(args.warmup)
+        warmup_s = time.perf_counter() - t0
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        rates, step_ms = [], []
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            seen = run(args.steps)
+            wall = time.perf_counter() - t0
+            rates.append(seen / wall)
+            step_ms.append(wall / args.steps * 1000)
+        result = {"examples_per_s": statistics.median(rates), "step_ms": statistics.median(step_ms),
+                  "runs_examples_per_s": rates, "warmup_s": warmup_s,
+                  "params": count_parameters(model, exclude_embeddings=True)}
+        if device.type == "cuda":
+            result["peak_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+            result["gpu_busy"] = gpu_busy(run, device, min(args.steps, 10))
+    return result
+
+
+def gpu_busy(run: Any, device: torch.device, steps: int) -> float:
+    """Kernel time over wall time across ``steps`` profiled steps (one stream: no overlap)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        run(steps)
+        wall_us = (time.perf_counter() - t0) * 1e6
+    kernel_us = sum(e.self_device_time_total for e in prof.key_averages()
+                    if e.device_type == torch.autograd.DeviceType.CUDA)
+    return kernel_us / wall_us
+
+
+def compare(args: argparse.Namespace, prepared: Path) -> dict[str, Any]:
+    cfg = load_config(args.params, args.set)
+    data = SquadDataset.from_parquet(prepared / "train.parquet", para_limit=cfg.data.limits.para)
+    devices = [torch.device(d) for d in args.devices if d == "cpu" or torch.cuda.is_available()]
+    out: dict[str, Any] = {"params": str(args.params), "sets": args.set, "batch": args.batch,
+                           "steps": args.steps, "repeats": args.repeats,
+                           "mean_context_tokens": float(data.context_lengths().mean()),
+                           "devices": {}}
+    for device in devices:
+        modes = [m for m in args.modes if not (m == "bf16" and device.type == "cpu")]
+        by_variant: dict[str, dict[str, Any]] = {}
+        for v in args.variants:
+            by_variant[v] = {}
+            for mode in modes:
+                r = measure(v, cfg, data, prepared, device, mode, args)
+                by_variant[v][mode] = r
+                extra = (f" {r['peak_mib']:8.0f} MiB {100 * r['gpu_busy']:5.1f}% busy"
+                         if "peak_mib" in r else "")
+                print(f"{device.type:<5} {v:<15} {mode:<8} {r['examples_per_s']:9.1f} ex/s "
+                      f"{r['step_ms']:9.1f} ms/step{extra}", flush=True)
+        out["devices"][device.type] = {"name": device_name(device, torch.get_num_threads()),
+                                       "results": by_variant}
+    return out
+
+
+def table(out: dict[str, Any]) -> None:
+    for kind, d in out["devices"].items():
+        res = d["results"]
+        modes = sorted({m for r in res.values() for m in r}, key=MODES.index)
+        print(f"\n{d['name']} ({kind}): examples/s, batch {out['batch']}, "
+              f"mean context {out['mean_context_tokens']:.0f} tokens")
+        print(f"{'variant':<15}" + "".join(f"{m:>12}" for m in modes) + f"{'params':>11}")
+        for v, r in res.items():
+            first = next(iter(r.values()))
+            print(f"{v:<15}" + "".join(f"{r[m]['examples_per_s']:>12.1f}" if m in r else
+                                       f"{'-':>12}" for m in modes) + f"{first['params']:>11,}")
+        for a, b in (("qanet", "rnet"), ("qanet", "rnet_mult"), ("rnet_mult", "rnet")):
+            if a in res and b in res:
+                best = {v: max(x["examples_per_s"] for x in res[v].values()) for v in (a, b)}
+                print(f"  {a} / {b} (each at its fastest mode): {best[a] / best[b]:.2f}x")
 
 
 def measure_workers(variant: str, prepared: Path, workers: int, batch: int, steps: int
                     ) -> dict[str, float]:
     """One `rcpipe train` job through Ray Train on this machine's local cluster."""
+    from rcpipe import stages
+
     os.chdir(tempfile.mkdtemp(prefix=f"bench-workers-{workers}-"))
     synth = prepared.parent / "synth"  # the params.demo.yaml layout: data/{synth,prepared}
     cfg = load_config(ROOT / "params.demo.yaml", [
@@ -98,47 +201,34 @@ def compare_workers(args: argparse.Namespace, prepared: Path) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--prepared", type=Path)
-    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--params", type=Path, default=ROOT / "params.yaml")
+    ap.add_argument("--set", action="append", default=[], help="override a param (repeatable)")
+    ap.add_argument("--prepared", type=Path, help="a prepared split (rcpipe prepare's out_dir)")
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=20, help="steps per timed run")
+    ap.add_argument("--repeats", type=int, default=3, help="timed runs; the median is shown")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0: default")
+    ap.add_argument("--devices", nargs="*", default=["cpu", "cuda"])
+    ap.add_argument("--modes", nargs="*", default=["fp32", "bf16", "compile"], choices=MODES)
     ap.add_argument("--variants", nargs="*", default=list(VARIANTS))
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "train_speed.json")
     ap.add_argument("--workers", nargs="*", type=int,
                     help="compare Ray Train jobs with these numbers of workers instead")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     prepared = (args.prepared or synthetic_prepared()).resolve()
     if args.workers:
-        results = compare_workers(args, prepared)
-        out = ROOT / "bench" / "out" / "train_workers.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"prepared": str(prepared), "batch": args.batch,
-                                   "results": results}, indent=1) + "\n")
-        print(f"-> {out}")
-        return
-    data = SquadDataset.from_parquet(prepared / "train.parquet", para_limit=400)
-    vocab = json.loads((prepared / "vocab.json").read_text())
-    inputs = ModelInputs(word_vocab=len(vocab["words"]), char_vocab=len(vocab["chars"]),
-                         word_dim=64, vectors=None, no_answer=False)
-    results = {}
-    for v in args.variants:
-        results[v] = measure(v, data, inputs, args.hidden, args.batch, args.steps, args.warmup)
-        print(f"{v:<15} {results[v]['examples_per_s']:8.1f} ex/s", flush=True)
-    ref = results.get("qanet", {}).get("examples_per_s")
-    print(f"\n{'variant':<15} {'ex/s':>8} {'qanet / it':>11} {'params':>9}   "
-          f"(hidden {args.hidden}, batch {args.batch}, {args.threads} threads, "
-          f"mean context {np.mean(data.context_lengths()):.0f} tokens)")
-    for v, r in results.items():
-        ratio = f"{ref / r['examples_per_s']:.2f}x" if ref else "-"
-        print(f"{v:<15} {r['examples_per_s']:>8.1f} {ratio:>11} {r['params']:>9}")
-    out = ROOT / "bench" / "out" / "train_speed.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"prepared": str(prepared), "hidden": args.hidden,
-                               "batch": args.batch, "threads": args.threads,
-                               "device": "cpu", "results": results}, indent=1) + "\n")
-    print(f"-> {out}")
+        out: dict[str, Any] = {"prepared": str(prepared), "batch": args.batch,
+                               "results": compare_workers(args, prepared)}
+        args.out = args.out.with_name("train_workers.json")
+    else:
+        out = compare(args, prepared) | {"prepared": str(prepared)}
+        table(out)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"-> {args.out}")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from rcpipe import stages
-from rcpipe.config import VARIANTS, Config, load_config
+from rcpipe.config import VARIANTS, Config, effective_yaml, load_config
 from rcpipe.errors import InputError
 
 app = typer.Typer(
@@ -41,6 +41,17 @@ def synth(params: Params = Path("params.yaml"), set_: Sets = None) -> None:
 def prepare(params: Params = Path("params.yaml"), set_: Sets = None) -> None:
     """Tokenize and index SQuAD into Parquet under data.out_dir, with report.json."""
     stages.prepare(_config(params, set_))
+
+
+@app.command("config")
+def config_(
+    key: Annotated[str | None, typer.Argument(
+        help="a dotted section or key (models.qanet, train.epochs); default: all")] = None,
+    params: Params = Path("params.yaml"),
+    set_: Sets = None,
+) -> None:
+    """Print the effective configuration as YAML: every key, the papers' values filled in."""
+    print(effective_yaml(_config(params, set_), key), end="")
 
 
 Variant = Annotated[str, typer.Argument(help="bidaf, bidaf_selfattn, rnet, rnet_mult or qanet")]
@@ -183,8 +194,13 @@ def serve(
     """The answer service: POST /answer, and a web page at / to ask a passage."""
     from rcpipe.serve.app import Limits
 
-    if max_batch < 1:
-        raise InputError("--max-batch", str(max_batch), "must be at least 1")
+    for option, value, least in (("--max-batch", max_batch, 1), ("--timeout", timeout, 1e-3),
+                                 ("--batch-wait-ms", batch_wait_ms, 0),
+                                 ("--max-context-chars", max_context_chars, 1),
+                                 ("--max-question-chars", max_question_chars, 1),
+                                 ("--threads", threads, 0)):
+        if value < least:
+            raise InputError(option, f"{value:g}", f"must be at least {least:g}")
     limits = Limits(max_context_chars, max_question_chars, max_batch, batch_wait_ms, timeout)
     stages.serve(_config(params, set_), model, host, port, limits, threads)
 

@@ -14,9 +14,11 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from rcpipe.errors import InputError
@@ -123,7 +125,8 @@ class TrainConfig(Section):
     storage_path: str | None = Field(None, description="checkpoint storage, a directory or "
                                      "s3://bucket/prefix; None: models/ here")
     max_failures: int = Field(2, ge=0, description="restarts of a run whose worker died")
-    bf16: bool = Field(True, description="bf16 autocast on GPUs (CPU always trains in fp32)")
+    tf32: bool = Field(True, description="TF32 matmuls and convolutions on CUDA (fp32 "
+                       "weights and activations; models.<variant>.bf16 is mixed precision)")
     compile: bool = Field(False, description="torch.compile the model")
 
 
@@ -166,25 +169,83 @@ class ModelConfig(Section):
     train_word_vectors: bool = Field(False, description="fine-tune pretrained vectors")
     batch_size: int | None = Field(None, gt=0, description="overrides train.batch_size")
     max_minutes: float | None = Field(None, ge=0, description="overrides train.max_minutes")
+    bf16: bool = Field(False, description="bf16 autocast on CUDA (recurrent layers stay "
+                       "fp32; the CPU always trains in fp32). Off for every variant: on one "
+                       "H100 each trained slower under bf16 than in fp32 (README, Speed)")
     optim: OptimConfig = OptimConfig()
 
 
-def _rnn(hidden: int, lr: float) -> ModelConfig:
-    return ModelConfig(hidden=hidden, optim=OptimConfig(name="adadelta", lr=lr, eps=1e-6))
+# The papers' settings, written down once. A params file's ``models.<variant>`` is merged
+# over its variant's entry key by key, at any depth: what it leaves out keeps the paper's
+# value, and an empty section is the paper. Keys no entry names take ModelConfig's defaults.
+_BIDAF: dict[str, Any] = {
+    # Seo et al. 2017, section 4 and appendix: d = 100, 8-d char embedding and 100 filters of
+    # width 5, 2-layer highway, 2-layer modeling LSTM, dropout 0.2 (CNN, every LSTM, the
+    # output's linear layer), AdaDelta lr 0.5, and an EMA (0.999) of all weights used at
+    # test time. (They also used batch 60 for 12 epochs: train.batch_size/epochs here.)
+    "hidden": 100, "char_dim": 8, "char_hidden": 100, "char_kernel": 5, "highway_layers": 2,
+    "layers": 2, "dropout": 0.2,
+    "optim": {"name": "adadelta", "lr": 0.5, "rho": 0.95, "eps": 1e-6, "ema_decay": 0.999},
+}
+_RNET: dict[str, Any] = {
+    # Wang et al. 2017 (the R-Net technical report), section 4.1: d = 75 for every RNN and
+    # attention, 3-layer BiGRU encoders, char BiGRU state 75, dropout 0.2 between layers,
+    # AdaDelta lr 1, rho 0.95, eps 1e-6; no EMA.
+    "hidden": 75, "char_dim": 8, "char_hidden": 75, "layers": 3, "dropout": 0.2,
+    "optim": {"name": "adadelta", "lr": 1.0, "rho": 0.95, "eps": 1e-6, "ema_decay": None},
+}
+PAPERS: dict[str, dict[str, Any]] = {
+    "bidaf": _BIDAF,
+    # the CS224N SQuAD 2.0 study's BiDAF + self-matching keeps BiDAF's training recipe
+    "bidaf_selfattn": _BIDAF,
+    "rnet": _RNET,
+    "rnet_mult": _RNET,  # the same recipe; only the attention differs
+    "qanet": {
+        # Yu et al. 2018, sections 2.2 and 3.1.2: d = 128, 8 heads, embedding encoder 1 block
+        # of 4 convs k = 7, model encoder 7 blocks of 2 convs k = 5 (run three times), char
+        # embedding 200-d (200 filters), 2-layer highway, dropout 0.1 (char 0.05), stochastic
+        # depth p_L = 0.1 (survival 0.9 for the last sublayer), Adam beta1 0.8, beta2 0.999,
+        # eps 1e-7, lr 1e-3 after a log warm-up of 1000 steps, L2 3e-7, EMA 0.9999.
+        "hidden": 128, "heads": 8, "emb_convs": 4, "conv_kernel": 7, "model_blocks": 7,
+        "model_convs": 2, "model_kernel": 5, "char_dim": 200, "char_hidden": 200,
+        "highway_layers": 2, "dropout": 0.1, "char_dropout": 0.05, "stochastic_depth": 0.1,
+        "position_encoding": True,
+        "optim": {"name": "adam", "lr": 1e-3, "beta1": 0.8, "beta2": 0.999, "eps": 1e-7,
+                  "weight_decay": 3e-7, "warmup_steps": 1000, "ema_decay": 0.9999},
+    },
+}
+
+
+def merge_over(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` laid on ``base`` key by key, at any depth (a new dict; neither is changed)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = merge_over(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) \
+            else v
+    return out
 
 
 class ModelsConfig(Section):
-    """Per-variant settings; defaults are the papers' values."""
+    """Per-variant settings: each is its paper's (PAPERS) with the params file's keys on top."""
 
-    bidaf: ModelConfig = _rnn(100, 0.5).model_copy(update={"layers": 2, "char_dim": 8})
-    bidaf_selfattn: ModelConfig = _rnn(100, 0.5).model_copy(update={"layers": 2})
-    rnet: ModelConfig = _rnn(75, 1.0).model_copy(update={"char_hidden": 75})
-    rnet_mult: ModelConfig = _rnn(75, 1.0).model_copy(update={"char_hidden": 75})
-    qanet: ModelConfig = ModelConfig(
-        hidden=128, char_dim=64, char_hidden=128, dropout=0.1, highway_layers=2,
-        optim=OptimConfig(name="adam", lr=1e-3, beta1=0.8, beta2=0.999, eps=1e-7,
-                          weight_decay=3e-7, warmup_steps=1000, ema_decay=0.9999),
-    )
+    bidaf: ModelConfig
+    bidaf_selfattn: ModelConfig
+    rnet: ModelConfig
+    rnet_mult: ModelConfig
+    qanet: ModelConfig
+
+    @model_validator(mode="before")
+    @classmethod
+    def _over_the_papers(cls, data: object) -> object:
+        if not isinstance(data, dict):
+            return data  # pydantic names the type error
+        merged: dict[str, Any] = dict(data)
+        for variant, paper in PAPERS.items():
+            own = data.get(variant)
+            if own is None:  # absent, or an empty YAML section (`qanet:`): the paper
+                own = {}
+            merged[variant] = merge_over(paper, own) if isinstance(own, dict) else own
+        return merged
 
     def minutes(self, variant: str, default: float) -> float:
         """The variant's training time limit: its own max_minutes, else ``default``."""
@@ -209,7 +270,13 @@ class Config(Section):
     synth: SynthConfig = SynthConfig()
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
-    models: ModelsConfig = ModelsConfig()
+    models: ModelsConfig = Field(default_factory=ModelsConfig)
+    _source: str = PrivateAttr("params")
+
+    @property
+    def source(self) -> str:
+        """The params file this was loaded from, for errors that name a key of it."""
+        return self._source
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
@@ -255,9 +322,28 @@ def load_config(params: Path | str = "params.yaml", overrides: list[str] | None 
         keys, value = parse_override(item)
         _apply(raw, keys, value, item)
     try:
-        return Config.model_validate(raw)
+        cfg = Config.model_validate(raw)
     except ValidationError as e:
         err = e.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
         what = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
         raise InputError(params, where, what) from None
+    cfg._source = str(params)
+    return cfg
+
+
+def effective_yaml(cfg: Config, key: str | None = None) -> str:
+    """The configuration that will run, as YAML with every key filled in (`rcpipe config`).
+
+    ``key`` (dotted, e.g. ``models.qanet``) prints that section or value alone. The output is
+    itself a valid params file: loading it gives the same configuration.
+    """
+    node: Any = cfg.model_dump(mode="json")
+    for part in key.split(".") if key else []:
+        if not isinstance(node, dict) or part not in node:
+            raise InputError("KEY", key, "unknown key") from None
+        node = node[part]
+    if not isinstance(node, dict):  # one value: as YAML, without the end-of-document mark
+        return yaml.safe_dump(node).removesuffix("...\n")
+    return yaml.safe_dump(node, sort_keys=False, default_flow_style=False)
+

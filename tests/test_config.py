@@ -251,3 +251,101 @@ def test_set_changes_only_the_section_it_names_under_yaml_aliases(tmp_path: Path
                       "models:\n  bidaf: &small {hidden: 8}\n  qanet: *small\n")
     cfg = load_config(params, ["models.qanet.hidden=16"])
     assert cfg.models.qanet.hidden == 16 and cfg.models.bidaf.hidden == 8
+
+
+# ------------------------------------------------------------ the papers' presets
+
+ROOT = Path(__file__).resolve().parents[1]
+# The papers' settings, written out here independently of rcpipe/config.py's PAPERS.
+BIDAF = {"hidden": 100, "layers": 2, "dropout": 0.2, "char_dim": 8, "char_hidden": 100,
+         "char_kernel": 5, "highway_layers": 2,
+         "optim": {"name": "adadelta", "lr": 0.5, "ema_decay": 0.999}}
+RNET = {"hidden": 75, "layers": 3, "dropout": 0.2, "char_hidden": 75,
+        "optim": {"name": "adadelta", "lr": 1.0, "rho": 0.95, "eps": 1e-6, "ema_decay": None}}
+PAPER_TABLE = {
+    "bidaf": BIDAF, "bidaf_selfattn": BIDAF, "rnet": RNET, "rnet_mult": RNET,
+    "qanet": {"hidden": 128, "heads": 8, "emb_convs": 4, "conv_kernel": 7, "model_blocks": 7,
+              "model_convs": 2, "model_kernel": 5, "char_dim": 200, "char_hidden": 200,
+              "dropout": 0.1, "char_dropout": 0.05, "stochastic_depth": 0.1,
+              "optim": {"name": "adam", "beta1": 0.8, "beta2": 0.999, "eps": 1e-7, "lr": 1e-3,
+                        "warmup_steps": 1000, "weight_decay": 3e-7, "ema_decay": 0.9999}},
+}
+
+
+def _assert_has(actual: dict, expected: dict, where: str) -> None:
+    for k, v in expected.items():
+        if isinstance(v, dict):
+            _assert_has(actual[k], v, f"{where}.{k}")
+        else:
+            assert actual[k] == pytest.approx(v), f"{where}.{k}: {actual[k]} != {v}"
+
+
+@pytest.mark.parametrize("variant", list(PAPER_TABLE))
+def test_the_shipped_params_yaml_trains_each_papers_model(variant: str) -> None:
+    cfg = load_config(ROOT / "params.yaml")
+    _assert_has(cfg.models.of(variant).model_dump(), PAPER_TABLE[variant], f"models.{variant}")
+
+
+def test_a_partial_section_keeps_the_rest_of_the_paper(tmp_path: Path) -> None:
+    params = _minimal(tmp_path, "models:\n  qanet:\n    optim: {lr: 0.3}\n  bidaf:\n"
+                      "    hidden: 64\n  rnet:\n")  # `rnet:` alone is an empty (null) section
+    cfg = load_config(params, ["models.rnet_mult.optim.rho=0.9"])
+    qanet = cfg.models.qanet.model_dump()
+    assert qanet["optim"]["lr"] == 0.3
+    _assert_has(qanet, {**PAPER_TABLE["qanet"], "optim": {
+        **PAPER_TABLE["qanet"]["optim"], "lr": 0.3}}, "models.qanet")
+    assert cfg.models.bidaf.hidden == 64
+    _assert_has(cfg.models.bidaf.model_dump(), {**BIDAF, "hidden": 64}, "models.bidaf")
+    _assert_has(cfg.models.rnet.model_dump(), RNET, "models.rnet")
+    assert cfg.models.rnet_mult.optim.rho == 0.9 and cfg.models.rnet_mult.optim.lr == 1.0
+    # the papers' tables are shared, never changed by one variant's keys
+    assert load_config(_minimal(tmp_path)).models.qanet.optim.lr == 1e-3
+
+
+def test_a_variant_section_of_the_wrong_type_is_located(tmp_path: Path) -> None:
+    err = _error(_minimal(tmp_path, "models:\n  qanet: 3\n"))
+    assert err.location == "models.qanet"
+    err = _error(_minimal(tmp_path), ["models.qanet.optim.nme=adam"])
+    assert err.location == "models.qanet.optim.nme" and err.what == "unknown key"
+
+
+def test_the_demo_preset_names_what_differs_from_the_papers() -> None:
+    cfg = load_config(ROOT / "params.demo.yaml")
+    # Adam with its own eps (not Adadelta's 1e-6) and no EMA where the demo had none
+    for v in ("bidaf", "bidaf_selfattn", "rnet", "rnet_mult"):
+        optim = cfg.models.of(v).optim
+        assert (optim.name, optim.eps, optim.ema_decay) == ("adam", 1e-7, None), v
+    assert cfg.models.qanet.optim.weight_decay == 0 and cfg.models.qanet.char_dim == 8
+
+
+def test_rcpipe_config_prints_the_effective_configuration(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    from rcpipe import cli
+
+    params = write_params(tmp_path / "p.yaml")
+    with pytest.raises(SystemExit) as done:
+        cli.main(["config", "--params", str(params), "--set", "models.qanet.optim.lr=0.01"])
+    assert done.value.code == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["models"]["qanet"]["optim"] == {
+        **load_config(ROOT / "params.yaml").models.qanet.optim.model_dump(), "lr": 0.01}
+    # every key filled in, and itself a params file that loads to the same configuration
+    again = tmp_path / "again.yaml"
+    again.write_text(yaml.safe_dump(printed))
+    assert load_config(again).model_dump() == load_config(
+        params, ["models.qanet.optim.lr=0.01"]).model_dump()
+    with pytest.raises(SystemExit):
+        cli.main(["config", "models.rnet.hidden", "--params", str(params)])
+    assert capsys.readouterr().out == "75\n"
+
+
+def test_rcpipe_config_with_an_unknown_key_is_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rcpipe import cli
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["config", "models.nope", "--params", str(write_params(tmp_path / "p.yaml"))])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == "error: KEY: models.nope: unknown key\n"

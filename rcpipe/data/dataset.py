@@ -6,17 +6,22 @@ is a slice, not a Python list conversion: 87k SQuAD questions fit in a few hundr
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from queue import Empty, Queue
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from rcpipe.data.features import SCHEMA
+from rcpipe.data.schema import SCHEMA
 from rcpipe.errors import InputError
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -37,6 +42,11 @@ class Batch:
                  for k, v in self.__dict__.items()}
         return Batch(**moved)
 
+    def pin(self) -> Batch:
+        """In page-locked memory, so that ``to(cuda)`` copies without blocking the host."""
+        return Batch(**{k: v.pin_memory() if isinstance(v, torch.Tensor) else v
+                        for k, v in self.__dict__.items()})
+
     def __len__(self) -> int:
         return len(self.ids)
 
@@ -48,12 +58,20 @@ class _Ragged:
         arr = column.combine_chunks()
         self.offsets = arr.offsets.to_numpy()
         self.values = arr.flatten().to_numpy(zero_copy_only=False)
+        self._lengths = np.diff(self.offsets)  # (N,)
 
     def row(self, i: int) -> np.ndarray:
         return self.values[self.offsets[i] : self.offsets[i + 1]]
 
     def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
+        return self._lengths
+
+    def fill(self, rows: np.ndarray, keep: np.ndarray, out: np.ndarray) -> None:
+        """out[b, :n] = the first n <= keep[b] values of row rows[b], every row at once."""
+        first = self.offsets[rows]  # (B,)
+        n = np.minimum(self.offsets[rows + 1] - first, keep)  # (B,)
+        b_of, t_of = _spread(n)  # (T,) each value's batch row and position in it
+        out[b_of, t_of] = self.values[first[b_of] + t_of]
 
 
 class _Ragged2:
@@ -69,6 +87,27 @@ class _Ragged2:
     def row(self, i: int) -> list[np.ndarray]:
         lo, hi = self.outer[i], self.outer[i + 1]
         return [self.values[self.inner[t] : self.inner[t + 1]] for t in range(lo, hi)]
+
+    def fill(self, rows: np.ndarray, keep: np.ndarray, out: np.ndarray) -> None:
+        """out[b, t, :c] = the chars of token t < keep[b] of row rows[b] (c <= out's width).
+
+        Index arithmetic over the offsets instead of a Python loop over tokens: collating a
+        batch is a few numpy calls, whatever its size (a GPU step must not wait for it).
+        """
+        first = self.outer[rows]  # (B,) the first token of each row
+        n_tok = np.minimum(self.outer[rows + 1] - first, keep)  # (B,)
+        b_of, t_of = _spread(n_tok)  # (T,) each token's batch row and position
+        start = self.inner[first[b_of] + t_of]  # (T,) its first char
+        n_chars = np.minimum(self.inner[first[b_of] + t_of + 1] - start, out.shape[2])  # (T,)
+        k_of, c_of = _spread(n_chars)  # (C,) each char's token (into T) and position
+        out[b_of[k_of], t_of[k_of], c_of] = self.values[start[k_of] + c_of]
+
+
+def _spread(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For counts (N,): (which of the N, position within it) of each of sum(counts) items."""
+    owner = np.repeat(np.arange(len(counts)), counts)  # (sum,)
+    before = np.cumsum(counts) - counts  # (N,) items ahead of each
+    return owner, np.arange(len(owner)) - before[owner]
 
 
 def read_table(path: Path) -> pa.Table:
@@ -121,24 +160,21 @@ class SquadDataset:
     def collate(self, indices: Sequence[int], char_limit: int = 16) -> Batch:
         """Pad the rows to the longest in the batch (at least 1, so no tensor is empty)."""
         n = len(indices)
-        cl = self.para_limit
-        cws = [self.cw.row(i)[:cl] if cl else self.cw.row(i) for i in indices]
-        qws = [self.qw.row(i) for i in indices]
-        lc = max(1, max(len(x) for x in cws))
-        lq = max(1, max(len(x) for x in qws))
+        rows = np.asarray(indices, dtype=np.int64)  # (B,)
+        c_len = self.cw.lengths()[rows]  # (B,)
+        if self.para_limit:
+            c_len = np.minimum(c_len, self.para_limit)
+        q_len = self.qw.lengths()[rows]  # (B,)
+        lc, lq = max(1, int(c_len.max(initial=0))), max(1, int(q_len.max(initial=0)))
         cw = np.zeros((n, lc), dtype=np.int64)
         qw = np.zeros((n, lq), dtype=np.int64)
         cc = np.zeros((n, lc, char_limit), dtype=np.int64)
         qc = np.zeros((n, lq, char_limit), dtype=np.int64)
-        for b, i in enumerate(indices):
-            cw[b, : len(cws[b])] = cws[b]
-            qw[b, : len(qws[b])] = qws[b]
-            for t, chars in enumerate(self.cc.row(i)[: len(cws[b])]):
-                cc[b, t, : len(chars)] = chars[:char_limit]
-            for t, chars in enumerate(self.qc.row(i)):
-                qc[b, t, : len(chars)] = chars[:char_limit]
-        idx = np.asarray(indices)
-        y1, y2 = self.y1[idx].astype(np.int64), self.y2[idx].astype(np.int64)
+        self.cw.fill(rows, c_len, cw)
+        self.qw.fill(rows, q_len, qw)
+        self.cc.fill(rows, c_len, cc)
+        self.qc.fill(rows, q_len, qc)
+        y1, y2 = self.y1[rows].astype(np.int64), self.y2[rows].astype(np.int64)
         # an answer cut off by para_limit has no label in the truncated context
         outside = (y2 >= lc) | (y1 < 0)
         y1[outside], y2[outside] = -1, -1
@@ -153,7 +189,7 @@ class SquadDataset:
             q_mask=qw_t != 0,
             y1=torch.from_numpy(y1),
             y2=torch.from_numpy(y2),
-            is_impossible=torch.from_numpy(self.impossible[idx].astype(bool)),
+            is_impossible=torch.from_numpy(self.impossible[rows].astype(bool)),
         )
 
 
@@ -185,3 +221,42 @@ def iterate(dataset: SquadDataset, batches: list[list[int]], char_limit: int = 1
             ) -> Iterator[Batch]:
     for indices in batches:
         yield dataset.collate(indices, char_limit)
+
+
+def ahead(items: Iterable[T], depth: int = 2) -> Iterator[T]:
+    """``items`` produced on a background thread, up to ``depth`` ahead of the consumer.
+
+    A GPU step mostly waits for the device, so the next batches are collated (and pinned)
+    meanwhile. Leaving the loop early stops the thread at its next item.
+    """
+    queue: Queue[tuple[bool, Any]] = Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if stop.is_set():
+                    return
+                queue.put((True, item))
+            queue.put((False, None))
+        except BaseException as e:  # noqa: BLE001 - raised again in the consumer
+            queue.put((False, e))
+
+    thread = threading.Thread(target=produce, name="rcpipe-batches-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            more, item = queue.get()
+            if not more:
+                if item is not None:
+                    raise item
+                return
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a producer waiting on a full queue
+            try:
+                queue.get(timeout=0.05)
+            except Empty:
+                pass
+

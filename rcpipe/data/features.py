@@ -15,30 +15,10 @@ import numpy as np
 import pyarrow as pa
 
 from rcpipe.config import DataConfig
+from rcpipe.data.schema import IDS, SCHEMA
 from rcpipe.data.squad import SquadFile, check_answer
 from rcpipe.data.tokenize import Tokens, char_span_to_token_span
 from rcpipe.data.vocab import Vocab
-
-_ids = pa.list_(pa.int32())
-SCHEMA = pa.schema(
-    [
-        pa.field("id", pa.string(), nullable=False),
-        pa.field("title", pa.string()),
-        pa.field("context", pa.string()),
-        pa.field("question", pa.string()),
-        pa.field("context_word_ids", _ids),  # (Lc,)
-        pa.field("context_char_ids", pa.list_(_ids)),  # (Lc, <=char_limit)
-        pa.field("context_starts", _ids),  # (Lc,) char offset of each token
-        pa.field("context_ends", _ids),  # (Lc,) one past its last char
-        pa.field("question_word_ids", _ids),  # (Lq,)
-        pa.field("question_char_ids", pa.list_(_ids)),  # (Lq, <=char_limit)
-        pa.field("y1", pa.int32()),  # answer start token, -1 when none
-        pa.field("y2", pa.int32()),  # answer end token (inclusive), -1 when none
-        pa.field("is_impossible", pa.bool_()),
-        pa.field("answers", pa.list_(pa.string())),  # gold texts, for inspection
-    ],
-    metadata={"rcpipe": "prepared SQuAD split, one row per question"},
-)
 
 
 @dataclass(frozen=True)
@@ -126,7 +106,7 @@ class Indexer:
         forms = encoded.dictionary.to_pylist()  # distinct surface forms
         idx = encoded.indices  # (total tokens,) into forms
         word_of = pa.array([self.words.id(f) for f in forms], type=pa.int32())
-        chars_of = pa.array([self._char_ids(f) for f in forms], type=_ids)
+        chars_of = pa.array([self._char_ids(f) for f in forms], type=IDS)
         n = len(flat)
         offsets = pa.array(np.cumsum([0] + [len(t.words) for t in tokens], dtype=np.int32))
         columns = {

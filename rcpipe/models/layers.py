@@ -164,6 +164,19 @@ class Highway(nn.Module):
 # ----------------------------------------------------------------------------- recurrence
 
 
+@contextmanager
+def float32_recurrence(x: torch.Tensor) -> Iterator[None]:
+    """Autocast off for the block: recurrent layers run in float32 under mixed precision.
+
+    Under CUDA autocast (bf16 asked for) cuDNN's GRU/LSTM and the GRU cell run and return
+    float16, which no GradScaler guards, and their outputs clash with bf16 or fp32 tensors
+    written into (an index put of Half into Float). Callers feed ``.float()`` inputs in the
+    block and cast the result back to the input's dtype, so outputs follow their inputs.
+    """
+    with torch.autocast(x.device.type, enabled=False):
+        yield
+
+
 class VariationalDropout(nn.Module):
     """One dropout mask per sequence, the same at every step (Gal & Ghahramani; R-Net)."""
 
@@ -263,16 +276,20 @@ class BiRNN(nn.Module):
         self.dim = 2 * hidden * (layers if concat_layers else 1)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
         lengths = mask.sum(1).clamp(min=1)  # (B,)
-        keep = mask.unsqueeze(-1).to(x.dtype)  # (B, L, 1)
         outs = []
-        for fwd, bwd in zip(self.fwd, self.bwd, strict=True):
-            x = self.drop(x)
-            y_f, _ = fwd(x)  # (B, L, H)
-            y_b, _ = bwd(reverse_padded(x, lengths))  # (B, L, H), reversed time
-            x = torch.cat([y_f, reverse_padded(y_b, lengths)], dim=-1) * keep  # (B, L, 2H)
-            outs.append(x)
-        return torch.cat(outs, dim=-1) if self.concat_layers else x
+        with float32_recurrence(x):
+            x = x.float()
+            keep = mask.unsqueeze(-1).to(x.dtype)  # (B, L, 1)
+            for fwd, bwd in zip(self.fwd, self.bwd, strict=True):
+                x = self.drop(x)
+                y_f, _ = fwd(x)  # (B, L, H)
+                y_b, _ = bwd(reverse_padded(x, lengths))  # (B, L, H), reversed time
+                x = torch.cat([y_f, reverse_padded(y_b, lengths)], dim=-1) * keep  # (B, L, 2H)
+                outs.append(x)
+        out = torch.cat(outs, dim=-1) if self.concat_layers else x
+        return out.to(dtype)
 
 
 # ------------------------------------------------------------------ R-Net's matching blocks

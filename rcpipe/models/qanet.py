@@ -104,16 +104,15 @@ class SelfAttention(nn.Module):
 class EncoderBlock(nn.Module):
     """[position encoding, conv x #, self-attention, feed-forward], pre-norm residuals.
 
-    ``survival[i]`` is the probability that sublayer i runs in a training step (stochastic
-    depth, Huang et al. 2016); a skipped sublayer is the identity and costs nothing. A kept
-    one is scaled by 1 / survival so that eval, which runs every sublayer, needs no rescale.
+    ``scale[i]`` multiplies sublayer i's output: 1 in eval; in training 1 / survival_i when
+    the sublayer survives the step and 0 when it is dropped (stochastic depth, Huang et al.
+    2016), so eval needs no rescale. The coin is a tensor, never a Python branch: a dropped
+    sublayer is still computed, but a training step has one shape of graph (CUDA graphs and
+    torch.compile capture it) and never waits for the host to decide.
     """
 
-    def __init__(self, dim: int, convs: int, kernel: int, heads: int, dropout: float,
-                 survival: list[float]) -> None:
+    def __init__(self, dim: int, convs: int, kernel: int, heads: int, dropout: float) -> None:
         super().__init__()
-        if len(survival) != convs + 2:
-            raise ValueError(f"need {convs + 2} survival probabilities, got {len(survival)}")
         self.conv_norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(convs))
         self.convs = nn.ModuleList(DepthwiseSeparableConv(dim, kernel) for _ in range(convs))
         self.attn_norm = nn.LayerNorm(dim)
@@ -121,40 +120,27 @@ class EncoderBlock(nn.Module):
         self.ffn_norm = nn.LayerNorm(dim)
         self.ffn = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim))
         self.drop = nn.Dropout(dropout)
-        self.survival = survival
-
-    def _runs(self, i: int) -> tuple[bool, float]:
-        """Whether sublayer i runs this step, and the scale of its output if it does."""
-        p = self.survival[i]
-        if not self.training or p >= 1.0:
-            return True, 1.0
-        # one coin per sublayer per batch (as in the paper), from torch's CPU generator so
-        # that torch.manual_seed governs it and a GPU run never syncs for it
-        if float(torch.rand(())) < p:
-            return True, 1.0 / p
-        return False, 0.0
+        self.sublayers = convs + 2
 
     @staticmethod
-    def _add(x: torch.Tensor, y: torch.Tensor, scale: float) -> torch.Tensor:
-        return x + (y if scale == 1.0 else y * scale)
+    def _add(x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
+        return x + (y if scale is None else y * scale.to(y.dtype))
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, pe: torch.Tensor | None
-                ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, pe: torch.Tensor | None,
+                scale: torch.Tensor | None = None) -> torch.Tensor:
+        """``scale``: (convs + 2,) stochastic-depth factors; None runs every sublayer as is."""
+        def s(i: int) -> torch.Tensor | None:
+            return None if scale is None else scale[i]
+
         if pe is not None:
             x = x + pe  # (B, L, d) + (L, d)
         for i, (norm, conv) in enumerate(zip(self.conv_norms, self.convs, strict=True)):
-            run, scale = self._runs(i)
-            if run:
-                h = norm(x)
-                if i % 2 == 0:  # the paper's dropout on every other conv layer's input
-                    h = self.drop(h)
-                x = self._add(x, self.drop(conv(h, mask)), scale)
-        run, scale = self._runs(len(self.convs))
-        if run:
-            x = self._add(x, self.drop(self.attn(self.attn_norm(x), mask)), scale)
-        run, scale = self._runs(len(self.convs) + 1)
-        if run:
-            x = self._add(x, self.drop(self.ffn(self.ffn_norm(x))), scale)
+            h = norm(x)
+            if i % 2 == 0:  # the paper's dropout on every other conv layer's input
+                h = self.drop(h)
+            x = self._add(x, self.drop(conv(h, mask)), s(i))
+        x = self._add(x, self.drop(self.attn(self.attn_norm(x), mask)), s(len(self.convs)))
+        x = self._add(x, self.drop(self.ffn(self.ffn_norm(x))), s(len(self.convs) + 1))
         return x  # (B, L, d)
 
 
@@ -162,27 +148,36 @@ class Encoder(nn.Module):
     """A stack of encoder blocks; stochastic depth numbers sublayers across the stack.
 
     Sublayer l of L (1-based, L = blocks * (convs + 2)) survives with 1 - l / L * p_L, so
-    deeper sublayers are dropped more often, up to p_L for the last one.
+    deeper sublayers are dropped more often, up to p_L for the last one. One coin per
+    sublayer per call (per batch, as in the paper), all drawn at once on the input's device
+    from torch's generator: torch.manual_seed governs them and no step syncs for them.
     """
 
     def __init__(self, blocks: int, dim: int, convs: int, kernel: int, heads: int,
                  dropout: float, p_l: float, position_encoding: bool = True) -> None:
         super().__init__()
         self.position_encoding = position_encoding
-        per_block = convs + 2
-        total = blocks * per_block
+        total = blocks * (convs + 2)
         survival = [1.0 - sub / total * p_l for sub in range(1, total + 1)]
+        self.stochastic = p_l > 0
+        # not in the state_dict: it follows from the config, and old model files lack it
+        self.register_buffer("survival", torch.tensor(survival), persistent=False)  # (L,)
         self.blocks = nn.ModuleList(
-            EncoderBlock(dim, convs, kernel, heads, dropout,
-                         survival[b * per_block : (b + 1) * per_block])
-            for b in range(blocks)
-        )
+            EncoderBlock(dim, convs, kernel, heads, dropout) for _ in range(blocks))
+
+    def scales(self, device: torch.device) -> torch.Tensor | None:
+        """This call's stochastic-depth factors, (blocks, convs + 2); None: run everything."""
+        if not (self.training and self.stochastic):
+            return None
+        keep = torch.rand(self.survival.shape, device=device) < self.survival  # (L,)
+        return (keep / self.survival).view(len(self.blocks), -1)  # (blocks, convs + 2)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         pe = positional_encoding(x.size(1), x.size(2), x.device, x.dtype) \
             if self.position_encoding else None  # (L, d), once
-        for block in self.blocks:
-            x = block(x, mask, pe)  # (B, L, d)
+        scales = self.scales(x.device)
+        for b, block in enumerate(self.blocks):
+            x = block(x, mask, pe, None if scales is None else scales[b])  # (B, L, d)
         return x
 
 

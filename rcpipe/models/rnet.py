@@ -31,6 +31,7 @@ from rcpipe.models.layers import (
     VariationalDropout,
     WordEmbedding,
     capturing,
+    float32_recurrence,
     keep_attention,
     mask_logits,
     masked_softmax,
@@ -57,7 +58,8 @@ class CharGRU(nn.Module):
             # only real words go through the GRU: a third of a bucketed batch can be padding
             packed = pack_padded_sequence(self.emb(flat[real]), lengths[real].cpu(),
                                           batch_first=True, enforce_sorted=False)
-            _, h_n = self.rnn(packed)  # (2, N, H): forward and backward final states
+            with float32_recurrence(out):
+                _, h_n = self.rnn(packed)  # (2, N, H): forward and backward final states
             out[real] = torch.cat([h_n[0], h_n[1]], dim=-1)  # (N, 2H)
         return out.view(b, n, self.dim)  # (B, L, 2H)
 
@@ -85,6 +87,13 @@ class GatedAttentionRNN(nn.Module):
 
     def forward(self, u_p: torch.Tensor, c_mask: torch.Tensor, u_q: torch.Tensor,
                 q_mask: torch.Tensor) -> torch.Tensor:
+        dtype = u_p.dtype
+        # a GRUCell and a few small ops per step: latency-bound, so float32 costs nothing
+        with float32_recurrence(u_p):
+            return self._recur(u_p.float(), c_mask, u_q.float(), q_mask).to(dtype)
+
+    def _recur(self, u_p: torch.Tensor, c_mask: torch.Tensor, u_q: torch.Tensor,
+               q_mask: torch.Tensor) -> torch.Tensor:
         u_p, u_q = self.drop(u_p), self.drop(u_q)
         b, lc, dim = u_p.shape
         keys = self.w_uq(u_q)  # (B, Lq, A)
@@ -203,7 +212,8 @@ class PointerNetwork(nn.Module):
         s1 = self.scores(keys, r_q)  # (B, Lc)
         a1 = masked_softmax(s1, c_mask)  # (B, Lc)
         c1 = torch.bmm(a1.unsqueeze(1), h_p).squeeze(1)  # (B, D)
-        h_a = self.cell(self.drop(c1), r_q)  # (B, D)
+        with float32_recurrence(c1):
+            h_a = self.cell(self.drop(c1).float(), r_q.float())  # (B, D)
         s2 = self.scores(keys, h_a)  # (B, Lc)
         return mask_logits(s1, c_mask), mask_logits(s2, c_mask)
 

@@ -12,9 +12,37 @@ from contextlib import contextmanager
 import uvicorn
 from fastapi import FastAPI
 
+from rcpipe.errors import InputError
 
-def run(app: FastAPI, host: str = "127.0.0.1", port: int = 8000) -> None:
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port, or a one-line error naming the option at fault.
+
+    Bound before the models load, so a port out of range, taken or not allowed, or a host
+    that does not resolve, is said at once; uvicorn then serves on this very socket.
+    """
+    if not 0 < port < 65536:
+        raise InputError("--port", str(port), "must be between 1 and 65535")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port,
+                                                             type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError):
+        raise InputError("--host", host, "not an address or a name that resolves") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as e:
+        sock.close()
+        raise InputError("--port", str(port), f"cannot listen on {host}:{port} "
+                         f"({e.strerror or e})") from None
+    return sock
+
+
+def run(app: FastAPI, sock: socket.socket) -> None:
+    """Serve ``app`` on ``sock`` (from ``listen``) until interrupted."""
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    server.run(sockets=[sock])
 
 
 @contextmanager

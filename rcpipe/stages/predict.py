@@ -16,7 +16,7 @@ from rcpipe.config import VARIANTS, Config
 from rcpipe.console import console
 from rcpipe.errors import InputError
 from rcpipe.stages.io import write_json
-from rcpipe.stages.train import _device, load_model, model_dir
+from rcpipe.stages.train import load_model, model_dir
 
 ENSEMBLE = "ensemble"  # eval.answer.ENSEMBLE, without importing torch for --help
 
@@ -32,6 +32,7 @@ def load_reader(cfg: Config, names: list[str]):  # noqa: ANN201 - eval.answer.Re
 
     from rcpipe.data.encode import Encoder
     from rcpipe.eval.answer import Reader
+    from rcpipe.train.worker import device_of
 
     variants: list[str] = []
     for name in names:
@@ -52,7 +53,7 @@ def load_reader(cfg: Config, names: list[str]):  # noqa: ANN201 - eval.answer.Re
     meta = json.loads((d / "meta.json").read_text())
     encoder = Encoder.from_vocab(json.loads((d / "vocab.json").read_text()),
                                  meta.get("char_limit", cfg.data.limits.char))
-    device = _device(cfg)
+    device = device_of(cfg)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     models = {}
@@ -152,7 +153,8 @@ def serve(cfg: Config, models: list[str] | None = None, host: str = "127.0.0.1",
     """`rcpipe serve`: the service and its page on http://host:port/ until interrupted."""
     from rcpipe.serve import server
 
+    sock = server.listen(host, port)  # a bad or taken port is said before the models load
     app = serve_app(cfg, models, limits, threads)
     console.print(f"serve: {', '.join(app.state.models)} on http://{host}:{port}/ "
                   f"(POST /answer, the page at /); Ctrl-C stops")
-    server.run(app, host, port)
+    server.run(app, sock)

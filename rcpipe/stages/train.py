@@ -9,7 +9,6 @@ predictions/<variant>.json, predictions/<variant>.nbest.json and metrics/<varian
 
 from __future__ import annotations
 
-import hashlib
 import json
 import pickle
 import shutil
@@ -29,37 +28,18 @@ def model_dir(variant: str) -> Path:
 
 
 def _vocab_hash(prepared: Path) -> str:
-    return hashlib.sha256((prepared / "vocab.json").read_bytes()).hexdigest()
+    from rcpipe.train.worker import vocab_digest
+
+    return vocab_digest(prepared)
 
 
 def _model_inputs(cfg: Config):  # noqa: ANN202 - ModelInputs, imported lazily
-    import numpy as np
-
-    from rcpipe.models import ModelInputs
+    from rcpipe.train.worker import prepared_inputs
 
     d = cfg.data.out_dir
     if not (d / "train.parquet").is_file():
         raise InputError(d, "", "no prepared data; run `rcpipe prepare` first")
-    vocab = json.loads((d / "vocab.json").read_text())
-    meta = json.loads((d / "meta.json").read_text())
-    vectors = np.load(d / "word_emb.npy") if (d / "word_emb.npy").is_file() else None
-    return ModelInputs(
-        word_vocab=len(vocab["words"]), char_vocab=len(vocab["chars"]),
-        word_dim=cfg.data.word_dim, vectors=vectors,
-        no_answer="2.0" in meta["version"]["train"],
-    )
-
-
-def _device(cfg: Config):  # noqa: ANN202
-    import torch
-
-    if cfg.train.device == "cuda" or (cfg.train.device == "auto" and torch.cuda.is_available()):
-        return torch.device("cuda")
-    return torch.device("cpu")
-
-
-def _f1_key(result: dict[str, Any]) -> tuple[float, float]:
-    return result.get("exact_match", result.get("exact", 0.0)), result["f1"]
+    return prepared_inputs(d, cfg.data.word_dim)
 
 
 def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
@@ -67,10 +47,9 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
 
     ``force`` starts over: the local checkpoints and summary are removed first.
     """
-    import ray
-
     from rcpipe.train import ray_job
     from rcpipe.train.checkpoint import META, MODEL
+    from rcpipe.train.worker import Job, run_summary
 
     cfg.models.of(variant)  # an unknown variant is the user's mistake, found before Ray starts
     out = model_dir(variant)
@@ -89,15 +68,15 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
     prepared = cfg.data.out_dir.resolve()
     t0 = time.perf_counter()
     with ray_job.ray_cluster(cfg.train.ray_address):
-        spec = ray_job.JobSpec(
-            config=cfg.model_dump(mode="json"), variant=variant,
-            train_path=str(prepared / "train.parquet"), dev_path=str(prepared / "dev.parquet"),
-            inputs=ray.put(inputs), dev_doc=ray.put(dev_doc),
-            vocab_sha256=_vocab_hash(cfg.data.out_dir), threads=0)
+        ray_job.check_fits(cfg)  # before any job starts: Ray would wait forever
+        job = Job(config=cfg.model_dump(mode="json"), variant=variant,
+                  train_path=str(prepared / "train.parquet"),
+                  dev_path=str(prepared / "dev.parquet"),
+                  vocab_sha256=_vocab_hash(cfg.data.out_dir))
         path, filesystem = ray_job.storage(cfg, variant, out)
         with shared_progress() as bar:
             task = bar.add_task(f"train {variant}", total=cfg.train.epochs)
-            result = ray_job.fit(spec, cfg, path, filesystem,
+            result = ray_job.fit(job, inputs, dev_doc, cfg, path, filesystem,
                                  lambda message: _show(bar, task, variant, message))
     if result.checkpoint is None:
         raise InputError(cfg.data.out_dir / "train.parquet", "",
@@ -110,17 +89,9 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
         tmp = out / "model.pt.tmp"
         shutil.copyfile(Path(d) / MODEL, tmp)
         tmp.replace(out / "model.pt")
-    summary = {
-        "variant": variant, "world_size": meta["world_size"], "steps": meta["step"],
-        "epochs": meta["epoch"], "examples_per_s": meta["examples_per_s"],
-        "resumed_from_step": meta["resumed_from_step"], "device": meta["device"],
-        "wall_seconds": round(time.perf_counter() - t0, 2),
-        "train_seconds": round(meta["elapsed"], 2),
-        "best_dev_em": meta["best"]["em"], "best_dev_f1": meta["best"]["f1"],
-        "best_step": meta["best"]["step"], "checkpoints": result.path,
-        "replicas_in_sync": len(set(meta["replica_digests"])) == 1,
-        "history": meta["history"], "finished": True,
-    }
+    summary = run_summary(variant, meta, time.perf_counter() - t0) | {
+        "checkpoints": result.path, "finished": True,
+        "replicas_in_sync": len(set(meta["replica_digests"])) == 1}
     write_json(out / "metrics.json", {"history": meta["history"]})
     write_json(summary_path, summary)
     console.print(f"train {variant}: best dev EM {summary['best_dev_em']:.2f} "
@@ -137,7 +108,7 @@ def _check_model_config(cfg: Config, variant: str, inputs) -> None:  # noqa: ANN
     try:
         build_model(variant, cfg.models.of(variant), replace(inputs, vectors=None))
     except ValueError as e:
-        raise InputError("params", f"models.{variant}", str(e)) from None
+        raise InputError(cfg.source, f"models.{variant}", str(e)) from None
 
 
 def _show(bar, task, variant: str, message: dict[str, Any]) -> None:  # noqa: ANN001
@@ -189,16 +160,17 @@ def evaluate(cfg: Config, variant: str) -> dict[str, Any]:
     from rcpipe.data.dataset import SquadDataset, bucket_batches
     from rcpipe.eval import metrics
     from rcpipe.train.loop import predict
+    from rcpipe.train.worker import EVAL_BATCH, device_of, headline
 
+    device = device_of(cfg)
     model, _ = load_model(cfg, variant)
-    device = _device(cfg)
     model.to(device)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     dev_set = SquadDataset.from_parquet(cfg.data.out_dir / "dev.parquet",
                                         para_limit=cfg.train.dev_para_limit)
     t0 = time.perf_counter()
-    nbest = predict(model, dev_set, bucket_batches(dev_set.context_lengths(), 64, False),
+    nbest = predict(model, dev_set, bucket_batches(dev_set.context_lengths(), EVAL_BATCH, False),
                     device, cfg.eval.max_answer_len, cfg.eval.na_threshold)
     doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir)
     preds = {q: v["text"] for q, v in nbest.items()}
@@ -209,7 +181,7 @@ def evaluate(cfg: Config, variant: str) -> dict[str, Any]:
     write_json(Path("predictions") / f"{variant}.nbest.json", nbest)
     write_json(Path("metrics") / f"{variant}.json", result)
     write_json(Path("metrics") / f"{variant}.by_type.json", metrics.breakdown(doc, preds, na))
-    em, f1 = _f1_key(result)
+    em, f1 = headline(result)
     console.print(f"evaluate {variant}: EM {em:.2f} F1 {f1:.2f} on {len(preds)} dev questions "
                   f"({time.perf_counter() - t0:.1f}s)")
     return result

@@ -1,7 +1,8 @@
-"""The plain PyTorch training loop: one step, one epoch, prediction, EMA, the lr schedule.
+"""The plain PyTorch training loop: one step, prediction, EMA, the optimiser and lr schedule.
 
-No files and no process groups here: stages.py (single process) and train/ray_job.py (Ray
-Train workers) both call these functions, so a step means the same thing everywhere.
+No files and no process groups here: train/worker.py (one rank of a run, with Ray Train or
+in one process) and the stages that predict call these functions, so a step means the same
+thing everywhere.
 """
 
 from __future__ import annotations
@@ -24,13 +25,16 @@ from rcpipe.models.layers import span_loss
 def make_optimizer(model: nn.Module, cfg: OptimConfig
                    ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     params = [p for p in model.parameters() if p.requires_grad]
+    # on a GPU every parameter's update in one fused kernel (Adam) or a few multi-tensor ones
+    # (Adadelta's foreach, its default there), not a handful of kernels per parameter
+    on_gpu = bool(params) and all(p.is_cuda for p in params)
     if cfg.name == "adam":
         opt: torch.optim.Optimizer = torch.optim.Adam(
             params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
-            weight_decay=cfg.weight_decay)
+            weight_decay=cfg.weight_decay, fused=on_gpu or None)
     else:
         opt = torch.optim.Adadelta(params, lr=cfg.lr, rho=cfg.rho, eps=cfg.eps,
-                                   weight_decay=cfg.weight_decay)
+                                   weight_decay=cfg.weight_decay, foreach=on_gpu or None)
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, warmup(cfg.warmup_steps))
 
 
@@ -53,14 +57,25 @@ class EMA:
         self.updates = 0
         self.shadow = {k: v.detach().clone() for k, v in model.state_dict().items()
                        if v.dtype.is_floating_point}
+        self._live: tuple[int, list[torch.Tensor], list[torch.Tensor]] | None = None
+
+    def _pairs(self, model: nn.Module) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """(shadow tensors, the model's tensors), in the same order; cached per model (its
+        tensors are updated in place, load_state_dict included, so the references hold)."""
+        if self._live is None or self._live[0] != id(model):
+            live = model.state_dict()
+            self._live = (id(model), [self.shadow[k] for k in self.shadow],
+                          [live[k].detach() for k in self.shadow])
+        return self._live[1], self._live[2]
 
     @torch.no_grad()
     def update(self, model: nn.Module) -> None:
         self.updates += 1
         d = min(self.decay, (1 + self.updates) / (10 + self.updates))
-        for k, v in model.state_dict().items():
-            if k in self.shadow:
-                self.shadow[k].mul_(d).add_(v.detach(), alpha=1 - d)
+        shadow, live = self._pairs(model)
+        # shadow = d * shadow + (1 - d) * live for every tensor at once: one multi-tensor
+        # kernel instead of two per tensor (QANet has ~300)
+        torch._foreach_lerp_(shadow, live, 1 - d)
 
     @contextmanager
     def applied(self, model: nn.Module) -> Iterator[None]:
@@ -84,11 +99,14 @@ class EMA:
 def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
                scheduler: torch.optim.lr_scheduler.LRScheduler, grad_clip: float,
                ema: EMA | None = None, raw: nn.Module | None = None,
-               bf16: bool = False) -> float:
-    """One optimisation step on one batch; returns the loss.
+               bf16: bool = False) -> torch.Tensor:
+    """One optimisation step on one batch; returns the loss, detached, on the device.
 
+    The loss is not read here: reading it (``float``, ``.item()``) waits for the GPU to
+    finish the step, so callers read a sum of many steps' losses now and then.
     ``model`` may be a DDP wrapper of ``raw`` (whose weights the EMA follows); ``bf16``
-    runs the forward pass under CUDA bf16 autocast (the loss and the update stay fp32).
+    runs the forward pass under CUDA bf16 autocast (the loss and the update stay fp32;
+    recurrent layers run in fp32 inside it, see layers.float32_recurrence).
     """
     model.train()
     optimizer.zero_grad(set_to_none=True)
@@ -101,7 +119,7 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     scheduler.step()
     if ema is not None:
         ema.update(raw if raw is not None else model)
-    return float(loss.detach())
+    return loss.detach()
 
 
 @torch.no_grad()

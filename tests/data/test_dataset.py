@@ -12,7 +12,7 @@ import torch
 
 from rcpipe import stages
 from rcpipe.config import Config
-from rcpipe.data.dataset import SquadDataset, bucket_batches, iterate, read_table
+from rcpipe.data.dataset import SquadDataset, ahead, bucket_batches, iterate, read_table
 from rcpipe.errors import InputError
 from tests.conftest import Prepared, SynthData
 
@@ -57,6 +57,10 @@ def test_collate_shapes_masks_and_padding(prepared: Prepared, train: SquadDatase
         for t, chars in enumerate(row["context_char_ids"]):
             assert b.cc[k, t, : len(chars)].tolist() == chars
             assert b.cc[k, t, len(chars):].eq(0).all()
+        assert b.qw[k, : q_len[k]].tolist() == row["question_word_ids"]
+        for t, chars in enumerate(row["question_char_ids"]):
+            assert b.qc[k, t, : len(chars)].tolist() == chars
+            assert b.qc[k, t, len(chars):].eq(0).all()
         assert (b.y1[k].item(), b.y2[k].item()) == (row["y1"], row["y2"])
         assert 0 <= b.y1[k] <= b.y2[k] < c_len[k]
     assert not b.is_impossible.any()
@@ -169,3 +173,35 @@ def test_missing_column(prepared: Prepared, tmp_path: Path) -> None:
     with pytest.raises(InputError) as info:
         SquadDataset.from_parquet(path)
     assert "missing columns ['context', 'y2']" in info.value.what
+
+
+def test_ahead_yields_everything_in_order_and_raises_what_the_producer_raised() -> None:
+    assert list(ahead(iter(range(50)), depth=2)) == list(range(50))
+
+    def broken():  # noqa: ANN202
+        yield 1
+        raise ValueError("bad row")
+
+    got = []
+    with pytest.raises(ValueError, match="bad row"):
+        for item in ahead(broken()):
+            got.append(item)
+    assert got == [1]
+
+
+def test_ahead_stops_its_thread_when_the_loop_stops_early() -> None:
+    import threading
+
+    produced = []
+
+    def items():  # noqa: ANN202
+        for i in range(1000):
+            produced.append(i)
+            yield i
+
+    for i in ahead(items(), depth=2):
+        if i == 3:
+            break
+    assert not any(t.name == "rcpipe-batches-ahead" for t in threading.enumerate())
+    assert len(produced) < 10  # it ran at most a few items ahead, never the whole source
+

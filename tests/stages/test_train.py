@@ -107,3 +107,54 @@ def test_v2_models_predict_no_answer_probabilities(
     assert {"HasAns_f1", "NoAns_f1", "best_f1", "best_f1_thresh"} <= set(result)
     nbest = json.loads(Path("predictions/rnet_mult.nbest.json").read_text())
     assert len({round(v["na_prob"], 6) for v in nbest.values()}) > 1
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_rcpipe_train_with_the_shipped_params_yaml_trains_the_paper_model(
+        prepared, tmp_path: Path) -> None:  # noqa: ANN001
+    """qanet could not start from params.yaml (hidden 75 with 8 heads); only the data, the
+    device, the workers and the steps are overridden here: the rest is the paper."""
+    from rcpipe import cli
+
+    data = prepared.data
+    with pytest.raises(SystemExit) as done:
+        cli.main(["train", "qanet", "--params", str(ROOT / "params.yaml"),
+                  "--set", f"data.train_file={data.train}", "--set", f"data.dev_file={data.dev}",
+                  "--set", f"data.out_dir={prepared.out_dir}", "--set", "data.word_vectors=null",
+                  "--set", f"data.cache_dir={tmp_path / 'cache'}", "--set", "train.device=cpu",
+                  "--set", "train.num_workers=1", "--set", "train.max_steps=2"])
+    assert done.value.code in (0, None)
+    summary = json.loads((tmp_path / "models/qanet/summary.json").read_text())
+    assert summary["steps"] == 2 and summary["world_size"] == 1
+    saved = __import__("torch").load(tmp_path / "models/qanet/model.pt", weights_only=True)
+    assert saved["model_config"]["hidden"] == 128 and saved["model_config"]["heads"] == 8
+
+
+def test_more_workers_than_the_machine_has_is_refused_at_once(
+        make_config, synth_v1: SynthData) -> None:  # noqa: ANN001
+    """On 2 CPUs, 8 workers once sat at 0 steps until killed: now one line, before any job."""
+    import time
+
+    cfg = _config(make_config, synth_v1, num_workers=8)
+    t0 = time.perf_counter()
+    with pytest.raises(InputError) as err:
+        stages.train(cfg, "bidaf")
+    assert time.perf_counter() - t0 < 30
+    assert err.value.file == cfg.source and err.value.location == "train.num_workers"
+    assert "2 CPU(s)" in err.value.what and "at most 2" in err.value.what
+    assert not Path("models/bidaf/checkpoints").exists()  # no job was started
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a GPU")
+def test_cuda_on_a_machine_without_a_gpu_is_refused(make_config, synth_v1: SynthData
+                                                    ) -> None:  # noqa: ANN001
+    cfg = _config(make_config, synth_v1, device="cuda")
+    with pytest.raises(InputError) as err:
+        stages.train(cfg, "bidaf")
+    assert err.value.location == "train.device" and "0 GPU(s)" in err.value.what
+    with pytest.raises(InputError) as err:
+        stages.evaluate(cfg, "bidaf")  # said before the (missing) model is looked for
+    assert err.value.location == "train.device"

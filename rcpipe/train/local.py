@@ -1,0 +1,166 @@
+"""Training in one plain process, without Ray: the same Worker, world size 1.
+
+For a box that has PyTorch, numpy, pyarrow, PyYAML and pydantic but no Ray, spaCy or Prefect
+(a lone GPU machine given prepared Parquet files): it trains and checkpoints exactly as a
+Ray Train worker does, keeping checkpoints under ``<run_dir>/step-<n>/`` (the best
+``train.keep_checkpoints`` by dev F1 and the latest; running again resumes from the latest)
+and the best model in ``<run_dir>/model.pt``. ``rcpipe train`` stays a Ray Train job.
+
+    python -m rcpipe.train.local VARIANT [--params F] [--set k=v ...] [--run-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from rcpipe.config import Config, load_config
+from rcpipe.errors import InputError
+from rcpipe.models import ModelInputs
+from rcpipe.train.checkpoint import META, MODEL
+from rcpipe.train.worker import (
+    Job,
+    Worker,
+    device_of,
+    prepared_inputs,
+    run_summary,
+    vocab_digest,
+)
+
+METRICS = "metrics.json"  # what report() was given, beside each checkpoint
+
+
+class LocalSession:
+    """A Worker's session in this process: rank 0 of 1, checkpoints in a directory."""
+
+    rank, world = 0, 1
+
+    def __init__(self, run_dir: Path, device: torch.device, inputs: ModelInputs,
+                 dev_doc: dict[str, Any], keep: int,
+                 on_progress: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.run_dir, self.device, self.keep = run_dir, device, keep
+        self._inputs, self._dev_doc, self._on_progress = inputs, dev_doc, on_progress
+
+    def inputs(self) -> ModelInputs:
+        return self._inputs
+
+    def dev_doc(self) -> dict[str, Any]:
+        return self._dev_doc
+
+    def checkpoints(self) -> list[Path]:
+        return sorted(self.run_dir.glob("step-*"))  # step-<8 digits>: name order is step order
+
+    @contextmanager
+    def latest(self) -> Iterator[Path | None]:
+        found = self.checkpoints()
+        yield found[-1] if found else None
+
+    def prepare_model(self, model: nn.Module) -> nn.Module:
+        return model
+
+    def report(self, metrics: dict[str, Any], directory: Path | None, name: str) -> None:
+        if directory is None:
+            return
+        tmp = self.run_dir / f".{name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(directory, tmp)
+        (tmp / METRICS).write_text(json.dumps(metrics))
+        tmp.replace(self.run_dir / name)  # a checkpoint appears whole or not at all
+        self._prune()
+
+    def best(self) -> Path | None:
+        scored = [(json.loads((d / METRICS).read_text())["dev_f1"], d)
+                  for d in self.checkpoints()]
+        return max(scored, key=lambda s: s[0])[1] if scored else None
+
+    def _prune(self) -> None:
+        """Keep the best ``keep`` by dev F1 and the latest (Ray's CheckpointConfig rule)."""
+        found = self.checkpoints()
+        by_f1 = sorted(found, key=lambda d: json.loads((d / METRICS).read_text())["dev_f1"],
+                       reverse=True)
+        kept = set(by_f1[: self.keep]) | set(found[-1:])
+        for d in found:
+            if d not in kept:
+                shutil.rmtree(d)
+
+    def progress(self, message: dict[str, Any]) -> None:
+        if self._on_progress is not None:
+            self._on_progress(message)
+
+
+def train_local(cfg: Config, variant: str, run_dir: Path,
+                on_progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Train ``variant`` in this process; returns the summary also written to
+    ``<run_dir>/summary.json`` (steps, examples/s, device, best dev EM/F1)."""
+    from rcpipe.data.squad import fetch, read_json
+
+    cfg.models.of(variant)
+    if cfg.train.num_workers != 1:
+        raise InputError(cfg.source, "train.num_workers", "one process trains alone: set "
+                         "train.num_workers=1 (rcpipe train runs several through Ray)")
+    prepared = cfg.data.out_dir
+    if not (prepared / "train.parquet").is_file():
+        raise InputError(prepared, "", "no prepared data; run `rcpipe prepare` first")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    inputs = prepared_inputs(prepared, cfg.data.word_dim)
+    dev_doc = read_json(fetch(cfg.data.dev_file, cfg.data.cache_dir), cfg.data.dev_file)
+    session = LocalSession(run_dir, device_of(cfg), inputs, dev_doc,
+                           cfg.train.keep_checkpoints, on_progress)
+    job = Job(config=cfg.model_dump(mode="json"), variant=variant,
+              train_path=str(prepared / "train.parquet"), dev_path=str(prepared / "dev.parquet"),
+              vocab_sha256=vocab_digest(prepared),
+              threads=cfg.train.threads)
+    t0 = time.perf_counter()
+    Worker(job, session).train()
+    with session.latest() as last:
+        if last is None:
+            raise InputError(prepared / "train.parquet", "", "training produced no checkpoint")
+        meta = json.loads((last / META).read_text())
+    best = session.best() or last
+    shutil.copyfile(best / MODEL, run_dir / MODEL)
+    summary = run_summary(variant, meta, time.perf_counter() - t0)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+def _show(message: dict[str, Any]) -> None:
+    if "eval" in message:
+        e = message["eval"]
+        print(f"epoch {e['epoch']} step {e['step']}: dev EM {e['em']:.2f} F1 {e['f1']:.2f}",
+              file=sys.stderr, flush=True)
+    else:
+        print(f"step {message['step']} loss {message['loss']:.3f} "
+              f"{message['examples_per_s']:.0f} ex/s", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m rcpipe.train.local",
+                                 description="Train one variant in this process, no Ray.")
+    ap.add_argument("variant")
+    ap.add_argument("--params", type=Path, default=Path("params.yaml"))
+    ap.add_argument("--set", dest="sets", action="append", default=[],
+                    help="override a param: dotted.key=value (repeatable)")
+    ap.add_argument("--run-dir", type=Path, help="default: models/<variant>/local")
+    args = ap.parse_args(argv)
+    try:
+        cfg = load_config(args.params, args.sets)
+        summary = train_local(cfg, args.variant,
+                              args.run_dir or Path("models") / args.variant / "local", _show)
+    except InputError as e:
+        print(e.line(), file=sys.stderr)
+        sys.exit(2)
+    print(json.dumps({k: v for k, v in summary.items() if k != "history"}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,353 @@
+"""One rank's training run: resume, epochs of steps, dev evaluation and checkpoints.
+
+Every Ray Train worker runs a ``Worker`` (train/ray_job.py hands it a Ray session), and so
+does one plain process without Ray (train/local.py, world size 1): the same steps, the same
+checkpoints, so a GPU box with only PyTorch, numpy, pyarrow and pydantic can train and
+measure from prepared Parquet files. Nothing here imports Ray, spaCy or Prefect.
+
+Rank 0 alone keeps the EMA, evaluates on dev and writes each checkpoint (checkpoint.py says
+what it holds); every rank takes its shard of each global batch, so the global batch stays
+``batch_size`` whatever the world size, and DDP averages the gradients.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import nn
+
+from rcpipe.config import Config
+from rcpipe.data.dataset import Batch, SquadDataset, ahead, bucket_batches
+from rcpipe.errors import InputError
+from rcpipe.models import ModelInputs, build_model
+from rcpipe.train.checkpoint import META, MODEL, STATE, model_payload
+from rcpipe.train.loop import EMA, make_optimizer, predict, train_step
+
+PROGRESS_EVERY = 10  # steps between progress messages (and loss reads) from rank 0
+EVAL_BATCH = 64  # dev questions per forward pass
+
+
+@dataclass
+class Job:
+    """What every rank needs to train one variant (plain data: Ray pickles it)."""
+
+    config: dict[str, Any]  # Config.model_dump(mode="json")
+    variant: str
+    train_path: str  # Parquet, a path every rank can read
+    dev_path: str
+    vocab_sha256: str
+    threads: int = 0  # torch CPU threads; 0: leave torch's default
+
+
+class Session(Protocol):
+    """Where a rank runs: Ray Train's worker context, or one plain process (local.py)."""
+
+    rank: int
+    world: int
+    device: torch.device
+
+    def inputs(self) -> ModelInputs: ...
+
+    def dev_doc(self) -> dict[str, Any]: ...
+
+    def latest(self) -> AbstractContextManager[Path | None]:
+        """The directory of the checkpoint to resume from, or None for a fresh run."""
+        ...
+
+    def prepare_model(self, model: nn.Module) -> nn.Module:
+        """DDP-wrap (and place) the model for this world; the identity for one process."""
+        ...
+
+    def report(self, metrics: dict[str, Any], directory: Path | None, name: str) -> None:
+        """Persist the checkpoint in ``directory`` (rank 0; None on the others) as ``name``."""
+        ...
+
+    def progress(self, message: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class RunState:
+    """Where a run is: everything a checkpoint restores besides the tensors' owners."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0  # global batches of this epoch already trained on
+    elapsed: float = 0.0  # training seconds, all attempts (max_minutes spans resumes)
+    seen: int = 0  # examples in this attempt, for examples/s
+    started: float = 0.0  # perf_counter at this attempt's start
+    before: float = 0.0  # training seconds of earlier attempts
+    saved_step: int = -1
+    best: dict[str, Any] | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    resumed_from_step: int = 0
+
+    def rate(self) -> float:
+        seconds = time.perf_counter() - self.started
+        return round(self.seen / seconds, 2) if seconds > 0 else 0.0
+
+
+RESUMED = ("step", "epoch", "batch_in_epoch", "elapsed", "best", "history")
+
+
+def headline(result: dict[str, Any]) -> tuple[float, float]:
+    """(EM, F1) of an official result: v1.1 names EM exact_match, v2.0 exact."""
+    return result.get("exact_match", result.get("exact", 0.0)), result["f1"]
+
+
+def weights_digest(model: nn.Module) -> str:
+    """sha256 of every weight's bytes: equal digests mean bitwise-equal weights."""
+    h = hashlib.sha256()
+    for name, p in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(p.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def evaluate(model: nn.Module, dev_set: SquadDataset, dev_doc: dict[str, Any], cfg: Config,
+             device: torch.device, ema: EMA | None = None) -> dict[str, Any]:
+    """The official scores of ``model`` (its EMA weights, if any) on the dev set."""
+    from rcpipe.eval import metrics
+
+    batches = bucket_batches(dev_set.context_lengths(), EVAL_BATCH, shuffle=False)
+    with ema.applied(model) if ema is not None else nullcontext():
+        nbest = predict(model, dev_set, batches, device, cfg.eval.max_answer_len,
+                        cfg.eval.na_threshold)
+    return metrics.score(dev_doc, {q: v["text"] for q, v in nbest.items()})
+
+
+@contextmanager
+def mixed_precision(device: torch.device, tf32: bool) -> Iterator[None]:
+    """TF32 matmuls and convolutions on CUDA for the block (fp32 weights, ~2x the matmul
+    rate on Ampere and later); nothing changes on the CPU."""
+    if device.type != "cuda":
+        yield
+        return
+    before = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    torch.backends.cudnn.allow_tf32 = tf32
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before[0])
+        torch.backends.cudnn.allow_tf32 = before[1]
+
+
+class Worker:
+    """One rank of one variant's training run."""
+
+    def __init__(self, job: Job, session: Session) -> None:
+        self.job, self.session = job, session
+        self.cfg = cfg = Config.model_validate(job.config)
+        self.mcfg = cfg.models.of(job.variant)
+        if job.threads:
+            torch.set_num_threads(job.threads)
+        self.rank, self.world, self.device = session.rank, session.world, session.device
+        self.inputs = session.inputs()
+        torch.manual_seed(cfg.train.seed)  # the same initial weights on every rank
+        self.raw = build_model(job.variant, self.mcfg, self.inputs).to(self.device)
+        self.optimizer, self.scheduler = make_optimizer(self.raw, self.mcfg.optim)
+        self.ema = EMA(self.raw, self.mcfg.optim.ema_decay) \
+            if self.mcfg.optim.ema_decay and self.rank == 0 else None
+        self.run = RunState()
+        torch.manual_seed(cfg.train.seed + 1000 * self.rank)  # its own dropout masks per rank
+        self.bf16 = self.device.type == "cuda" and self.mcfg.bf16
+        self.batch_size = self.mcfg.batch_size or cfg.train.batch_size
+        self.limit_s = cfg.models.minutes(job.variant, cfg.train.max_minutes) * 60
+
+    # ------------------------------------------------------------------ the run
+
+    def train(self) -> None:
+        """Resume if there is a checkpoint, then train to the step, time or epoch limit."""
+        self.resume()
+        self.model = self.session.prepare_model(self.raw)
+        if self.cfg.train.compile:
+            self.model = torch.compile(self.model)
+        self.train_set = SquadDataset.from_parquet(Path(self.job.train_path))
+        self.dev_set = SquadDataset.from_parquet(Path(self.job.dev_path),
+                                                 para_limit=self.cfg.train.dev_para_limit)
+        self.run.started = time.perf_counter()
+        stop = self.run.step > 0 and self.stop_now(check_time=True)
+        with mixed_precision(self.device, self.cfg.train.tf32):
+            while self.run.epoch < self.cfg.train.epochs and not stop:
+                stop = self.epoch()
+
+    def resume(self) -> None:
+        """Weights, optimizer, schedule, EMA, position and this rank's RNG from the latest
+        checkpoint, if the session has one."""
+        with self.session.latest() as d:
+            if d is None:
+                return
+            saved = torch.load(d / STATE, map_location=self.device, weights_only=True)
+        self.raw.load_state_dict(saved["model"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.scheduler.load_state_dict(saved["scheduler"])
+        if self.ema is not None and saved["ema"] is not None:
+            self.ema.load_state_dict(saved["ema"])
+        rngs = saved["rng"]
+        if len(rngs) == self.world:  # the same world size: each rank continues its stream
+            torch.set_rng_state(rngs[self.rank].cpu())
+        self.run = RunState(**{k: saved[k] for k in RESUMED})
+        self.run.resumed_from_step, self.run.before = self.run.step, self.run.elapsed
+
+    def epoch(self) -> bool:
+        """Train the rest of the current epoch; True when a step or time limit stopped it."""
+        run, cfg = self.run, self.cfg
+        batches = [b for b in bucket_batches(self.train_set.context_lengths(), self.batch_size,
+                                             shuffle=True, seed=cfg.train.seed + run.epoch)
+                   if len(b) >= self.world]  # every rank needs a share of every step
+        losses: list[torch.Tensor] = []  # on the device: read only when shown or saved
+        stop = False
+        for indices, batch in self._collated(batches[run.batch_in_epoch:]):
+            losses.append(train_step(self.model, batch, self.optimizer, self.scheduler,
+                                     self.mcfg.optim.grad_clip, self.ema, raw=self.raw,
+                                     bf16=self.bf16))
+            run.step += 1
+            run.batch_in_epoch += 1
+            run.seen += len(indices)
+            shown = run.step % PROGRESS_EVERY == 0
+            if self.rank == 0 and shown:
+                self.session.progress({"step": run.step, "epoch": run.epoch,
+                                       "loss": _mean(losses[-PROGRESS_EVERY:]),
+                                       "examples_per_s": run.rate()})
+            stop = self.stop_now(check_time=shown)
+            if stop:
+                break
+            if cfg.train.eval_every and run.step % cfg.train.eval_every == 0:
+                self.checkpoint(losses[-cfg.train.eval_every:])
+        if run.batch_in_epoch >= len(batches):
+            run.epoch, run.batch_in_epoch = run.epoch + 1, 0
+        self.checkpoint(losses)
+        return stop
+
+    def _collated(self, batches: list[list[int]]) -> Iterator[tuple[list[int], Batch]]:
+        """(global batch, this rank's share of it on the device); on a GPU collated and
+        pinned on another thread while the previous steps run."""
+        def share(indices: list[int]) -> tuple[list[int], Batch]:
+            batch = self.train_set.collate(indices[self.rank::self.world])
+            return indices, batch.pin() if self.device.type == "cuda" else batch
+
+        shares = map(share, batches)
+        for indices, batch in ahead(shares) if self.device.type == "cuda" else shares:
+            yield indices, batch.to(self.device)
+
+    def stop_now(self, check_time: bool) -> bool:
+        """The step limit (every step: all ranks agree by themselves) and the time limit
+        (every ``PROGRESS_EVERY`` steps: with several ranks that takes an all-reduce,
+        which waits for the GPU, so not at every step)."""
+        run, limit = self.run, self.cfg.train.max_steps
+        if limit and run.step >= limit:
+            return True
+        if not (self.limit_s and check_time):
+            return False
+        over = run.before + time.perf_counter() - run.started > self.limit_s
+        if self.world == 1:
+            return over
+        flag = torch.tensor([float(over)], device=self.device)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        return bool(flag.item())  # every rank stops at the same step
+
+    # ---------------------------------------------------------------- checkpoints
+
+    def checkpoint(self, losses: list[torch.Tensor]) -> None:
+        """Evaluate (rank 0), write a checkpoint (rank 0) and report it (every rank)."""
+        run = self.run
+        if run.saved_step == run.step:
+            return  # an eval_every checkpoint at an epoch's last step is that epoch's one
+        run.saved_step = run.step
+        run.elapsed = run.before + time.perf_counter() - run.started
+        loss = _mean(losses)
+        mine = (torch.get_rng_state(), weights_digest(self.raw))
+        ranks = [mine]
+        if self.world > 1:
+            ranks = [None] * self.world
+            torch.distributed.all_gather_object(ranks, mine)
+        rngs, digests = [r for r, _ in ranks], [d for _, d in ranks]
+        name = f"step-{run.step:08d}"
+        if self.rank != 0:
+            self.session.report({"step": run.step}, None, name)
+            return
+        em, f1 = headline(evaluate(self.raw, self.dev_set, self.session.dev_doc(), self.cfg,
+                                   self.device, self.ema))
+        run.history.append({"epoch": run.epoch, "step": run.step, "loss": loss, "em": em,
+                            "f1": f1})
+        if run.best is None or f1 > run.best["f1"]:
+            run.best = {"em": em, "f1": f1, "step": run.step, "epoch": run.epoch}
+        with tempfile.TemporaryDirectory() as tmp:
+            self._write(Path(tmp), rngs, digests, em, f1)
+            self.session.report({"step": run.step, "epoch": run.epoch, "dev_em": em,
+                                 "dev_f1": f1}, Path(tmp), name)
+        self.session.progress({"eval": {"step": run.step, "epoch": run.epoch, "em": em,
+                                        "f1": f1}})
+
+    def _write(self, d: Path, rngs: list[torch.Tensor], digests: list[str], em: float,
+               f1: float) -> None:
+        run, ema, raw = self.run, self.ema, self.raw
+        weights = dict(raw.state_dict())
+        if ema is not None:
+            weights.update(ema.shadow)
+        meta = {"step": run.step, "epoch": run.epoch, "dev_em": em, "dev_f1": f1,
+                "best": run.best, "history": run.history, "world_size": self.world,
+                "replica_digests": digests,  # DDP keeps every rank's weights identical
+                "resumed_from_step": run.resumed_from_step, "elapsed": run.elapsed,
+                "examples_per_s": run.rate(), "device": str(self.device)}
+        torch.save({"model": raw.state_dict(), "optimizer": self.optimizer.state_dict(),
+                    "scheduler": self.scheduler.state_dict(),
+                    "ema": ema.state_dict() if ema is not None else None,
+                    "rng": rngs, "step": run.step, "epoch": run.epoch,
+                    "batch_in_epoch": run.batch_in_epoch, "elapsed": run.elapsed,
+                    "best": run.best, "history": run.history}, d / STATE)
+        torch.save(model_payload(self.job.variant, self.mcfg, self.inputs, weights,
+                                 self.job.vocab_sha256), d / MODEL)
+        (d / META).write_text(json.dumps(meta, indent=1))
+
+
+def run_summary(variant: str, meta: dict[str, Any], wall_seconds: float) -> dict[str, Any]:
+    """summary.json's facts of a run, from its latest checkpoint's meta.json."""
+    return {"variant": variant, "world_size": meta["world_size"], "steps": meta["step"],
+            "epochs": meta["epoch"], "examples_per_s": meta["examples_per_s"],
+            "resumed_from_step": meta["resumed_from_step"], "device": meta["device"],
+            "wall_seconds": round(wall_seconds, 2), "train_seconds": round(meta["elapsed"], 2),
+            "best_dev_em": meta["best"]["em"], "best_dev_f1": meta["best"]["f1"],
+            "best_step": meta["best"]["step"], "history": meta["history"]}
+
+
+def _mean(losses: list[torch.Tensor]) -> float:
+    """The mean of a run of step losses, read from the device once."""
+    return float(torch.stack(losses).mean()) if losses else float("nan")
+
+
+def prepared_inputs(out_dir: Path, word_dim: int) -> ModelInputs:
+    """The data-side facts a model is built with, from `rcpipe prepare`'s output."""
+    vocab = json.loads((out_dir / "vocab.json").read_text())
+    meta = json.loads((out_dir / "meta.json").read_text())
+    vectors = np.load(out_dir / "word_emb.npy") if (out_dir / "word_emb.npy").is_file() \
+        else None
+    return ModelInputs(word_vocab=len(vocab["words"]), char_vocab=len(vocab["chars"]),
+                       word_dim=word_dim, vectors=vectors,
+                       no_answer="2.0" in meta["version"]["train"])
+
+
+def vocab_digest(out_dir: Path) -> str:
+    """sha256 of the vocabulary a model is trained on: a model file records it."""
+    return hashlib.sha256((out_dir / "vocab.json").read_bytes()).hexdigest()
+
+
+def device_of(cfg: Config) -> torch.device:
+    """The device train.device names; cuda where none exists is the user's mistake."""
+    if cfg.train.device == "cuda" and not torch.cuda.is_available():
+        raise InputError(cfg.source, "train.device", "cuda asked for, but torch sees no CUDA "
+                         "device here: set train.device=auto or cpu")
+    if cfg.train.device == "cpu" or not torch.cuda.is_available():
+        return torch.device("cpu")
+    return torch.device("cuda")
+

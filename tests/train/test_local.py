@@ -1,0 +1,90 @@
+"""Training in one plain process (train/local.py): the Worker every Ray Train rank runs, at
+world size 1, on a box with no Ray, spaCy or Prefect."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from rcpipe.config import VARIANTS, load_config
+from rcpipe.train.local import train_local
+from tests.conftest import TINY_MODEL, Prepared
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def paper_overrides(prepared: Prepared, steps: int, device: str = "cpu") -> list[str]:
+    """params.yaml as shipped, but for the data, the device, the workers and the steps."""
+    data = prepared.data
+    return [f"data.train_file={data.train}", f"data.dev_file={data.dev}",
+            f"data.out_dir={prepared.out_dir}", f"data.cache_dir={prepared.out_dir}/cache",
+            "data.word_vectors=null", f"train.device={device}", "train.num_workers=1",
+            f"train.max_steps={steps}"]
+
+
+@pytest.mark.slow
+def test_every_variant_trains_from_params_yaml_without_ray_spacy_or_prefect(
+        prepared: Prepared, tmp_path: Path) -> None:
+    script = textwrap.dedent(f"""
+        import json, sys
+        for name in ("ray", "spacy", "prefect", "dvc"):
+            sys.modules[name] = None  # importing any of them now fails
+        from rcpipe.config import load_config
+        from rcpipe.train.local import train_local
+        cfg = load_config({str(ROOT / "params.yaml")!r}, {paper_overrides(prepared, 2)!r})
+        for v in {list(VARIANTS)!r}:
+            s = train_local(cfg, v, __import__("pathlib").Path({str(tmp_path)!r}) / v)
+            print(json.dumps({{k: s[k] for k in ("variant", "steps", "device")}}))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=600, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summaries = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [s["variant"] for s in summaries] == list(VARIANTS)
+    assert all(s["steps"] == 2 and s["device"] == "cpu" for s in summaries)
+    for v in VARIANTS:
+        assert (tmp_path / v / "model.pt").is_file() and (tmp_path / v / "summary.json").is_file()
+        assert len(list((tmp_path / v).glob("step-*"))) == 1
+
+
+def test_a_local_run_resumes_from_its_latest_checkpoint_and_keeps_the_best(
+        prepared: Prepared, tmp_path: Path) -> None:
+    base = [f"data.out_dir={prepared.out_dir}", f"data.train_file={prepared.data.train}",
+            f"data.dev_file={prepared.data.dev}", "train.batch_size=8", "train.eval_every=1",
+            "train.keep_checkpoints=1", *(f"models.bidaf.{k}={v}" for k, v in TINY_MODEL.items())]
+    params = prepared.cfg.source
+    first = train_local(load_config(params, [*base, "train.max_steps=2"]), "bidaf", tmp_path)
+    assert first["steps"] == 2 and first["resumed_from_step"] == 0
+    again = train_local(load_config(params, [*base, "train.max_steps=4"]), "bidaf", tmp_path)
+    assert again["steps"] == 4 and again["resumed_from_step"] == 2
+    assert [h["step"] for h in again["history"]] == [1, 2, 3, 4]
+    kept = sorted(d.name for d in tmp_path.glob("step-*"))
+    best = max(again["history"], key=lambda h: h["f1"])["step"]
+    assert kept == sorted({f"step-{best:08d}", "step-00000004"})  # the best and the latest
+
+
+def test_one_process_trains_alone(prepared: Prepared, tmp_path: Path) -> None:
+    from rcpipe.errors import InputError
+
+    cfg = load_config(prepared.cfg.source, [f"data.out_dir={prepared.out_dir}",
+                                            "train.num_workers=2"])
+    with pytest.raises(InputError) as err:
+        train_local(cfg, "bidaf", tmp_path)
+    assert err.value.location == "train.num_workers"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_variant_trains_under_bf16_on_cuda(prepared: Prepared, tmp_path: Path,
+                                                variant: str) -> None:
+    cfg = load_config(ROOT / "params.yaml", [*paper_overrides(prepared, 3, "cuda"),
+                                             f"models.{variant}.bf16=true"])
+    summary = train_local(cfg, variant, tmp_path)
+    assert summary["steps"] == 3 and summary["device"].startswith("cuda")
+    assert all(h["loss"] == h["loss"] for h in summary["history"])  # not NaN

@@ -474,3 +474,13 @@ def test_synth_refuses_remote_targets(workdir: Path,
     assert assert_one_line_error(err, "params") == \
         "error: params: data.dev_file: synth writes local files only"
     assert not (workdir / "data").exists()  # train.json was not written either
+
+
+def test_the_readme_lists_every_command_and_no_other() -> None:
+    """The README's command table and the CLI stay one list (litgpt's rule)."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    listed = set(re.findall(r"^\| `rcpipe (\w+)", readme, flags=re.MULTILINE))
+    commands = {c.name or c.callback.__name__ for c in cli.app.registered_commands}
+    assert listed == commands

@@ -134,11 +134,12 @@ def test_rcpipe_train_with_the_shipped_params_yaml_trains_the_paper_model(
 
 
 def test_more_workers_than_the_machine_has_is_refused_at_once(
-        make_config, synth_v1: SynthData) -> None:  # noqa: ANN001
+        make_config, prepared) -> None:  # noqa: ANN001
     """On 2 CPUs, 8 workers once sat at 0 steps until killed: now one line, before any job."""
     import time
 
-    cfg = _config(make_config, synth_v1, num_workers=8)
+    cfg = make_config(prepared.data, data={"out_dir": str(prepared.out_dir)},
+                      train={"num_workers": 8})
     t0 = time.perf_counter()
     with pytest.raises(InputError) as err:
         stages.train(cfg, "bidaf")
@@ -149,9 +150,10 @@ def test_more_workers_than_the_machine_has_is_refused_at_once(
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a GPU")
-def test_cuda_on_a_machine_without_a_gpu_is_refused(make_config, synth_v1: SynthData
+def test_cuda_on_a_machine_without_a_gpu_is_refused(make_config, prepared
                                                     ) -> None:  # noqa: ANN001
-    cfg = _config(make_config, synth_v1, device="cuda")
+    cfg = make_config(prepared.data, data={"out_dir": str(prepared.out_dir)},
+                      train={"device": "cuda"})
     with pytest.raises(InputError) as err:
         stages.train(cfg, "bidaf")
     assert err.value.location == "train.device" and "0 GPU(s)" in err.value.what

@@ -1,8 +1,9 @@
 """Answering questions with trained models: the one path behind predict and serve.
 
 Text goes through data/encode.py (prepare's own tokenizer, vocab and schema) and the model
-through train/loop.py's ``predict`` (the function `rcpipe evaluate` uses), so an answer here
-is the answer evaluate gives for the same context and question. ``ensemble`` is the majority
+through eval/predict.py's ``predict`` (the function `rcpipe evaluate` uses), at the no-answer
+threshold evaluate chose, so an answer here is the answer evaluate gives for the same
+context and question. ``ensemble`` is the majority
 vote of eval/ensemble.py over every loaded variant.
 
 No file I/O: rcpipe/stages/predict.py loads the models and the vocabulary.
@@ -11,7 +12,7 @@ No file I/O: rcpipe/stages/predict.py loads the models and the vocabulary.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -20,7 +21,7 @@ from torch import nn
 from rcpipe.data.dataset import SquadDataset, bucket_batches
 from rcpipe.data.encode import Encoder, token_spans
 from rcpipe.eval.ensemble import majority_vote
-from rcpipe.train.loop import predict
+from rcpipe.eval.predict import EVAL_BATCH, predict
 
 ENSEMBLE = "ensemble"
 
@@ -33,18 +34,20 @@ class Reader:
     models: dict[str, nn.Module]
     device: torch.device
     max_answer_len: int = 15
-    na_threshold: float | None = None
+    # variant -> the no-answer threshold it answers at (stages.train.na_threshold); a
+    # variant without one abstains when na_prob beats its best span's prob
+    na_thresholds: dict[str, float | None] = field(default_factory=dict)
     para_limit: int | None = None  # context tokens a model sees (train.dev_para_limit)
     no_answer: bool = False  # SQuAD v2.0 models: na_prob is meaningful
-    batch_size: int = 64
+    batch_size: int = EVAL_BATCH
 
     def answer_dataset(self, ds: SquadDataset, name: str, token_probs: bool = False
                        ) -> dict[str, dict[str, Any]]:
         """qid -> {"text", "prob", "na_prob", "start", "end"} (+ "votes" for the ensemble;
         + "p_start"/"p_end" per context token with ``token_probs``)."""
         if name != ENSEMBLE:
-            return self._predict(self.models[name], ds, token_probs)
-        nbests = [self._predict(m, ds, token_probs) for m in self.models.values()]
+            return self._predict(name, ds, token_probs)
+        nbests = [self._predict(v, ds, token_probs) for v in self.models]
         return vote(nbests, token_probs)
 
     def answer_pairs(self, pairs: Sequence[tuple[str, str]], name: str,
@@ -59,11 +62,11 @@ class Reader:
                 entry["tokens"] = token_spans(ds, i)
         return out
 
-    def _predict(self, model: nn.Module, ds: SquadDataset, token_probs: bool
+    def _predict(self, variant: str, ds: SquadDataset, token_probs: bool
                  ) -> dict[str, dict[str, Any]]:
         batches = bucket_batches(ds.context_lengths(), self.batch_size, False)
-        return predict(model, ds, batches, self.device, self.max_answer_len,
-                       self.na_threshold, token_probs)
+        return predict(self.models[variant], ds, batches, self.device, self.max_answer_len,
+                       self.na_thresholds.get(variant), token_probs)
 
 
 def vote(nbests: list[dict[str, dict[str, Any]]], token_probs: bool = False

@@ -14,7 +14,7 @@ from rcpipe.config import Config
 from rcpipe.console import console
 from rcpipe.errors import InputError
 from rcpipe.stages.report import write_bytes
-from rcpipe.stages.train import load_model
+from rcpipe.stages.train import load_model, na_threshold
 
 
 def default_out(variant: str, qid: str) -> Path:
@@ -46,7 +46,7 @@ def explain(cfg: Config, variant: str, qid: str, out: Path | None = None):  # no
     dev = SquadDataset(table, para_limit=cfg.train.dev_para_limit)
     batch = dev.collate([i])
     maps, log_p1, log_p2 = attention_maps(model, variant, batch)
-    start, end = decode(log_p1, log_p2, cfg.eval.max_answer_len, cfg.eval.na_threshold)
+    start, end = decode(log_p1, log_p2, cfg.eval.max_answer_len, na_threshold(cfg, variant))
     n = int(batch.c_mask.sum())
     p1, p2 = log_p1.exp().double().numpy(), log_p2.exp().double().numpy()  # (1 + Lc,)
     question = table.column("question")[i].as_py()

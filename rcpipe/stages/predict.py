@@ -16,7 +16,7 @@ from rcpipe.config import VARIANTS, Config
 from rcpipe.console import console
 from rcpipe.errors import InputError
 from rcpipe.stages.io import write_json
-from rcpipe.stages.train import load_model, model_dir
+from rcpipe.stages.train import load_model, model_dir, na_threshold
 
 ENSEMBLE = "ensemble"  # eval.answer.ENSEMBLE, without importing torch for --help
 
@@ -60,7 +60,8 @@ def load_reader(cfg: Config, names: list[str]):  # noqa: ANN201 - eval.answer.Re
     for v in dict.fromkeys(variants):
         model, _ = load_model(cfg, v)
         models[v] = model.to(device).eval()
-    return Reader(encoder, models, device, cfg.eval.max_answer_len, cfg.eval.na_threshold,
+    thresholds = {v: na_threshold(cfg, v) for v in models}
+    return Reader(encoder, models, device, cfg.eval.max_answer_len, thresholds,
                   cfg.train.dev_para_limit, no_answer="2.0" in meta["version"]["train"])
 
 

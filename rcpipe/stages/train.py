@@ -22,6 +22,8 @@ from rcpipe.console import console, shared_progress
 from rcpipe.errors import InputError
 from rcpipe.stages.io import load_dataset, write_json
 
+NA_THRESHOLD = "na_threshold.json"  # beside model.pt: written by evaluate (SQuAD v2.0)
+
 
 def model_dir(variant: str) -> Path:
     return Path("models") / variant
@@ -154,13 +156,14 @@ def load_model(cfg: Config, variant: str):  # noqa: ANN201 - (nn.Module, ModelIn
 
 
 def evaluate(cfg: Config, variant: str) -> dict[str, Any]:
-    """Predict the dev set with the saved model; write predictions, nbest and metrics."""
+    """Predict the dev set with the saved model; write predictions, nbest and metrics, and
+    (SQuAD v2.0) the no-answer threshold chosen on dev, which predict and serve then use."""
     import torch
 
-    from rcpipe.data.dataset import SquadDataset, bucket_batches
+    from rcpipe.data.dataset import SquadDataset
     from rcpipe.eval import metrics
-    from rcpipe.train.loop import predict
-    from rcpipe.train.worker import EVAL_BATCH, device_of, headline
+    from rcpipe.eval.predict import evaluate as evaluate_model
+    from rcpipe.train.worker import device_of, headline
 
     device = device_of(cfg)
     model, _ = load_model(cfg, variant)
@@ -169,19 +172,31 @@ def evaluate(cfg: Config, variant: str) -> dict[str, Any]:
         torch.set_num_threads(cfg.train.threads)
     dev_set = SquadDataset.from_parquet(cfg.data.out_dir / "dev.parquet",
                                         para_limit=cfg.train.dev_para_limit)
-    t0 = time.perf_counter()
-    nbest = predict(model, dev_set, bucket_batches(dev_set.context_lengths(), EVAL_BATCH, False),
-                    device, cfg.eval.max_answer_len, cfg.eval.na_threshold)
     doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir)
-    preds = {q: v["text"] for q, v in nbest.items()}
-    na = {q: v["na_prob"] for q, v in nbest.items()} \
-        if metrics.dataset_version(doc) == "2.0" else None
-    result = metrics.score(doc, preds, na)
+    t0 = time.perf_counter()
+    ev = evaluate_model(model, dev_set, doc, device, cfg.eval.max_answer_len,
+                        cfg.eval.na_threshold)
+    preds = ev.predictions
+    na = ev.na_probs if metrics.dataset_version(doc) == "2.0" else None
     write_json(Path("predictions") / f"{variant}.json", preds)
-    write_json(Path("predictions") / f"{variant}.nbest.json", nbest)
-    write_json(Path("metrics") / f"{variant}.json", result)
-    write_json(Path("metrics") / f"{variant}.by_type.json", metrics.breakdown(doc, preds, na))
-    em, f1 = headline(result)
-    console.print(f"evaluate {variant}: EM {em:.2f} F1 {f1:.2f} on {len(preds)} dev questions "
-                  f"({time.perf_counter() - t0:.1f}s)")
-    return result
+    write_json(Path("predictions") / f"{variant}.nbest.json", ev.nbest)
+    write_json(Path("metrics") / f"{variant}.json", ev.result)
+    write_json(Path("metrics") / f"{variant}.by_type.json",
+               metrics.breakdown(doc, preds, na))
+    write_json(model_dir(variant) / NA_THRESHOLD, {
+        "na_threshold": ev.na_threshold, "fixed": cfg.eval.na_threshold is not None,
+        "chosen_on": cfg.data.dev_file if ev.na_threshold is not None else None})
+    em, f1 = headline(ev.result)
+    at = f" at no-answer threshold {ev.na_threshold:.3g}" if ev.na_threshold is not None else ""
+    console.print(f"evaluate {variant}: EM {em:.2f} F1 {f1:.2f} on {len(preds)} dev questions"
+                  f"{at} ({time.perf_counter() - t0:.1f}s)")
+    return ev.result
+
+
+def na_threshold(cfg: Config, variant: str) -> float | None:
+    """The threshold a variant answers at: eval.na_threshold if set, else the one `rcpipe
+    evaluate` chose on dev, else None (the model's own rule: na_prob > the span's prob)."""
+    if cfg.eval.na_threshold is not None:
+        return cfg.eval.na_threshold
+    path = model_dir(variant) / NA_THRESHOLD
+    return json.loads(path.read_text())["na_threshold"] if path.is_file() else None

@@ -1,15 +1,15 @@
-"""The plain PyTorch training loop: one step, prediction, EMA, the optimiser and lr schedule.
+"""The plain PyTorch training loop: one step, EMA, the optimiser and its lr schedule.
 
 No files and no process groups here: train/worker.py (one rank of a run, with Ray Train or
-in one process) and the stages that predict call these functions, so a step means the same
-thing everywhere.
+in one process) calls these functions, so a step means the same thing everywhere.
+Prediction and evaluation live in eval/predict.py.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -17,8 +17,7 @@ import torch
 from torch import nn
 
 from rcpipe.config import OptimConfig
-from rcpipe.data.dataset import Batch, SquadDataset
-from rcpipe.eval.decode import best_span, predict_no_answer
+from rcpipe.data.dataset import Batch
 from rcpipe.models.layers import span_loss
 
 
@@ -120,39 +119,3 @@ def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     if ema is not None:
         ema.update(raw if raw is not None else model)
     return loss.detach()
-
-
-@torch.no_grad()
-def predict(model: nn.Module, dataset: SquadDataset, batches: Iterable[list[int]],
-            device: torch.device, max_answer_len: int = 15,
-            na_threshold: float | None = None, token_probs: bool = False
-            ) -> dict[str, dict[str, Any]]:
-    """qid -> {"text", "prob", "na_prob", "start", "end"} (prob = p_start * p_end).
-
-    ``start``/``end`` are the answer's character span in the context ("" answers: -1).
-    ``token_probs`` adds "p_start" and "p_end": the distributions over the context tokens
-    the model saw (a list per question; the no-answer share is na_prob's factors).
-    """
-    model.eval()
-    out: dict[str, dict[str, Any]] = {}
-    for indices in batches:
-        batch = dataset.collate(indices).to(device)
-        log_p1, log_p2 = model(batch).log_probs()  # (B, 1 + Lc) each
-        p1, p2 = log_p1.exp(), log_p2.exp()
-        start, end, prob = best_span(p1[:, 1:], p2[:, 1:], max_answer_len)
-        na_prob = p1[:, 0] * p2[:, 0]  # (B,)
-        no_answer = predict_no_answer(prob, na_prob, na_threshold)
-        for b, i in enumerate(indices):
-            s, e = int(start[b]), int(end[b])
-            if no_answer[b] or not bool(batch.c_mask[b].any()):
-                text, span = "", (-1, -1)
-            else:
-                text, span = dataset.answer_text(i, s, e), dataset.char_span(i, s, e)
-            out[dataset.ids[i]] = {"text": text, "prob": float(prob[b]),
-                                   "na_prob": float(na_prob[b]),
-                                   "start": span[0], "end": span[1]}
-            if token_probs:
-                n = int(batch.c_mask[b].sum())
-                out[dataset.ids[i]] |= {"p_start": p1[b, 1 : 1 + n].tolist(),
-                                        "p_end": p2[b, 1 : 1 + n].tolist()}
-    return out

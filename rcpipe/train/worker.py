@@ -31,10 +31,9 @@ from rcpipe.data.dataset import Batch, SquadDataset, ahead, bucket_batches
 from rcpipe.errors import InputError
 from rcpipe.models import ModelInputs, build_model
 from rcpipe.train.checkpoint import META, MODEL, STATE, model_payload
-from rcpipe.train.loop import EMA, make_optimizer, predict, train_step
+from rcpipe.train.loop import EMA, make_optimizer, train_step
 
 PROGRESS_EVERY = 10  # steps between progress messages (and loss reads) from rank 0
-EVAL_BATCH = 64  # dev questions per forward pass
 
 
 @dataclass
@@ -115,14 +114,14 @@ def weights_digest(model: nn.Module) -> str:
 
 def evaluate(model: nn.Module, dev_set: SquadDataset, dev_doc: dict[str, Any], cfg: Config,
              device: torch.device, ema: EMA | None = None) -> dict[str, Any]:
-    """The official scores of ``model`` (its EMA weights, if any) on the dev set."""
-    from rcpipe.eval import metrics
+    """The official scores of ``model`` (its EMA weights, if any) on the dev set; on v2.0
+    at the best no-answer threshold (eval/predict.py), so the best checkpoint is the best
+    after the threshold."""
+    from rcpipe.eval.predict import evaluate as evaluate_model
 
-    batches = bucket_batches(dev_set.context_lengths(), EVAL_BATCH, shuffle=False)
     with ema.applied(model) if ema is not None else nullcontext():
-        nbest = predict(model, dev_set, batches, device, cfg.eval.max_answer_len,
-                        cfg.eval.na_threshold)
-    return metrics.score(dev_doc, {q: v["text"] for q, v in nbest.items()})
+        return evaluate_model(model, dev_set, dev_doc, device, cfg.eval.max_answer_len,
+                              cfg.eval.na_threshold).result
 
 
 @contextmanager

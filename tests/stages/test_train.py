@@ -107,6 +107,17 @@ def test_v2_models_predict_no_answer_probabilities(
     assert {"HasAns_f1", "NoAns_f1", "best_f1", "best_f1_thresh"} <= set(result)
     nbest = json.loads(Path("predictions/rnet_mult.nbest.json").read_text())
     assert len({round(v["na_prob"], 6) for v in nbest.values()}) > 1
+    # the answers are given at the official best-threshold walk's threshold over the best
+    # non-empty spans, which every entry keeps, so the scores are the walk's best
+    chosen = json.loads(Path("models/rnet_mult/na_threshold.json").read_text())
+    assert chosen["na_threshold"] == result["best_f1_thresh"] and not chosen["fixed"]
+    assert result["f1"] == pytest.approx(result["best_f1"])
+    for entry in nbest.values():
+        assert entry["span_text"]  # every context here has a span to give
+        given = entry["na_prob"] <= chosen["na_threshold"]
+        assert entry["text"] == (entry["span_text"] if given else "")
+    preds = json.loads(Path("predictions/rnet_mult.json").read_text())
+    assert score(synth_v2.dev_doc, preds)["f1"] == pytest.approx(result["f1"])
 
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,0 +1,107 @@
+"""Inference: a model's answers to a prepared split, and its official scores on dev.
+
+``predict`` is the one decoding path (training's dev evaluation, `rcpipe evaluate`,
+`rcpipe predict` and the service all use it). ``evaluate`` scores it the official way and,
+on SQuAD v2.0, chooses the no-answer threshold by the official script's best-threshold walk
+over the best non-empty spans: abstaining is decided by that threshold, never by the raw
+comparison of two probabilities, which can leave a young model answering nothing at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from rcpipe.data.dataset import SquadDataset, bucket_batches
+from rcpipe.eval import metrics
+from rcpipe.eval.decode import best_span, predict_no_answer
+
+EVAL_BATCH = 64  # questions per forward pass
+
+
+@torch.no_grad()
+def predict(model: nn.Module, dataset: SquadDataset, batches: Iterable[list[int]],
+            device: torch.device, max_answer_len: int = 15,
+            na_threshold: float | None = None, token_probs: bool = False
+            ) -> dict[str, dict[str, Any]]:
+    """qid -> {"text", "start", "end", "span_text", "span", "prob", "na_prob"}.
+
+    ``span_text`` is the best non-empty span (``span``: its [start, end) characters) and
+    ``prob`` its p_start * p_end; ``text`` is the answer given: the span, or "" when the
+    no-answer rule (decode.predict_no_answer with ``na_threshold``) abstains, with
+    ``start``/``end`` its characters (-1 for ""). ``token_probs`` adds "p_start" and
+    "p_end": the distributions over the context tokens the model saw.
+    """
+    model.eval()
+    out: dict[str, dict[str, Any]] = {}
+    for indices in batches:
+        batch = dataset.collate(indices).to(device)
+        log_p1, log_p2 = model(batch).log_probs()  # (B, 1 + Lc) each
+        p1, p2 = log_p1.exp(), log_p2.exp()
+        start, end, prob = best_span(p1[:, 1:], p2[:, 1:], max_answer_len)
+        na_prob = p1[:, 0] * p2[:, 0]  # (B,)
+        no_answer = predict_no_answer(prob, na_prob, na_threshold)
+        for b, i in enumerate(indices):
+            s, e = int(start[b]), int(end[b])
+            if bool(batch.c_mask[b].any()):
+                span_text, span = dataset.answer_text(i, s, e), dataset.char_span(i, s, e)
+            else:  # an empty context has no span to give
+                span_text, span = "", (-1, -1)
+            entry = {"span_text": span_text, "span": list(span), "prob": float(prob[b]),
+                     "na_prob": float(na_prob[b])}
+            out[dataset.ids[i]] = answer_given(entry, bool(no_answer[b]))
+            if token_probs:
+                n = int(batch.c_mask[b].sum())
+                out[dataset.ids[i]] |= {"p_start": p1[b, 1 : 1 + n].tolist(),
+                                        "p_end": p2[b, 1 : 1 + n].tolist()}
+    return out
+
+
+def answer_given(entry: dict[str, Any], abstain: bool) -> dict[str, Any]:
+    """``entry`` with "text", "start" and "end": its best span, or "" (-1, -1)."""
+    if abstain or not entry["span_text"]:
+        return entry | {"text": "", "start": -1, "end": -1}
+    return entry | {"text": entry["span_text"], "start": entry["span"][0],
+                    "end": entry["span"][1]}
+
+
+@dataclass
+class Evaluation:
+    nbest: dict[str, dict[str, Any]]  # predict's entries, "text" the answer given
+    result: dict[str, Any]  # the official keys (v2.0: at na_threshold, with best_* and NoAns)
+    na_threshold: float | None  # v2.0: the threshold the answers were given at
+
+    @property
+    def predictions(self) -> dict[str, str]:
+        return {q: v["text"] for q, v in self.nbest.items()}
+
+    @property
+    def na_probs(self) -> dict[str, float]:
+        return {q: v["na_prob"] for q, v in self.nbest.items()}
+
+
+def evaluate(model: nn.Module, dataset: SquadDataset, doc: dict[str, Any],
+             device: torch.device, max_answer_len: int = 15,
+             na_threshold: float | None = None) -> Evaluation:
+    """The model's official scores on ``doc`` (the dataset ``dataset`` was prepared from).
+
+    v2.0: without a fixed ``na_threshold`` the threshold is the official best-threshold walk's
+    best_f1_thresh over the best non-empty spans, so the scores are best_f1's and the answers
+    given are the spans whose na_prob does not exceed it.
+    """
+    batches = bucket_batches(dataset.context_lengths(), EVAL_BATCH, shuffle=False)
+    nbest = predict(model, dataset, batches, device, max_answer_len, na_threshold)
+    if metrics.dataset_version(doc) != "2.0":
+        return Evaluation(nbest, metrics.score(doc, {q: v["text"] for q, v in nbest.items()}),
+                          None)
+    spans = {q: v["span_text"] for q, v in nbest.items()}
+    na_probs = {q: v["na_prob"] for q, v in nbest.items()}
+    if na_threshold is None:
+        na_threshold = metrics.score(doc, spans, na_probs)["best_f1_thresh"]
+    result = metrics.score(doc, spans, na_probs, na_threshold)
+    nbest = {q: answer_given(v, v["na_prob"] > na_threshold) for q, v in nbest.items()}
+    return Evaluation(nbest, result, na_threshold)

@@ -166,6 +166,9 @@ class ModelConfig(Section):
     position_encoding: bool = Field(True, description="QANet: add the sinusoid at every "
                                     "encoder block (the paper); False: the convolutions "
                                     "alone carry word order")
+    bidirectional_matching: bool = Field(True, description="R-Net: question-passage "
+                                         "matching reads the passage both ways (the "
+                                         "report's section 4.1); False: forward only")
     train_word_vectors: bool = Field(False, description="fine-tune pretrained vectors")
     batch_size: int | None = Field(None, gt=0, description="overrides train.batch_size")
     max_minutes: float | None = Field(None, ge=0, description="overrides train.max_minutes")
@@ -189,9 +192,10 @@ _BIDAF: dict[str, Any] = {
 }
 _RNET: dict[str, Any] = {
     # Wang et al. 2017 (the R-Net technical report), section 4.1: d = 75 for every RNN and
-    # attention, 3-layer BiGRU encoders, char BiGRU state 75, dropout 0.2 between layers,
-    # AdaDelta lr 1, rho 0.95, eps 1e-6; no EMA.
+    # attention, 3-layer BiGRU encoders, char BiGRU state 75, bidirectional question-passage
+    # matching, dropout 0.2 between layers, AdaDelta lr 1, rho 0.95, eps 1e-6; no EMA.
     "hidden": 75, "char_dim": 8, "char_hidden": 75, "layers": 3, "dropout": 0.2,
+    "bidirectional_matching": True,
     "optim": {"name": "adadelta", "lr": 1.0, "rho": 0.95, "eps": 1e-6, "ema_decay": None},
 }
 PAPERS: dict[str, dict[str, Any]] = {

@@ -50,9 +50,10 @@ VIEWS: dict[str, tuple[ViewSpec, ...]] = {
                  "R-Net self-matching (additive) over the projected attention-flow output"),
     ),
     "rnet": (
-        ViewSpec("question_matching", "question", 0, "question", _C2Q,
-                 "R-Net gated attention-based recurrence: at each passage step, additive "
-                 "attention over the question, given the previous state"),
+        ViewSpec("question_matching.fwd", "question", 0, "question", _C2Q,
+                 "R-Net gated attention-based recurrence (forward direction): at each "
+                 "passage step, additive attention over the question, given the previous "
+                 "state"),
         ViewSpec("self_matching", "self", 0, "passage", _SELF,
                  "R-Net self-matching attention (additive, diagonal kept)"),
     ),

@@ -22,6 +22,12 @@ class ModelInputs:
     word_dim: int
     vectors: np.ndarray | None  # (word_vocab, word_dim) pretrained, or None: trainable
     no_answer: bool  # SQuAD v2.0: learn a no-answer logit
+    # trained on pretrained vectors (kept in a model file, whose vectors are in its weights)
+    pretrained: bool = False
+
+    def __post_init__(self) -> None:
+        if self.vectors is not None and not self.pretrained:
+            object.__setattr__(self, "pretrained", True)
 
 
 Builder = Callable[[ModelConfig, ModelInputs], nn.Module]

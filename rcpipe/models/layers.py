@@ -12,11 +12,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+if TYPE_CHECKING:
+    from rcpipe.models import ModelInputs
 
 NEG_INF = -1e30  # finite: a fully masked row stays NaN-free
 
@@ -108,11 +112,20 @@ class NoAnswerHead(nn.Module):
 # ------------------------------------------------------------------------------ embeddings
 
 
+OOV = 1  # the id data/vocab.py gives a word the vocabulary does not hold
+
+
 class WordEmbedding(nn.Module):
-    """Word vectors: pretrained (frozen unless fine-tuned) or trainable from scratch."""
+    """Word vectors: pretrained (frozen unless fine-tuned) or trainable from scratch.
+
+    Frozen pretrained vectors get one trainable vector for the out-of-vocabulary id instead
+    of the fixed random row the vocabulary built for it (R-Net starts it at zero): a word
+    the vectors do not know still gets a learned meaning. ``learn_oov`` says so; it must be
+    the same when a saved model is built again (ModelInputs.pretrained carries it).
+    """
 
     def __init__(self, vocab_size: int, dim: int, vectors: np.ndarray | None = None,
-                 trainable: bool = False) -> None:
+                 trainable: bool = False, learn_oov: bool = False) -> None:
         super().__init__()
         self.emb = nn.Embedding(vocab_size, dim, padding_idx=0)
         if vectors is not None:
@@ -120,10 +133,20 @@ class WordEmbedding(nn.Module):
                 raise ValueError(f"vectors {vectors.shape} != ({vocab_size}, {dim})")
             self.emb.weight.data.copy_(torch.from_numpy(vectors))
             self.emb.weight.requires_grad = trainable
+        self.oov = nn.Parameter(torch.zeros(dim)) if learn_oov else None  # (dim,)
         self.dim = dim
 
+    @classmethod
+    def of(cls, inputs: ModelInputs, fine_tune: bool) -> WordEmbedding:
+        """A model's word embedding from its data-side inputs and train_word_vectors."""
+        return cls(inputs.word_vocab, inputs.word_dim, inputs.vectors, trainable=fine_tune,
+                   learn_oov=inputs.pretrained and not fine_tune)
+
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.emb(ids)  # (B, L, dim)
+        x = self.emb(ids)  # (B, L, dim)
+        if self.oov is not None:
+            x = torch.where((ids == OOV).unsqueeze(-1), self.oov.to(x.dtype), x)  # (B, L, dim)
+        return x
 
 
 class CharCNN(nn.Module):

@@ -35,6 +35,7 @@ from rcpipe.models.layers import (
     keep_attention,
     mask_logits,
     masked_softmax,
+    reverse_padded,
 )
 
 
@@ -69,7 +70,7 @@ class GatedAttentionRNN(nn.Module):
     s_j = v^T tanh(W_u^Q u^Q_j + W_u^P u^P_t + W_v^P v^P_{t-1}), c_t = softmax(s) u^Q,
     v^P_t = GRU(v^P_{t-1}, g_t * [u^P_t; c_t]) with g_t = sigmoid(W_g [u^P_t; c_t]).
 
-    Unidirectional, as in the paper. Everything that does not depend on v^P_{t-1}
+    One direction (BiGatedAttentionRNN runs two). Everything that does not depend on v^P_{t-1}
     (W_u^Q u^Q, W_u^P u^P and the u^P half of the gate) is computed once, outside the loop,
     so a step is a (B, Lq, A) tanh, a softmax, a bmm and a GRUCell.
     """
@@ -123,6 +124,32 @@ class GatedAttentionRNN(nn.Module):
         # steps past a row's length run on padding but, being later in time, never reach
         # its real positions; their outputs are masked downstream
         return torch.stack(outs, dim=1)  # (B, Lc, H)
+
+
+class BiGatedAttentionRNN(nn.Module):
+    """Question-passage matching in both directions (the R-Net report, section 4.1): one
+    gated attention-based recurrence reads the passage forward, another (its own weights)
+    reads it backward, and their states are concatenated, (B, Lc, 2H). ``bidirectional``
+    False keeps the forward one alone (section 3.2's formulation), (B, Lc, H)."""
+
+    def __init__(self, dim: int, attn_dim: int, hidden: int, dropout: float = 0.0,
+                 bidirectional: bool = True) -> None:
+        super().__init__()
+        self.fwd = GatedAttentionRNN(dim, attn_dim, hidden)
+        self.bwd = GatedAttentionRNN(dim, attn_dim, hidden) if bidirectional else None
+        self.drop = VariationalDropout(dropout)  # one mask, shared by both directions
+        self.dim = hidden * (2 if bidirectional else 1)
+
+    def forward(self, u_p: torch.Tensor, c_mask: torch.Tensor, u_q: torch.Tensor,
+                q_mask: torch.Tensor) -> torch.Tensor:
+        u_p, u_q = self.drop(u_p), self.drop(u_q)
+        v_p = self.fwd(u_p, c_mask, u_q, q_mask)  # (B, Lc, H)
+        if self.bwd is None:
+            return v_p
+        lengths = c_mask.sum(1).clamp(min=1)  # (B,)
+        # each row reversed within its length: padding stays after the real steps
+        back = self.bwd(reverse_padded(u_p, lengths), c_mask, u_q, q_mask)  # (B, Lc, H)
+        return torch.cat([v_p, reverse_padded(back, lengths)], dim=-1)  # (B, Lc, 2H)
 
 
 class MultiplicativeMatching(nn.Module):
@@ -227,16 +254,16 @@ class RNet(nn.Module):
         if matching not in ("additive", "multiplicative"):
             raise ValueError(f"matching must be additive or multiplicative, not {matching}")
         d = cfg.hidden  # the paper uses 75 for every RNN and every attention
-        self.word_emb = WordEmbedding(inputs.word_vocab, inputs.word_dim, inputs.vectors,
-                                      trainable=cfg.train_word_vectors)
+        self.word_emb = WordEmbedding.of(inputs, cfg.train_word_vectors)
         self.char_emb = CharGRU(inputs.char_vocab, cfg.char_dim, cfg.char_hidden)
         emb_dim = self.word_emb.dim + self.char_emb.dim
         # one encoder for passage and question, as in the paper
         self.encoder = BiRNN(emb_dim, d, cfg.layers, cfg.dropout, "gru")
-        self.question_matching: GatedAttentionRNN | MultiplicativeMatching
+        self.question_matching: BiGatedAttentionRNN | MultiplicativeMatching
         self.self_matching: SelfMatching | MultiplicativeMatching
         if matching == "additive":
-            self.question_matching = GatedAttentionRNN(2 * d, d, d, cfg.dropout)
+            self.question_matching = BiGatedAttentionRNN(2 * d, d, d, cfg.dropout,
+                                                         cfg.bidirectional_matching)
             self.self_matching = SelfMatching(self.question_matching.dim, d, d, cfg.dropout)
         else:
             self.question_matching = MultiplicativeMatching(2 * d, 2 * d, d, d, cfg.dropout)

@@ -278,7 +278,7 @@ class Worker:
         em, f1 = headline(evaluate(self.raw, self.dev_set, self.session.dev_doc(), self.cfg,
                                    self.device, self.ema))
         run.history.append({"epoch": run.epoch, "step": run.step, "loss": loss, "em": em,
-                            "f1": f1})
+                            "f1": f1, "minutes": round(run.elapsed / 60, 3)})
         if run.best is None or f1 > run.best["f1"]:
             run.best = {"em": em, "f1": f1, "step": run.step, "epoch": run.epoch}
         with tempfile.TemporaryDirectory() as tmp:

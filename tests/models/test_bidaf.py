@@ -43,6 +43,30 @@ def test_pretrained_vectors_are_frozen_unless_fine_tuned() -> None:
     assert isinstance(tuned, BiDAF) and tuned.word_emb.emb.weight.requires_grad
     scratch = build("bidaf")  # no vectors: trained from scratch
     assert isinstance(scratch, BiDAF) and scratch.word_emb.emb.weight.requires_grad
+    assert tuned.word_emb.oov is None and scratch.word_emb.oov is None  # every row learns
+
+
+def test_frozen_vectors_learn_one_vector_for_out_of_vocabulary_words() -> None:
+    from rcpipe.data.vocab import OOV as OOV_WORD, Vocab
+    from rcpipe.models.layers import OOV
+    from rcpipe.train.checkpoint import model_from_payload, model_payload
+
+    assert Vocab(["--NULL--", OOV_WORD, "a"]).id("never-seen") == OOV
+    vectors = np.random.default_rng(0).normal(size=(WORDS, 16)).astype(np.float32)
+    given = ModelInputs(word_vocab=WORDS, char_vocab=CHARS, word_dim=16, vectors=vectors,
+                        no_answer=False)
+    model = build("bidaf", model_inputs=given)
+    emb = model.word_emb
+    assert emb.oov is not None and emb.oov.requires_grad and not emb.oov.any()  # R-Net: zero
+    ids = torch.tensor([[OOV, 2, OOV, 0]])
+    out = emb(ids)  # (1, 4, 16)
+    assert not out[0, 0].any() and torch.equal(out[0, 1], torch.from_numpy(vectors[2]))
+    out.sum().backward()
+    assert emb.oov.grad is not None and emb.emb.weight.grad is None
+    # a saved model (vectors in its weights, not its inputs) is built with the same vector
+    saved = model_payload("bidaf", CFG, given, model.state_dict(), "v")
+    again, inputs = model_from_payload(saved, "bidaf", "v")
+    assert inputs.pretrained and again.word_emb.oov is not None
 
 
 @pytest.mark.parametrize("rows_per_chunk", [7, 3])

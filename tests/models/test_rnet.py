@@ -53,6 +53,22 @@ def test_gated_attention_matches_the_per_step_formula() -> None:
             torch.testing.assert_close(out[b, t], v, atol=1e-5, rtol=1e-5)
 
 
+def test_the_backward_direction_reads_each_passage_reversed_within_its_length() -> None:
+    from rcpipe.models.rnet import BiGatedAttentionRNN
+
+    torch.manual_seed(0)
+    rnn = BiGatedAttentionRNN(dim=6, attn_dim=5, hidden=4).eval()
+    u_p, u_q = torch.randn(2, 7, 6), torch.randn(2, 3, 6)
+    c_mask = torch.tensor([[True] * 7, [True] * 4 + [False] * 3])
+    q_mask = torch.ones(2, 3, dtype=torch.bool)
+    out = rnn(u_p, c_mask, u_q, q_mask)  # (B, Lc, 8)
+    torch.testing.assert_close(out[..., :4], rnn.fwd(u_p, c_mask, u_q, q_mask))
+    for b, n in enumerate((7, 4)):
+        back = rnn.bwd(u_p[b : b + 1, :n].flip(1), c_mask[b : b + 1, :n], u_q[b : b + 1],
+                       q_mask[b : b + 1])  # (1, n, 4): the real words, last first
+        torch.testing.assert_close(out[b, :n, 4:], back[0].flip(0), atol=1e-6, rtol=1e-5)
+
+
 def test_gated_attention_is_causal() -> None:
     """Unidirectional: changing the passage at step 4 leaves steps 0-3 unchanged."""
     torch.manual_seed(0)
@@ -144,11 +160,13 @@ def test_parameter_counts() -> None:
     e = w + 2 * ch
     encoder = 2 * gru_params(e, d) + 2 * gru_params(2 * d, d) * (CFG.layers - 1)
     assert count_parameters(model.encoder) == encoder
-    # W_u^Q, W_u^P (2d -> d), W_v^P (d -> d), v (d), W_g on [u_t; c_t] (4d), GRUCell 4d -> d
-    gated = 2 * (2 * d * d) + d * d + d + (4 * d) ** 2 + gru_params(4 * d, d)
+    # per direction: W_u^Q, W_u^P (2d -> d), W_v^P (d -> d), v (d), W_g on [u_t; c_t] (4d),
+    # GRUCell 4d -> d; two directions (the report's section 4.1)
+    one_way = 2 * (2 * d * d) + d * d + d + (4 * d) ** 2 + gru_params(4 * d, d)
+    gated = 2 * one_way
     assert count_parameters(model.question_matching) == gated
-    # W_v^P, W_v^~P (d -> d), v, W_g on [v_t; c_t] (2d), BiGRU 2d -> d
-    self_matching = 2 * d * d + d + (2 * d) ** 2 + 2 * gru_params(2 * d, d)
+    # W_v^P, W_v^~P (2d -> d), v, W_g on [v_t; c_t] (4d), BiGRU 4d -> d
+    self_matching = 2 * (2 * d * d) + d + (4 * d) ** 2 + 2 * gru_params(4 * d, d)
     assert count_parameters(model.self_matching) == self_matching
     output_rnn = 2 * gru_params(2 * d, d)
     # W_u^Q (2d -> d), W_v^Q (d -> d), V_r^Q (d), v (d)
@@ -166,5 +184,8 @@ def test_parameter_counts() -> None:
     assert count_parameters(mult.self_matching) == mult_matching
     assert count_parameters(mult) == total - gated - self_matching + 2 * mult_matching
     print(f"rnet {count_parameters(model)}  rnet_mult {count_parameters(mult)}")
-    assert count_parameters(model) == 43248  # pinned for CFG, word_dim 16
+    assert count_parameters(model) == 59232  # pinned for CFG, word_dim 16
     assert count_parameters(mult) == 53552
+    forward_only = build("rnet", cfg=CFG.model_copy(update={"bidirectional_matching": False}))
+    one_way_self = 2 * d * d + d + (2 * d) ** 2 + 2 * gru_params(2 * d, d)
+    assert count_parameters(forward_only) == total - one_way - self_matching + one_way_self

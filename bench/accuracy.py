@@ -1,0 +1,211 @@
+"""Benchmark: accuracy on real SQuAD for a training-time budget, every variant and the ensemble.
+
+Trains each variant on the article split of the SQuAD dev sets (`../shared/data/squad-split/`:
+train-v1.1.json / test-v1.1.json and the v2.0 pair; any SQuAD files may be given instead)
+for ``--minutes`` each, in one plain process per variant (python -m rcpipe.train.local, the
+Worker that Ray Train runs), scoring on the test articles every ``--eval-every`` steps.
+Then the majority-vote ensemble of the variants' best models. Writes
+bench/out/accuracy.json and bench/out/accuracy.png (test F1 against training minutes, a line
+per variant, the ensemble as a marker at the end).
+
+Presets: ``paper`` is params.yaml (the papers' sizes; for a GPU); ``cpu`` is a smaller,
+named comparison for a 2-core machine: params.demo.yaml's widths, one torch thread per
+variant and two variants at a time. Quote results as "article split of SQuAD dev", never as
+SQuAD dev scores.
+
+    .venv/bin/python bench/accuracy.py --preset cpu --minutes 3 --versions 1.1 2.0
+    .venv/bin/python bench/accuracy.py --preset paper --minutes 15 --lanes 5   # one GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SPLIT = ROOT.parent / "shared" / "data" / "squad-split"
+PRESETS = {"paper": ROOT / "params.yaml", "cpu": ROOT / "params.demo.yaml"}
+
+
+def prepare(params: Path, train: Path, test: Path, out: Path, sets: list[str]) -> None:
+    """rcpipe prepare of the split (the test file as the dev set), once per version."""
+    if (out / "train.parquet").is_file():
+        return
+    subprocess.run([sys.executable, "-m", "rcpipe", "prepare", "--params", str(params),
+                    "--set", f"data.train_file={train}", "--set", f"data.dev_file={test}",
+                    "--set", f"data.out_dir={out}", "--set", "data.word_vectors=null",
+                    "--set", f"data.cache_dir={out.parent / 'cache'}", *_sets(sets)],
+                   check=True)
+
+
+def _sets(sets: list[str]) -> list[str]:
+    return [a for s in sets for a in ("--set", s)]
+
+
+def train(variant: str, params: Path, prepared: Path, train_file: Path, test: Path,
+          run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """One variant for ``args.minutes`` in its own process; its summary (with the curve)."""
+    sets = [f"data.train_file={train_file}", f"data.dev_file={test}",
+            f"data.out_dir={prepared}", f"data.cache_dir={prepared.parent / 'cache'}",
+            "data.word_vectors=null", "train.num_workers=1", "train.epochs=1000",
+            f"train.max_minutes={args.minutes}", f"models.{variant}.max_minutes={args.minutes}",
+            f"train.eval_every={args.eval_every}", f"train.device={args.device}",
+            f"train.threads={args.threads}", *args.set]
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads or os.cpu_count())}
+    log = run_dir.with_suffix(".log")
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as f:
+        done = subprocess.run([sys.executable, "-m", "rcpipe.train.local", variant,
+                               "--params", str(params), "--run-dir", str(run_dir),
+                               *_sets(sets)], stdout=subprocess.PIPE, stderr=f, text=True,
+                              env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"{variant}: training failed, see {log}")
+    print(f"  {variant}: {done.stdout.strip()}", flush=True)
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def ensemble(variants: list[str], runs: Path, params: Path, prepared: Path, test: Path
+             ) -> dict[str, Any]:
+    """The majority vote of every variant's best model, scored on the test articles."""
+    import torch
+
+    from rcpipe.config import load_config
+    from rcpipe.data.dataset import SquadDataset
+    from rcpipe.data.squad import read_json
+    from rcpipe.eval import metrics
+    from rcpipe.eval.ensemble import majority_vote
+    from rcpipe.eval.predict import evaluate
+    from rcpipe.train.checkpoint import model_from_payload
+    from rcpipe.train.worker import vocab_digest
+
+    cfg = load_config(params, [f"data.out_dir={prepared}"])
+    doc = read_json(test, str(test))
+    dev = SquadDataset.from_parquet(prepared / "dev.parquet", para_limit=cfg.train.dev_para_limit)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    nbests = []
+    for v in variants:
+        saved = torch.load(runs / v / "model.pt", map_location="cpu", weights_only=True)
+        model, _ = model_from_payload(saved, v, vocab_digest(prepared))
+        nbests.append(evaluate(model.to(device), dev, doc, device,
+                               cfg.eval.max_answer_len).nbest)
+    voted = majority_vote(nbests)
+    preds = {q: e["text"] for q, e in voted.items()}
+    return metrics.score(doc, preds)
+
+
+def abstain_all(test: Path) -> float | None:
+    """F1 of answering nothing on a v2.0 file: its share of unanswerable questions."""
+    doc = json.loads(test.read_text())
+    if doc.get("version") != "v2.0":
+        return None
+    qas = [qa for a in doc["data"] for p in a["paragraphs"] for qa in p["qas"]]
+    return 100.0 * sum(1 for qa in qas if qa.get("is_impossible")) / len(qas)
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    versions = list(result["versions"])
+    fig, axes = plt.subplots(1, len(versions), figsize=(6 * len(versions), 4.2),
+                             squeeze=False, layout="constrained")
+    for ax, version in zip(axes[0], versions, strict=True):
+        r = result["versions"][version]
+        for v, s in r["variants"].items():
+            ax.plot([h["minutes"] for h in s["history"]], [h["f1"] for h in s["history"]],
+                    marker=".", label=f"{v} (best {s['best_test_f1']:.1f})")
+        if "ensemble" in r:
+            ax.scatter([result["minutes"]], [r["ensemble"]["f1"]], marker="*", s=160,
+                       color="black", zorder=5, label=f"ensemble {r['ensemble']['f1']:.1f}")
+        if r.get("abstain_all_f1") is not None:
+            ax.axhline(r["abstain_all_f1"], color="grey", linestyle=":",
+                       label=f"answer nothing {r['abstain_all_f1']:.1f}")
+        ax.set(title=f"SQuAD v{version}, article split of dev ({result['preset']} preset)",
+               xlabel="training minutes", ylabel="test F1")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{result['device']}: {result['minutes']} min per variant")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="paper")
+    ap.add_argument("--minutes", type=float, default=15.0, help="training minutes per variant")
+    ap.add_argument("--versions", nargs="*", default=["1.1", "2.0"])
+    ap.add_argument("--split", type=Path, default=SPLIT,
+                    help="folder of train-v<V>.json and test-v<V>.json")
+    ap.add_argument("--variants", nargs="*",
+                    default=["bidaf", "bidaf_selfattn", "rnet", "rnet_mult", "qanet"])
+    ap.add_argument("--lanes", type=int, default=0, help="variants at once (0: preset's)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads a variant (0: 1 "
+                    "on the cpu preset, torch's default otherwise)")
+    ap.add_argument("--eval-every", type=int, default=0, help="steps between test scores "
+                    "(0: 50 on the cpu preset, 200 otherwise)")
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    ap.add_argument("--set", action="append", default=[], help="a params override, e.g. "
+                    "models.bidaf.dropout=0.3 (repeatable)")
+    ap.add_argument("--tag", default="", help="a name for this run's outputs (ablations)")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
+    args = ap.parse_args()
+    cpu = args.preset == "cpu"
+    args.lanes = args.lanes or (2 if cpu else 1)
+    args.threads = args.threads or (1 if cpu else 0)
+    args.eval_every = args.eval_every or (50 if cpu else 200)
+    params = PRESETS[args.preset]
+    work = args.out / "accuracy" / args.preset
+    import torch
+
+    device = ("cuda" if torch.cuda.is_available() and args.device != "cpu" else "cpu")
+    name = torch.cuda.get_device_name() if device == "cuda" else \
+        f"{os.cpu_count()}-core CPU, {args.threads} thread(s) a variant"
+    result: dict[str, Any] = {"preset": args.preset, "minutes": args.minutes, "device": name,
+                              "lanes": args.lanes, "sets": args.set, "versions": {}}
+    for version in args.versions:
+        train_file = args.split / f"train-v{version}.json"
+        test = args.split / f"test-v{version}.json"
+        prepared = work / f"v{version}" / "prepared"
+        prepare(params, train_file, test, prepared, [])
+        runs = work / f"v{version}" / (args.tag or "runs")
+        print(f"v{version}: {len(args.variants)} variants, {args.minutes} min each, "
+              f"{args.lanes} at a time on {name}", flush=True)
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(args.lanes) as pool:
+            futures = {v: pool.submit(train, v, params, prepared, train_file, test, runs / v,
+                                      args) for v in args.variants}
+            summaries = {v: f.result() for v, f in futures.items()}
+        r: dict[str, Any] = {"wall_minutes": (time.perf_counter() - t0) / 60,
+                             "abstain_all_f1": abstain_all(test), "variants": {}}
+        for v, s in summaries.items():
+            r["variants"][v] = {"best_test_f1": s["best_dev_f1"], "best_test_em": s["best_dev_em"],
+                                "best_step": s["best_step"], "steps": s["steps"],
+                                "epochs": s["epochs"], "examples_per_s": s["examples_per_s"],
+                                "history": s["history"]}
+        if len(args.variants) > 1:
+            r["ensemble"] = ensemble(args.variants, runs, params, prepared, test)
+        result["versions"][version] = r
+        for v, s in r["variants"].items():
+            print(f"  v{version} {v:<15} best test F1 {s['best_test_f1']:6.2f} (step "
+                  f"{s['best_step']}, {s['epochs']} epochs)")
+        if "ensemble" in r:
+            print(f"  v{version} {'ensemble':<15} test F1 {r['ensemble']['f1']:6.2f}")
+    stem = f"accuracy{'-' + args.tag if args.tag else ''}"
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+    plot(result, args.out / f"{stem}.png")
+    print(f"-> {args.out / f'{stem}.json'}, {args.out / f'{stem}.png'}")
+
+
+if __name__ == "__main__":
+    main()

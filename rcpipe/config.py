@@ -125,6 +125,8 @@ class TrainConfig(Section):
     storage_path: str | None = Field(None, description="checkpoint storage, a directory or "
                                      "s3://bucket/prefix; None: models/ here")
     max_failures: int = Field(2, ge=0, description="restarts of a run whose worker died")
+    patience: int = Field(0, ge=0, description="early stopping: stop after this many dev "
+                          "evaluations without a better F1; 0: never")
     tf32: bool = Field(True, description="TF32 matmuls and convolutions on CUDA (fp32 "
                        "weights and activations; models.<variant>.bf16 is mixed precision)")
     compile: bool = Field(False, description="torch.compile the model")
@@ -166,6 +168,8 @@ class ModelConfig(Section):
     position_encoding: bool = Field(True, description="QANet: add the sinusoid at every "
                                     "encoder block (the paper); False: the convolutions "
                                     "alone carry word order")
+    word_dropout: float = Field(0.0, ge=0, lt=1, description="training: a word becomes "
+                                "out-of-vocabulary with this probability (a regulariser)")
     bidirectional_matching: bool = Field(True, description="R-Net: question-passage "
                                          "matching reads the passage both ways (the "
                                          "report's section 4.1); False: forward only")

@@ -38,7 +38,7 @@ class BiDAF(nn.Module):
                  cell: str = "lstm") -> None:
         super().__init__()
         d = cfg.hidden
-        self.word_emb = WordEmbedding.of(inputs, cfg.train_word_vectors)
+        self.word_emb = WordEmbedding.of(inputs, cfg.train_word_vectors, cfg.word_dropout)
         # the paper drops out the CNN's input at the model's rate (0.2), not a char rate
         self.char_emb = CharCNN(inputs.char_vocab, cfg.char_dim, cfg.char_hidden,
                                 cfg.char_kernel, cfg.dropout)

@@ -125,8 +125,10 @@ class WordEmbedding(nn.Module):
     """
 
     def __init__(self, vocab_size: int, dim: int, vectors: np.ndarray | None = None,
-                 trainable: bool = False, learn_oov: bool = False) -> None:
+                 trainable: bool = False, learn_oov: bool = False,
+                 word_dropout: float = 0.0) -> None:
         super().__init__()
+        self.word_dropout = word_dropout
         self.emb = nn.Embedding(vocab_size, dim, padding_idx=0)
         if vectors is not None:
             if vectors.shape != (vocab_size, dim):
@@ -137,12 +139,18 @@ class WordEmbedding(nn.Module):
         self.dim = dim
 
     @classmethod
-    def of(cls, inputs: ModelInputs, fine_tune: bool) -> WordEmbedding:
-        """A model's word embedding from its data-side inputs and train_word_vectors."""
+    def of(cls, inputs: ModelInputs, fine_tune: bool, word_dropout: float = 0.0
+           ) -> WordEmbedding:
+        """A model's word embedding from its data-side inputs and its config."""
         return cls(inputs.word_vocab, inputs.word_dim, inputs.vectors, trainable=fine_tune,
-                   learn_oov=inputs.pretrained and not fine_tune)
+                   learn_oov=inputs.pretrained and not fine_tune, word_dropout=word_dropout)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.training and self.word_dropout > 0:
+            # word dropout: a real word becomes out-of-vocabulary with this probability, so
+            # the model cannot lean on memorising rare words (its chars still carry it)
+            drop = torch.rand(ids.shape, device=ids.device) < self.word_dropout
+            ids = torch.where(drop & (ids > OOV), torch.full_like(ids, OOV), ids)
         x = self.emb(ids)  # (B, L, dim)
         if self.oov is not None:
             x = torch.where((ids == OOV).unsqueeze(-1), self.oov.to(x.dtype), x)  # (B, L, dim)

@@ -190,7 +190,7 @@ class QANet(nn.Module):
         for name in ("conv_kernel", "model_kernel"):
             if getattr(cfg, name) % 2 == 0:
                 raise ValueError(f"{name} must be odd to keep the length")
-        self.word_emb = WordEmbedding.of(inputs, cfg.train_word_vectors)
+        self.word_emb = WordEmbedding.of(inputs, cfg.train_word_vectors, cfg.word_dropout)
         self.char_emb = CharCNN(inputs.char_vocab, cfg.char_dim, cfg.char_hidden,
                                 cfg.char_kernel, cfg.char_dropout)
         emb_dim = inputs.word_dim + cfg.char_hidden  # p1 + p2

@@ -254,7 +254,7 @@ class RNet(nn.Module):
         if matching not in ("additive", "multiplicative"):
             raise ValueError(f"matching must be additive or multiplicative, not {matching}")
         d = cfg.hidden  # the paper uses 75 for every RNN and every attention
-        self.word_emb = WordEmbedding.of(inputs, cfg.train_word_vectors)
+        self.word_emb = WordEmbedding.of(inputs, cfg.train_word_vectors, cfg.word_dropout)
         self.char_emb = CharGRU(inputs.char_vocab, cfg.char_dim, cfg.char_hidden)
         emb_dim = self.word_emb.dim + self.char_emb.dim
         # one encoder for passage and question, as in the paper

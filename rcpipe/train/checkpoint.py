@@ -42,7 +42,7 @@ class PayloadMismatch(ValueError):
 
 # ModelConfig fields that only shape training, not the weights: a saved model may differ there
 TRAINING_ONLY = frozenset({"dropout", "char_dropout", "stochastic_depth", "train_word_vectors",
-                           "batch_size", "max_minutes", "bf16", "optim"})
+                           "batch_size", "max_minutes", "bf16", "word_dropout", "optim"})
 
 
 def model_from_payload(saved: dict[str, Any], variant: str, vocab_sha256: str,

@@ -162,6 +162,7 @@ class Worker:
         self.bf16 = self.device.type == "cuda" and self.mcfg.bf16
         self.batch_size = self.mcfg.batch_size or cfg.train.batch_size
         self.limit_s = cfg.models.minutes(job.variant, cfg.train.max_minutes) * 60
+        self.exhausted = False  # early stopping's verdict after the latest evaluation
 
     # ------------------------------------------------------------------ the run
 
@@ -223,10 +224,13 @@ class Worker:
                 break
             if cfg.train.eval_every and run.step % cfg.train.eval_every == 0:
                 self.checkpoint(losses[-cfg.train.eval_every:])
+                if self.exhausted:
+                    stop = True
+                    break
         if run.batch_in_epoch >= len(batches):
             run.epoch, run.batch_in_epoch = run.epoch + 1, 0
         self.checkpoint(losses)
-        return stop
+        return stop or self.exhausted
 
     def _collated(self, batches: list[list[int]]) -> Iterator[tuple[list[int], Batch]]:
         """(global batch, this rank's share of it on the device); on a GPU collated and
@@ -274,6 +278,7 @@ class Worker:
         name = f"step-{run.step:08d}"
         if self.rank != 0:
             self.session.report({"step": run.step}, None, name)
+            self.exhausted = self._rank0_says(False)
             return
         em, f1 = headline(evaluate(self.raw, self.dev_set, self.session.dev_doc(), self.cfg,
                                    self.device, self.ema))
@@ -287,6 +292,23 @@ class Worker:
                                  "dev_f1": f1}, Path(tmp), name)
         self.session.progress({"eval": {"step": run.step, "epoch": run.epoch, "em": em,
                                         "f1": f1}})
+        self.exhausted = self._rank0_says(self._out_of_patience())
+
+    def _out_of_patience(self) -> bool:
+        """train.patience evaluations in a row without a better dev F1 (early stopping)."""
+        patience, history = self.cfg.train.patience, self.run.history
+        if not patience or self.run.best is None:
+            return False
+        since_best = sum(1 for h in history if h["step"] > self.run.best["step"])
+        return since_best >= patience
+
+    def _rank0_says(self, flag: bool) -> bool:
+        """Rank 0's decision on every rank (each calls this at the same point)."""
+        if self.world == 1:
+            return flag
+        t = torch.tensor([float(flag)], device=self.device)
+        torch.distributed.broadcast(t, src=0)
+        return bool(t.item())
 
     def _write(self, d: Path, rngs: list[torch.Tensor], digests: list[str], em: float,
                f1: float) -> None:

@@ -47,7 +47,8 @@ def test_pretrained_vectors_are_frozen_unless_fine_tuned() -> None:
 
 
 def test_frozen_vectors_learn_one_vector_for_out_of_vocabulary_words() -> None:
-    from rcpipe.data.vocab import OOV as OOV_WORD, Vocab
+    from rcpipe.data.vocab import OOV as OOV_WORD
+    from rcpipe.data.vocab import Vocab
     from rcpipe.models.layers import OOV
     from rcpipe.train.checkpoint import model_from_payload, model_payload
 
@@ -129,3 +130,17 @@ def test_parameter_counts() -> None:
     print(f"bidaf {count_parameters(model)}  bidaf_selfattn {count_parameters(selfattn)}")
     assert count_parameters(model) == 44147  # pinned for CFG, word_dim 16
     assert count_parameters(selfattn) == 48995
+
+
+def test_word_dropout_turns_real_words_out_of_vocabulary_in_training_only() -> None:
+    from rcpipe.models.layers import OOV, WordEmbedding
+
+    torch.manual_seed(0)
+    emb = WordEmbedding(50, 4, word_dropout=0.5)
+    ids = torch.randint(2, 50, (8, 100))
+    ids[:, -10:] = 0  # padding is never dropped
+    dropped = emb(ids) == emb.emb.weight[OOV]  # (8, 100, 4)
+    share = dropped.all(-1)[:, :-10].float().mean()
+    assert 0.4 < share < 0.6 and not dropped.all(-1)[:, -10:].any()
+    emb.eval()
+    assert torch.equal(emb(ids), emb.emb(ids))

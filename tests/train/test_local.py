@@ -88,3 +88,15 @@ def test_every_variant_trains_under_bf16_on_cuda(prepared: Prepared, tmp_path: P
     summary = train_local(cfg, variant, tmp_path)
     assert summary["steps"] == 3 and summary["device"].startswith("cuda")
     assert all(h["loss"] == h["loss"] for h in summary["history"])  # not NaN
+
+
+def test_early_stopping_ends_a_run_that_stopped_improving(prepared: Prepared,
+                                                          tmp_path: Path) -> None:
+    base = [f"data.out_dir={prepared.out_dir}", f"data.train_file={prepared.data.train}",
+            f"data.dev_file={prepared.data.dev}", "train.batch_size=4", "train.eval_every=1",
+            "train.epochs=50", "train.max_steps=60", "train.patience=2",
+            "models.bidaf.optim.lr=1e-12",
+            *(f"models.bidaf.{k}={v}" for k, v in TINY_MODEL.items())]
+    # lr 1e-12 moves no float32 weight: the dev F1 never beats the first evaluation's
+    summary = train_local(load_config(prepared.cfg.source, base), "bidaf", tmp_path)
+    assert summary["steps"] == 3 and summary["best_step"] == 1

@@ -1,4 +1,4 @@
-"""The `rcpipe` command: each command loads the config and makes one call into stages.py."""
+"""The `rcpipe` command: each command loads the config and makes one call into rcpipe.stages."""
 
 from __future__ import annotations
 

@@ -1,0 +1,101 @@
+"""The floors of docs/architecture.md: which rcpipe package may import which."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BASE = {"config", "errors", "console"}
+# package -> the rcpipe packages it may import (besides itself)
+ALLOWED: dict[str, set[str]] = {
+    "config": {"errors"},
+    "errors": set(),
+    "console": set(),
+    "data": {"config", "errors", "console"},
+    "models": {"config", "data"},  # data: the Batch type only (see KNOWN)
+    "eval": {"data", "models"},
+    "train": BASE | {"data", "models", "eval"},
+    "serve": {"errors"},
+    "versioning": {"config"},
+    "stages": BASE | {"data", "models", "train", "eval", "serve", "versioning"},
+    "cli": BASE | {"stages", "serve"},
+    "__main__": {"cli"},
+}
+# out of place today, and only as narrow as this: models take the Batch type from data
+KNOWN = {("models", "data"): {"rcpipe.data.dataset.Batch"}}
+
+
+def package_of(path: Path) -> str:
+    parts = path.relative_to(ROOT / "rcpipe").with_suffix("").parts
+    return parts[0]
+
+
+def violations(files: dict[str, str]) -> list[str]:
+    """Imports that break the floors, for files given as {path under rcpipe/: source}."""
+    found = []
+    for rel, source in files.items():
+        path = ROOT / "rcpipe" / rel
+        path_pkg = package_of(path)
+        for module, name in _imports_of_source(source):
+            if module.split(".")[0] == "flows":
+                found.append(f"rcpipe/{rel} imports {module}: nothing in rcpipe imports flows")
+                continue
+            if not module.startswith("rcpipe"):
+                continue
+            parts = module.split(".")
+            target = parts[1] if len(parts) > 1 else name
+            if target == path_pkg:
+                continue
+            if target not in ALLOWED.get(path_pkg, set()):
+                found.append(f"rcpipe/{rel} imports {module}: {path_pkg} may not import "
+                             f"{target}")
+            elif (path_pkg, target) in KNOWN and f"{module}.{name}" not in \
+                    KNOWN[(path_pkg, target)]:
+                found.append(f"rcpipe/{rel} imports {module}.{name}: only "
+                             f"{sorted(KNOWN[(path_pkg, target)])} from {target}")
+    return found
+
+
+def _imports_of_source(source: str) -> Iterator[tuple[str, str]]:
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for a in node.names:
+                yield node.module, a.name
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name, ""
+
+
+def _sources() -> dict[str, str]:
+    return {str(p.relative_to(ROOT / "rcpipe")): p.read_text()
+            for p in sorted((ROOT / "rcpipe").rglob("*.py"))}
+
+
+def test_every_package_is_on_the_map() -> None:
+    packages = {package_of(ROOT / "rcpipe" / rel) for rel in _sources()} - {"__init__"}
+    assert packages <= set(ALLOWED), sorted(packages - set(ALLOWED))
+
+
+def test_no_import_runs_back_up_a_floor() -> None:
+    assert violations(_sources()) == []
+
+
+@pytest.mark.parametrize(("rel", "line"), [
+    ("eval/x.py", "from rcpipe.train.loop import EMA"),  # eval never imports train
+    ("data/x.py", "from rcpipe.models import build_model"),  # data never imports models
+    ("models/x.py", "from rcpipe.data.tokenize import Tokens"),  # only Batch from data
+    ("train/x.py", "import flows.train_all"),  # nothing in rcpipe imports flows
+    ("config.py", "from rcpipe.stages import train"),
+])
+def test_the_check_finds_an_import_that_breaks_the_floors(rel: str, line: str) -> None:
+    assert len(violations({rel: line + "\n"})) == 1
+
+
+def test_the_map_is_linked_from_the_readme() -> None:
+    assert "docs/architecture.md" in (ROOT / "README.md").read_text()
+    assert "../shared" not in (ROOT / "README.md").read_text()

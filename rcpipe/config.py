@@ -144,6 +144,10 @@ class OptimConfig(Section):
     weight_decay: float = Field(0.0, ge=0, description="L2 on all weights (QANet: 3e-7)")
     warmup_steps: int = Field(0, ge=0, description="log warm-up of the lr (QANet: 1000)")
     grad_clip: float = Field(5.0, gt=0)
+    plateau_factor: float = Field(1.0, gt=0, le=1, description="multiply the lr by this "
+                                  "after plateau_patience dev evaluations without a better "
+                                  "F1 (and again after as many more); 1: never")
+    plateau_patience: int = Field(2, ge=1)
     ema_decay: float | None = Field(None, description="EMA of weights used for eval (0.9999)")
 
 
@@ -268,6 +272,8 @@ class ModelsConfig(Section):
 
 class EvalConfig(Section):
     max_answer_len: int = Field(15, gt=0, description="longest span best_span may return")
+    length_prior: bool = Field(False, description="weigh each span by how often training "
+                               "answers have its length (add-one smoothed) when choosing it")
     na_threshold: float | None = Field(
         None, description="v2.0: answer '' when na_prob exceeds it; None: na_prob > span prob"
     )

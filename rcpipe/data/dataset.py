@@ -157,6 +157,14 @@ class SquadDataset:
         lengths = self.cw.lengths()
         return np.minimum(lengths, self.para_limit) if self.para_limit else lengths
 
+    def answer_length_prior(self, max_len: int) -> np.ndarray:
+        """(max_len,) the share of labelled answers of each length in tokens (k + 1 at k),
+        add-one smoothed, so no length the decoder allows has probability 0."""
+        labelled = self.y1 >= 0
+        lengths = (self.y2[labelled] - self.y1[labelled]).astype(np.int64)  # tokens - 1
+        counts = np.bincount(lengths[lengths < max_len], minlength=max_len)[:max_len]
+        return ((counts + 1) / (counts.sum() + max_len)).astype(np.float32)
+
     def collate(self, indices: Sequence[int], char_limit: int = 16) -> Batch:
         """Pad the rows to the longest in the batch (at least 1, so no tensor is empty)."""
         n = len(indices)

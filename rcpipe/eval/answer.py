@@ -40,6 +40,7 @@ class Reader:
     para_limit: int | None = None  # context tokens a model sees (train.dev_para_limit)
     no_answer: bool = False  # SQuAD v2.0 models: na_prob is meaningful
     batch_size: int = EVAL_BATCH
+    length_prior: torch.Tensor | None = None  # eval.length_prior's weights, or None
 
     def answer_dataset(self, ds: SquadDataset, name: str, token_probs: bool = False
                        ) -> dict[str, dict[str, Any]]:
@@ -66,7 +67,7 @@ class Reader:
                  ) -> dict[str, dict[str, Any]]:
         batches = bucket_batches(ds.context_lengths(), self.batch_size, False)
         return predict(self.models[variant], ds, batches, self.device, self.max_answer_len,
-                       self.na_thresholds.get(variant), token_probs)
+                       self.na_thresholds.get(variant), token_probs, self.length_prior)
 
 
 def vote(nbests: list[dict[str, dict[str, Any]]], token_probs: bool = False

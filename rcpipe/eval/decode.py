@@ -6,7 +6,8 @@ import torch
 
 
 def best_span(
-    p_start: torch.Tensor, p_end: torch.Tensor, max_len: int = 15
+    p_start: torch.Tensor, p_end: torch.Tensor, max_len: int = 15,
+    length_prior: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The span (i, j) maximising p_start[i] * p_end[j] subject to i <= j < i + max_len.
 
@@ -15,6 +16,8 @@ def best_span(
     scored at once as a (B, L, L) outer product, so memory grows with L**2 (fine for SQuAD
     contexts of a few hundred tokens). Ties go to the earliest pair in row-major order
     (smallest start, then smallest end), since torch.argmax returns the first maximum.
+    ``length_prior`` (max_len,): the pair is chosen by p_start * p_end * prior[j - i]
+    instead, and ``prob`` stays the pair's p_start * p_end.
     """
     if p_start.dim() != 2 or p_start.shape != p_end.shape:
         raise ValueError(
@@ -34,7 +37,13 @@ def best_span(
     # an allowed one, whatever the inputs' sign.
     scores = scores.masked_fill(~band, float("-inf"))  # (B, L, L)
     flat = scores.reshape(batch, length * length)  # (B, L*L)
-    best = flat.argmax(dim=1)  # (B,)
+    chooser = flat
+    if length_prior is not None:
+        steps = torch.arange(length, device=p_start.device)
+        span_len = (steps[None, :] - steps[:, None]).clamp(0, max_len - 1)  # (L, L): j - i
+        prior = length_prior.to(scores.dtype)[span_len]  # (L, L)
+        chooser = (scores * prior).reshape(batch, length * length)  # (B, L*L)
+    best = chooser.argmax(dim=1)  # (B,)
     prob = flat.gather(1, best.unsqueeze(1)).squeeze(1)  # (B,)
     start = torch.div(best, length, rounding_mode="floor")  # (B,)
     end = best % length  # (B,)

@@ -26,15 +26,16 @@ EVAL_BATCH = 64  # questions per forward pass
 @torch.no_grad()
 def predict(model: nn.Module, dataset: SquadDataset, batches: Iterable[list[int]],
             device: torch.device, max_answer_len: int = 15,
-            na_threshold: float | None = None, token_probs: bool = False
-            ) -> dict[str, dict[str, Any]]:
+            na_threshold: float | None = None, token_probs: bool = False,
+            length_prior: torch.Tensor | None = None) -> dict[str, dict[str, Any]]:
     """qid -> {"text", "start", "end", "span_text", "span", "prob", "na_prob"}.
 
     ``span_text`` is the best non-empty span (``span``: its [start, end) characters) and
     ``prob`` its p_start * p_end; ``text`` is the answer given: the span, or "" when the
     no-answer rule (decode.predict_no_answer with ``na_threshold``) abstains, with
     ``start``/``end`` its characters (-1 for ""). ``token_probs`` adds "p_start" and
-    "p_end": the distributions over the context tokens the model saw.
+    "p_end": the distributions over the context tokens the model saw. ``length_prior``
+    (max_answer_len,) weighs the spans by their length when choosing (eval.length_prior).
     """
     model.eval()
     out: dict[str, dict[str, Any]] = {}
@@ -42,7 +43,7 @@ def predict(model: nn.Module, dataset: SquadDataset, batches: Iterable[list[int]
         batch = dataset.collate(indices).to(device)
         log_p1, log_p2 = model(batch).log_probs()  # (B, 1 + Lc) each
         p1, p2 = log_p1.exp(), log_p2.exp()
-        start, end, prob = best_span(p1[:, 1:], p2[:, 1:], max_answer_len)
+        start, end, prob = best_span(p1[:, 1:], p2[:, 1:], max_answer_len, length_prior)
         na_prob = p1[:, 0] * p2[:, 0]  # (B,)
         no_answer = predict_no_answer(prob, na_prob, na_threshold)
         for b, i in enumerate(indices):
@@ -86,7 +87,8 @@ class Evaluation:
 
 def evaluate(model: nn.Module, dataset: SquadDataset, doc: dict[str, Any],
              device: torch.device, max_answer_len: int = 15,
-             na_threshold: float | None = None) -> Evaluation:
+             na_threshold: float | None = None,
+             length_prior: torch.Tensor | None = None) -> Evaluation:
     """The model's official scores on ``doc`` (the dataset ``dataset`` was prepared from).
 
     v2.0: without a fixed ``na_threshold`` the threshold is the official best-threshold walk's
@@ -94,7 +96,8 @@ def evaluate(model: nn.Module, dataset: SquadDataset, doc: dict[str, Any],
     given are the spans whose na_prob does not exceed it.
     """
     batches = bucket_batches(dataset.context_lengths(), EVAL_BATCH, shuffle=False)
-    nbest = predict(model, dataset, batches, device, max_answer_len, na_threshold)
+    nbest = predict(model, dataset, batches, device, max_answer_len, na_threshold,
+                    length_prior=length_prior)
     if metrics.dataset_version(doc) != "2.0":
         return Evaluation(nbest, metrics.score(doc, {q: v["text"] for q, v in nbest.items()}),
                           None)

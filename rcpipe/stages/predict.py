@@ -16,7 +16,7 @@ from rcpipe.config import VARIANTS, Config
 from rcpipe.console import console
 from rcpipe.errors import InputError
 from rcpipe.stages.io import write_json
-from rcpipe.stages.train import load_model, model_dir, na_threshold
+from rcpipe.stages.train import length_prior, load_model, model_dir, na_threshold
 
 ENSEMBLE = "ensemble"  # eval.answer.ENSEMBLE, without importing torch for --help
 
@@ -62,7 +62,8 @@ def load_reader(cfg: Config, names: list[str]):  # noqa: ANN201 - eval.answer.Re
         models[v] = model.to(device).eval()
     thresholds = {v: na_threshold(cfg, v) for v in models}
     return Reader(encoder, models, device, cfg.eval.max_answer_len, thresholds,
-                  cfg.train.dev_para_limit, no_answer="2.0" in meta["version"]["train"])
+                  cfg.train.dev_para_limit, no_answer="2.0" in meta["version"]["train"],
+                  length_prior=length_prior(cfg))
 
 
 def predict(cfg: Config, model: str = ENSEMBLE, question: str | None = None,

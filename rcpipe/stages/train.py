@@ -175,7 +175,7 @@ def evaluate(cfg: Config, variant: str) -> dict[str, Any]:
     doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir)
     t0 = time.perf_counter()
     ev = evaluate_model(model, dev_set, doc, device, cfg.eval.max_answer_len,
-                        cfg.eval.na_threshold)
+                        cfg.eval.na_threshold, length_prior(cfg))
     preds = ev.predictions
     na = ev.na_probs if metrics.dataset_version(doc) == "2.0" else None
     write_json(Path("predictions") / f"{variant}.json", preds)
@@ -200,3 +200,16 @@ def na_threshold(cfg: Config, variant: str) -> float | None:
         return cfg.eval.na_threshold
     path = model_dir(variant) / NA_THRESHOLD
     return json.loads(path.read_text())["na_threshold"] if path.is_file() else None
+
+
+def length_prior(cfg: Config):  # noqa: ANN201 - a tensor or None
+    """eval.length_prior's weights, from the prepared training split (None when off)."""
+    if not cfg.eval.length_prior:
+        return None
+    import torch
+
+    from rcpipe.data.dataset import SquadDataset
+
+    train = SquadDataset.from_parquet(cfg.data.out_dir / "train.parquet")
+    return torch.from_numpy(train.answer_length_prior(cfg.eval.max_answer_len))
+

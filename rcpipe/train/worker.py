@@ -113,7 +113,8 @@ def weights_digest(model: nn.Module) -> str:
 
 
 def evaluate(model: nn.Module, dev_set: SquadDataset, dev_doc: dict[str, Any], cfg: Config,
-             device: torch.device, ema: EMA | None = None) -> dict[str, Any]:
+             device: torch.device, ema: EMA | None = None,
+             length_prior: torch.Tensor | None = None) -> dict[str, Any]:
     """The official scores of ``model`` (its EMA weights, if any) on the dev set; on v2.0
     at the best no-answer threshold (eval/predict.py), so the best checkpoint is the best
     after the threshold."""
@@ -121,7 +122,7 @@ def evaluate(model: nn.Module, dev_set: SquadDataset, dev_doc: dict[str, Any], c
 
     with ema.applied(model) if ema is not None else nullcontext():
         return evaluate_model(model, dev_set, dev_doc, device, cfg.eval.max_answer_len,
-                              cfg.eval.na_threshold).result
+                              cfg.eval.na_threshold, length_prior).result
 
 
 @contextmanager
@@ -175,6 +176,8 @@ class Worker:
         self.train_set = SquadDataset.from_parquet(Path(self.job.train_path))
         self.dev_set = SquadDataset.from_parquet(Path(self.job.dev_path),
                                                  para_limit=self.cfg.train.dev_para_limit)
+        self.length_prior = torch.from_numpy(self.train_set.answer_length_prior(
+            self.cfg.eval.max_answer_len)) if self.cfg.eval.length_prior else None
         self.run.started = time.perf_counter()
         stop = self.run.step > 0 and self.stop_now(check_time=True)
         with mixed_precision(self.device, self.cfg.train.tf32):
@@ -219,7 +222,8 @@ class Worker:
                 self.session.progress({"step": run.step, "epoch": run.epoch,
                                        "loss": _mean(losses[-PROGRESS_EVERY:]),
                                        "examples_per_s": run.rate()})
-            stop = self.stop_now(check_time=shown)
+            # one rank reads its clock for free; several agree by an all-reduce, now and then
+            stop = self.stop_now(check_time=shown or self.world == 1)
             if stop:
                 break
             if cfg.train.eval_every and run.step % cfg.train.eval_every == 0:
@@ -278,10 +282,10 @@ class Worker:
         name = f"step-{run.step:08d}"
         if self.rank != 0:
             self.session.report({"step": run.step}, None, name)
-            self.exhausted = self._rank0_says(False)
+            self._after_evaluation(False, False)
             return
         em, f1 = headline(evaluate(self.raw, self.dev_set, self.session.dev_doc(), self.cfg,
-                                   self.device, self.ema))
+                                   self.device, self.ema, self.length_prior))
         run.history.append({"epoch": run.epoch, "step": run.step, "loss": loss, "em": em,
                             "f1": f1, "minutes": round(run.elapsed / 60, 3)})
         if run.best is None or f1 > run.best["f1"]:
@@ -292,23 +296,28 @@ class Worker:
                                  "dev_f1": f1}, Path(tmp), name)
         self.session.progress({"eval": {"step": run.step, "epoch": run.epoch, "em": em,
                                         "f1": f1}})
-        self.exhausted = self._rank0_says(self._out_of_patience())
+        since_best = sum(1 for h in run.history if h["step"] > run.best["step"])
+        patience, optim = self.cfg.train.patience, self.mcfg.optim
+        self._after_evaluation(
+            stop=bool(patience) and since_best >= patience,
+            decay=optim.plateau_factor < 1 and since_best > 0
+            and since_best % optim.plateau_patience == 0)
 
-    def _out_of_patience(self) -> bool:
-        """train.patience evaluations in a row without a better dev F1 (early stopping)."""
-        patience, history = self.cfg.train.patience, self.run.history
-        if not patience or self.run.best is None:
-            return False
-        since_best = sum(1 for h in history if h["step"] > self.run.best["step"])
-        return since_best >= patience
-
-    def _rank0_says(self, flag: bool) -> bool:
-        """Rank 0's decision on every rank (each calls this at the same point)."""
-        if self.world == 1:
-            return flag
-        t = torch.tensor([float(flag)], device=self.device)
-        torch.distributed.broadcast(t, src=0)
-        return bool(t.item())
+    def _after_evaluation(self, stop: bool, decay: bool) -> None:
+        """Rank 0's verdicts on every rank (each calls this at the same point): early
+        stopping (train.patience evaluations without a better dev F1) and the lr's decay on
+        a plateau (optim.plateau_factor every optim.plateau_patience such evaluations)."""
+        if self.world > 1:
+            t = torch.tensor([float(stop), float(decay)], device=self.device)
+            torch.distributed.broadcast(t, src=0)
+            stop, decay = bool(t[0].item()), bool(t[1].item())
+        self.exhausted = stop
+        if decay:
+            factor = self.mcfg.optim.plateau_factor
+            # the schedule multiplies base_lrs (saved with it, so a resumed run keeps them)
+            self.scheduler.base_lrs = [lr * factor for lr in self.scheduler.base_lrs]
+            for group in self.optimizer.param_groups:
+                group["lr"] *= factor
 
     def _write(self, d: Path, rngs: list[torch.Tensor], digests: list[str], em: float,
                f1: float) -> None:

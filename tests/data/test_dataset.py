@@ -205,3 +205,11 @@ def test_ahead_stops_its_thread_when_the_loop_stops_early() -> None:
     assert not any(t.name == "rcpipe-batches-ahead" for t in threading.enumerate())
     assert len(produced) < 10  # it ran at most a few items ahead, never the whole source
 
+
+
+def test_answer_length_prior(train: SquadDataset) -> None:
+    prior = train.answer_length_prior(15)
+    assert prior.shape == (15,) and prior.min() > 0
+    assert float(prior.sum()) == pytest.approx(1.0, abs=1e-5)
+    lengths = train.y2[train.y1 >= 0] - train.y1[train.y1 >= 0]
+    assert int(prior.argmax()) == int(np.bincount(lengths[lengths < 15]).argmax())

@@ -136,3 +136,14 @@ def test_predict_no_answer() -> None:
         True,
     ]
     assert predict_no_answer(span_prob, na_prob).dtype == torch.bool
+
+
+def test_a_length_prior_chooses_among_spans_and_leaves_prob_unweighted() -> None:
+    p_start = torch.tensor([[0.5, 0.0, 0.5, 0.0]])
+    p_end = torch.tensor([[0.0, 0.5, 0.0, 0.5]])
+    # (0, 1) and (2, 3) and (0, 3) and (2, 3)...: (0, 1) wins the tie without a prior
+    assert best_span(p_start, p_end, 4)[:2] == (torch.tensor([0]), torch.tensor([1]))
+    prior = torch.tensor([0.1, 0.1, 0.1, 0.7])  # four-token answers are the common ones
+    start, end, prob = best_span(p_start, p_end, 4, length_prior=prior)
+    assert (int(start), int(end)) == (0, 3)
+    assert float(prob) == pytest.approx(0.25)  # p_start * p_end, not weighted

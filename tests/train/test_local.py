@@ -100,3 +100,15 @@ def test_early_stopping_ends_a_run_that_stopped_improving(prepared: Prepared,
     # lr 1e-12 moves no float32 weight: the dev F1 never beats the first evaluation's
     summary = train_local(load_config(prepared.cfg.source, base), "bidaf", tmp_path)
     assert summary["steps"] == 3 and summary["best_step"] == 1
+
+
+def test_the_lr_decays_on_a_plateau_of_dev_f1(prepared: Prepared, tmp_path: Path) -> None:
+    base = [f"data.out_dir={prepared.out_dir}", f"data.train_file={prepared.data.train}",
+            f"data.dev_file={prepared.data.dev}", "train.batch_size=4", "train.eval_every=1",
+            "train.epochs=50", "train.max_steps=4", "models.bidaf.optim.lr=1e-12",
+            "models.bidaf.optim.plateau_factor=0.5", "models.bidaf.optim.plateau_patience=1",
+            *(f"models.bidaf.{k}={v}" for k, v in TINY_MODEL.items())]
+    train_local(load_config(prepared.cfg.source, base), "bidaf", tmp_path)
+    state = torch.load(tmp_path / "step-00000004" / "state.pt", weights_only=True)
+    # evaluations 2, 3 and 4 each found no better F1 than the first's: three halvings
+    assert state["scheduler"]["base_lrs"] == [pytest.approx(1e-12 / 8)]

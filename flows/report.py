@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rcpipe.eval.metrics import headline
+
 V2_KEYS = ("HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1")
 
 
@@ -18,7 +20,7 @@ def score_rows(scores: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for name, s in scores.items():
         row: dict[str, Any] = {"model": name,
-                               "EM": round(s.get("exact_match", s.get("exact", 0.0)), 2),
+                               "EM": round(headline(s)[0], 2),
                                "F1": round(s["f1"], 2), "questions": s.get("total")}
         row |= {k: round(s[k], 2) for k in V2_KEYS if k in s}
         rows.append(row)

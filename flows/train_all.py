@@ -22,7 +22,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from rcpipe import stages
+from rcpipe import layout, stages
 from rcpipe.config import VARIANTS, Config, load_config
 
 Variant = Literal["bidaf", "bidaf_selfattn", "rnet", "rnet_mult", "qanet"]
@@ -55,7 +55,7 @@ def evaluate(cfg: Config, variant: str) -> dict[str, Any]:
 
 @task(cache_policy=NO_CACHE)
 def ensemble(cfg: Config, variants: list[str]) -> dict[str, Any]:
-    return stages.ensemble(cfg, [Path("predictions") / f"{v}.nbest.json" for v in variants])
+    return stages.ensemble(cfg, [layout.nbest(v) for v in variants])
 
 
 @task(cache_policy=NO_CACHE)
@@ -73,7 +73,7 @@ def report(scores: dict[str, dict[str, Any]], seconds: dict[str, float],
     create_table_artifact(key="train-all-scores", table=score_rows(scores),
                           description="Dev EM/F1 of every variant and the ensemble")
     create_markdown_artifact(key="train-all-report",
-                             markdown=by_type_markdown(scores, Path("metrics"), seconds)
+                             markdown=by_type_markdown(scores, layout.METRICS, seconds)
                              + (report_link_markdown(report_html) if report_html else ""),
                              description="train-all: scores, F1 by question type, timings")
 

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from rcpipe.config import VARIANTS
+from rcpipe.eval.metrics import headline
 
 # ---------------------------------------------------------------------------- what to commit
 
@@ -123,8 +124,8 @@ def best_score(metrics: Mapping[str, Mapping[str, Any]], dev_sha256: str, run: s
     if not metrics:
         raise ValueError("no scores: nothing was evaluated")
     model, result = max(metrics.items(), key=lambda kv: kv[1]["f1"])  # max keeps the first
-    em = result.get("exact_match", result.get("exact", 0.0))
-    return Score(model, float(result["f1"]), float(em), dev_sha256, run)
+    em, f1 = headline(result)
+    return Score(model, f1, em, dev_sha256, run)
 
 
 @dataclass(frozen=True)

@@ -10,24 +10,25 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-BASE = {"config", "errors", "console"}
+BASE = {"config", "errors", "console", "layout"}
 # package -> the rcpipe packages it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {
     "config": {"errors"},
     "errors": set(),
     "console": set(),
-    "data": {"config", "errors", "console"},
-    "models": {"config", "data"},  # data: the Batch type only (see KNOWN)
-    "eval": {"data", "models"},
+    "layout": set(),
+    "data": {"config", "errors", "console", "models"},  # models: the Batch type only
+    "models": {"config"},
+    "eval": {"data", "models", "layout"},
     "train": BASE | {"data", "models", "eval"},
     "serve": {"errors"},
-    "versioning": {"config"},
+    "versioning": {"config", "eval"},  # eval: metrics.headline (pure)
     "stages": BASE | {"data", "models", "train", "eval", "serve", "versioning"},
     "cli": BASE | {"stages", "serve"},
     "__main__": {"cli"},
 }
-# out of place today, and only as narrow as this: models take the Batch type from data
-KNOWN = {("models", "data"): {"rcpipe.data.dataset.Batch"}}
+# an allowed arrow that is only as wide as this: data builds the models' Batch
+KNOWN = {("data", "models"): {"rcpipe.models.batch.Batch"}}
 
 
 def package_of(path: Path) -> str:
@@ -87,8 +88,9 @@ def test_no_import_runs_back_up_a_floor() -> None:
 
 @pytest.mark.parametrize(("rel", "line"), [
     ("eval/x.py", "from rcpipe.train.loop import EMA"),  # eval never imports train
-    ("data/x.py", "from rcpipe.models import build_model"),  # data never imports models
-    ("models/x.py", "from rcpipe.data.tokenize import Tokens"),  # only Batch from data
+    ("data/x.py", "from rcpipe.models import build_model"),  # data builds batches only
+    ("models/x.py", "from rcpipe.data.dataset import Batch"),  # models never import data
+    ("data/x.py", "from rcpipe.models.layers import OOV"),  # only Batch from models
     ("train/x.py", "import flows.train_all"),  # nothing in rcpipe imports flows
     ("config.py", "from rcpipe.stages import train"),
 ])

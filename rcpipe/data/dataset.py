@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from queue import Empty, Queue
 from typing import Any, TypeVar
@@ -20,35 +19,9 @@ import torch
 
 from rcpipe.data.schema import SCHEMA
 from rcpipe.errors import InputError
+from rcpipe.models.batch import Batch
 
 T = TypeVar("T")
-
-
-@dataclass
-class Batch:
-    ids: list[str]
-    cw: torch.Tensor  # (B, Lc) context word ids, 0 = pad
-    cc: torch.Tensor  # (B, Lc, W) context char ids
-    qw: torch.Tensor  # (B, Lq)
-    qc: torch.Tensor  # (B, Lq, W)
-    c_mask: torch.Tensor  # (B, Lc) bool, True on real tokens
-    q_mask: torch.Tensor  # (B, Lq)
-    y1: torch.Tensor  # (B,) answer start token, -1 when none
-    y2: torch.Tensor  # (B,)
-    is_impossible: torch.Tensor  # (B,) bool
-
-    def to(self, device: torch.device | str) -> Batch:
-        moved = {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
-                 for k, v in self.__dict__.items()}
-        return Batch(**moved)
-
-    def pin(self) -> Batch:
-        """In page-locked memory, so that ``to(cuda)`` copies without blocking the host."""
-        return Batch(**{k: v.pin_memory() if isinstance(v, torch.Tensor) else v
-                        for k, v in self.__dict__.items()})
-
-    def __len__(self) -> int:
-        return len(self.ids)
 
 
 class _Ragged:

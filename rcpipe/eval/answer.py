@@ -18,12 +18,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from rcpipe import layout
 from rcpipe.data.dataset import SquadDataset, bucket_batches
 from rcpipe.data.encode import Encoder, token_spans
 from rcpipe.eval.ensemble import majority_vote
 from rcpipe.eval.predict import EVAL_BATCH, predict
 
-ENSEMBLE = "ensemble"
+ENSEMBLE = layout.ENSEMBLE
 
 
 @dataclass

@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rcpipe.data.dataset import Batch
 from rcpipe.eval.attention import VIEWS, AttentionMap
 from rcpipe.eval.decode import best_span, predict_no_answer
+from rcpipe.models.batch import Batch
 from rcpipe.models.layers import capture_attention
 
 

@@ -315,6 +315,11 @@ def _score_v2_dataset(
     return result
 
 
+def headline(result: dict[str, Any]) -> tuple[float, float]:
+    """(EM, F1) of an official result: v1.1 names EM exact_match, v2.0 exact."""
+    return float(result.get("exact_match", result.get("exact", 0.0))), float(result["f1"])
+
+
 def score(
     dataset: dict[str, Any],
     predictions: dict[str, str],

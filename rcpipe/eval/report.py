@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from rcpipe.eval.metrics import QUESTION_TYPES, question_scores, question_type
+from rcpipe.eval.metrics import QUESTION_TYPES, headline, question_scores, question_type
 
 # (lowest, highest or None, label): whitespace words of the first gold answer / the passage
 ANSWER_LENGTH_BUCKETS: tuple[tuple[int, int | None, str], ...] = (
@@ -174,7 +174,7 @@ def score_rows(metrics: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for model, m in metrics.items():
         row: dict[str, Any] = {"model": model,
-                               "EM": round(m.get("exact_match", m.get("exact", 0.0)), 2),
+                               "EM": round(headline(m)[0], 2),
                                "F1": round(m["f1"], 2)}
         for key in ("HasAns_f1", "NoAns_f1", "best_f1"):
             if key in m:

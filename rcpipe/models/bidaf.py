@@ -16,8 +16,8 @@ import torch
 from torch import nn
 
 from rcpipe.config import ModelConfig
-from rcpipe.data.dataset import Batch
 from rcpipe.models import ModelInputs
+from rcpipe.models.batch import Batch
 from rcpipe.models.layers import (
     BiRNN,
     CharCNN,

@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from rcpipe.config import ModelConfig
-from rcpipe.data.dataset import Batch
 from rcpipe.models import ModelInputs
+from rcpipe.models.batch import Batch
 from rcpipe.models.layers import (
     CharCNN,
     Highway,

@@ -20,8 +20,8 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from rcpipe.config import ModelConfig
-from rcpipe.data.dataset import Batch
 from rcpipe.models import ModelInputs
+from rcpipe.models.batch import Batch
 from rcpipe.models.layers import (
     BiRNN,
     MatchGate,

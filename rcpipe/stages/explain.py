@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from rcpipe import layout
 from rcpipe.config import Config
 from rcpipe.console import console
 from rcpipe.errors import InputError
@@ -18,7 +19,7 @@ from rcpipe.stages.train import load_model, na_threshold
 
 
 def default_out(variant: str, qid: str) -> Path:
-    return Path("explanations") / f"{variant}-{re.sub(r'[^A-Za-z0-9_.-]', '_', qid)}.html"
+    return layout.EXPLANATIONS / f"{variant}-{re.sub(r'[^A-Za-z0-9_.-]', '_', qid)}.html"
 
 
 def explain(cfg: Config, variant: str, qid: str, out: Path | None = None):  # noqa: ANN201

@@ -12,13 +12,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rcpipe import layout
 from rcpipe.config import VARIANTS, Config
 from rcpipe.console import console
 from rcpipe.errors import InputError
 from rcpipe.stages.io import write_json
 from rcpipe.stages.train import length_prior, load_model, model_dir, na_threshold
 
-ENSEMBLE = "ensemble"  # eval.answer.ENSEMBLE, without importing torch for --help
+ENSEMBLE = layout.ENSEMBLE
 
 
 def trained_variants() -> list[str]:
@@ -114,7 +115,7 @@ def _predict_file(cfg: Config, model: str, input_file: str, out: Path | None
     sq = load_squad(input_file, cfg.data.cache_dir, require_answers=False)
     reader = load_reader(cfg, [model])
     nbest = reader.answer_dataset(reader.encoder.squad(sq, reader.para_limit), model)
-    out = out or Path("predictions") / f"{model}.predict.json"
+    out = out or layout.PREDICTIONS / f"{model}.predict.json"
     nbest_path = out.with_suffix(".nbest.json")
     write_json(out, {q: v["text"] for q, v in nbest.items()})
     write_json(nbest_path, nbest)

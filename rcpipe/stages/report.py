@@ -20,12 +20,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+from rcpipe import layout
 from rcpipe.config import VARIANTS, Config
 from rcpipe.console import console
 from rcpipe.errors import InputError
 from rcpipe.stages.io import load_dataset, read_mapping, write_json
 
-PREDICTIONS, METRICS = Path("predictions"), Path("metrics")
+PREDICTIONS, METRICS = layout.PREDICTIONS, layout.METRICS
 
 
 def write_bytes(path: Path, data: bytes) -> None:
@@ -50,7 +51,7 @@ def evaluated_models() -> list[str]:
     return found + (["ensemble"] if (PREDICTIONS / "ensemble.json").is_file() else [])
 
 
-def report(cfg: Config, out: Path = Path("reports")) -> dict[str, Any]:
+def report(cfg: Config, out: Path = layout.REPORTS) -> dict[str, Any]:
     """Write the report; returns {"html": path, "files": [every file written]}."""
     from rcpipe.eval import metrics, pages, plots
     from rcpipe.eval import report as tables

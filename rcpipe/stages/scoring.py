@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rcpipe import layout
 from rcpipe.config import VARIANTS, Config
 from rcpipe.console import console
 from rcpipe.errors import InputError
@@ -43,13 +44,13 @@ def score(dataset: str, predictions: Path, na_prob_file: Path | None = None,
 
 
 def ensemble(cfg: Config, inputs: list[Path] | None = None,
-             out: Path = Path("predictions/ensemble.json")) -> dict[str, Any]:
+             out: Path = layout.predictions(layout.ENSEMBLE)) -> dict[str, Any]:
     """Majority vote over the variants' nbest files; score it against data.dev_file."""
     from rcpipe.eval import ensemble as vote
     from rcpipe.eval import metrics
 
     if not inputs:
-        inputs = [p for v in VARIANTS if (p := Path("predictions") / f"{v}.nbest.json").is_file()]
+        inputs = [p for v in VARIANTS if (p := layout.nbest(v)).is_file()]
         if not inputs:
             raise InputError("predictions/", "", "no <variant>.nbest.json to ensemble; run "
                              "`rcpipe evaluate VARIANT` first or pass --inputs")
@@ -66,8 +67,8 @@ def ensemble(cfg: Config, inputs: list[Path] | None = None,
     except ValueError as e:  # e.g. v2.0 nbest files whose ids are not the dev file's
         raise InputError(cfg.data.dev_file, "", str(e)) from None
     name = out.name.removesuffix(".json")
-    write_json(Path("metrics") / f"{name}.json", result)
-    write_json(Path("metrics") / f"{name}.by_type.json", metrics.breakdown(doc, preds, na))
+    write_json(layout.metrics(name), result)
+    write_json(layout.by_type(name), metrics.breakdown(doc, preds, na))
     console.print(f"ensemble of {len(inputs)} models -> {out}: "
                   + ", ".join(f"{k} {v:.2f}" for k, v in result.items() if k in _HEADLINE))
     return result

@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from rcpipe import layout
 from rcpipe.config import Config
 from rcpipe.console import console, shared_progress
 from rcpipe.errors import InputError
@@ -26,7 +27,7 @@ NA_THRESHOLD = "na_threshold.json"  # beside model.pt: written by evaluate (SQuA
 
 
 def model_dir(variant: str) -> Path:
-    return Path("models") / variant
+    return layout.model_dir(variant)
 
 
 def _vocab_hash(prepared: Path) -> str:
@@ -162,8 +163,9 @@ def evaluate(cfg: Config, variant: str) -> dict[str, Any]:
 
     from rcpipe.data.dataset import SquadDataset
     from rcpipe.eval import metrics
+    from rcpipe.eval.metrics import headline
     from rcpipe.eval.predict import evaluate as evaluate_model
-    from rcpipe.train.worker import device_of, headline
+    from rcpipe.train.worker import device_of
 
     device = device_of(cfg)
     model, _ = load_model(cfg, variant)
@@ -178,10 +180,10 @@ def evaluate(cfg: Config, variant: str) -> dict[str, Any]:
                         cfg.eval.na_threshold, length_prior(cfg))
     preds = ev.predictions
     na = ev.na_probs if metrics.dataset_version(doc) == "2.0" else None
-    write_json(Path("predictions") / f"{variant}.json", preds)
-    write_json(Path("predictions") / f"{variant}.nbest.json", ev.nbest)
-    write_json(Path("metrics") / f"{variant}.json", ev.result)
-    write_json(Path("metrics") / f"{variant}.by_type.json",
+    write_json(layout.predictions(variant), preds)
+    write_json(layout.nbest(variant), ev.nbest)
+    write_json(layout.metrics(variant), ev.result)
+    write_json(layout.by_type(variant),
                metrics.breakdown(doc, preds, na))
     write_json(model_dir(variant) / NA_THRESHOLD, {
         "na_threshold": ev.na_threshold, "fixed": cfg.eval.na_threshold is not None,

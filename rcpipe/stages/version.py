@@ -27,9 +27,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from rcpipe import layout
 from rcpipe.config import VARIANTS, Config
 from rcpipe.console import console
 from rcpipe.errors import InputError
+from rcpipe.eval.metrics import headline
 from rcpipe.versioning import (
     Score,
     best_score,
@@ -168,7 +170,7 @@ def _git_commit(root: Path, message: str) -> str | None:
 def _scores(targets: Sequence[str]) -> dict[str, dict[str, Any]]:
     models = [t.partition("@")[2] for t in targets if t.startswith("evaluate@")]
     models += ["ensemble"] if "ensemble" in targets else []
-    return {m: json.loads((Path("metrics") / f"{m}.json").read_text()) for m in models}
+    return {m: json.loads(layout.metrics(m).read_text()) for m in models}
 
 
 def version(cfg: Config, variants: Sequence[str] = VARIANTS, *,
@@ -214,7 +216,7 @@ def version(cfg: Config, variants: Sequence[str] = VARIANTS, *,
         record: dict[str, Any] = {
             "run": run, "targets": list(targets), "git_commit": git_commit,
             "dvc_lock": lock_url, "candidate": candidate.as_dict(),
-            "scores": {m: {"em": s.get("exact_match", s.get("exact")), "f1": s["f1"]}
+            "scores": {m: dict(zip(("em", "f1"), headline(s), strict=True))
                        for m, s in scores.items()},
         }
         console.print(f"version {run}: {len(targets)} stages committed and pushed to "

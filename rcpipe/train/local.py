@@ -26,6 +26,7 @@ from torch import nn
 
 from rcpipe.config import Config, load_config
 from rcpipe.errors import InputError
+from rcpipe.layout import model_dir
 from rcpipe.models import ModelInputs
 from rcpipe.train.checkpoint import META, MODEL
 from rcpipe.train.worker import (
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cfg = load_config(args.params, args.sets)
         summary = train_local(cfg, args.variant,
-                              args.run_dir or Path("models") / args.variant / "local", _show)
+                              args.run_dir or model_dir(args.variant) / "local", _show)
     except InputError as e:
         print(e.line(), file=sys.stderr)
         sys.exit(2)

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from rcpipe.config import OptimConfig
-from rcpipe.data.dataset import Batch
+from rcpipe.models.batch import Batch
 from rcpipe.models.layers import span_loss
 
 

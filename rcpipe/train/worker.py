@@ -29,6 +29,7 @@ from torch import nn
 from rcpipe.config import Config
 from rcpipe.data.dataset import Batch, SquadDataset, ahead, bucket_batches
 from rcpipe.errors import InputError
+from rcpipe.eval.metrics import headline
 from rcpipe.models import ModelInputs, build_model
 from rcpipe.train.checkpoint import META, MODEL, STATE, model_payload
 from rcpipe.train.loop import EMA, make_optimizer, train_step
@@ -96,11 +97,6 @@ class RunState:
 
 
 RESUMED = ("step", "epoch", "batch_in_epoch", "elapsed", "best", "history")
-
-
-def headline(result: dict[str, Any]) -> tuple[float, float]:
-    """(EM, F1) of an official result: v1.1 names EM exact_match, v2.0 exact."""
-    return result.get("exact_match", result.get("exact", 0.0)), result["f1"]
 
 
 def weights_digest(model: nn.Module) -> str:

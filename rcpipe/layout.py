@@ -1,4 +1,5 @@
-"""Where a run's outputs live: the paths the command contract names, in one place.
+"""Where a run's outputs live and how they are written: the paths the command contract
+names, in one place, and the one atomic write.
 
 Relative to the current directory (as every rcpipe path is), so a run directory is wherever
 the commands run: the demo's, a test's temporary one, a DVC workspace.
@@ -6,7 +7,10 @@ the commands run: the demo's, a test's temporary one, a DVC workspace.
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
+from typing import Any
 
 MODELS = Path("models")  # models/<variant>/: checkpoints/, model.pt, summary.json, ...
 PREDICTIONS = Path("predictions")  # <model>.json (official format), <model>.nbest.json
@@ -34,3 +38,19 @@ def metrics(model: str) -> Path:
 
 def by_type(model: str) -> Path:
     return METRICS / f"{model}.by_type.json"
+
+
+def write(path: Path, data: bytes | str) -> None:
+    """Write atomically: a reader never sees half a file, even if the run is killed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    if isinstance(data, str):
+        tmp.write_text(data, encoding="utf-8")
+    else:
+        tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def write_json(path: Path, obj: Any) -> None:
+    write(path, json.dumps(obj, indent=1, ensure_ascii=False) + "\n")
+

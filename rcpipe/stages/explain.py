@@ -14,7 +14,6 @@ from rcpipe import layout
 from rcpipe.config import Config
 from rcpipe.console import console
 from rcpipe.errors import InputError
-from rcpipe.stages.report import write_bytes
 from rcpipe.stages.train import load_model, na_threshold
 
 
@@ -62,8 +61,8 @@ def explain(cfg: Config, variant: str, qid: str, out: Path | None = None):  # no
         gold_start=int(batch.y1[0]), gold_end=int(batch.y2[0]))
     html_path = out or default_out(variant, qid)
     png = plots.explain_png(ex)
-    write_bytes(html_path.with_suffix(".png"), png)
-    write_bytes(html_path, pages.explain_html(ex, png).encode())
+    layout.write(html_path.with_suffix(".png"), png)
+    layout.write(html_path, pages.explain_html(ex, png).encode())
     console.print(f"explain {variant} {qid}: “{ex.answer}” -> {html_path} "
                   f"(+ {html_path.with_suffix('.png').name})")
     return ex, html_path

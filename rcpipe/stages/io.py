@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from rcpipe.errors import InputError
-
-
-def write_json(path: Path, obj: Any) -> None:
-    """Write atomically: a reader never sees half a file, even if the run is killed."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=1, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+from rcpipe.layout import write_json as write_json  # the stages' one JSON write
 
 
 def read_mapping(path: Path, value: type | tuple[type, ...], what: str) -> dict[str, Any]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +26,6 @@ from rcpipe.errors import InputError
 from rcpipe.stages.io import load_dataset, read_mapping, write_json
 
 PREDICTIONS, METRICS = layout.PREDICTIONS, layout.METRICS
-
-
-def write_bytes(path: Path, data: bytes) -> None:
-    """Write atomically, as write_json does."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def _csv(rows: list[dict[str, Any]]) -> bytes:
@@ -86,7 +77,7 @@ def report(cfg: Config, out: Path = layout.REPORTS) -> dict[str, Any]:
     written: list[Path] = []
 
     def put(name: str, data: bytes) -> None:
-        write_bytes(out / name, data)
+        layout.write(out / name, data)
         written.append(out / name)
 
     scores_png = plots.scores_png(rows)

@@ -26,7 +26,7 @@ from torch import nn
 
 from rcpipe.config import Config, load_config
 from rcpipe.errors import InputError
-from rcpipe.layout import model_dir
+from rcpipe.layout import model_dir, write_json
 from rcpipe.models import ModelInputs
 from rcpipe.train.checkpoint import META, MODEL
 from rcpipe.train.worker import (
@@ -130,7 +130,7 @@ def train_local(cfg: Config, variant: str, run_dir: Path,
     best = session.best() or last
     shutil.copyfile(best / MODEL, run_dir / MODEL)
     summary = run_summary(variant, meta, time.perf_counter() - t0)
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    write_json(run_dir / "summary.json", summary)
     return summary
 
 

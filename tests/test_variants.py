@@ -8,8 +8,8 @@ from pathlib import Path
 import yaml
 
 from rcpipe.config import PAPERS, VARIANTS, ModelsConfig
-from rcpipe.eval.attention import VIEWS
 from rcpipe.models import _registry
+from rcpipe.report.attention import VIEWS
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -29,8 +29,8 @@ def explain(cfg: Config, variant: str, qid: str, out: Path | None = None):  # no
     import numpy as np
 
     from rcpipe.data.dataset import SquadDataset, read_table
-    from rcpipe.eval import attention, pages, plots
-    from rcpipe.eval.explain import attention_maps, decode
+    from rcpipe.report import attention, pages, plots
+    from rcpipe.report.explain import attention_maps, decode
 
     cfg.models.of(variant)  # an unknown variant is an InputError naming the choices
     dev_path = cfg.data.out_dir / "dev.parquet"

@@ -44,8 +44,8 @@ def evaluated_models() -> list[str]:
 
 def report(cfg: Config, out: Path = layout.REPORTS) -> dict[str, Any]:
     """Write the report; returns {"html": path, "files": [every file written]}."""
-    from rcpipe.eval import metrics, pages, plots
-    from rcpipe.eval import report as tables
+    from rcpipe.eval import metrics
+    from rcpipe.report import pages, plots, tables
 
     models = evaluated_models()
     if not models:

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from rcpipe.config import VARIANTS, ModelConfig
-from rcpipe.eval.attention import VIEWS
 from rcpipe.models import build_model
 from rcpipe.models.layers import capture_attention, capturing
+from rcpipe.report.attention import VIEWS
 from tests.models.conftest import inputs, make_batch
 
 CFG = ModelConfig(hidden=16, char_dim=8, char_hidden=16, layers=1, heads=2, model_blocks=2,

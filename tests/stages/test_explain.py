@@ -13,7 +13,7 @@ from PIL import Image
 
 from rcpipe import cli, stages
 from rcpipe.config import Config, load_config
-from rcpipe.eval.attention import VIEWS
+from rcpipe.report.attention import VIEWS
 from tests.conftest import Prepared, questions_of, write_params
 
 TRAINED = ("bidaf", "rnet_mult", "qanet")

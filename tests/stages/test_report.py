@@ -13,7 +13,7 @@ from PIL import Image
 from rcpipe import cli, stages
 from rcpipe.config import VARIANTS
 from rcpipe.eval import metrics
-from rcpipe.eval import report as tables
+from rcpipe.report import tables
 from tests.conftest import SynthData, questions_of
 
 

@@ -1,6 +1,6 @@
 """One forward pass of a model on one question, kept with its attention weights.
 
-The module paths and names of the weights each variant shows are eval.attention.VIEWS;
+The module paths and names of the weights each variant shows are report.attention.VIEWS;
 the models record them under ``layers.capture_attention`` only, so evaluation is untouched.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rcpipe.eval.attention import VIEWS, AttentionMap
 from rcpipe.eval.decode import best_span, predict_no_answer
 from rcpipe.models.batch import Batch
 from rcpipe.models.layers import capture_attention
+from rcpipe.report.attention import VIEWS, AttentionMap
 
 
 def attention_maps(model: nn.Module, variant: str, batch: Batch

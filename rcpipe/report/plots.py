@@ -16,14 +16,14 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from rcpipe.eval.attention import (
+from rcpipe.report.attention import (
     Explanation,
     display_window,
     passage_focus,
     question_focus,
     strongest,
 )
-from rcpipe.eval.report import GroupScores
+from rcpipe.report.tables import GroupScores
 
 ANSWER_COLOUR = "#b2182b"  # the predicted answer's words
 FOCUS_COLOUR = "#e66101"  # the strongest words of an attention view

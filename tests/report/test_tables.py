@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rcpipe.eval import report
+from rcpipe.report import tables as report
 
 SHORT = "The cat sat on the mat in Paris in 1999 while Marie Curie watched ."  # 14 words
 LONG = " ".join(["Counting words is dull but someone has to do it ."] * 6)  # 66 words

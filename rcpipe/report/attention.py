@@ -5,8 +5,8 @@ passage self-attention (where the variant has one) and the start/end pointer
 distributions, taken from one forward pass under ``layers.capture_attention``. Which
 module's weights each view shows is declared per variant in ``VIEWS``.
 
-Plain data and numpy here (eval.plots and eval.pages draw from it); running a model for
-its views is rcpipe.eval.explain. No file I/O: rcpipe.stages.explain reads the model and the
+Plain data and numpy here (report.plots and report.pages draw from it); running a model for
+its views is rcpipe.report.explain. No file I/O: rcpipe.stages.explain reads the model and the
 question and writes the page.
 """
 

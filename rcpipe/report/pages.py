@@ -1,6 +1,6 @@
 """The self-contained HTML pages of `rcpipe explain` and `rcpipe report`.
 
-Pure functions from the computed views and tables (and the PNG bytes from eval.plots) to
+Pure functions from the computed views and tables (and the PNG bytes from report.plots) to
 one HTML string: styles inline, images as data: URIs, no script and nothing fetched, so a
 page opens offline and can be attached to a Prefect artifact or mailed as it is.
 """
@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from rcpipe.eval.attention import Explanation, passage_focus, question_focus, top_pairs
-from rcpipe.eval.report import GroupScores
+from rcpipe.report.attention import Explanation, passage_focus, question_focus, top_pairs
+from rcpipe.report.tables import GroupScores
 
 _STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:2em auto;max-width:1200px;

@@ -6,6 +6,7 @@ is a slice, not a Python list conversion: 87k SQuAD questions fit in a few hundr
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -97,7 +98,9 @@ def read_table(path: Path) -> pa.Table:
 class SquadDataset:
     """Map-style dataset over a prepared split; ``para_limit`` truncates long dev contexts."""
 
-    def __init__(self, table: pa.Table, para_limit: int | None = None) -> None:
+    def __init__(self, table: pa.Table, para_limit: int | None = None,
+                 char_limit: int = 16) -> None:
+        self.char_limit = char_limit  # chars kept per word by prepare (data.limits.char)
         self.ids = table.column("id").to_pylist()
         self.cw = _Ragged(table.column("context_word_ids"))
         self.cc = _Ragged2(table.column("context_char_ids"))
@@ -121,7 +124,11 @@ class SquadDataset:
 
     @classmethod
     def from_parquet(cls, path: Path, para_limit: int | None = None) -> SquadDataset:
-        return cls(read_table(path), para_limit)
+        """A prepared split; its char limit is the one prepare recorded in meta.json."""
+        meta = path.parent / "meta.json"
+        char_limit = json.loads(meta.read_text()).get("char_limit", 16) if meta.is_file() \
+            else 16
+        return cls(read_table(path), para_limit, char_limit)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -138,8 +145,10 @@ class SquadDataset:
         counts = np.bincount(lengths[lengths < max_len], minlength=max_len)[:max_len]
         return ((counts + 1) / (counts.sum() + max_len)).astype(np.float32)
 
-    def collate(self, indices: Sequence[int], char_limit: int = 16) -> Batch:
-        """Pad the rows to the longest in the batch (at least 1, so no tensor is empty)."""
+    def collate(self, indices: Sequence[int], char_limit: int | None = None) -> Batch:
+        """Pad the rows to the longest in the batch (at least 1, so no tensor is empty) and
+        every word to ``char_limit`` chars (default: the dataset's)."""
+        char_limit = char_limit or self.char_limit
         n = len(indices)
         rows = np.asarray(indices, dtype=np.int64)  # (B,)
         c_len = self.cw.lengths()[rows]  # (B,)
@@ -198,7 +207,7 @@ def bucket_batches(lengths: np.ndarray, batch_size: int, shuffle: bool, seed: in
     return batches
 
 
-def iterate(dataset: SquadDataset, batches: list[list[int]], char_limit: int = 16
+def iterate(dataset: SquadDataset, batches: list[list[int]], char_limit: int | None = None
             ) -> Iterator[Batch]:
     for indices in batches:
         yield dataset.collate(indices, char_limit)

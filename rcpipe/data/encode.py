@@ -56,7 +56,8 @@ class Encoder:
         toks = tokenize(texts, quiet=True)
         ctx, qs = toks[: len(sq.contexts)], toks[len(sq.contexts) :]
         rows = label_dev(sq, ctx, _NO_SEARCH)
-        return SquadDataset(build_table(sq, ctx, qs, rows, self.indexer), para_limit)
+        return SquadDataset(build_table(sq, ctx, qs, rows, self.indexer), para_limit,
+                            self.char_limit)
 
     def pairs(self, pairs: Sequence[tuple[str, str]], para_limit: int | None = None
               ) -> SquadDataset:

@@ -213,3 +213,11 @@ def test_answer_length_prior(train: SquadDataset) -> None:
     assert float(prior.sum()) == pytest.approx(1.0, abs=1e-5)
     lengths = train.y2[train.y1 >= 0] - train.y1[train.y1 >= 0]
     assert int(prior.argmax()) == int(np.bincount(lengths[lengths < 15]).argmax())
+
+
+def test_the_char_limit_prepare_used_travels_with_the_dataset(
+        make_config: Callable[..., Config], synth_v1: SynthData) -> None:
+    cfg = make_config(synth_v1, data={"limits": {"char": 5}})
+    stages.prepare(cfg)
+    ds = SquadDataset.from_parquet(cfg.data.out_dir / "train.parquet")
+    assert ds.char_limit == 5 and ds.collate([0, 1]).cc.shape[2] == 5

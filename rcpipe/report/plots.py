@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import io
 from collections.abc import Callable, Collection
+from typing import Any
 
 import matplotlib
 import numpy as np
@@ -37,7 +38,7 @@ def _plain_text(draw: Callable[..., bytes]) -> Callable[..., bytes]:
     """Text drawn as it is: "$27 million ... $3" would otherwise be typeset as mathtext."""
 
     @functools.wraps(draw)
-    def wrapper(*args, **kwargs) -> bytes:  # noqa: ANN002, ANN003
+    def wrapper(*args: Any, **kwargs: Any) -> bytes:
         with matplotlib.rc_context({"text.parse_math": False}):
             return draw(*args, **kwargs)
 

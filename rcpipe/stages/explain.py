@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rcpipe import layout
 from rcpipe.config import Config
@@ -16,12 +17,16 @@ from rcpipe.console import console
 from rcpipe.errors import InputError
 from rcpipe.stages.train import load_model, na_threshold
 
+if TYPE_CHECKING:  # numpy and matplotlib: imported where they are used
+    from rcpipe.report.attention import Explanation
+
 
 def default_out(variant: str, qid: str) -> Path:
     return layout.EXPLANATIONS / f"{variant}-{re.sub(r'[^A-Za-z0-9_.-]', '_', qid)}.html"
 
 
-def explain(cfg: Config, variant: str, qid: str, out: Path | None = None):  # noqa: ANN201
+def explain(cfg: Config, variant: str, qid: str, out: Path | None = None
+            ) -> tuple[Explanation, Path]:
     """Run the model on the dev question ``qid`` and write its attention page and figure.
 
     Returns (Explanation, html path); the PNG is the html path with suffix .png.

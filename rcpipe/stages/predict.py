@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rcpipe import layout
 from rcpipe.config import VARIANTS, Config
@@ -19,6 +19,11 @@ from rcpipe.errors import InputError
 from rcpipe.stages.io import write_json
 from rcpipe.stages.train import length_prior, load_model, model_dir, na_threshold
 
+if TYPE_CHECKING:  # heavy (torch, FastAPI): imported where they are used
+    from fastapi import FastAPI
+
+    from rcpipe.eval.answer import Reader
+
 ENSEMBLE = layout.ENSEMBLE
 
 
@@ -26,7 +31,7 @@ def trained_variants() -> list[str]:
     return [v for v in VARIANTS if (model_dir(v) / "model.pt").is_file()]
 
 
-def load_reader(cfg: Config, names: list[str]):  # noqa: ANN201 - eval.answer.Reader
+def load_reader(cfg: Config, names: list[str]) -> Reader:
     """A Reader holding what ``names`` need: the variants named, every trained variant
     for "ensemble"."""
     import torch
@@ -127,7 +132,7 @@ def _predict_file(cfg: Config, model: str, input_file: str, out: Path | None
 
 
 def serve_app(cfg: Config, models: list[str] | None = None, limits: Any = None,
-              threads: int = 1):  # noqa: ANN201 - a FastAPI app
+              threads: int = 1) -> FastAPI:
     """The answer service over ``models`` (default: the ensemble and every trained
     variant); ``limits`` is a serve.app.Limits, ``threads`` torch's CPU threads (one keeps
     a small model's latency steady on a shared machine: 20 ms, not 800, on a busy 2-core

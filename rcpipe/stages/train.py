@@ -15,13 +15,20 @@ import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rcpipe import layout
 from rcpipe.config import Config
 from rcpipe.console import console, shared_progress
 from rcpipe.errors import InputError
 from rcpipe.stages.io import load_dataset, write_json
+
+if TYPE_CHECKING:  # heavy (torch): imported where they are used
+    import torch
+    from rich.progress import Progress, TaskID
+    from torch import nn
+
+    from rcpipe.models import ModelInputs
 
 NA_THRESHOLD = "na_threshold.json"  # beside model.pt: written by evaluate (SQuAD v2.0)
 
@@ -36,7 +43,7 @@ def _vocab_hash(prepared: Path) -> str:
     return vocab_digest(prepared)
 
 
-def _model_inputs(cfg: Config):  # noqa: ANN202 - ModelInputs, imported lazily
+def _model_inputs(cfg: Config) -> ModelInputs:
     from rcpipe.train.worker import prepared_inputs
 
     d = cfg.data.out_dir
@@ -104,7 +111,7 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
     return summary
 
 
-def _check_model_config(cfg: Config, variant: str, inputs) -> None:  # noqa: ANN001
+def _check_model_config(cfg: Config, variant: str, inputs: ModelInputs) -> None:
     """Build the model once here, so a bad size fails now, not on every Ray worker."""
     from rcpipe.models import build_model
 
@@ -114,7 +121,7 @@ def _check_model_config(cfg: Config, variant: str, inputs) -> None:  # noqa: ANN
         raise InputError(cfg.source, f"models.{variant}", str(e)) from None
 
 
-def _show(bar, task, variant: str, message: dict[str, Any]) -> None:  # noqa: ANN001
+def _show(bar: Progress, task: TaskID, variant: str, message: dict[str, Any]) -> None:
     """One progress message from rank 0: a step line, or a dev evaluation."""
     if "eval" in message:
         e = message["eval"]
@@ -126,7 +133,7 @@ def _show(bar, task, variant: str, message: dict[str, Any]) -> None:  # noqa: AN
                            f"{message['loss']:.3f} {message['examples_per_s']:.0f} ex/s")
 
 
-def load_model(cfg: Config, variant: str):  # noqa: ANN201 - (nn.Module, ModelInputs)
+def load_model(cfg: Config, variant: str) -> tuple[nn.Module, ModelInputs]:
     """The saved model, refusing one trained on a different vocabulary (weights only)."""
     import torch
 
@@ -204,7 +211,7 @@ def na_threshold(cfg: Config, variant: str) -> float | None:
     return json.loads(path.read_text())["na_threshold"] if path.is_file() else None
 
 
-def length_prior(cfg: Config):  # noqa: ANN201 - a tensor or None
+def length_prior(cfg: Config) -> torch.Tensor | None:
     """eval.length_prior's weights, from the prepared training split (None when off)."""
     if not cfg.eval.length_prior:
         return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -37,7 +37,7 @@ def make_optimizer(model: nn.Module, cfg: OptimConfig
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, warmup(cfg.warmup_steps))
 
 
-def warmup(steps: int):  # noqa: ANN201 - a schedule function for LambdaLR
+def warmup(steps: int) -> Callable[[int], float]:
     """QANet's warm-up: the lr grows as log(step + 1) / log(steps), then stays."""
     if steps <= 1:
         return lambda step: 1.0

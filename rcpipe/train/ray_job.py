@@ -129,7 +129,7 @@ def start_local_ray(num_cpus: int | None = None) -> None:
 
 
 @contextmanager
-def ray_cluster(address: str | None):  # noqa: ANN201
+def ray_cluster(address: str | None) -> Iterator[None]:
     """Join the Ray cluster at ``address``, reuse this process's, or start a local one."""
     import ray
 

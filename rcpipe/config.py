@@ -151,32 +151,40 @@ class OptimConfig(Section):
     ema_decay: float | None = Field(None, description="EMA of weights used for eval (0.9999)")
 
 
-class ModelConfig(Section):
-    """Sizes of one variant; fields a family does not use are ignored by its builder."""
+def Arch(default: Any, **kwargs: Any) -> Any:  # named like pydantic's Field, which it wraps
+    """A field that shapes the weights: a saved model must match it (model_from_payload)."""
+    return Field(default, json_schema_extra={"architecture": True}, **kwargs)
 
-    hidden: int = Field(75, gt=0, description="d: RNN state / model width")
-    char_dim: int = Field(8, gt=0, description="char embedding size")
-    char_hidden: int = Field(100, gt=0, description="char CNN filters / char GRU state")
-    char_kernel: int = Field(5, gt=0, description="char CNN width")
+
+class ModelConfig(Section):
+    """One variant: its architecture (``Arch`` fields: they shape the weights) and how it
+    trains (the rest). Fields a family does not use are ignored by its builder."""
+
+    # -- architecture
+    hidden: int = Arch(75, gt=0, description="d: RNN state / model width")
+    char_dim: int = Arch(8, gt=0, description="char embedding size")
+    char_hidden: int = Arch(100, gt=0, description="char CNN filters / char GRU state")
+    char_kernel: int = Arch(5, gt=0, description="char CNN width")
+    layers: int = Arch(3, gt=0, description="R-Net encoder BiGRU layers; BiDAF modeling")
+    highway_layers: int = Arch(2, ge=0)
+    heads: int = Arch(8, gt=0, description="QANet self-attention heads")
+    conv_kernel: int = Arch(7, gt=0, description="QANet embedding-encoder conv width")
+    emb_convs: int = Arch(4, gt=0, description="QANet convs per embedding-encoder block")
+    model_blocks: int = Arch(7, gt=0, description="QANet model-encoder blocks")
+    model_convs: int = Arch(2, gt=0, description="QANet convs per model-encoder block")
+    model_kernel: int = Arch(5, gt=0, description="QANet model-encoder conv width")
+    position_encoding: bool = Arch(True, description="QANet: add the sinusoid at every "
+                                   "encoder block (the paper); False: the convolutions "
+                                   "alone carry word order")
+    bidirectional_matching: bool = Arch(True, description="R-Net: question-passage "
+                                        "matching reads the passage both ways (the "
+                                        "report's section 4.1); False: forward only")
+    # -- training
     dropout: float = Field(0.2, ge=0, lt=1)
     char_dropout: float = Field(0.05, ge=0, lt=1)
-    layers: int = Field(3, gt=0, description="R-Net encoder BiGRU layers; BiDAF modeling")
-    highway_layers: int = Field(2, ge=0)
-    heads: int = Field(8, gt=0, description="QANet self-attention heads")
-    conv_kernel: int = Field(7, gt=0, description="QANet embedding-encoder conv width")
-    emb_convs: int = Field(4, gt=0, description="QANet convs per embedding-encoder block")
-    model_blocks: int = Field(7, gt=0, description="QANet model-encoder blocks")
-    model_convs: int = Field(2, gt=0, description="QANet convs per model-encoder block")
-    model_kernel: int = Field(5, gt=0, description="QANet model-encoder conv width")
     stochastic_depth: float = Field(0.1, ge=0, lt=1, description="QANet p_L (1 - survival)")
-    position_encoding: bool = Field(True, description="QANet: add the sinusoid at every "
-                                    "encoder block (the paper); False: the convolutions "
-                                    "alone carry word order")
     word_dropout: float = Field(0.0, ge=0, lt=1, description="training: a word becomes "
                                 "out-of-vocabulary with this probability (a regulariser)")
-    bidirectional_matching: bool = Field(True, description="R-Net: question-passage "
-                                         "matching reads the passage both ways (the "
-                                         "report's section 4.1); False: forward only")
     train_word_vectors: bool = Field(False, description="fine-tune pretrained vectors")
     batch_size: int | None = Field(None, gt=0, description="overrides train.batch_size")
     max_minutes: float | None = Field(None, ge=0, description="overrides train.max_minutes")
@@ -184,6 +192,16 @@ class ModelConfig(Section):
                        "fp32; the CPU always trains in fp32). Off for every variant: on one "
                        "H100 each trained slower under bf16 than in fp32 (README, Speed)")
     optim: OptimConfig = OptimConfig()
+
+    @classmethod
+    def architecture_fields(cls) -> tuple[str, ...]:
+        return tuple(name for name, f in cls.model_fields.items()
+                     if isinstance(f.json_schema_extra, dict)
+                     and f.json_schema_extra.get("architecture"))
+
+    def architecture(self) -> dict[str, Any]:
+        """The fields that shape the weights, and their values."""
+        return {name: getattr(self, name) for name in self.architecture_fields()}
 
 
 # The papers' settings, written down once. A params file's ``models.<variant>`` is merged

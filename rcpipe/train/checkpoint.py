@@ -40,11 +40,6 @@ class PayloadMismatch(ValueError):
         self.field = field
 
 
-# ModelConfig fields that only shape training, not the weights: a saved model may differ there
-TRAINING_ONLY = frozenset({"dropout", "char_dropout", "stochastic_depth", "train_word_vectors",
-                           "batch_size", "max_minutes", "bf16", "word_dropout", "optim"})
-
-
 def model_from_payload(saved: dict[str, Any], variant: str, vocab_sha256: str,
                        model_config: ModelConfig | None = None
                        ) -> tuple[nn.Module, ModelInputs]:
@@ -58,7 +53,7 @@ def model_from_payload(saved: dict[str, Any], variant: str, vocab_sha256: str,
         # a field the file lacks came after it was written: the file was built with the
         # field's default, which building from the file uses again
         have = saved["model_config"]
-        want = model_config.model_dump(exclude=TRAINING_ONLY)
+        want = model_config.architecture()  # training-only fields may differ
         for k in want:
             if k in have and have[k] != want[k]:
                 raise PayloadMismatch(f"model_config.{k}", f"{have[k]!r} in the file, "

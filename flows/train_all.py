@@ -128,7 +128,7 @@ def _run(params_path: Path, sets: list[str], variants: list[str], synth_data: bo
         timed("synth", synth, cfg)
     timed("prepare", prepare, cfg)
 
-    from rcpipe.train.ray_job import jobs_that_fit, ray_cluster
+    from rcpipe.train.cluster import jobs_that_fit, ray_cluster
 
     with ray_cluster(cfg.train.ray_address):  # one Ray for every variant's job
         slots = jobs_that_fit(cfg)

@@ -145,7 +145,7 @@ def local_ray() -> Iterator[None]:
     """
     import ray
 
-    from rcpipe.train.ray_job import start_local_ray
+    from rcpipe.train.cluster import start_local_ray
 
     start_local_ray(num_cpus=2)
     yield

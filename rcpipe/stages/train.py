@@ -57,7 +57,7 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
 
     ``force`` starts over: the local checkpoints and summary are removed first.
     """
-    from rcpipe.train import ray_job
+    from rcpipe.train import cluster
     from rcpipe.train.checkpoint import META, MODEL
     from rcpipe.train.worker import Job, run_summary
 
@@ -65,7 +65,7 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
     out = model_dir(variant)
     summary_path = out / "summary.json"
     if force:
-        ray_job.forget_run(*ray_job.storage(cfg, variant, out))
+        cluster.forget_run(*cluster.storage(cfg, variant, out))
         shutil.rmtree(out, ignore_errors=True)
     if summary_path.is_file():
         summary = json.loads(summary_path.read_text())
@@ -77,16 +77,16 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
     dev_doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir)
     prepared = cfg.data.out_dir.resolve()
     t0 = time.perf_counter()
-    with ray_job.ray_cluster(cfg.train.ray_address):
-        ray_job.check_fits(cfg)  # before any job starts: Ray would wait forever
+    with cluster.ray_cluster(cfg.train.ray_address):
+        cluster.check_fits(cfg)  # before any job starts: Ray would wait forever
         job = Job(config=cfg.model_dump(mode="json"), variant=variant,
                   train_path=str(prepared / "train.parquet"),
                   dev_path=str(prepared / "dev.parquet"),
                   vocab_sha256=_vocab_hash(cfg.data.out_dir))
-        path, filesystem = ray_job.storage(cfg, variant, out)
+        path, filesystem = cluster.storage(cfg, variant, out)
         with shared_progress() as bar:
             task = bar.add_task(f"train {variant}", total=cfg.train.epochs)
-            result = ray_job.fit(job, inputs, dev_doc, cfg, path, filesystem,
+            result = cluster.fit(job, inputs, dev_doc, cfg, path, filesystem,
                                  lambda message: _show(bar, task, variant, message))
     if result.checkpoint is None:
         raise InputError(cfg.data.out_dir / "train.parquet", "",

@@ -1,6 +1,6 @@
 """One rank's training run: resume, epochs of steps, dev evaluation and checkpoints.
 
-Every Ray Train worker runs a ``Worker`` (train/ray_job.py hands it a Ray session), and so
+Every Ray Train worker runs a ``Worker`` (train/cluster.py hands it a Ray session), and so
 does one plain process without Ray (train/local.py, world size 1): the same steps, the same
 checkpoints, so a GPU box with only PyTorch, numpy, pyarrow and pydantic can train and
 measure from prepared Parquet files. Nothing here imports Ray, spaCy or Prefect.

@@ -79,9 +79,8 @@ def prepare(cfg: Config) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
     from rcpipe.data import features as F
-    from rcpipe.data.squad import fetch, load_squad
+    from rcpipe.data.squad import load_squad
     from rcpipe.data.tokenize import tokenize
-    from rcpipe.data.vocab import build_vocab, case_forms, embedding_matrix, read_vectors
 
     d = cfg.data
     t0 = time.perf_counter()
@@ -110,24 +109,8 @@ def prepare(cfg: Config) -> dict[str, Any]:
 
     kept, dropped = F.label_train(train, train_ctx, train_q, cfg.data)
     dev_rows = F.label_dev(dev, dev_ctx, cfg.data)
-    word_counts, char_counts = F.count_words(train, train_ctx, train_q)
-
-    extra: set[str] = set()
-    emb = None
-    hits = 0
-    if d.word_vectors:
-        console.print(f"prepare: reading word vectors {d.word_vectors}")
-        dev_words, _ = F.count_words(dev, dev_ctx, dev_q)
-        candidates = set(word_counts) | set(dev_words)
-        wanted = {f for w in candidates for f in case_forms(w)}
-        vectors = read_vectors(fetch(d.word_vectors, d.cache_dir), wanted, d.word_dim,
-                               d.word_vectors)
-        extra = {w for w in candidates if any(f in vectors for f in case_forms(w))}
-    words = build_vocab(word_counts, d.min_word_count, extra)
-    chars = build_vocab(char_counts, d.min_char_count)
-    if d.word_vectors:
-        emb, hits = embedding_matrix(words, vectors, d.word_dim)
-
+    words, chars, emb, hits = _vocabularies(cfg, (train, train_ctx, train_q),
+                                            (dev, dev_ctx, dev_q))
     done("label_and_vocab")
     indexer = F.Indexer(words, chars, d.limits.char)
     tables = {
@@ -156,11 +139,37 @@ def prepare(cfg: Config) -> dict[str, Any]:
         "word_vectors": d.word_vectors, "word_dim": d.word_dim, "vectors_found": hits,
         "seconds": round(seconds, 2), "phases": phases, "fingerprint": fingerprint(cfg),
     })
-    tr = report["train"]
+    tr, dv = report["train"], report["dev"]
     console.print(
         f"prepare: train {tr['kept']}/{tr['questions']} kept "
         f"({sum(dropped.values())} dropped: {dict(dropped) or 'none'}), "
-        f"dev {len(dev_rows)}/{len(dev.questions)}; vocab {len(words)} words, {len(chars)} "
+        f"dev {dv['kept']}/{dv['questions']}; vocab {len(words)} words, {len(chars)} "
         f"chars; {seconds:.1f}s -> {d.out_dir}"
     )
     return report
+
+
+def _vocabularies(cfg: Config, train: tuple, dev: tuple) -> tuple:  # (file, contexts, qs)
+    """(words, chars, word vectors or None, words found in them): the training split's
+    words and chars, plus any dev word the pretrained vectors know (it gets its vector)."""
+    from rcpipe.data import features as F
+    from rcpipe.data.squad import fetch
+    from rcpipe.data.vocab import build_vocab, case_forms, embedding_matrix, read_vectors
+
+    d = cfg.data
+    word_counts, char_counts = F.count_words(*train)
+    extra: set[str] = set()
+    if d.word_vectors:
+        console.print(f"prepare: reading word vectors {d.word_vectors}")
+        dev_words, _ = F.count_words(*dev)
+        candidates = set(word_counts) | set(dev_words)
+        wanted = {f for w in candidates for f in case_forms(w)}
+        vectors = read_vectors(fetch(d.word_vectors, d.cache_dir), wanted, d.word_dim,
+                               d.word_vectors)
+        extra = {w for w in candidates if any(f in vectors for f in case_forms(w))}
+    words = build_vocab(word_counts, d.min_word_count, extra)
+    chars = build_vocab(char_counts, d.min_char_count)
+    if not d.word_vectors:
+        return words, chars, None, 0
+    emb, hits = embedding_matrix(words, vectors, d.word_dim)
+    return words, chars, emb, hits

@@ -47,19 +47,7 @@ def report(cfg: Config, out: Path = layout.REPORTS) -> dict[str, Any]:
     from rcpipe.eval import metrics
     from rcpipe.report import pages, plots, tables
 
-    models = evaluated_models()
-    if not models:
-        raise InputError(f"{PREDICTIONS}/", "", "no <variant>.json predictions; run "
-                         "`rcpipe evaluate VARIANT` first")
-    preds = {m: read_mapping(PREDICTIONS / f"{m}.json", str, "an answer string") for m in models}
-    scores = {}
-    for m in models:
-        path = METRICS / f"{m}.json"
-        if not path.is_file():
-            step = "rcpipe ensemble" if m == "ensemble" else f"rcpipe evaluate {m}"
-            raise InputError(path, "", f"no metrics beside {PREDICTIONS / f'{m}.json'}; run "
-                             f"`{step}` again")
-        scores[m] = read_mapping(path, (int, float), "a number")
+    models, preds, scores = _read_run()
     doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir)
     version = metrics.dataset_version(doc)
     qids = [q.qid for q in tables.questions(doc)]
@@ -111,3 +99,22 @@ def report(cfg: Config, out: Path = layout.REPORTS) -> dict[str, Any]:
     console.print(f"report: {len(models)} model(s) on {len(qids)} dev questions -> "
                   f"{out / 'report.html'}")
     return {"html": str(out / "report.html"), "files": [str(p) for p in written]}
+
+
+def _read_run() -> tuple[list[str], dict[str, dict[str, str]], dict[str, dict[str, Any]]]:
+    """(the evaluated models, their predictions, their official metrics), each checked."""
+    models = evaluated_models()
+    if not models:
+        raise InputError(f"{PREDICTIONS}/", "", "no <variant>.json predictions; run "
+                         "`rcpipe evaluate VARIANT` first")
+    preds = {m: read_mapping(PREDICTIONS / f"{m}.json", str, "an answer string") for m in models}
+    scores = {}
+    for m in models:
+        path = METRICS / f"{m}.json"
+        if not path.is_file():
+            step = "rcpipe ensemble" if m == "ensemble" else f"rcpipe evaluate {m}"
+            raise InputError(path, "", f"no metrics beside {PREDICTIONS / f'{m}.json'}; run "
+                             f"`{step}` again")
+        scores[m] = read_mapping(path, (int, float), "a number")
+    return models, preds, scores
+

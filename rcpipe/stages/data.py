@@ -75,29 +75,17 @@ def prepared_is_current(cfg: Config) -> bool:
 
 def prepare(cfg: Config) -> dict[str, Any]:
     """SQuAD JSON -> Parquet splits, vocab.json, word_emb.npy (with vectors), report.json."""
-    import numpy as np
-    import pyarrow.parquet as pq
-
     from rcpipe.data import features as F
-    from rcpipe.data.squad import load_squad
     from rcpipe.data.tokenize import tokenize
 
     d = cfg.data
     t0 = time.perf_counter()
-    phases: dict[str, float] = {}
-    mark = [t0]
+    phases: dict[str, float] = {}  # seconds per phase, kept in meta.json
 
-    def done(phase: str) -> None:  # seconds per phase, kept in meta.json
-        now = time.perf_counter()
-        phases[phase] = round(now - mark[0], 3)
-        mark[0] = now
+    def done(phase: str) -> None:
+        phases[phase] = round(time.perf_counter() - t0 - sum(phases.values()), 3)
 
-    train = load_squad(d.train_file, d.cache_dir)
-    dev = load_squad(d.dev_file, d.cache_dir)
-    overlap = {q.qid for q in train.questions} & {q.qid for q in dev.questions}
-    if overlap:  # legitimate when measuring on a split of one file; worth a warning
-        console.print(f"[yellow]warning: {len(overlap)} dev question ids are also in the "
-                      f"training file[/yellow]")
+    train, dev = _read_splits(cfg)
     texts = (train.contexts + [q.question for q in train.questions]
              + dev.contexts + [q.question for q in dev.questions])
     done("read")
@@ -118,12 +106,7 @@ def prepare(cfg: Config) -> dict[str, Any]:
         "dev": F.build_table(dev, dev_ctx, dev_q, dev_rows, indexer),
     }
     done("features")
-    d.out_dir.mkdir(parents=True, exist_ok=True)
-    for split, table in tables.items():
-        pq.write_table(table, d.out_dir / f"{split}.parquet", compression="zstd")
-    write_json(d.out_dir / "vocab.json", {"words": words.items, "chars": chars.items})
-    if emb is not None:
-        np.save(d.out_dir / "word_emb.npy", emb)
+    _write_prepared(d.out_dir, tables, words, chars, emb)
     report = {
         "train": {"questions": len(train.questions), "kept": len(kept),
                   "dropped": dict(sorted(dropped.items()))},
@@ -134,11 +117,10 @@ def prepare(cfg: Config) -> dict[str, Any]:
     seconds = time.perf_counter() - t0
     write_json(d.out_dir / "meta.json", {
         "train_file": d.train_file, "dev_file": d.dev_file,
-        "version": {"train": train.version, "dev": dev.version},
-        "words": len(words), "chars": len(chars), "char_limit": d.limits.char,
-        "word_vectors": d.word_vectors, "word_dim": d.word_dim, "vectors_found": hits,
-        "seconds": round(seconds, 2), "phases": phases, "fingerprint": fingerprint(cfg),
-    })
+        "version": {"train": train.version, "dev": dev.version}, "words": len(words),
+        "chars": len(chars), "char_limit": d.limits.char, "word_vectors": d.word_vectors,
+        "word_dim": d.word_dim, "vectors_found": hits, "seconds": round(seconds, 2),
+        "phases": phases, "fingerprint": fingerprint(cfg)})
     tr, dv = report["train"], report["dev"]
     console.print(
         f"prepare: train {tr['kept']}/{tr['questions']} kept "
@@ -173,3 +155,31 @@ def _vocabularies(cfg: Config, train: tuple, dev: tuple) -> tuple:  # (file, con
         return words, chars, None, 0
     emb, hits = embedding_matrix(words, vectors, d.word_dim)
     return words, chars, emb, hits
+
+
+def _write_prepared(out: Path, tables: dict[str, Any], words: Any, chars: Any,
+                    emb: Any) -> None:
+    """The splits as Parquet, vocab.json and (with pretrained vectors) word_emb.npy."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    out.mkdir(parents=True, exist_ok=True)
+    for split, table in tables.items():
+        pq.write_table(table, out / f"{split}.parquet", compression="zstd")
+    write_json(out / "vocab.json", {"words": words.items, "chars": chars.items})
+    if emb is not None:
+        np.save(out / "word_emb.npy", emb)
+
+
+def _read_splits(cfg: Config) -> tuple[Any, Any]:
+    """The training and dev SquadFiles, validated; shared question ids are warned of."""
+    from rcpipe.data.squad import load_squad
+
+    train = load_squad(cfg.data.train_file, cfg.data.cache_dir)
+    dev = load_squad(cfg.data.dev_file, cfg.data.cache_dir)
+    overlap = {q.qid for q in train.questions} & {q.qid for q in dev.questions}
+    if overlap:  # legitimate when measuring on a split of one file; worth a warning
+        console.print(f"[yellow]warning: {len(overlap)} dev question ids are also in the "
+                      f"training file[/yellow]")
+    return train, dev
+

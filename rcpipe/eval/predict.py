@@ -75,6 +75,9 @@ class Evaluation:
     nbest: dict[str, dict[str, Any]]  # predict's entries, "text" the answer given
     result: dict[str, Any]  # the official keys (v2.0: at na_threshold, with best_* and NoAns)
     na_threshold: float | None  # v2.0: the threshold the answers were given at
+    # v2.0: F1 on the answerable questions of the best spans, answering every one: how good
+    # the spans are whatever the threshold (training breaks ties of F1 with it)
+    span_f1: float | None = None
 
     @property
     def predictions(self) -> dict[str, str]:
@@ -106,5 +109,6 @@ def evaluate(model: nn.Module, dataset: SquadDataset, doc: dict[str, Any],
     if na_threshold is None:
         na_threshold = metrics.score(doc, spans, na_probs)["best_f1_thresh"]
     result = metrics.score(doc, spans, na_probs, na_threshold)
+    span_f1 = metrics.score(doc, spans).get("HasAns_f1")
     nbest = {q: answer_given(v, v["na_prob"] > na_threshold) for q, v in nbest.items()}
-    return Evaluation(nbest, result, na_threshold)
+    return Evaluation(nbest, result, na_threshold, span_f1)

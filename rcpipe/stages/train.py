@@ -93,7 +93,7 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
                          "training produced no checkpoint (no batch to train on?)")
     with result.checkpoint.as_directory() as d:
         meta = json.loads((Path(d) / META).read_text())
-    best = result.get_best_checkpoint("dev_f1", "max") or result.checkpoint
+    best = result.get_best_checkpoint("dev_rank", "max") or result.checkpoint
     with best.as_directory() as d:
         out.mkdir(parents=True, exist_ok=True)
         tmp = out / "model.pt.tmp"

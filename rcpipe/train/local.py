@@ -80,14 +80,14 @@ class LocalSession:
         self._prune()
 
     def best(self) -> Path | None:
-        scored = [(json.loads((d / METRICS).read_text())["dev_f1"], d)
+        scored = [(json.loads((d / METRICS).read_text())["dev_rank"], d)
                   for d in self.checkpoints()]
         return max(scored, key=lambda s: s[0])[1] if scored else None
 
     def _prune(self) -> None:
         """Keep the best ``keep`` by dev F1 and the latest (Ray's CheckpointConfig rule)."""
         found = self.checkpoints()
-        by_f1 = sorted(found, key=lambda d: json.loads((d / METRICS).read_text())["dev_f1"],
+        by_f1 = sorted(found, key=lambda d: json.loads((d / METRICS).read_text())["dev_rank"],
                        reverse=True)
         kept = set(by_f1[: self.keep]) | set(found[-1:])
         for d in found:

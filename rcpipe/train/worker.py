@@ -110,15 +110,17 @@ def weights_digest(model: nn.Module) -> str:
 
 def evaluate(model: nn.Module, dev_set: SquadDataset, dev_doc: dict[str, Any], cfg: Config,
              device: torch.device, ema: EMA | None = None,
-             length_prior: torch.Tensor | None = None) -> dict[str, Any]:
-    """The official scores of ``model`` (its EMA weights, if any) on the dev set; on v2.0
-    at the best no-answer threshold (eval/predict.py), so the best checkpoint is the best
-    after the threshold."""
+             length_prior: torch.Tensor | None = None) -> tuple[dict[str, Any], float]:
+    """The official scores of ``model`` (its EMA weights, if any) on the dev set, and the
+    rank checkpoints are kept by: F1 (on v2.0 at the best no-answer threshold, see
+    eval/predict.py), ties broken by how good the spans are (v2.0: a checkpoint whose best
+    threshold is to answer nothing is not kept over one with better spans)."""
     from rcpipe.eval.predict import evaluate as evaluate_model
 
     with ema.applied(model) if ema is not None else nullcontext():
-        return evaluate_model(model, dev_set, dev_doc, device, cfg.eval.max_answer_len,
-                              cfg.eval.na_threshold, length_prior).result
+        ev = evaluate_model(model, dev_set, dev_doc, device, cfg.eval.max_answer_len,
+                            cfg.eval.na_threshold, length_prior)
+    return ev.result, headline(ev.result)[1] + 1e-4 * (ev.span_f1 or 0.0)
 
 
 @contextmanager
@@ -280,16 +282,18 @@ class Worker:
             self.session.report({"step": run.step}, None, name)
             self._after_evaluation(False, False)
             return
-        em, f1 = headline(evaluate(self.raw, self.dev_set, self.session.dev_doc(), self.cfg,
-                                   self.device, self.ema, self.length_prior))
+        result, rank = evaluate(self.raw, self.dev_set, self.session.dev_doc(), self.cfg,
+                                self.device, self.ema, self.length_prior)
+        em, f1 = headline(result)
         run.history.append({"epoch": run.epoch, "step": run.step, "loss": loss, "em": em,
                             "f1": f1, "minutes": round(run.elapsed / 60, 3)})
-        if run.best is None or f1 > run.best["f1"]:
-            run.best = {"em": em, "f1": f1, "step": run.step, "epoch": run.epoch}
+        if run.best is None or rank > run.best.get("rank", run.best["f1"]):
+            run.best = {"em": em, "f1": f1, "rank": rank, "step": run.step,
+                        "epoch": run.epoch}
         with tempfile.TemporaryDirectory() as tmp:
             self._write(Path(tmp), rngs, digests, em, f1)
             self.session.report({"step": run.step, "epoch": run.epoch, "dev_em": em,
-                                 "dev_f1": f1}, Path(tmp), name)
+                                 "dev_f1": f1, "dev_rank": rank}, Path(tmp), name)
         self.session.progress({"eval": {"step": run.step, "epoch": run.epoch, "em": em,
                                         "f1": f1}})
         since_best = sum(1 for h in run.history if h["step"] > run.best["step"])

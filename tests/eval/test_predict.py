@@ -63,6 +63,7 @@ def test_the_walk_answers_what_the_raw_rule_abstained_on(v2_train) -> None:  # n
     assert walked.result["NoAns_f1"] == pytest.approx(100.0)
     assert walked.result["f1"] == pytest.approx(100.0) and abstain_all < 50
     assert walked.na_threshold == walked.result["best_f1_thresh"]
+    assert walked.span_f1 == pytest.approx(100.0)  # its spans, whatever the threshold
     # the answers given are the official ones at that threshold
     assert score(doc, walked.predictions)["f1"] == pytest.approx(walked.result["f1"])
     for entry in walked.nbest.values():
@@ -72,5 +73,5 @@ def test_the_walk_answers_what_the_raw_rule_abstained_on(v2_train) -> None:  # n
 def test_v1_evaluation_gives_every_span(prepared: Prepared) -> None:
     dataset = SquadDataset.from_parquet(prepared.out_dir / "dev.parquet")
     v1 = evaluate(ShyReader(no_answer=False), dataset, prepared.data.dev_doc, torch.device("cpu"))
-    assert v1.na_threshold is None and all(v1.predictions.values())
+    assert v1.na_threshold is None and v1.span_f1 is None and all(v1.predictions.values())
     assert set(v1.result) == {"exact_match", "f1"}

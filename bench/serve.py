@@ -3,7 +3,7 @@
 Starts `rcpipe serve` as its own process on a free loopback port, once with batching
 (``--max-batch``, default 16) and once with ``--max-batch 1``, and sends each the same
 ``--requests`` dev questions, ``--concurrency`` at a time (default: all at once), from this
-process (rcpipe.serve.load; loopback only). Reports p50/p95 latency, requests/s and the
+process (bench/loadgen.py; loopback only). Reports p50/p95 latency, requests/s and the
 batches the service formed, side by side in one run; ``--repeats`` alternates the two.
 
     .venv/bin/python bench/serve.py                        # a demo-sized model, see below
@@ -31,8 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-
-from rcpipe.serve.load import load
+from loadgen import load  # bench/loadgen.py, beside this script
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "out"

@@ -9,8 +9,8 @@ import time
 import httpx
 import pytest
 
+from bench.loadgen import load
 from rcpipe.serve.app import Limits, create_app
-from rcpipe.serve.load import load
 from rcpipe.serve.server import background
 from tests.serve.conftest import Service
 

@@ -280,7 +280,10 @@ class Worker:
         name = f"step-{run.step:08d}"
         if self.rank != 0:
             self.session.report({"step": run.step}, None, name)
-            self._after_evaluation(False, False)
+            stop, decay = self._rank0_verdicts(False, False)
+            self.exhausted = stop
+            if decay:
+                self._decay_lr()
             return
         result, rank = evaluate(self.raw, self.dev_set, self.session.dev_doc(), self.cfg,
                                 self.device, self.ema, self.length_prior)
@@ -290,34 +293,38 @@ class Worker:
         if run.best is None or rank > run.best.get("rank", run.best["f1"]):
             run.best = {"em": em, "f1": f1, "rank": rank, "step": run.step,
                         "epoch": run.epoch}
+        # early stopping (train.patience evaluations without a better dev F1) and the lr's
+        # decay on a plateau (optim.plateau_factor every optim.plateau_patience of them),
+        # decided before the checkpoint is written, so that a resumed run has them
+        since_best = sum(1 for h in run.history if h["step"] > run.best["step"])
+        patience, optim = self.cfg.train.patience, self.mcfg.optim
+        stop = bool(patience) and since_best >= patience
+        decay = optim.plateau_factor < 1 and since_best > 0 \
+            and since_best % optim.plateau_patience == 0
+        if decay:
+            self._decay_lr()
         with tempfile.TemporaryDirectory() as tmp:
             self._write(Path(tmp), rngs, digests, em, f1)
             self.session.report({"step": run.step, "epoch": run.epoch, "dev_em": em,
                                  "dev_f1": f1, "dev_rank": rank}, Path(tmp), name)
         self.session.progress({"eval": {"step": run.step, "epoch": run.epoch, "em": em,
                                         "f1": f1}})
-        since_best = sum(1 for h in run.history if h["step"] > run.best["step"])
-        patience, optim = self.cfg.train.patience, self.mcfg.optim
-        self._after_evaluation(
-            stop=bool(patience) and since_best >= patience,
-            decay=optim.plateau_factor < 1 and since_best > 0
-            and since_best % optim.plateau_patience == 0)
+        self.exhausted, _ = self._rank0_verdicts(stop, decay)
 
-    def _after_evaluation(self, stop: bool, decay: bool) -> None:
-        """Rank 0's verdicts on every rank (each calls this at the same point): early
-        stopping (train.patience evaluations without a better dev F1) and the lr's decay on
-        a plateau (optim.plateau_factor every optim.plateau_patience such evaluations)."""
-        if self.world > 1:
-            t = torch.tensor([float(stop), float(decay)], device=self.device)
-            torch.distributed.broadcast(t, src=0)
-            stop, decay = bool(t[0].item()), bool(t[1].item())
-        self.exhausted = stop
-        if decay:
-            factor = self.mcfg.optim.plateau_factor
-            # the schedule multiplies base_lrs (saved with it, so a resumed run keeps them)
-            self.scheduler.base_lrs = [lr * factor for lr in self.scheduler.base_lrs]
-            for group in self.optimizer.param_groups:
-                group["lr"] *= factor
+    def _rank0_verdicts(self, stop: bool, decay: bool) -> tuple[bool, bool]:
+        """Rank 0's (stop, decay) on every rank; each calls this after its report."""
+        if self.world == 1:
+            return stop, decay
+        t = torch.tensor([float(stop), float(decay)], device=self.device)
+        torch.distributed.broadcast(t, src=0)
+        return bool(t[0].item()), bool(t[1].item())
+
+    def _decay_lr(self) -> None:
+        factor = self.mcfg.optim.plateau_factor
+        # the schedule multiplies base_lrs (saved with it, so a resumed run keeps them)
+        self.scheduler.base_lrs = [lr * factor for lr in self.scheduler.base_lrs]
+        for group in self.optimizer.param_groups:
+            group["lr"] *= factor
 
     def _write(self, d: Path, rngs: list[torch.Tensor], digests: list[str], em: float,
                f1: float) -> None:

@@ -71,8 +71,9 @@ class _Ragged2:
         first = self.outer[rows]  # (B,) the first token of each row
         n_tok = np.minimum(self.outer[rows + 1] - first, keep)  # (B,)
         b_of, t_of = _spread(n_tok)  # (T,) each token's batch row and position
-        start = self.inner[first[b_of] + t_of]  # (T,) its first char
-        n_chars = np.minimum(self.inner[first[b_of] + t_of + 1] - start, out.shape[2])  # (T,)
+        token = first[b_of] + t_of  # (T,) its index in the column
+        start = self.inner[token]  # (T,) its first char
+        n_chars = np.minimum(self.inner[token + 1] - start, out.shape[2])  # (T,)
         k_of, c_of = _spread(n_chars)  # (C,) each char's token (into T) and position
         out[b_of[k_of], t_of[k_of], c_of] = self.values[start[k_of] + c_of]
 

@@ -214,6 +214,13 @@ def load_squad(uri: str, cache_dir: Path, require_answers: bool = True) -> Squad
     return parse_squad(read_json(fetch(uri, cache_dir), uri), uri, require_answers)
 
 
+def load_document(uri: str, cache_dir: Path) -> dict[str, Any]:
+    """The raw SQuAD JSON (for the official scorer), validated by the same reader as prepare."""
+    doc = read_json(fetch(uri, cache_dir), uri)
+    parse_squad(doc, uri)
+    return doc
+
+
 # ---------------------------------------------------------------------- usable for training
 
 

@@ -106,9 +106,11 @@ def evaluate(model: nn.Module, dataset: SquadDataset, doc: dict[str, Any],
                           None)
     spans = {q: v["span_text"] for q, v in nbest.items()}
     na_probs = {q: v["na_prob"] for q, v in nbest.items()}
+    # at the default threshold (1.0) every span is given: HasAns_f1 is the spans' own F1
+    walk = metrics.score(doc, spans, na_probs)
+    span_f1 = walk.get("HasAns_f1")
     if na_threshold is None:
-        na_threshold = metrics.score(doc, spans, na_probs)["best_f1_thresh"]
+        na_threshold = walk["best_f1_thresh"]
     result = metrics.score(doc, spans, na_probs, na_threshold)
-    span_f1 = metrics.score(doc, spans).get("HasAns_f1")
     nbest = {q: answer_given(v, v["na_prob"] > na_threshold) for q, v in nbest.items()}
     return Evaluation(nbest, result, na_threshold, span_f1)

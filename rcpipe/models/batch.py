@@ -6,6 +6,7 @@ Here, beside the models, so that a model file needs nothing of the data side
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -24,15 +25,16 @@ class Batch:
     y2: torch.Tensor  # (B,)
     is_impossible: torch.Tensor  # (B,) bool
 
+    def _map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Batch:
+        return Batch(**{k: fn(v) if isinstance(v, torch.Tensor) else v
+                        for k, v in self.__dict__.items()})
+
     def to(self, device: torch.device | str) -> Batch:
-        moved = {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
-                 for k, v in self.__dict__.items()}
-        return Batch(**moved)
+        return self._map(lambda t: t.to(device, non_blocking=True))
 
     def pin(self) -> Batch:
         """In page-locked memory, so that ``to(cuda)`` copies without blocking the host."""
-        return Batch(**{k: v.pin_memory() if isinstance(v, torch.Tensor) else v
-                        for k, v in self.__dict__.items()})
+        return self._map(torch.Tensor.pin_memory)
 
     def __len__(self) -> int:
         return len(self.ids)

@@ -6,8 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rcpipe.data.squad import load_document
 from rcpipe.errors import InputError
 from rcpipe.layout import write_json as write_json  # the stages' one JSON write
+
+load_dataset = load_document  # the stages' dev-set reader: the raw JSON, validated
 
 
 def read_mapping(path: Path, value: type | tuple[type, ...], what: str) -> dict[str, Any]:
@@ -24,12 +27,5 @@ def read_mapping(path: Path, value: type | tuple[type, ...], what: str) -> dict[
     return obj
 
 
-def load_dataset(uri: str, cache_dir: Path) -> dict[str, Any]:
-    """The raw SQuAD JSON for scoring, validated by the same reader as prepare."""
-    from rcpipe.data.squad import fetch, parse_squad, read_json
-
-    doc = read_json(fetch(uri, cache_dir), uri)
-    parse_squad(doc, uri)
-    return doc
 
 

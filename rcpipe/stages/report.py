@@ -25,8 +25,6 @@ from rcpipe.console import console
 from rcpipe.errors import InputError
 from rcpipe.stages.io import load_dataset, read_mapping, write_json
 
-PREDICTIONS, METRICS = layout.PREDICTIONS, layout.METRICS
-
 
 def _csv(rows: list[dict[str, Any]]) -> bytes:
     buf = io.StringIO()
@@ -38,8 +36,7 @@ def _csv(rows: list[dict[str, Any]]) -> bytes:
 
 def evaluated_models() -> list[str]:
     """Every variant with a predictions file, in VARIANTS order, then the ensemble."""
-    found = [v for v in VARIANTS if (PREDICTIONS / f"{v}.json").is_file()]
-    return found + (["ensemble"] if (PREDICTIONS / "ensemble.json").is_file() else [])
+    return [m for m in (*VARIANTS, layout.ENSEMBLE) if layout.predictions(m).is_file()]
 
 
 def report(cfg: Config, out: Path = layout.REPORTS) -> dict[str, Any]:
@@ -105,15 +102,15 @@ def _read_run() -> tuple[list[str], dict[str, dict[str, str]], dict[str, dict[st
     """(the evaluated models, their predictions, their official metrics), each checked."""
     models = evaluated_models()
     if not models:
-        raise InputError(f"{PREDICTIONS}/", "", "no <variant>.json predictions; run "
+        raise InputError(f"{layout.PREDICTIONS}/", "", "no <variant>.json predictions; run "
                          "`rcpipe evaluate VARIANT` first")
-    preds = {m: read_mapping(PREDICTIONS / f"{m}.json", str, "an answer string") for m in models}
+    preds = {m: read_mapping(layout.predictions(m), str, "an answer string") for m in models}
     scores = {}
     for m in models:
-        path = METRICS / f"{m}.json"
+        path = layout.metrics(m)
         if not path.is_file():
-            step = "rcpipe ensemble" if m == "ensemble" else f"rcpipe evaluate {m}"
-            raise InputError(path, "", f"no metrics beside {PREDICTIONS / f'{m}.json'}; run "
+            step = "rcpipe ensemble" if m == layout.ENSEMBLE else f"rcpipe evaluate {m}"
+            raise InputError(path, "", f"no metrics beside {layout.predictions(m)}; run "
                              f"`{step}` again")
         scores[m] = read_mapping(path, (int, float), "a number")
     return models, preds, scores

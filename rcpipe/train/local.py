@@ -79,17 +79,18 @@ class LocalSession:
         tmp.replace(self.run_dir / name)  # a checkpoint appears whole or not at all
         self._prune()
 
+    @staticmethod
+    def _rank(checkpoint: Path) -> float:
+        """What checkpoints are kept by: dev F1, ties broken as worker.evaluate says."""
+        return json.loads((checkpoint / METRICS).read_text())["dev_rank"]
+
     def best(self) -> Path | None:
-        scored = [(json.loads((d / METRICS).read_text())["dev_rank"], d)
-                  for d in self.checkpoints()]
-        return max(scored, key=lambda s: s[0])[1] if scored else None
+        return max(self.checkpoints(), key=self._rank, default=None)
 
     def _prune(self) -> None:
-        """Keep the best ``keep`` by dev F1 and the latest (Ray's CheckpointConfig rule)."""
+        """Keep the best ``keep`` by rank and the latest (Ray's CheckpointConfig rule)."""
         found = self.checkpoints()
-        by_f1 = sorted(found, key=lambda d: json.loads((d / METRICS).read_text())["dev_rank"],
-                       reverse=True)
-        kept = set(by_f1[: self.keep]) | set(found[-1:])
+        kept = set(sorted(found, key=self._rank, reverse=True)[: self.keep]) | set(found[-1:])
         for d in found:
             if d not in kept:
                 shutil.rmtree(d)
@@ -103,7 +104,7 @@ def train_local(cfg: Config, variant: str, run_dir: Path,
                 on_progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Train ``variant`` in this process; returns the summary also written to
     ``<run_dir>/summary.json`` (steps, examples/s, device, best dev EM/F1)."""
-    from rcpipe.data.squad import fetch, read_json
+    from rcpipe.data.squad import load_document
 
     cfg.models.of(variant)
     if cfg.train.num_workers != 1:
@@ -114,7 +115,7 @@ def train_local(cfg: Config, variant: str, run_dir: Path,
         raise InputError(prepared, "", "no prepared data; run `rcpipe prepare` first")
     run_dir.mkdir(parents=True, exist_ok=True)
     inputs = prepared_inputs(prepared, cfg.data.word_dim)
-    dev_doc = read_json(fetch(cfg.data.dev_file, cfg.data.cache_dir), cfg.data.dev_file)
+    dev_doc = load_document(cfg.data.dev_file, cfg.data.cache_dir)
     session = LocalSession(run_dir, device_of(cfg), inputs, dev_doc,
                            cfg.train.keep_checkpoints, on_progress)
     job = Job(config=cfg.model_dump(mode="json"), variant=variant,

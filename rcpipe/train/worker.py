@@ -246,9 +246,9 @@ class Worker:
             yield indices, batch.to(self.device)
 
     def stop_now(self, check_time: bool) -> bool:
-        """The step limit (every step: all ranks agree by themselves) and the time limit
-        (every ``PROGRESS_EVERY`` steps: with several ranks that takes an all-reduce,
-        which waits for the GPU, so not at every step)."""
+        """The step limit (every step: all ranks agree by themselves) and, when
+        ``check_time``, the time limit (with several ranks that takes an all-reduce, which
+        waits for the GPU, so the caller asks every ``PROGRESS_EVERY`` steps)."""
         run, limit = self.run, self.cfg.train.max_steps
         if limit and run.step >= limit:
             return True

@@ -25,7 +25,8 @@ from prefect.cache_policies import NO_CACHE
 from rcpipe import layout, stages
 from rcpipe.config import VARIANTS, Config, load_config
 
-Variant = Literal["bidaf", "bidaf_selfattn", "rnet", "rnet_mult", "qanet"]
+# the registry's names (rcpipe/variants.py): Prefect validates the parameter against them
+Variant = Literal[VARIANTS]  # type: ignore[valid-type]
 
 
 @task(cache_policy=NO_CACHE)

@@ -54,7 +54,7 @@ def config_(
     print(effective_yaml(_config(params, set_), key), end="")
 
 
-Variant = Annotated[str, typer.Argument(help="bidaf, bidaf_selfattn, rnet, rnet_mult or qanet")]
+Variant = Annotated[str, typer.Argument(help=", ".join(VARIANTS))]
 
 
 @app.command()

@@ -17,13 +17,16 @@ from pydantic import (
     PrivateAttr,
     ValidationError,
     ValidationInfo,
+    create_model,
     field_validator,
     model_validator,
 )
 
 from rcpipe.errors import InputError
+from rcpipe.variants import REGISTRY
 
-VARIANTS = ("bidaf", "bidaf_selfattn", "rnet", "rnet_mult", "qanet")
+# every variant rcpipe knows, in registry order (rcpipe/variants.py)
+VARIANTS: tuple[str, ...] = tuple(REGISTRY)
 
 
 def _is_number(annotation: object) -> bool:
@@ -204,48 +207,6 @@ class ModelConfig(Section):
         return {name: getattr(self, name) for name in self.architecture_fields()}
 
 
-# The papers' settings, written down once. A params file's ``models.<variant>`` is merged
-# over its variant's entry key by key, at any depth: what it leaves out keeps the paper's
-# value, and an empty section is the paper. Keys no entry names take ModelConfig's defaults.
-_BIDAF: dict[str, Any] = {
-    # Seo et al. 2017, section 4 and appendix: d = 100, 8-d char embedding and 100 filters of
-    # width 5, 2-layer highway, 2-layer modeling LSTM, dropout 0.2 (CNN, every LSTM, the
-    # output's linear layer), AdaDelta lr 0.5, and an EMA (0.999) of all weights used at
-    # test time. (They also used batch 60 for 12 epochs: train.batch_size/epochs here.)
-    "hidden": 100, "char_dim": 8, "char_hidden": 100, "char_kernel": 5, "highway_layers": 2,
-    "layers": 2, "dropout": 0.2,
-    "optim": {"name": "adadelta", "lr": 0.5, "rho": 0.95, "eps": 1e-6, "ema_decay": 0.999},
-}
-_RNET: dict[str, Any] = {
-    # Wang et al. 2017 (the R-Net technical report), section 4.1: d = 75 for every RNN and
-    # attention, 3-layer BiGRU encoders, char BiGRU state 75, bidirectional question-passage
-    # matching, dropout 0.2 between layers, AdaDelta lr 1, rho 0.95, eps 1e-6; no EMA.
-    "hidden": 75, "char_dim": 8, "char_hidden": 75, "layers": 3, "dropout": 0.2,
-    "bidirectional_matching": True,
-    "optim": {"name": "adadelta", "lr": 1.0, "rho": 0.95, "eps": 1e-6, "ema_decay": None},
-}
-PAPERS: dict[str, dict[str, Any]] = {
-    "bidaf": _BIDAF,
-    # the CS224N SQuAD 2.0 study's BiDAF + self-matching keeps BiDAF's training recipe
-    "bidaf_selfattn": _BIDAF,
-    "rnet": _RNET,
-    "rnet_mult": _RNET,  # the same recipe; only the attention differs
-    "qanet": {
-        # Yu et al. 2018, sections 2.2 and 3.1.2: d = 128, 8 heads, embedding encoder 1 block
-        # of 4 convs k = 7, model encoder 7 blocks of 2 convs k = 5 (run three times), char
-        # embedding 200-d (200 filters), 2-layer highway, dropout 0.1 (char 0.05), stochastic
-        # depth p_L = 0.1 (survival 0.9 for the last sublayer), Adam beta1 0.8, beta2 0.999,
-        # eps 1e-7, lr 1e-3 after a log warm-up of 1000 steps, L2 3e-7, EMA 0.9999.
-        "hidden": 128, "heads": 8, "emb_convs": 4, "conv_kernel": 7, "model_blocks": 7,
-        "model_convs": 2, "model_kernel": 5, "char_dim": 200, "char_hidden": 200,
-        "highway_layers": 2, "dropout": 0.1, "char_dropout": 0.05, "stochastic_depth": 0.1,
-        "position_encoding": True,
-        "optim": {"name": "adam", "lr": 1e-3, "beta1": 0.8, "beta2": 0.999, "eps": 1e-7,
-                  "weight_decay": 3e-7, "warmup_steps": 1000, "ema_decay": 0.9999},
-    },
-}
-
-
 def merge_over(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     """``over`` laid on ``base`` key by key, at any depth (a new dict; neither is changed)."""
     out = dict(base)
@@ -255,14 +216,9 @@ def merge_over(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-class ModelsConfig(Section):
-    """Per-variant settings: each is its paper's (PAPERS) with the params file's keys on top."""
-
-    bidaf: ModelConfig
-    bidaf_selfattn: ModelConfig
-    rnet: ModelConfig
-    rnet_mult: ModelConfig
-    qanet: ModelConfig
+class _Models(Section):
+    """Per-variant settings: each is its paper's (variants.REGISTRY) with the params file's
+    keys on top. ModelsConfig below has one ModelConfig field per registered variant."""
 
     @model_validator(mode="before")
     @classmethod
@@ -270,10 +226,11 @@ class ModelsConfig(Section):
         if not isinstance(data, dict):
             return data  # pydantic names the type error
         merged: dict[str, Any] = dict(data)
-        for variant, paper in PAPERS.items():
+        for variant in VARIANTS:
             own = data.get(variant)
             if own is None:  # absent, or an empty YAML section (`qanet:`): the paper
                 own = {}
+            paper = dict(REGISTRY[variant].paper)
             merged[variant] = merge_over(paper, own) if isinstance(own, dict) else own
         return merged
 
@@ -285,7 +242,14 @@ class ModelsConfig(Section):
     def of(self, variant: str) -> ModelConfig:
         if variant not in VARIANTS:
             raise InputError("VARIANT", variant, f"unknown variant; choose from {VARIANTS}")
-        return getattr(self, variant)
+        result: ModelConfig = getattr(self, variant)
+        return result
+
+
+# `models.bidaf`, `models.qanet`, ...: a field per registered variant, in registry order
+ModelsConfig = create_model(
+    "ModelsConfig", __base__=_Models, __doc__=_Models.__doc__,
+    **{v: (ModelConfig, ...) for v in VARIANTS})
 
 
 class EvalConfig(Section):

@@ -256,7 +256,7 @@ def test_set_changes_only_the_section_it_names_under_yaml_aliases(tmp_path: Path
 # ------------------------------------------------------------ the papers' presets
 
 ROOT = Path(__file__).resolve().parents[1]
-# The papers' settings, written out here independently of rcpipe/config.py's PAPERS.
+# The papers' settings, written out here independently of rcpipe/variants.py's registry.
 BIDAF = {"hidden": 100, "layers": 2, "dropout": 0.2, "char_dim": 8, "char_hidden": 100,
          "char_kernel": 5, "highway_layers": 2,
          "optim": {"name": "adadelta", "lr": 0.5, "ema_decay": 0.999}}

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from rcpipe.config import VARIANTS, load_config
+from rcpipe.variants import REGISTRY
 from rcpipe.versioning import untracked_overrides
 from tests.conftest import SynthData
 
@@ -144,6 +145,8 @@ def imports(path: str) -> set[str]:
             found |= subs
         elif isinstance(node, ast.Import):
             found |= {_module_file(a.name) for a in node.names if a.name.startswith("rcpipe")}
+    if path == "rcpipe/models/__init__.py":  # builds each variant from the family it names
+        found |= {_module_file(v.family) for v in REGISTRY.values()}
     return found - {None}
 
 

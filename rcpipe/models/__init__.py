@@ -1,4 +1,4 @@
-"""The model registry: variant name -> builder. ``rcpipe train VARIANT`` looks names up here.
+"""Building a variant's model: rcpipe.variants.REGISTRY names the family module and builder.
 
 A builder takes the variant's ModelConfig and the data-side facts (``ModelInputs``) and
 returns an nn.Module whose ``forward(batch: Batch) -> SpanLogits`` (see layers.py).
@@ -6,13 +6,20 @@ returns an nn.Module whose ``forward(batch: Batch) -> SpanLogits`` (see layers.p
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import numpy as np
-from torch import nn
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from rcpipe.config import ModelConfig
+from rcpipe.variants import REGISTRY, Variant
+
+if TYPE_CHECKING:  # no torch for the report's view names (rcpipe.models.views)
+    import numpy as np
+    from torch import nn
+
+    from rcpipe.models.views import ViewSpec
 
 
 @dataclass(frozen=True)
@@ -30,23 +37,29 @@ class ModelInputs:
             object.__setattr__(self, "pretrained", True)
 
 
-Builder = Callable[[ModelConfig, ModelInputs], nn.Module]
+Builder = Callable[[ModelConfig, ModelInputs], "nn.Module"]
 
 
-def _registry() -> dict[str, Builder]:
-    from rcpipe.models import bidaf, qanet, rnet
+def _family(variant: str) -> tuple[ModuleType, Variant]:
+    """The module that builds ``variant`` (rcpipe.variants.REGISTRY names it), imported."""
+    if variant not in REGISTRY:
+        raise KeyError(f"unknown variant {variant!r}; choose from {sorted(REGISTRY)}")
+    entry = REGISTRY[variant]
+    return importlib.import_module(entry.family), entry
 
-    return {
-        "bidaf": bidaf.build_bidaf,
-        "bidaf_selfattn": bidaf.build_bidaf_selfattn,
-        "rnet": rnet.build_rnet,
-        "rnet_mult": rnet.build_rnet_mult,
-        "qanet": qanet.build_qanet,
-    }
+
+def builder_of(variant: str) -> Builder:
+    module, entry = _family(variant)
+    builder: Builder = getattr(module, entry.builder)
+    return builder
+
+
+def views_of(variant: str) -> tuple[ViewSpec, ...]:
+    """The attention views `rcpipe explain` shows for ``variant``: its family's VIEWS."""
+    module, _ = _family(variant)
+    views: tuple[ViewSpec, ...] = module.VIEWS[variant]
+    return views
 
 
 def build_model(variant: str, cfg: ModelConfig, inputs: ModelInputs) -> nn.Module:
-    registry = _registry()
-    if variant not in registry:
-        raise KeyError(f"unknown variant {variant!r}; choose from {sorted(registry)}")
-    return registry[variant](cfg, inputs)
+    return builder_of(variant)(cfg, inputs)

@@ -29,6 +29,7 @@ from rcpipe.models.layers import (
     WordEmbedding,
     mask_logits,
 )
+from rcpipe.models.views import C2Q, SELF, ViewSpec
 
 
 class BiDAF(nn.Module):
@@ -92,3 +93,22 @@ def build_bidaf(cfg: ModelConfig, inputs: ModelInputs) -> nn.Module:
 
 def build_bidaf_selfattn(cfg: ModelConfig, inputs: ModelInputs) -> nn.Module:
     return BiDAF(cfg, inputs, self_matching=True)
+
+
+# what `rcpipe explain` shows of each variant (rcpipe.models.views)
+_C2Q_VIEW = ViewSpec("attention_flow", "c2q", 0, "question", f"{C2Q} (C2Q)",
+                     "BiDAF attention flow, context-to-query: for each passage word, a "
+                     "softmax over the question words")
+VIEWS: dict[str, tuple[ViewSpec, ...]] = {
+    "bidaf": (
+        _C2Q_VIEW,
+        ViewSpec("attention_flow", "q2c", 0, "passage_weights", "query-to-context (Q2C)",
+                 "BiDAF query-to-context: softmax over the passage of each word's best "
+                 "question-word score (BiDAF has no passage self-attention)"),
+    ),
+    "bidaf_selfattn": (
+        _C2Q_VIEW,
+        ViewSpec("self_matching", "self", 0, "passage", SELF,
+                 "R-Net self-matching (additive) over the projected attention-flow output"),
+    ),
+}

@@ -32,6 +32,7 @@ from rcpipe.models.layers import (
     mask_logits,
     masked_softmax,
 )
+from rcpipe.models.views import C2Q, SELF, ViewSpec
 
 
 def positional_encoding(length: int, dim: int, device: torch.device,
@@ -235,3 +236,16 @@ class QANet(nn.Module):
 
 def build_qanet(cfg: ModelConfig, inputs: ModelInputs) -> nn.Module:
     return QANet(cfg, inputs)
+
+
+# what `rcpipe explain` shows (rcpipe.models.views)
+VIEWS: dict[str, tuple[ViewSpec, ...]] = {
+    "qanet": (
+        ViewSpec("cq_attention", "c2q", 0, "question", f"{C2Q} (C2Q)",
+                 "QANet context-query attention (trilinear): for each passage word, a "
+                 "softmax over the question words"),
+        ViewSpec("model_encoder.blocks.0.attn", "self", 0, "passage", SELF,
+                 "QANet model encoder, first block, first pass (M0): multi-head "
+                 "self-attention, mean over the heads"),
+    ),
+}

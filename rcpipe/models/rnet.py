@@ -37,6 +37,7 @@ from rcpipe.models.layers import (
     masked_softmax,
     reverse_padded,
 )
+from rcpipe.models.views import C2Q, SELF, ViewSpec
 
 
 class CharGRU(nn.Module):
@@ -297,3 +298,22 @@ def build_rnet(cfg: ModelConfig, inputs: ModelInputs) -> nn.Module:
 
 def build_rnet_mult(cfg: ModelConfig, inputs: ModelInputs) -> nn.Module:
     return RNet(cfg, inputs, matching="multiplicative")
+
+
+# what `rcpipe explain` shows of each variant (rcpipe.models.views)
+VIEWS: dict[str, tuple[ViewSpec, ...]] = {
+    "rnet": (
+        ViewSpec("question_matching.fwd", "question", 0, "question", C2Q,
+                 "R-Net gated attention-based recurrence (forward direction): at each "
+                 "passage step, additive attention over the question, given the previous "
+                 "state"),
+        ViewSpec("self_matching", "self", 0, "passage", SELF,
+                 "R-Net self-matching attention (additive, diagonal kept)"),
+    ),
+    "rnet_mult": (
+        ViewSpec("question_matching", "attention", 0, "question", C2Q,
+                 "R-Net question matching, multiplicative: tanh(W1 u^P) tanh(W2 u^Q)^T"),
+        ViewSpec("self_matching", "attention", 0, "passage", SELF,
+                 "R-Net self-matching, multiplicative (a word does not attend to itself)"),
+    ),
+}

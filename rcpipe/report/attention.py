@@ -3,7 +3,8 @@
 In the manner of the R-Net report's attention figures: the passage-question attention, the
 passage self-attention (where the variant has one) and the start/end pointer
 distributions, taken from one forward pass under ``layers.capture_attention``. Which
-module's weights each view shows is declared per variant in ``VIEWS``.
+module's weights each view shows is declared next to each family (its ``VIEWS``, found by
+``rcpipe.models.views_of``).
 
 Plain data and numpy here (report.plots and report.pages draw from it); running a model for
 its views is rcpipe.report.explain. No file I/O: rcpipe.stages.explain reads the model and the
@@ -13,65 +14,10 @@ question and writes the page.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
-Kind = Literal["question", "passage", "passage_weights"]
-
-
-@dataclass(frozen=True)
-class ViewSpec:
-    """Where a view's weights come from: ``keep_attention(module, name, ...)``, call ``call``."""
-
-    module: str  # submodule path in the model
-    name: str
-    call: int  # a shared module runs several times per forward (QANet's encoders)
-    kind: Kind  # question: (Lc, Lq) rows over the question; passage: (Lc, Lc); or (Lc,)
-    title: str
-    note: str
-
-
-_C2Q = "passage-question attention"
-_SELF = "passage self-attention"
-_BIDAF_C2Q = ViewSpec("attention_flow", "c2q", 0, "question", f"{_C2Q} (C2Q)",
-                      "BiDAF attention flow, context-to-query: for each passage word, a "
-                      "softmax over the question words")
-VIEWS: dict[str, tuple[ViewSpec, ...]] = {
-    "bidaf": (
-        _BIDAF_C2Q,
-        ViewSpec("attention_flow", "q2c", 0, "passage_weights", "query-to-context (Q2C)",
-                 "BiDAF query-to-context: softmax over the passage of each word's best "
-                 "question-word score (BiDAF has no passage self-attention)"),
-    ),
-    "bidaf_selfattn": (
-        _BIDAF_C2Q,
-        ViewSpec("self_matching", "self", 0, "passage", _SELF,
-                 "R-Net self-matching (additive) over the projected attention-flow output"),
-    ),
-    "rnet": (
-        ViewSpec("question_matching.fwd", "question", 0, "question", _C2Q,
-                 "R-Net gated attention-based recurrence (forward direction): at each "
-                 "passage step, additive attention over the question, given the previous "
-                 "state"),
-        ViewSpec("self_matching", "self", 0, "passage", _SELF,
-                 "R-Net self-matching attention (additive, diagonal kept)"),
-    ),
-    "rnet_mult": (
-        ViewSpec("question_matching", "attention", 0, "question", _C2Q,
-                 "R-Net question matching, multiplicative: tanh(W1 u^P) tanh(W2 u^Q)^T"),
-        ViewSpec("self_matching", "attention", 0, "passage", _SELF,
-                 "R-Net self-matching, multiplicative (a word does not attend to itself)"),
-    ),
-    "qanet": (
-        ViewSpec("cq_attention", "c2q", 0, "question", f"{_C2Q} (C2Q)",
-                 "QANet context-query attention (trilinear): for each passage word, a "
-                 "softmax over the question words"),
-        ViewSpec("model_encoder.blocks.0.attn", "self", 0, "passage", _SELF,
-                 "QANet model encoder, first block, first pass (M0): multi-head "
-                 "self-attention, mean over the heads"),
-    ),
-}
+from rcpipe.models.views import Kind, ViewSpec
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """One forward pass of a model on one question, kept with its attention weights.
 
-The module paths and names of the weights each variant shows are report.attention.VIEWS;
+The module paths and names of the weights each variant shows are its family's VIEWS;
 the models record them under ``layers.capture_attention`` only, so evaluation is untouched.
 """
 
@@ -10,9 +10,10 @@ import torch
 from torch import nn
 
 from rcpipe.eval.decode import best_span, predict_no_answer
+from rcpipe.models import views_of
 from rcpipe.models.batch import Batch
 from rcpipe.models.layers import capture_attention
-from rcpipe.report.attention import VIEWS, AttentionMap
+from rcpipe.report.attention import AttentionMap
 
 
 def attention_maps(model: nn.Module, variant: str, batch: Batch
@@ -25,7 +26,7 @@ def attention_maps(model: nn.Module, variant: str, batch: Batch
     with torch.no_grad(), capture_attention() as captured:
         log_p1, log_p2 = model(batch).log_probs()  # (1, 1 + Lc) each
     maps = []
-    for spec in VIEWS[variant]:
+    for spec in views_of(variant):
         calls = captured.get((model.get_submodule(spec.module), spec.name), [])
         if len(calls) <= spec.call:
             raise RuntimeError(f"{variant}: {spec.module} recorded no {spec.name!r} attention")

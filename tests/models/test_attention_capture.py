@@ -11,9 +11,8 @@ import pytest
 import torch
 
 from rcpipe.config import VARIANTS, ModelConfig
-from rcpipe.models import build_model
+from rcpipe.models import build_model, views_of
 from rcpipe.models.layers import capture_attention, capturing
-from rcpipe.report.attention import VIEWS
 from tests.models.conftest import inputs, make_batch
 
 CFG = ModelConfig(hidden=16, char_dim=8, char_hidden=16, layers=1, heads=2, model_blocks=2,
@@ -35,7 +34,7 @@ def test_capture_changes_no_output_and_records_distributions(variant: str) -> No
     assert torch.equal(plain.na, seen.na)
 
     c_mask, q_mask = batch.c_mask, batch.q_mask
-    for spec in VIEWS[variant]:
+    for spec in views_of(variant):
         w = captured[(model.get_submodule(spec.module), spec.name)][spec.call]
         cols = q_mask if spec.kind == "question" else c_mask  # (B, L) real columns
         if spec.kind == "passage_weights":  # (B, Lc): one distribution per question

@@ -13,7 +13,7 @@ from PIL import Image
 
 from rcpipe import cli, stages
 from rcpipe.config import Config, load_config
-from rcpipe.report.attention import VIEWS
+from rcpipe.models import views_of
 from tests.conftest import Prepared, questions_of, write_params
 
 TRAINED = ("bidaf", "rnet_mult", "qanet")
@@ -87,7 +87,7 @@ def test_explain_writes_the_views_of_one_question(
     assert html_path == Path(f"explanations/{variant}-{qa['id']}.html")
     lc, lq = len(ex.passage), len(ex.question_tokens)
     assert ex.question == qa["question"] and ex.gold == [a["text"] for a in qa["answers"]]
-    assert [m.spec for m in ex.maps] == list(VIEWS[variant])
+    assert [m.spec for m in ex.maps] == list(views_of(variant))
     for m in ex.maps:  # every row a distribution over the real (here: all) positions
         shape = {"question": (lc, lq), "passage": (lc, lc), "passage_weights": (lc,)}
         assert m.weights.shape == shape[m.spec.kind]
@@ -103,7 +103,7 @@ def test_explain_writes_the_views_of_one_question(
     html = html_path.read_text()
     assert html.startswith("<!doctype html>") and "data:image/png;base64," in html
     assert "http://" not in html and "https://" not in html and "<script" not in html
-    for spec in VIEWS[variant]:
+    for spec in views_of(variant):
         assert escape(spec.note) in html
     assert 'class="answer' in html
     _assert_png(html_path.with_suffix(".png"))

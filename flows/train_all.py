@@ -15,8 +15,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -24,6 +25,11 @@ from prefect.cache_policies import NO_CACHE
 
 from rcpipe import layout, stages
 from rcpipe.config import VARIANTS, Config, load_config
+
+if TYPE_CHECKING:
+    from prefect.futures import PrefectFuture
+
+T = TypeVar("T")
 
 # the registry's names (rcpipe/variants.py): Prefect validates the parameter against them
 Variant = Literal[VARIANTS]  # type: ignore[valid-type]
@@ -118,7 +124,7 @@ def _run(params_path: Path, sets: list[str], variants: list[str], synth_data: bo
     cfg = load_config(params_path, sets)
     seconds: dict[str, float] = {}
 
-    def timed(name: str, fn, *args):  # noqa: ANN001, ANN202
+    def timed(name: str, fn: Callable[..., T], *args: Any) -> T:
         t0 = time.perf_counter()
         try:
             return fn(*args)
@@ -150,7 +156,7 @@ def _run(params_path: Path, sets: list[str], variants: list[str], synth_data: bo
     return {"scores": scores, "seconds": seconds, "workdir": str(Path.cwd())}
 
 
-def _submit(cfg: Config, variant: str):  # noqa: ANN202 - a PrefectFuture
+def _submit(cfg: Config, variant: str) -> PrefectFuture[Any]:
     """Train then evaluate one variant as a pair of tasks running on the flow's runner."""
     train_run = train.submit(cfg, variant)
     return evaluate.submit(cfg, variant, wait_for=[train_run])

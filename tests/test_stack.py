@@ -80,8 +80,8 @@ def infra_texts() -> dict[str, str]:
 
 def make_setup_commands() -> list[list[str]]:
     """What `make setup` runs on this machine, variables expanded (make -n: nothing runs)."""
-    out = subprocess.run(["make", "-n", "-B", "setup"], cwd=REPO, capture_output=True,
-                         text=True, check=True, timeout=60).stdout
+    out = subprocess.run(["make", "--no-print-directory", "-n", "-B", "setup"], cwd=REPO,
+                         capture_output=True, text=True, check=True, timeout=60).stdout
     return [shlex.split(line) for line in out.replace("\\\n", " ").splitlines()
             if line.strip() and not line.lstrip().startswith("#")]
 

@@ -2,21 +2,29 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3.12 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
-# A CPU torch wheel on this machine's disk (pip's find-links) saves a multi-GB CUDA download;
-# on any other machine torch comes from PyPI as usual.
+# uv.lock pins every package (`uv lock` writes it, this uv reads it): setup installs rcpipe
+# with the lock's versions as constraints, so each package is the locked one.
+UV_VERSION := 0.13.9
+# A CPU wheel of the locked torch on this machine's disk (pip's find-links) saves the
+# multi-GB CUDA download: `torch==2.13.0` in the lock is satisfied by 2.13.0+cpu (PEP 440).
+# Anywhere else, or for another Python, torch comes from PyPI as locked.
 WHEELS ?= $(shell pip config get global.find-links 2>/dev/null)
-LOCAL_TORCH := $(shell ls $(WHEELS)/torch-*.whl 2>/dev/null | head -n1 | sed -E 's/.*torch-([0-9.]+)[+-].*/\1/')
-UV_EXTRA := $(if $(LOCAL_TORCH),--find-links $(WHEELS) torch==$(LOCAL_TORCH),)
+LOCKED_TORCH := $(shell sed -n '/^name = "torch"$$/{n;s/^version = "\(.*\)"$$/\1/p;}' uv.lock)
+PY_TAG := $(shell $(PYTHON) -c 'import sys; print("cp%d%d" % sys.version_info[:2])' 2>/dev/null)
+LOCAL_TORCH := $(firstword $(wildcard $(WHEELS)/torch-$(LOCKED_TORCH)+cpu-$(PY_TAG)-*.whl))
 
 .PHONY: setup test demo up down lint clean browser
 PREFECT_PORT ?= 4200
 
 setup: $(BIN)/rcpipe
 
-$(BIN)/rcpipe: pyproject.toml
+$(BIN)/rcpipe: pyproject.toml uv.lock
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade uv
-	$(BIN)/uv pip install --python $(BIN)/python -e '.[dev]' $(UV_EXTRA)
+	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION)
+	@# --locked: a pyproject.toml changed without `uv lock` stops here rather than drift
+	$(BIN)/uv export --locked --quiet --python $(BIN)/python --no-hashes --no-emit-project \
+	  --extra dev --output-file $(VENV)/locked.txt
+	$(BIN)/uv pip install --python $(BIN)/python -e '.[dev]' -c $(VENV)/locked.txt $(LOCAL_TORCH)
 	@# this machine sets PYTHONDONTWRITEBYTECODE: without .pyc files every import recompiles
 	@# (spaCy alone: 8 s per process), so compile once here
 	$(BIN)/python -m compileall -q -j0 $(VENV)/lib > /dev/null || true

@@ -62,6 +62,7 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
     from rcpipe.train.worker import Job, run_summary
 
     cfg.models.of(variant)  # an unknown variant is the user's mistake, found before Ray starts
+    cluster.check_train_v2()  # before anything is deleted, loaded or started
     out = model_dir(variant)
     summary_path = out / "summary.json"
     if force:

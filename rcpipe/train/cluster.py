@@ -150,6 +150,39 @@ def ray_cluster(address: str | None) -> Iterator[None]:
         _joined = None
 
 
+# Ray's switch for Train V2, and the first Ray that has it on by default
+TRAIN_V2_SWITCH = "RAY_TRAIN_V2_ENABLED"
+TRAIN_V2_DEFAULT_SINCE = "2.51"
+
+
+def check_train_v2() -> None:
+    """Refuse, in one line, a Ray whose Train V2 is off.
+
+    rcpipe resumes a run by starting the same RunConfig(storage_path, name) again: V2 finds
+    the run's checkpoints there, V1 would quietly train from step 0 (it resumes only through
+    Trainer.restore). Whether V2 is on is Ray's own decision, asked as ray.train asks it
+    (is_v2_enabled: RAY_TRAIN_V2_ENABLED, else the Ray version's default).
+    """
+    import ray
+
+    where = f"ray {ray.__version__}"
+    try:
+        from ray.train.v2._internal.constants import is_v2_enabled
+    except ImportError:  # a Ray from before Train V2
+        raise InputError(where, TRAIN_V2_SWITCH, "this Ray has no Train V2, which rcpipe "
+                         "needs to resume a run: install the locked Ray (make setup)") from None
+    if is_v2_enabled():
+        return
+    value = os.environ.get(TRAIN_V2_SWITCH)
+    if value is not None:
+        raise InputError(where, TRAIN_V2_SWITCH, f"Ray Train V2 is off ({TRAIN_V2_SWITCH}="
+                         f"{value}), and rcpipe resumes a run only through V2: unset "
+                         f"{TRAIN_V2_SWITCH} or set it to 1")
+    raise InputError(where, TRAIN_V2_SWITCH, "Ray Train V2 is off by default before Ray "
+                     f"{TRAIN_V2_DEFAULT_SINCE}, and rcpipe resumes a run only through V2: "
+                     f"set {TRAIN_V2_SWITCH}=1 or install the locked Ray (make setup)")
+
+
 def check_fits(cfg: Config) -> None:
     """Refuse at once a job that this machine's Ray can never place: Ray Train would wait
     for the resources forever, at 0 steps. A joined cluster may autoscale to fit the job,

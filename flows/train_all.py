@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -135,10 +135,7 @@ def _run(params_path: Path, sets: list[str], variants: list[str], synth_data: bo
         timed("synth", synth, cfg)
     timed("prepare", prepare, cfg)
 
-    from rcpipe.train.cluster import jobs_that_fit, ray_cluster
-
-    with ray_cluster(cfg.train.ray_address):  # one Ray for every variant's job
-        slots = jobs_that_fit(cfg)
+    with _cluster(cfg) as slots:
         get_run_logger().info("train: %d variant(s), %d at a time", len(variants), slots)
         scores, failed = timed("train+evaluate", _train_and_evaluate, cfg, list(variants),
                                slots)
@@ -154,6 +151,24 @@ def _run(params_path: Path, sets: list[str], variants: list[str], synth_data: bo
 
         timed("version", version_run, cfg, str(params_path), sets, list(variants))
     return {"scores": scores, "seconds": seconds, "workdir": str(Path.cwd())}
+
+
+@contextlib.contextmanager
+def _cluster(cfg: Config) -> Iterator[int]:
+    """The Ray that trains, and how many variants go to it at once.
+
+    Through the Jobs API every variant is submitted at once: Ray queues the jobs that do not
+    fit yet, and an autoscaling cluster grows to its maximum for them (the GPUs it has now
+    may be none). A joined or local Ray takes as many as its resources hold now.
+    """
+    from rcpipe.train.cluster import jobs_that_fit, ray_cluster
+    from rcpipe.train.jobs import is_jobs_api
+
+    if is_jobs_api(cfg.train.ray_address):
+        yield len(VARIANTS)
+        return
+    with ray_cluster(cfg.train.ray_address):  # one Ray for every variant's job
+        yield jobs_that_fit(cfg)
 
 
 def _submit(cfg: Config, variant: str) -> PrefectFuture[Any]:

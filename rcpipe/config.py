@@ -123,8 +123,10 @@ class TrainConfig(Section):
     threads: int = Field(0, ge=0, description="torch CPU threads per worker; 0: its CPU share")
     cpus_per_worker: float = Field(0, ge=0, description="Ray CPUs per worker; 0: the "
                                    "cluster's CPUs / num_workers on CPU, 1 with GPUs")
-    ray_address: str | None = Field(None, description="a running Ray cluster ('auto', "
-                                    "ray://host:10001); None: start a local one")
+    ray_address: str | None = Field(None, description="a running Ray cluster: its "
+                                    "dashboard http://head:8265 (each variant a Ray job, "
+                                    "through the Jobs API), or 'auto' on one of its nodes; "
+                                    "None: start a local one")
     storage_path: str | None = Field(None, description="checkpoint storage, a directory or "
                                      "s3://bucket/prefix; None: models/ here")
     max_failures: int = Field(2, ge=0, description="restarts of a run whose worker died")

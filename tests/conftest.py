@@ -137,6 +137,17 @@ def prepared(tmp_path_factory: pytest.TempPathFactory, synth_v1: SynthData) -> P
     return Prepared(cfg, synth_v1, root / "out", report)
 
 
+# What a node's AWS environment holds in the tests: the loopback S3 (moto) takes any key
+AWS_WORKER_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
+    "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
+
 @pytest.fixture(scope="session")
 def local_ray() -> Iterator[None]:
     """One real local Ray cluster (2 CPUs, as on the CI machine) for every training test.
@@ -147,7 +158,12 @@ def local_ray() -> Iterator[None]:
 
     from rcpipe.train.cluster import start_local_ray
 
-    start_local_ray(num_cpus=2)
+    # the workers find S3 credentials in their own environment (rcpipe never hands them
+    # keys): the test cluster's processes carry the dummy ones the loopback S3 takes
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in AWS_WORKER_ENV.items():
+            mp.setenv(key, value)
+        start_local_ray(num_cpus=2)
     yield
     ray.shutdown()
 
@@ -178,15 +194,8 @@ def s3() -> Iterator[Any]:
     server.start()
     _, port = server.get_host_and_port()
     with pytest.MonkeyPatch.context() as mp:
-        for key, value in {
-            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
-            "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
-            "AWS_EC2_METADATA_DISABLED": "true",
-        }.items():
+        for key, value in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+                           **AWS_WORKER_ENV}.items():
             mp.setenv(key, value)
         mp.delenv("AWS_PROFILE", raising=False)
         client = boto3.client("s3")

@@ -22,6 +22,7 @@ from rcpipe.config import Config
 from rcpipe.console import console, shared_progress
 from rcpipe.errors import InputError
 from rcpipe.stages.io import load_dataset, write_json
+from rcpipe.train.jobs import is_jobs_api, submit_train
 
 if TYPE_CHECKING:  # heavy (torch): imported where they are used
     import torch
@@ -63,6 +64,8 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
 
     cfg.models.of(variant)  # an unknown variant is the user's mistake, found before Ray starts
     cluster.check_train_v2()  # before anything is deleted, loaded or started
+    if is_jobs_api(cfg.train.ray_address):  # the run is a Ray job on the cluster's head
+        return _train_as_job(cfg, variant, force)
     out = model_dir(variant)
     summary_path = out / "summary.json"
     if force:
@@ -109,6 +112,18 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
                   f"F1 {summary['best_dev_f1']:.2f} at step {summary['best_step']}; "
                   f"{summary['examples_per_s']:.0f} examples/s on {meta['world_size']} "
                   f"worker(s) ({meta['device']})")
+    return summary
+
+
+def _train_as_job(cfg: Config, variant: str, force: bool) -> dict[str, Any]:
+    """`rcpipe train` in a Ray job (rcpipe.train.jobs); its summary, from the shared disk."""
+    submit_train(cfg, variant, force, lambda line: console.print(line, markup=False,
+                                                                highlight=False))
+    summary_path = model_dir(variant) / "summary.json"
+    if not summary_path.is_file():
+        raise InputError(summary_path, "", "the Ray job finished but this directory has no "
+                         "summary: it must be on the file system the cluster's nodes share")
+    summary: dict[str, Any] = json.loads(summary_path.read_text())
     return summary
 
 

@@ -241,9 +241,11 @@ def jobs_that_fit(cfg: Config) -> int:
 def storage(cfg: Config, variant: str, local_dir: Path) -> tuple[str, Any]:
     """(storage_path, pyarrow filesystem or None): where this variant's run lives.
 
-    An s3:// storage path goes through a pyarrow S3FileSystem built here from the standard
-    AWS settings (AWS_ENDPOINT_URL for MinIO or any S3-compatible endpoint), so the workers
-    need no AWS environment of their own.
+    An s3:// storage path goes through a pyarrow S3FileSystem that holds the region and the
+    endpoint (AWS_ENDPOINT_URL for MinIO or any S3-compatible store) and no credential: it
+    travels pickled to every worker, and each worker's AWS SDK finds credentials in its own
+    environment (an EC2 instance profile, IRSA or EKS Pod Identity, AWS_* variables,
+    ~/.aws), which refreshes them for as long as a run lasts. No key leaves a node.
     """
     if cfg.train.storage_path is None:
         return str(local_dir.resolve()), None
@@ -251,18 +253,9 @@ def storage(cfg: Config, variant: str, local_dir: Path) -> tuple[str, Any]:
     if not base.startswith("s3://"):
         return f"{str(Path(base).resolve())}/{variant}", None
     import boto3
-    from botocore.credentials import RefreshableCredentials
     from pyarrow import fs
 
-    session = boto3.Session()
-    options: dict[str, Any] = {"region": session.region_name or "us-east-1"}
-    credentials = session.get_credentials()
-    # Static keys travel to the workers with the filesystem; expiring ones (instance or
-    # container roles) must not: every node then asks its own role through pyarrow.
-    if credentials is not None and not isinstance(credentials, RefreshableCredentials):
-        frozen = credentials.get_frozen_credentials()
-        options |= {"access_key": frozen.access_key, "secret_key": frozen.secret_key,
-                    "session_token": frozen.token}
+    options: dict[str, Any] = {"region": boto3.Session().region_name or "us-east-1"}
     if endpoint := os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"):
         options |= {"endpoint_override": endpoint,
                     "scheme": "https" if endpoint.startswith("https") else "http"}

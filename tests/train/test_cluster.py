@@ -164,3 +164,22 @@ def test_checkpoints_can_live_on_s3_and_a_run_resumes_from_there(
 
     again = stages.train(longer, "bidaf", force=True)  # --force forgets the S3 run too
     assert again["resumed_from_step"] == 0 and again["steps"] == 4
+
+
+def test_no_credential_travels_with_the_checkpoint_filesystem(
+        make_config, synth_v1: SynthData, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    import pickle
+
+    from rcpipe.train.cluster import storage
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLEKEYID0001")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "example/secret/never/pickled")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "example-session-token")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    cfg = make_config(synth_v1, train={"storage_path": "s3://bucket/runs"})
+    path, filesystem = storage(cfg, "bidaf", Path("models/bidaf"))
+    assert path == "bucket/runs/bidaf"
+    shipped = pickle.dumps(filesystem)  # what Ray hands every worker
+    for secret in ("AKIAEXAMPLEKEYID0001", "example/secret", "example-session-token"):
+        assert secret.encode() not in shipped
+    assert b"127.0.0.1:9" in shipped  # the endpoint does travel: it is no secret

@@ -282,9 +282,13 @@ def fit(job: Job, inputs: ModelInputs, dev_doc: dict[str, Any], cfg: Config,
     import ray.train
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.util.queue import Empty, Queue
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     scaling_config, job.threads = scaling(cfg)
-    progress = Queue(maxsize=10_000)
+    # the progress queue lives on the driver's node: on another it would die with that node
+    # and take the driver down with it, while Ray Train restarts the workers elsewhere
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    progress = Queue(maxsize=10_000, actor_options={"num_cpus": 0, "scheduling_strategy": here})
     trainer = TorchTrainer(
         train_worker, train_loop_config={"job": job, "inputs": ray.put(inputs),
                                          "dev_doc": ray.put(dev_doc), "progress": progress},

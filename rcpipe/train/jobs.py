@@ -68,8 +68,8 @@ def submit_train(cfg: Config, variant: str, force: bool,
     params = (JOBS_DIR / f"{job_id}.yaml").resolve()
     params.parent.mkdir(parents=True, exist_ok=True)
     params.write_text(job_config(cfg))
-    client.submit_job(entrypoint=entrypoint(variant, params, Path.cwd().resolve(), force),
-                      submission_id=job_id, metadata={"variant": variant})
+    _submit(client, job_id, entrypoint(variant, params, Path.cwd().resolve(), force),
+            {"variant": variant})
     on_line(f"train {variant}: submitted Ray job {job_id} to {address}")
     asyncio.run(_follow(client, job_id, on_line))
     status = _final_status(client, job_id)
@@ -78,6 +78,20 @@ def submit_train(cfg: Config, variant: str, force: bool,
         raise RuntimeError(f"Ray job {job_id} ({variant}) {status.value}: "
                            f"{(info.message or '').strip()[-500:]}")
     return {"job_id": job_id, "status": status.value}
+
+
+def _submit(client: Any, job_id: str, command: str, metadata: dict[str, str],
+            wait: float = 60.0) -> None:
+    """submit_job, waiting out a head that has just started (its job agent not yet up)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            client.submit_job(entrypoint=command, submission_id=job_id, metadata=metadata)
+            return
+        except RuntimeError as e:
+            if "No available agent" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
 
 
 async def _follow(client: Any, job_id: str, on_line: Callable[[str], None]) -> None:

@@ -1,0 +1,82 @@
+"""Ray nodes started as a cluster's are (`ray start`), each with its own temp dir, on this
+machine: the head with the dashboard's Jobs API, more nodes joining it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+RAY = str(Path(sys.executable).parent / "ray")
+# detect a lost node in ~3 s instead of ~30 s (Ray's defaults suit real networks)
+FAST_FAILURE = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3",
+                "RAY_health_check_timeout_ms": "1000"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Node:
+    temp_dir: Path
+
+    def raylet(self) -> psutil.Process:
+        for p in psutil.process_iter(["cmdline"]):
+            cmd = p.info["cmdline"] or []
+            if cmd and cmd[0].endswith("raylet") and any(str(self.temp_dir) in c for c in cmd):
+                return p
+        raise LookupError(f"no raylet under {self.temp_dir}")
+
+
+def node_env(extra: dict[str, str]) -> dict[str, str]:
+    """This environment, Ray's token auth off (a stray ~/.ray/auth_token would turn it on),
+    rcpipe's command on PATH for job entrypoints, and ``extra``."""
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+           **FAST_FAILURE, **extra}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("RAY_ADDRESS", None)
+    return env
+
+
+def start(temp_dir: Path, env: dict[str, str], *args: str) -> Node:
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    # every agent port its own: two nodes on one machine (or any other Ray here) would
+    # otherwise both take the default ports, and the second node's job agent fails to bind
+    ports = [a for flag in ("--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
+                            "--metrics-export-port", "--runtime-env-agent-port")
+             for a in (flag, str(free_port()))]
+    subprocess.run([RAY, "start", "--temp-dir", str(temp_dir), "--node-ip-address",
+                    "127.0.0.1", "--object-store-memory", str(100 * 2**20),
+                    "--disable-usage-stats", *ports, *args],
+                   env=env, check=True, capture_output=True, timeout=120)
+    return Node(temp_dir)
+
+
+def start_head(temp_dir: Path, env: dict[str, str], cpus: int) -> tuple[Node, str, str]:
+    """(the head, its GCS address, its Jobs API URL)."""
+    port, dashboard = free_port(), free_port()
+    node = start(temp_dir, env, "--head", "--port", str(port), "--num-cpus", str(cpus),
+                 "--include-dashboard", "true", "--dashboard-host", "127.0.0.1",
+                 "--dashboard-port", str(dashboard))
+    return node, f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard}"
+
+
+def stop_all(nodes: list[Node]) -> None:
+    """Every process of these nodes (not `ray stop`: that stops every Ray on the machine)."""
+    for node in nodes:
+        for p in psutil.process_iter(["cmdline"]):
+            if any(str(node.temp_dir) in c for c in p.info["cmdline"] or []):
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+    for node in nodes:
+        shutil.rmtree(node.temp_dir.parent, ignore_errors=True)

@@ -1,0 +1,40 @@
+"""rcpipe's log lines in the Prefect UI.
+
+The stages log through the ``rcpipe.*`` loggers (rcpipe/logs.py). Prefect sends a logger's
+records to its API when the logger is named in ``PREFECT_LOGGING_EXTRA_LOGGERS``, but reads
+that setting once, when ``prefect`` is first imported: too early for a flow module to set it
+in a deployment's flow-run process, which imports prefect before the flow. So the flow
+attaches the same handlers itself for as long as it runs: each record goes to the flow or
+task run it was logged in (a training task's progress lines to that task run), and the
+console lines stay what Prefect prints anyway (rcpipe's records reach its root handler).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rcpipe.logs import ROOT
+
+
+@contextmanager
+def rcpipe_logs_to_prefect() -> Iterator[None]:
+    """Within the block, rcpipe's INFO records and above also go to Prefect's API, as with
+    ``PREFECT_LOGGING_EXTRA_LOGGERS=rcpipe`` (which, when set, this leaves as it is)."""
+    from prefect.logging.handlers import APILogHandler
+
+    logger = logging.getLogger(ROOT)
+    extra = logging.getLogger("prefect.extra")  # Prefect's handlers for extra loggers
+    handlers = [h for h in extra.handlers or [APILogHandler()] if h not in logger.handlers]
+    level = logger.level
+    if level == logging.NOTSET:  # the root's WARNING would drop the stages' INFO lines
+        logger.setLevel(extra.level or logging.INFO)
+    for handler in handlers:
+        logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            logger.removeHandler(handler)
+        logger.setLevel(level)

@@ -51,8 +51,8 @@ class DevCurve:
     """step -> dev EM/F1 and the training loss, appended at each evaluation (dvclive).
 
     A run resumed from step r keeps the curve up to r and continues it; points after r
-    (from an attempt whose later checkpoints were lost) are dropped first, so the curve
-    is always the one the resumed checkpoint's history says.
+    (an attempt whose later checkpoints were lost, or a run started afresh at 0 over an
+    old curve) are dropped at its first evaluation, so no point of a lost run remains.
     """
 
     def __init__(self, directory: Path) -> None:
@@ -65,22 +65,27 @@ class DevCurve:
         live = self._open()
         if live is None:
             return
-        if point.get("resumed_from_step", 0) != self._resumed:
-            self._resumed = point.get("resumed_from_step", 0)
-            self._drop_after(self._resumed)
-        live.step = point["step"]
-        for name, key in CURVE.items():
-            live.log_metric(name, point[key])
-        live.make_summary()  # live/metrics.json: the latest point
+        try:
+            resumed = point.get("resumed_from_step", 0)
+            if resumed != self._resumed:  # a new attempt: the curve up to where it resumed
+                self._drop_after(resumed)
+                self._resumed = resumed
+            live.step = point["step"]
+            for name, key in CURVE.items():
+                live.log_metric(name, point[key])
+            live.make_summary()  # live/metrics.json: the latest point
+        except OSError as e:  # a full or read-only disk costs the picture, not the run
+            log.warning("dev curve in %s: step %d not written (%s)", self.directory,
+                        point["step"], e)
 
     def _open(self) -> Any:
         if self._live is None and not self._missing:
             try:
                 self._live = _offline_live(self.directory)
-            except ImportError:  # no dvclive (or no dvc) here: the end-of-run curve only
+            except ImportError as e:  # no dvclive (or dvc) here: the end-of-run curve only
                 self._missing = True
-                log.warning("dvclive is not installed: no live dev curve in %s",
-                            self.directory)
+                log.warning("no live dev curve in %s: dvclive cannot be imported (%s)",
+                            self.directory, e)
         return self._live
 
     def _drop_after(self, step: int) -> None:

@@ -91,8 +91,8 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
                   dev_path=str(prepared / "dev.parquet"),
                   vocab_sha256=_vocab_hash(cfg.data.out_dir))
         path, filesystem = cluster.storage(cfg, variant, out)
-        log.info("train %s: Ray Train job of %d worker(s), checkpoints in %s", variant,
-                 cfg.train.num_workers, cfg.train.storage_path or path)
+        log.info("train %s: Ray Train job of %d worker(s), run storage %s%s", variant,
+                 cfg.train.num_workers, "s3://" if filesystem is not None else "", path)
         shown = ProgressLog(variant, layout.live_dir(variant))  # lines, the live dev curve
         with shared_progress() as bar:
             task = bar.add_task(f"train {variant}", total=cfg.train.epochs)

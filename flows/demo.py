@@ -43,7 +43,8 @@ def main(overrides: list[str]) -> None:
                        for k, v in out["seconds"].items())
     console.print(f"{wall:.0f}s in all: {shares}")
     console.print(f"outputs under {out['workdir']}: data/ (synthetic SQuAD, Parquet), "
-                  "models/<variant>/ (checkpoints, model.pt, summary.json), predictions/, "
+                  "models/<variant>/ (checkpoints, model.pt, summary.json, live/: the dev "
+                  "curve for `dvc plots show`), predictions/, "
                   "metrics/<variant>.json and metrics/ensemble.json")
 
 

@@ -4,7 +4,9 @@ Every task is one call into rcpipe.stages, so `dvc repro`, the CLI and this flow
 same code. A re-run skips what is done: prepare when its output matches the params and
 inputs, variants whose training finished; an interrupted variant resumes from its
 checkpoint (rcpipe.stages.train). Variants train concurrently when the Ray cluster has room
-for more than one job, one after another otherwise.
+for more than one job, one after another otherwise. rcpipe's log lines (each stage's, and
+a training run's progress and dev evaluations) show in the Prefect UI under the task run
+that logged them (flows/logs.py).
 
 Run it as a deployment (`prefect deployment run train-all/local`, see prefect.yaml) or
 directly: `python -m flows.train_all --params params.demo.yaml --synth`.
@@ -23,6 +25,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
+from flows.logs import rcpipe_logs_to_prefect
 from rcpipe import layout, stages
 from rcpipe.config import VARIANTS, Config, load_config
 
@@ -115,7 +118,7 @@ def train_all(
         Path(workdir).mkdir(parents=True, exist_ok=True)
     # back to the caller's directory afterwards: an in-process run (make demo, tests) must
     # not leave the whole process working elsewhere
-    with contextlib.chdir(workdir or "."):
+    with contextlib.chdir(workdir or "."), rcpipe_logs_to_prefect():  # stage lines in the UI
         return _run(params_path, sets, list(variants), synth_data, version)
 
 

@@ -12,6 +12,7 @@ import typer
 from rcpipe import stages
 from rcpipe.config import VARIANTS, Config, effective_yaml, load_config
 from rcpipe.errors import InputError
+from rcpipe.logs import setup as setup_logging
 
 app = typer.Typer(
     help="Train and evaluate extractive QA models (BiDAF, R-Net, QANet) on SQuAD.",
@@ -206,7 +207,9 @@ def serve(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: a user's mistake is one line on stderr and exit code 2, no traceback."""
+    """Entry point: a user's mistake is one line on stderr and exit code 2, no traceback;
+    the commands' log lines go to stderr too (rcpipe/logs.py)."""
+    setup_logging()
     try:
         app(args=argv, prog_name="rcpipe", standalone_mode=True)
     except InputError as e:

@@ -1,5 +1,7 @@
-"""Where people read what a run is doing: progress bars and messages go to stderr, so stdout
-carries only results that other tools parse (``rcpipe score`` prints JSON there)."""
+"""Where people watch a run in a terminal: the progress bars and rich's log lines
+(rcpipe/logs.py) share one console on stderr, so stdout carries only results that other
+tools parse (``rcpipe score`` prints JSON there). Off a terminal (Ray job logs, Prefect, a
+file) the bars stay off and the log lines are plain."""
 
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ console = Console(stderr=True)
 
 
 def progress(disable: bool = False) -> Progress:
+    """A bar on the console; off where stderr is no terminal, where rich would print each
+    bar's last frame as a line of box characters into the log."""
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -29,7 +33,7 @@ def progress(disable: bool = False) -> Progress:
         TimeRemainingColumn(),
         console=console,
         transient=False,
-        disable=disable,
+        disable=disable or not console.is_terminal,
     )
 
 

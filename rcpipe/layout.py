@@ -18,10 +18,16 @@ METRICS = Path("metrics")  # <model>.json (official keys), <model>.by_type.json
 REPORTS = Path("reports")  # rcpipe report
 EXPLANATIONS = Path("explanations")  # rcpipe explain
 ENSEMBLE = "ensemble"  # the majority vote's name among the models
+LIVE = "live"  # models/<variant>/live/: the dev curve as training writes it (dvclive's files)
 
 
 def model_dir(variant: str) -> Path:
     return MODELS / variant
+
+
+def live_dir(variant: str) -> Path:
+    """dvclive's files of a variant's run: plots/metrics/{dev/em,dev/f1,train/loss}.tsv."""
+    return model_dir(variant) / LIVE
 
 
 def predictions(model: str) -> Path:

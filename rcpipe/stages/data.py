@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
 
 from rcpipe.config import Config
-from rcpipe.console import console
 from rcpipe.errors import InputError
 from rcpipe.stages.io import write_json
+
+log = logging.getLogger(__name__)
 
 # ------------------------------------------------------------------------------------ synth
 
@@ -36,7 +38,7 @@ def synth(cfg: Config) -> dict[str, Path]:
                            facts_per_paragraph=s.facts_per_paragraph)
         gen.write(doc, Path(uri))
         n = sum(len(p["qas"]) for a in doc["data"] for p in a["paragraphs"])
-        console.print(f"synth: {split}: {n} questions (SQuAD v{s.version}) -> {uri}")
+        log.info(f"synth: {split}: {n} questions (SQuAD v{s.version}) -> {uri}")
         out[split] = Path(uri)
     return out
 
@@ -89,6 +91,9 @@ def prepare(cfg: Config) -> dict[str, Any]:
     texts = (train.contexts + [q.question for q in train.questions]
              + dev.contexts + [q.question for q in dev.questions])
     done("read")
+    log.info(f"prepare: tokenizing {len(train.questions)} train and {len(dev.questions)} dev "
+             f"questions ({len(train.contexts) + len(dev.contexts)} passages) on "
+             f"{d.workers} process(es)")
     toks = tokenize(texts, workers=d.workers)
     done("tokenize")
     a, b, c = len(train.contexts), len(train.contexts) + len(train.questions), \
@@ -122,7 +127,7 @@ def prepare(cfg: Config) -> dict[str, Any]:
         "word_dim": d.word_dim, "vectors_found": hits, "seconds": round(seconds, 2),
         "phases": phases, "fingerprint": fingerprint(cfg)})
     tr, dv = report["train"], report["dev"]
-    console.print(
+    log.info(
         f"prepare: train {tr['kept']}/{tr['questions']} kept "
         f"({sum(dropped.values())} dropped: {dict(dropped) or 'none'}), "
         f"dev {dv['kept']}/{dv['questions']}; vocab {len(words)} words, {len(chars)} "
@@ -142,7 +147,7 @@ def _vocabularies(cfg: Config, train: tuple, dev: tuple) -> tuple:  # (file, con
     word_counts, char_counts = F.count_words(*train)
     extra: set[str] = set()
     if d.word_vectors:
-        console.print(f"prepare: reading word vectors {d.word_vectors}")
+        log.info(f"prepare: reading word vectors {d.word_vectors}")
         dev_words, _ = F.count_words(*dev)
         candidates = set(word_counts) | set(dev_words)
         wanted = {f for w in candidates for f in case_forms(w)}
@@ -179,7 +184,6 @@ def _read_splits(cfg: Config) -> tuple[Any, Any]:
     dev = load_squad(cfg.data.dev_file, cfg.data.cache_dir)
     overlap = {q.qid for q in train.questions} & {q.qid for q in dev.questions}
     if overlap:  # legitimate when measuring on a split of one file; worth a warning
-        console.print(f"[yellow]warning: {len(overlap)} dev question ids are also in the "
-                      f"training file[/yellow]")
+        log.warning(f"{len(overlap)} dev question ids are also in the training file")
     return train, dev
 

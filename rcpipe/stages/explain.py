@@ -7,18 +7,20 @@ and the PNG beside it (not under reports/: that is the report stage's DVC output
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rcpipe import layout
 from rcpipe.config import Config
-from rcpipe.console import console
 from rcpipe.errors import InputError
 from rcpipe.stages.train import load_model, na_threshold
 
 if TYPE_CHECKING:  # numpy and matplotlib: imported where they are used
     from rcpipe.report.attention import Explanation
+
+log = logging.getLogger(__name__)
 
 
 def default_out(variant: str, qid: str) -> Path:
@@ -68,8 +70,8 @@ def explain(cfg: Config, variant: str, qid: str, out: Path | None = None
     png = plots.explain_png(ex)
     layout.write(html_path.with_suffix(".png"), png)
     layout.write(html_path, pages.explain_html(ex, png).encode())
-    console.print(f"explain {variant} {qid}: “{ex.answer}” -> {html_path} "
-                  f"(+ {html_path.with_suffix('.png').name})")
+    log.info(f"explain {variant} {qid}: “{ex.answer}” -> {html_path} "
+             f"(+ {html_path.with_suffix('.png').name})")
     return ex, html_path
 
 

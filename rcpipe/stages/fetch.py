@@ -11,14 +11,15 @@ included: DVC versions it with the downloads, so the digests travel with each ve
 from __future__ import annotations
 
 import hashlib
+import logging
 from pathlib import Path
 from typing import Any
 
 from rcpipe.config import Config
-from rcpipe.console import console
 from rcpipe.errors import InputError
 from rcpipe.stages.io import write_json
 
+log = logging.getLogger(__name__)
 MANIFEST = "sources.json"
 
 
@@ -65,8 +66,8 @@ def fetch(cfg: Config) -> dict[str, dict[str, Any]]:
             raise
         manifest[role] = {"uri": uri, "sha256": digest, "bytes": path.stat().st_size,
                           "pinned": uri in cfg.data.sha256}
-        console.print(f"fetch: {role}: {uri} sha256 {digest[:12]}"
-                      + (" (pinned)" if uri in cfg.data.sha256 else ""))
+        log.info(f"fetch: {role}: {uri} sha256 {digest[:12]}"
+                 + (" (pinned)" if uri in cfg.data.sha256 else ""))
     keep = {cache_path(m["uri"], cache).name for m in manifest.values() if is_remote(m["uri"])}
     for stale in cache.iterdir():  # the directory is one DVC output: only current sources
         if stale.is_file() and stale.name != MANIFEST and stale.name not in keep:

@@ -9,12 +9,12 @@ eval/answer.py's Reader, the path `rcpipe evaluate` takes through the model.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rcpipe import layout
 from rcpipe.config import VARIANTS, Config
-from rcpipe.console import console
 from rcpipe.errors import InputError
 from rcpipe.stages.io import write_json
 from rcpipe.stages.train import length_prior, load_model, model_dir, na_threshold
@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # heavy (torch, FastAPI): imported where they are used
 
     from rcpipe.eval.answer import Reader
 
+log = logging.getLogger(__name__)
 ENSEMBLE = layout.ENSEMBLE
 
 
@@ -125,8 +126,8 @@ def _predict_file(cfg: Config, model: str, input_file: str, out: Path | None
     write_json(out, {q: v["text"] for q, v in nbest.items()})
     write_json(nbest_path, nbest)
     answered = sum(1 for v in nbest.values() if v["text"])
-    console.print(f"predict {model}: {len(nbest)} questions of {input_file} "
-                  f"({answered} answered) -> {out}, {nbest_path}")
+    log.info(f"predict {model}: {len(nbest)} questions of {input_file} "
+             f"({answered} answered) -> {out}, {nbest_path}")
     return {"model": model, "questions": len(nbest), "answered": answered,
             "predictions": str(out), "nbest": str(nbest_path)}
 
@@ -163,6 +164,6 @@ def serve(cfg: Config, models: list[str] | None = None, host: str = "127.0.0.1",
 
     sock = server.listen(host, port)  # a bad or taken port is said before the models load
     app = serve_app(cfg, models, limits, threads)
-    console.print(f"serve: {', '.join(app.state.models)} on http://{host}:{port}/ "
-                  f"(POST /answer, the page at /); Ctrl-C stops")
+    log.info(f"serve: {', '.join(app.state.models)} on http://{host}:{port}/ "
+             f"(POST /answer, the page at /); Ctrl-C stops")
     server.run(app, sock)

@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 from pathlib import Path
 from typing import Any
 
 from rcpipe import layout
 from rcpipe.config import VARIANTS, Config
-from rcpipe.console import console
 from rcpipe.errors import InputError
 from rcpipe.stages.io import load_dataset, read_mapping, write_json
+
+log = logging.getLogger(__name__)
 
 
 def _csv(rows: list[dict[str, Any]]) -> bytes:
@@ -93,8 +95,8 @@ def report(cfg: Config, out: Path = layout.REPORTS) -> dict[str, Any]:
         **{name: table.rows() for _, name, table in groups},
         "agreement": None if agreement is None else {"models": models, "matrix": agreement[1]}})
     written.append(out / "report.json")
-    console.print(f"report: {len(models)} model(s) on {len(qids)} dev questions -> "
-                  f"{out / 'report.html'}")
+    log.info(f"report: {len(models)} model(s) on {len(qids)} dev questions -> "
+             f"{out / 'report.html'}")
     return {"html": str(out / "report.html"), "files": [str(p) for p in written]}
 
 

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 from rcpipe import layout
 from rcpipe.config import VARIANTS, Config
-from rcpipe.console import console
 from rcpipe.errors import InputError
 from rcpipe.stages.io import load_dataset, read_mapping, write_json
+
+log = logging.getLogger(__name__)
 
 # ------------------------------------------------------------------------------------ score
 
@@ -69,8 +71,8 @@ def ensemble(cfg: Config, inputs: list[Path] | None = None,
     name = out.name.removesuffix(".json")
     write_json(layout.metrics(name), result)
     write_json(layout.by_type(name), metrics.breakdown(doc, preds, na))
-    console.print(f"ensemble of {len(inputs)} models -> {out}: "
-                  + ", ".join(f"{k} {v:.2f}" for k, v in result.items() if k in _HEADLINE))
+    log.info(f"ensemble of {len(inputs)} models -> {out}: "
+             + ", ".join(f"{k} {v:.2f}" for k, v in result.items() if k in _HEADLINE))
     return result
 
 

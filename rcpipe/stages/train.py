@@ -3,13 +3,16 @@
 Layout (the command contract): models/<variant>/checkpoints/step-<n>/ (Ray Train's run
 storage: the best K by dev F1 and the latest; or under train.storage_path, e.g. S3),
 models/<variant>/model.pt (the best weights by dev F1, EMA weights where the variant keeps
-an EMA), models/<variant>/summary.json and metrics.json (the dev curve); evaluate writes
+an EMA), models/<variant>/summary.json and metrics.json (the dev curve, at the end),
+models/<variant>/live/ (the same curve as it happens: dvclive's files); evaluate writes
 predictions/<variant>.json, predictions/<variant>.nbest.json and metrics/<variant>.json.
+Messages go to the ``rcpipe.stages.train`` and ``rcpipe.train.progress`` loggers.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import pickle
 import shutil
 import time
@@ -19,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from rcpipe import layout
 from rcpipe.config import Config
-from rcpipe.console import console, shared_progress
+from rcpipe.console import shared_progress
 from rcpipe.errors import InputError
 from rcpipe.stages.io import load_dataset, write_json
 from rcpipe.train.jobs import is_jobs_api, submit_train
@@ -30,6 +33,9 @@ if TYPE_CHECKING:  # heavy (torch): imported where they are used
     from torch import nn
 
     from rcpipe.models import ModelInputs
+    from rcpipe.train.progress import ProgressLog
+
+log = logging.getLogger(__name__)
 
 NA_THRESHOLD = "na_threshold.json"  # beside model.pt: written by evaluate (SQuAD v2.0)
 
@@ -60,6 +66,7 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
     """
     from rcpipe.train import cluster
     from rcpipe.train.checkpoint import META, MODEL
+    from rcpipe.train.progress import ProgressLog, finished
     from rcpipe.train.worker import Job, run_summary
 
     cfg.models.of(variant)  # an unknown variant is the user's mistake, found before Ray starts
@@ -74,7 +81,7 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
     if summary_path.is_file():
         summary = json.loads(summary_path.read_text())
         if summary.get("finished"):
-            console.print(f"train {variant}: already finished ({summary_path}); nothing to do")
+            log.info("train %s: already finished (%s); nothing to do", variant, summary_path)
             return summary
     inputs = _model_inputs(cfg)
     _check_model_config(cfg, variant, inputs)
@@ -88,10 +95,13 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
                   dev_path=str(prepared / "dev.parquet"),
                   vocab_sha256=_vocab_hash(cfg.data.out_dir))
         path, filesystem = cluster.storage(cfg, variant, out)
+        log.info("train %s: Ray Train job of %d worker(s), run storage %s%s", variant,
+                 cfg.train.num_workers, "s3://" if filesystem is not None else "", path)
+        shown = ProgressLog(variant, layout.live_dir(variant))  # lines, the live dev curve
         with shared_progress() as bar:
             task = bar.add_task(f"train {variant}", total=cfg.train.epochs)
             result = cluster.fit(job, inputs, dev_doc, cfg, path, filesystem,
-                                 lambda message: _show(bar, task, variant, message))
+                                 lambda message: _show(bar, task, shown, message))
     if result.checkpoint is None:
         raise InputError(cfg.data.out_dir / "train.parquet", "",
                          "training produced no checkpoint (no batch to train on?)")
@@ -108,17 +118,13 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
         "replicas_in_sync": len(set(meta["replica_digests"])) == 1}
     write_json(out / "metrics.json", {"history": meta["history"]})
     write_json(summary_path, summary)
-    console.print(f"train {variant}: best dev EM {summary['best_dev_em']:.2f} "
-                  f"F1 {summary['best_dev_f1']:.2f} at step {summary['best_step']}; "
-                  f"{summary['examples_per_s']:.0f} examples/s on {meta['world_size']} "
-                  f"worker(s) ({meta['device']})")
+    finished(summary)
     return summary
 
 
 def _train_as_job(cfg: Config, variant: str, force: bool) -> dict[str, Any]:
     """`rcpipe train` in a Ray job (rcpipe.train.jobs); its summary, from the shared disk."""
-    submit_train(cfg, variant, force, lambda line: console.print(line, markup=False,
-                                                                highlight=False))
+    submit_train(cfg, variant, force)  # the job's log lines go to rcpipe.train.jobs' log
     summary_path = model_dir(variant) / "summary.json"
     if not summary_path.is_file():
         raise InputError(summary_path, "", "the Ray job finished but this directory has no "
@@ -137,16 +143,14 @@ def _check_model_config(cfg: Config, variant: str, inputs: ModelInputs) -> None:
         raise InputError(cfg.source, f"models.{variant}", str(e)) from None
 
 
-def _show(bar: Progress, task: TaskID, variant: str, message: dict[str, Any]) -> None:
-    """One progress message from rank 0: a step line, or a dev evaluation."""
-    if "eval" in message:
-        e = message["eval"]
-        console.print(f"train {variant}: epoch {e['epoch']} step {e['step']} "
-                      f"dev EM {e['em']:.2f} F1 {e['f1']:.2f}")
-        return
-    bar.update(task, completed=message["epoch"],
-               description=f"train {variant} step {message['step']} loss "
-                           f"{message['loss']:.3f} {message['examples_per_s']:.0f} ex/s")
+def _show(bar: Progress, task: TaskID, shown: ProgressLog, message: dict[str, Any]) -> None:
+    """One progress message from rank 0 (a step, or a dev evaluation): logged and drawn
+    by ``shown``, and the terminal's bar moves with every step message."""
+    shown(message)
+    if "eval" not in message:
+        bar.update(task, completed=message["epoch"],
+                   description=f"train {shown.variant} step {message['step']} loss "
+                               f"{message['loss']:.3f} {message['examples_per_s']:.0f} ex/s")
 
 
 def load_model(cfg: Config, variant: str) -> tuple[nn.Module, ModelInputs]:
@@ -213,8 +217,8 @@ def evaluate(cfg: Config, variant: str) -> dict[str, Any]:
         "chosen_on": cfg.data.dev_file if ev.na_threshold is not None else None})
     em, f1 = headline(ev.result)
     at = f" at no-answer threshold {ev.na_threshold:.3g}" if ev.na_threshold is not None else ""
-    console.print(f"evaluate {variant}: EM {em:.2f} F1 {f1:.2f} on {len(preds)} dev questions"
-                  f"{at} ({time.perf_counter() - t0:.1f}s)")
+    log.info("evaluate %s: EM %.2f F1 %.2f on %d dev questions%s (%.1fs)", variant, em, f1,
+             len(preds), at, time.perf_counter() - t0)
     return ev.result
 
 

@@ -18,6 +18,7 @@ lock is waited for too.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -29,7 +30,6 @@ from typing import Any
 
 from rcpipe import layout
 from rcpipe.config import VARIANTS, Config
-from rcpipe.console import console
 from rcpipe.errors import InputError
 from rcpipe.eval.metrics import headline
 from rcpipe.versioning import (
@@ -41,6 +41,7 @@ from rcpipe.versioning import (
     untracked_overrides,
 )
 
+log = logging.getLogger(__name__)
 LOCK = Path(".dvc/tmp/rcpipe-version.lock")
 RECORDS = "rcpipe"  # <remote>/rcpipe/: champion.json and versions/<run>/ (DVC uses files/, runs/)
 
@@ -144,8 +145,8 @@ def push(root: Path, targets: Sequence[str], remote: Remote, tries: int = 3,
         if not failure.retryable:
             raise InputError(remote.url, "dvc push", f"{failure.what} ({failure.detail})")
         if attempt < tries:
-            console.print(f"version: push failed ({failure.detail}); try {attempt + 1} of "
-                          f"{tries} in {backoff * 2 ** (attempt - 1):.0f}s")
+            log.info(f"version: push failed ({failure.detail}); try {attempt + 1} of "
+                     f"{tries} in {backoff * 2 ** (attempt - 1):.0f}s")
             time.sleep(backoff * 2 ** (attempt - 1))
     raise InputError(remote.url, "dvc push", f"{failure.what} after {tries} tries "
                                              f"({failure.detail}); what was uploaded is "
@@ -219,8 +220,8 @@ def version(cfg: Config, variants: Sequence[str] = VARIANTS, *,
             "scores": {m: dict(zip(("em", "f1"), headline(s), strict=True))
                        for m, s in scores.items()},
         }
-        console.print(f"version {run}: {len(targets)} stages committed and pushed to "
-                      f"{where.url}")
+        log.info(f"version {run}: {len(targets)} stages committed and pushed to "
+                 f"{where.url}")
         if promote:
             record |= _gate(root, where, candidate, record, min_gain)
         record["record"] = where.write(json.dumps(record, indent=1).encode(), "versions", run,
@@ -241,6 +242,6 @@ def _gate(root: Path, where: Remote, candidate: Score, record: dict[str, Any],
                                indent=1).encode(), "champion.json")
         if record["git_commit"]:
             _git(root, "tag", "-f", "champion", record["git_commit"])
-    console.print(f"champion: {'promoted' if decision.promote else 'kept'}: {decision.reason}")
+    log.info(f"champion: {'promoted' if decision.promote else 'kept'}: {decision.reason}")
     return {"promoted": decision.promote, "reason": decision.reason,
             "champion_before": champion.as_dict() if champion else None}

@@ -5,8 +5,10 @@ process makes without Ray) in a ``RaySession``, which gives it its rank, device 
 wrapper, and persists each checkpoint through ``ray.train.report`` into RunConfig's
 storage: ``models/<variant>/checkpoints`` or ``s3://...``. Running the same job again finds
 that storage and resumes from the latest checkpoint; FailureConfig restarts a worker group
-that died the same way. The driver side (``fit``) shows the workers' progress live and
-hands the result back to rcpipe.stages, which writes the files.
+that died the same way. The driver side (``fit``) hands rank 0's progress messages, as
+they come, to a callback on the calling thread (rcpipe.stages.train: the bar, and
+train/progress.py's log lines and live dev curve; so in a Prefect task they land in that
+task run) and the result back to rcpipe.stages, which writes the files.
 """
 
 from __future__ import annotations

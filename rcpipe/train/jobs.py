@@ -16,6 +16,7 @@ grows to take them.
 from __future__ import annotations
 
 import asyncio
+import logging
 import shlex
 import time
 import uuid
@@ -26,6 +27,7 @@ from typing import Any
 from rcpipe.config import Config, effective_yaml
 from rcpipe.errors import InputError
 
+log = logging.getLogger(__name__)
 JOBS_DIR = Path(".rcpipe/jobs")  # each job's effective params, under the shared directory
 
 
@@ -51,13 +53,17 @@ def entrypoint(variant: str, params: Path, workdir: Path, force: bool) -> str:
 
 
 def submit_train(cfg: Config, variant: str, force: bool,
-                 on_line: Callable[[str], None]) -> dict[str, Any]:
+                 on_line: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run ``rcpipe train variant`` as a Ray job and wait for it; its final status and id.
+
+    Each line the job prints goes to ``on_line``, by default this module's log (a Prefect
+    task shows it as it comes).
 
     Raises InputError when the cluster cannot be reached, RuntimeError when the job fails.
     """
     from ray.job_submission import JobStatus, JobSubmissionClient
 
+    on_line = on_line or log.info
     address = str(cfg.train.ray_address)
     try:
         client = JobSubmissionClient(address)

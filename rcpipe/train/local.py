@@ -4,7 +4,9 @@ For a box that has PyTorch, numpy, pyarrow, PyYAML and pydantic but no Ray, spaC
 (a lone GPU machine given prepared Parquet files): it trains and checkpoints exactly as a
 Ray Train worker does, keeping checkpoints under ``<run_dir>/step-<n>/`` (the best
 ``train.keep_checkpoints`` by dev F1 and the latest; running again resumes from the latest)
-and the best model in ``<run_dir>/model.pt``. ``rcpipe train`` stays a Ray Train job.
+and the best model in ``<run_dir>/model.pt``; progress goes to the ``rcpipe.train`` loggers
+and the dev curve to dvclive's files in ``<run_dir>/live/`` as it happens
+(train/progress.py). ``rcpipe train`` stays a Ray Train job.
 
     python -m rcpipe.train.local VARIANT [--params F] [--set k=v ...] [--run-dir DIR]
 """
@@ -26,9 +28,11 @@ from torch import nn
 
 from rcpipe.config import Config, load_config
 from rcpipe.errors import InputError
-from rcpipe.layout import model_dir, write_json
+from rcpipe.layout import LIVE, model_dir, write_json
+from rcpipe.logs import setup as setup_logging
 from rcpipe.models import ModelInputs
 from rcpipe.train.checkpoint import META, MODEL
+from rcpipe.train.progress import ProgressLog, finished
 from rcpipe.train.worker import (
     Job,
     Worker,
@@ -116,8 +120,15 @@ def train_local(cfg: Config, variant: str, run_dir: Path,
     run_dir.mkdir(parents=True, exist_ok=True)
     inputs = prepared_inputs(prepared, cfg.data.word_dim)
     dev_doc = load_document(cfg.data.dev_file, cfg.data.cache_dir)
+    shown = ProgressLog(variant, run_dir / LIVE)  # log lines and the live dev curve
+
+    def progress(message: dict[str, Any]) -> None:
+        shown(message)
+        if on_progress is not None:
+            on_progress(message)
+
     session = LocalSession(run_dir, device_of(cfg), inputs, dev_doc,
-                           cfg.train.keep_checkpoints, on_progress)
+                           cfg.train.keep_checkpoints, progress)
     job = Job(config=cfg.model_dump(mode="json"), variant=variant,
               train_path=str(prepared / "train.parquet"), dev_path=str(prepared / "dev.parquet"),
               vocab_sha256=vocab_digest(prepared),
@@ -132,17 +143,8 @@ def train_local(cfg: Config, variant: str, run_dir: Path,
     shutil.copyfile(best / MODEL, run_dir / MODEL)
     summary = run_summary(variant, meta, time.perf_counter() - t0)
     write_json(run_dir / "summary.json", summary)
+    finished(summary)
     return summary
-
-
-def _show(message: dict[str, Any]) -> None:
-    if "eval" in message:
-        e = message["eval"]
-        print(f"epoch {e['epoch']} step {e['step']}: dev EM {e['em']:.2f} F1 {e['f1']:.2f}",
-              file=sys.stderr, flush=True)
-    else:
-        print(f"step {message['step']} loss {message['loss']:.3f} "
-              f"{message['examples_per_s']:.0f} ex/s", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -154,10 +156,11 @@ def main(argv: list[str] | None = None) -> None:
                     help="override a param: dotted.key=value (repeatable)")
     ap.add_argument("--run-dir", type=Path, help="default: models/<variant>/local")
     args = ap.parse_args(argv)
+    setup_logging()
     try:
         cfg = load_config(args.params, args.sets)
         summary = train_local(cfg, args.variant,
-                              args.run_dir or model_dir(args.variant) / "local", _show)
+                              args.run_dir or model_dir(args.variant) / "local")
     except InputError as e:
         print(e.line(), file=sys.stderr)
         sys.exit(2)

@@ -307,8 +307,9 @@ class Worker:
             self._write(Path(tmp), rngs, digests, em, f1)
             self.session.report({"step": run.step, "epoch": run.epoch, "dev_em": em,
                                  "dev_f1": f1, "dev_rank": rank}, Path(tmp), name)
-        self.session.progress({"eval": {"step": run.step, "epoch": run.epoch, "em": em,
-                                        "f1": f1}})
+        # the curve's point, once its checkpoint is stored (train/progress.py logs and draws it)
+        self.session.progress({"eval": run.history[-1] | {
+            "checkpoint": name, "resumed_from_step": run.resumed_from_step}})
         self.exhausted, _ = self._rank0_verdicts(stop, decay)
 
     def _rank0_verdicts(self, stop: bool, decay: bool) -> tuple[bool, bool]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from uuid import UUID
 
 import pytest
 
@@ -20,3 +22,13 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
         with prefect_test_harness(server_startup_timeout=180):
             yield
+
+
+def flow_run_logs(flow_run_id: UUID) -> list[Any]:
+    from prefect import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogHandler
+
+    APILogHandler().flush()  # the handler sends in batches
+    with get_client(sync_client=True) as client:
+        return client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))

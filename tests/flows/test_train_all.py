@@ -9,6 +9,7 @@ import pytest
 
 from flows.train_all import train_all
 from tests.conftest import SynthData, write_params
+from tests.flows.conftest import flow_run_logs
 
 pytestmark = pytest.mark.usefixtures("prefect_api", "local_ray")
 
@@ -41,6 +42,11 @@ def test_a_rerun_after_one_variant_failed_skips_what_finished(
                       overrides=["models.qanet.heads=3"], return_state=True)
     assert state.is_failed()
     assert "qanet" in state.message
+    # each training task's dev evaluations reached the Prefect UI, under that task's run
+    progress = [log for log in flow_run_logs(state.state_details.flow_run_id)
+                if log.name == "rcpipe.train.progress" and "dev EM" in log.message]
+    assert {log.message.split(":")[0] for log in progress} >= {"train bidaf", "train rnet_mult"}
+    assert all(log.task_run_id is not None for log in progress)
     bidaf = work / "models/bidaf"
     for v in ("bidaf", "rnet_mult"):
         assert json.loads((work / f"models/{v}/summary.json").read_text())["finished"]

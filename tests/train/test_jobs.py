@@ -3,6 +3,7 @@ cluster on this machine that loses the node training a variant and finishes on t
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import tempfile
@@ -17,7 +18,6 @@ import yaml
 
 from rcpipe import stages
 from rcpipe.config import load_config
-from rcpipe.console import console
 from rcpipe.errors import InputError
 from rcpipe.train.jobs import entrypoint, is_jobs_api, job_config
 from tests import ray_nodes
@@ -81,7 +81,7 @@ def _checkpoints(s3: Any, prefix: str) -> list[int]:
 @pytest.mark.slow
 def test_a_two_node_cluster_loses_the_training_node_and_the_job_finishes_on_the_other(
         make_config, synth_v1: SynthData, tmp_path: Path, s3: Any,  # noqa: ANN001
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     endpoint = s3.meta.endpoint_url
     env = ray_nodes.node_env({**AWS_WORKER_ENV, "AWS_ENDPOINT_URL": endpoint})
     short = Path(tempfile.mkdtemp(prefix="rn-", dir="/tmp"))  # Ray's sockets: <= 107 bytes
@@ -100,22 +100,21 @@ def test_a_two_node_cluster_loses_the_training_node_and_the_job_finishes_on_the_
             "max_steps": 40, "eval_every": 4, "batch_size": 4, "epochs": 50,
             "max_failures": 2, "cpus_per_worker": 1, "threads": 1})
         stages.prepare(cfg)
-        lines: list[str] = []
         outcome: dict[str, Any] = {}
         run = threading.Thread(target=lambda: outcome.update(
             summary=stages.train(cfg, "bidaf")), daemon=True)
-        monkeypatch.setattr(console, "print", lambda line, **_: lines.append(str(line)))
+        caplog.set_level(logging.INFO, logger="rcpipe.train.jobs")
         run.start()
         deadline = time.monotonic() + 240
         while not (seen := _checkpoints(s3, "nodes/bidaf/checkpoints/")):
-            assert run.is_alive() and time.monotonic() < deadline, lines[-20:]
+            assert run.is_alive() and time.monotonic() < deadline, caplog.messages[-20:]
             time.sleep(0.2)
         hold.kill()  # the head's CPU is free for the restarted worker group
         second.raylet().kill()  # SIGKILL: the node that trains is gone
         killed_at, last_before = time.monotonic(), max(seen)
         # past any checkpoint the lost node could still have been writing: the new group's
         while max(_checkpoints(s3, "nodes/bidaf/checkpoints/")) <= last_before + 4:
-            assert run.is_alive() and time.monotonic() < deadline, lines[-20:]
+            assert run.is_alive() and time.monotonic() < deadline, caplog.messages[-20:]
             time.sleep(0.2)
         recovered_s = time.monotonic() - killed_at
         run.join(timeout=300)
@@ -125,7 +124,9 @@ def test_a_two_node_cluster_loses_the_training_node_and_the_job_finishes_on_the_
     assert summary["finished"] and summary["steps"] == 40
     assert 0 < summary["resumed_from_step"] <= last_before + 4
     assert (tmp_path / "models/bidaf/model.pt").is_file()
-    assert any("submitted Ray job" in line for line in lines)
+    job_lines = [r.message for r in caplog.records if r.name == "rcpipe.train.jobs"]
+    assert any("submitted Ray job" in line for line in job_lines)
+    assert any("bidaf" in line and "F1" in line for line in job_lines)  # the job's own log
     print(f"\nnode lost after checkpoint step {last_before}; resumed from step "
           f"{summary['resumed_from_step']}; a checkpoint of the restarted workers "
           f"{recovered_s:.1f} s after the kill")

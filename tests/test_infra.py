@@ -463,3 +463,17 @@ def test_walkthrough_goes_from_bucket_to_dvc_pull() -> None:
     at = [text.find(step) for step in steps]
     assert -1 not in at, [s for s, i in zip(steps, at, strict=True) if i < 0]
     assert at == sorted(at), "walkthrough steps out of order"
+
+
+def test_the_nightly_never_runs_twice_at_once() -> None:
+    """prefect.yaml's nightly, read by Prefect's own deployment model: one run at a time, a
+    run started while one is still going is cancelled (not queued behind it)."""
+    from prefect.cli.deploy._models import PrefectYamlModel
+    from prefect.client.schemas.objects import ConcurrencyLimitStrategy
+
+    model = PrefectYamlModel.model_validate(load(REPO / "prefect.yaml"))
+    nightly = next(d for d in model.deployments if d.name == "nightly")
+    limit = nightly.concurrency_limit
+    assert limit is not None and not isinstance(limit, int)
+    assert limit.limit == 1
+    assert ConcurrencyLimitStrategy(limit.collision_strategy) is ConcurrencyLimitStrategy.CANCEL_NEW

@@ -165,9 +165,9 @@ def _cluster(cfg: Config) -> Iterator[int]:
     may be none). A joined or local Ray takes as many as its resources hold now.
     """
     from rcpipe.train.cluster import jobs_that_fit, ray_cluster
-    from rcpipe.train.jobs import is_jobs_api
+    from rcpipe.train.jobs import jobs_api_address
 
-    if is_jobs_api(cfg.train.ray_address):
+    if jobs_api_address(cfg):
         yield len(VARIANTS)
         return
     with ray_cluster(cfg.train.ray_address):  # one Ray for every variant's job

@@ -304,10 +304,16 @@ def test_prefect_template_is_a_kubernetes_job_next_to_the_ray_cluster() -> None:
     defaults = {k: v.get("default") for k, v in template["variables"]["properties"].items()}
     cluster = load(RAYCLUSTER)
     name, namespace = cluster["metadata"]["name"], cluster["metadata"]["namespace"]
-    client_port = next(p["containerPort"] for c in pods(cluster)["head"]["containers"]
-                       for p in c.get("ports", []) if p["name"] == "client")
+    head = pods(cluster)["head"]["containers"][0]
+    dashboard = next(p["containerPort"] for p in head.get("ports", [])
+                     if p["name"] == "dashboard")
+    # the Jobs API of the head Service (not Ray Client): where each variant is submitted
     assert defaults["env"]["RAY_ADDRESS"] == \
-        f"ray://{name}-head-svc.{namespace}.svc.cluster.local:{client_port}"
+        f"http://{name}-head-svc.{namespace}.svc.cluster.local:{dashboard}"
+    # the jobs' drivers on the head write models/ where the flow-run pod evaluates it
+    shared = {(m["mountPath"], m.get("subPath")) for m in container["volumeMounts"]}
+    assert shared >= {("/app/data", "data"), ("/app/models", "models")}
+    assert shared <= {(m["mountPath"], m.get("subPath")) for m in head["volumeMounts"]}
     assert defaults["namespace"] == namespace
     assert defaults["data_volume_claim"] == load(STORAGE)["metadata"]["name"]
     assert {m["mountPath"] for m in container["volumeMounts"]} >= {"/app/data"}

@@ -25,7 +25,7 @@ from rcpipe.config import Config
 from rcpipe.console import shared_progress
 from rcpipe.errors import InputError
 from rcpipe.stages.io import load_dataset, write_json
-from rcpipe.train.jobs import is_jobs_api, submit_train
+from rcpipe.train.jobs import jobs_api_address, submit_train
 
 if TYPE_CHECKING:  # heavy (torch): imported where they are used
     import torch
@@ -71,7 +71,7 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
 
     cfg.models.of(variant)  # an unknown variant is the user's mistake, found before Ray starts
     cluster.check_train_v2()  # before anything is deleted, loaded or started
-    if is_jobs_api(cfg.train.ray_address):  # the run is a Ray job on the cluster's head
+    if jobs_api_address(cfg):  # the run is a Ray job on the cluster's head
         return _train_as_job(cfg, variant, force)
     out = model_dir(variant)
     summary_path = out / "summary.json"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shlex
 import time
 import uuid
@@ -28,12 +29,23 @@ from rcpipe.config import Config, effective_yaml
 from rcpipe.errors import InputError
 
 log = logging.getLogger(__name__)
-JOBS_DIR = Path(".rcpipe/jobs")  # each job's effective params, under the shared directory
+HEREDOC = "RCPIPE_PARAMS"  # ends the params in the entrypoint; no YAML line equals it
 
 
 def is_jobs_api(address: str | None) -> bool:
     """A dashboard URL: submit through the Jobs API (else ray.init joins or starts a Ray)."""
     return bool(address) and str(address).startswith(("http://", "https://"))
+
+
+def jobs_api_address(cfg: Config) -> str | None:
+    """The Jobs API this run submits to, if any: train.ray_address when it is a dashboard
+    URL, or RAY_ADDRESS when it is one (as Ray's own `ray job submit` reads it) and
+    train.ray_address names no other cluster (unset, or 'auto')."""
+    own = cfg.train.ray_address
+    if is_jobs_api(own):
+        return own
+    env = os.environ.get("RAY_ADDRESS")
+    return env if own in (None, "auto") and is_jobs_api(env) else None
 
 
 def job_config(cfg: Config) -> str:
@@ -42,14 +54,20 @@ def job_config(cfg: Config) -> str:
     return effective_yaml(cfg.model_copy(update={"train": train}))
 
 
-def entrypoint(variant: str, params: Path, workdir: Path, force: bool) -> str:
-    """The job's shell command: in the shared directory (or a clear failure), rcpipe train."""
-    command = ["rcpipe", "train", variant, "--params", str(params)]
-    command += ["--force"] if force else []
+def entrypoint(variant: str, params_yaml: str, workdir: Path, force: bool) -> str:
+    """The job's shell command: in the shared directory (or a clear failure), the params
+    written to a file of the head's own, then rcpipe train. The params travel inside the
+    command, so the dashboard shows exactly what ran and no file needs sharing for it."""
+    if any(line == HEREDOC for line in params_yaml.splitlines()):
+        raise ValueError(f"params contain the line {HEREDOC}")
+    train = f"rcpipe train {shlex.quote(variant)} --params \"$params\"" + \
+        (" --force" if force else "")
     where = shlex.quote(str(workdir))
     return (f"cd {where} || {{ echo 'error: {workdir}: not on this node: the submitting "
-            f"directory must be on the file system every node shares' >&2; exit 2; }}; "
-            f"exec {shlex.join(command)}")
+            f"directory must be on the file system the cluster shares' >&2; exit 2; }}\n"
+            f"params=$(mktemp --suffix=.yaml) && cat > \"$params\" <<'{HEREDOC}'\n"
+            f"{params_yaml.rstrip()}\n{HEREDOC}\n"
+            f"exec {train}\n")
 
 
 def submit_train(cfg: Config, variant: str, force: bool,
@@ -64,17 +82,17 @@ def submit_train(cfg: Config, variant: str, force: bool,
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     on_line = on_line or log.info
-    address = str(cfg.train.ray_address)
+    address = jobs_api_address(cfg)
+    if address is None:
+        raise ValueError("no Jobs API address: train.ray_address or RAY_ADDRESS")
+    key = "train.ray_address" if is_jobs_api(cfg.train.ray_address) else "RAY_ADDRESS"
     try:
         client = JobSubmissionClient(address)
     except ConnectionError as e:
-        raise InputError(cfg.source, "train.ray_address",
+        raise InputError(cfg.source, key,
                          f"no Ray Jobs API at {address}: {str(e).splitlines()[0]}") from None
     job_id = f"rcpipe-train-{variant}-{uuid.uuid4().hex[:8]}"
-    params = (JOBS_DIR / f"{job_id}.yaml").resolve()
-    params.parent.mkdir(parents=True, exist_ok=True)
-    params.write_text(job_config(cfg))
-    _submit(client, job_id, entrypoint(variant, params, Path.cwd().resolve(), force),
+    _submit(client, job_id, entrypoint(variant, job_config(cfg), Path.cwd().resolve(), force),
             {"variant": variant})
     on_line(f"train {variant}: submitted Ray job {job_id} to {address}")
     asyncio.run(_follow(client, job_id, on_line))

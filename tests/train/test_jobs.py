@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from rcpipe import stages
 from rcpipe.config import load_config
 from rcpipe.errors import InputError
-from rcpipe.train.jobs import entrypoint, is_jobs_api, job_config
+from rcpipe.train.jobs import entrypoint, is_jobs_api, job_config, jobs_api_address
 from tests import ray_nodes
 from tests.conftest import AWS_WORKER_ENV, SynthData
 
@@ -31,19 +30,42 @@ def test_a_dashboard_url_means_the_jobs_api() -> None:
     assert not any(is_jobs_api(a) for a in (None, "auto", "127.0.0.1:6379"))
 
 
-def test_the_job_runs_the_same_config_joined_to_its_cluster(
+def test_ray_address_may_name_the_jobs_api_as_rays_own_cli_reads_it(
+        make_config, synth_v1: SynthData, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    monkeypatch.setenv("RAY_ADDRESS", "http://head:8265")
+    assert jobs_api_address(make_config(synth_v1)) == "http://head:8265"
+    assert jobs_api_address(make_config(synth_v1, train={"ray_address": "auto"})) == \
+        "http://head:8265"
+    # a cluster named in the params wins; inside a job RAY_ADDRESS is the cluster's GCS
+    assert jobs_api_address(make_config(synth_v1, train={"ray_address": "10.0.0.1:6379"})) \
+        is None
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert jobs_api_address(make_config(synth_v1, train={"ray_address": "auto"})) is None
+
+
+def test_the_job_runs_the_same_config_in_the_same_directory(
         make_config, synth_v1: SynthData, tmp_path: Path) -> None:  # noqa: ANN001
     cfg = make_config(synth_v1, train={"ray_address": "http://head:8265", "max_steps": 7})
-    (tmp_path / "job.yaml").write_text(job_config(cfg))
-    again = load_config(tmp_path / "job.yaml")
+    shared = tmp_path / "shared dir"
+    shared.mkdir()
+    fake = tmp_path / "bin" / "rcpipe"  # what the head's rcpipe would be handed
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\necho "$@"\npwd\ncp "$4" job.yaml\n')
+    fake.chmod(0o755)
+    command = entrypoint("bidaf", job_config(cfg), shared, force=True)
+    ran = subprocess.run(["bash", "-c", command], capture_output=True, text=True,
+                         env={"PATH": f"{fake.parent}:/usr/bin:/bin"}, cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    argv, where = ran.stdout.splitlines()[:2]
+    assert argv.startswith("train bidaf --params /") and argv.endswith(" --force")
+    assert where == str(shared)
+    again = load_config(shared / "job.yaml")  # the params as the job read them
     assert again.train.ray_address == "auto"
     assert again.model_dump() == cfg.model_copy(update={"train": cfg.train.model_copy(
         update={"ray_address": "auto"})}).model_dump()
-    command = entrypoint("bidaf", Path("/shared/my run/job.yaml"), Path("/shared/my run"),
-                         force=True)
-    assert command.startswith("cd '/shared/my run' || {")
-    assert command.endswith("exec rcpipe train bidaf --params '/shared/my run/job.yaml' "
-                            "--force")
+    gone = subprocess.run(["bash", "-c", entrypoint("bidaf", "x: 1", tmp_path / "nope", False)],
+                          capture_output=True, text=True)
+    assert gone.returncode == 2 and "not on this node" in gone.stderr
 
 
 def test_no_jobs_api_at_the_address_is_one_located_error(
@@ -130,5 +152,4 @@ def test_a_two_node_cluster_loses_the_training_node_and_the_job_finishes_on_the_
     print(f"\nnode lost after checkpoint step {last_before}; resumed from step "
           f"{summary['resumed_from_step']}; a checkpoint of the restarted workers "
           f"{recovered_s:.1f} s after the kill")
-    job_params = next((tmp_path / ".rcpipe/jobs").iterdir())  # what the job ran
-    assert yaml.safe_load(job_params.read_text())["train"]["ray_address"] == "auto"
+

@@ -207,11 +207,12 @@ def serve(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: a user's mistake is one line on stderr and exit code 2, no traceback;
+    """Entry point: a user's mistake is one line on stderr and exit code 2, no traceback (a
+    run stopped by its surroundings, RunError: one line, exit 1);
     the commands' log lines go to stderr too (rcpipe/logs.py)."""
     setup_logging()
     try:
         app(args=argv, prog_name="rcpipe", standalone_mode=True)
-    except InputError as e:
+    except InputError as e:  # RunError too, with its own exit code
         print(e.line(), file=sys.stderr)
-        sys.exit(2)
+        sys.exit(e.exit_code)

@@ -1,4 +1,6 @@
-"""The one error type a user's mistake raises: the CLI prints it as one line and exits 2."""
+"""The errors the CLI prints as one located line, no traceback: a user's mistake
+(InputError, exit code 2) and a run that could not go on through no mistake of theirs
+(RunError, exit code 1: a store that went away)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ class InputError(Exception):
     (``line 12``) or a params key; it may be empty when the whole file is at fault.
     """
 
+    exit_code = 2
+
     def __init__(self, file: str | Path, location: str, what: str) -> None:
         self.file = str(file)
         self.location = location
@@ -21,3 +25,10 @@ class InputError(Exception):
     def line(self) -> str:
         parts = [self.file] + ([self.location] if self.location else []) + [self.what]
         return "error: " + ": ".join(parts)
+
+
+class RunError(InputError):
+    """A run stopped by its surroundings (the checkpoint store unreachable), located like an
+    InputError and printed the same way, but not the user's mistake: exit code 1."""
+
+    exit_code = 1

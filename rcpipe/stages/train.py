@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from rcpipe import layout
 from rcpipe.config import Config
 from rcpipe.console import shared_progress
-from rcpipe.errors import InputError
+from rcpipe.errors import InputError, RunError
 from rcpipe.stages.io import load_dataset, write_json
 from rcpipe.train.jobs import jobs_api_address, submit_train
 
@@ -66,8 +66,8 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
     """
     from rcpipe.train import cluster
     from rcpipe.train.checkpoint import META, MODEL
-    from rcpipe.train.progress import ProgressLog, finished
-    from rcpipe.train.worker import Job, run_summary
+    from rcpipe.train.progress import finished
+    from rcpipe.train.worker import run_summary
 
     cfg.models.of(variant)  # an unknown variant is the user's mistake, found before Ray starts
     cluster.check_train_v2()  # before anything is deleted, loaded or started
@@ -78,30 +78,14 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
     if force:
         cluster.forget_run(*cluster.storage(cfg, variant, out))
         shutil.rmtree(out, ignore_errors=True)
-    if summary_path.is_file():
-        summary = json.loads(summary_path.read_text())
-        if summary.get("finished"):
-            log.info("train %s: already finished (%s); nothing to do", variant, summary_path)
-            return summary
+    if (done := _finished(summary_path)) is not None:
+        log.info("train %s: already finished (%s); nothing to do", variant, summary_path)
+        return done
     inputs = _model_inputs(cfg)
     _check_model_config(cfg, variant, inputs)
     dev_doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir)
-    prepared = cfg.data.out_dir.resolve()
     t0 = time.perf_counter()
-    with cluster.ray_cluster(cfg.train.ray_address):
-        cluster.check_fits(cfg)  # before any job starts: Ray would wait forever
-        job = Job(config=cfg.model_dump(mode="json"), variant=variant,
-                  train_path=str(prepared / "train.parquet"),
-                  dev_path=str(prepared / "dev.parquet"),
-                  vocab_sha256=_vocab_hash(cfg.data.out_dir))
-        path, filesystem = cluster.storage(cfg, variant, out)
-        log.info("train %s: Ray Train job of %d worker(s), run storage %s%s", variant,
-                 cfg.train.num_workers, "s3://" if filesystem is not None else "", path)
-        shown = ProgressLog(variant, layout.live_dir(variant))  # lines, the live dev curve
-        with shared_progress() as bar:
-            task = bar.add_task(f"train {variant}", total=cfg.train.epochs)
-            result = cluster.fit(job, inputs, dev_doc, cfg, path, filesystem,
-                                 lambda message: _show(bar, task, shown, message))
+    result = _fit(cfg, variant, inputs, dev_doc, out)
     if result.checkpoint is None:
         raise InputError(cfg.data.out_dir / "train.parquet", "",
                          "training produced no checkpoint (no batch to train on?)")
@@ -120,6 +104,47 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
     write_json(summary_path, summary)
     finished(summary)
     return summary
+
+
+def _fit(cfg: Config, variant: str, inputs: ModelInputs, dev_doc: dict[str, Any],
+         out: Path) -> Any:
+    """The Ray Train job, to its end; Ray Train's Result. A checkpoint store that fails
+    mid-run is one RunError line, not Ray's traceback."""
+    from rcpipe.train import cluster
+    from rcpipe.train.progress import ProgressLog
+    from rcpipe.train.worker import Job
+
+    prepared = cfg.data.out_dir.resolve()
+    with cluster.ray_cluster(cfg.train.ray_address):
+        cluster.check_fits(cfg)  # before any job starts: Ray would wait forever
+        job = Job(config=cfg.model_dump(mode="json"), variant=variant,
+                  train_path=str(prepared / "train.parquet"),
+                  dev_path=str(prepared / "dev.parquet"),
+                  vocab_sha256=_vocab_hash(cfg.data.out_dir))
+        path, filesystem = cluster.storage(cfg, variant, out)
+        log.info("train %s: Ray Train job of %d worker(s), run storage %s%s", variant,
+                 cfg.train.num_workers, "s3://" if filesystem is not None else "", path)
+        shown = ProgressLog(variant, layout.live_dir(variant))  # lines, the live dev curve
+        with shared_progress() as bar:
+            task = bar.add_task(f"train {variant}", total=cfg.train.epochs)
+            try:
+                result = cluster.fit(job, inputs, dev_doc, cfg, path, filesystem,
+                                     lambda message: _show(bar, task, shown, message))
+            except Exception as e:
+                if (why := cluster.storage_failure(e)) is None:
+                    raise
+                raise RunError(cfg.train.storage_path or path, "", f"the checkpoint store "
+                               f"failed ({why}): run the same command again once it is back, "
+                               "to go on from the last checkpoint it recorded") from None
+    return result
+
+
+def _finished(summary_path: Path) -> dict[str, Any] | None:
+    """The summary of a run that finished, or None."""
+    if not summary_path.is_file():
+        return None
+    summary: dict[str, Any] = json.loads(summary_path.read_text())
+    return summary if summary.get("finished") else None
 
 
 def _train_as_job(cfg: Config, variant: str, force: bool) -> dict[str, Any]:

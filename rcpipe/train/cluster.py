@@ -264,6 +264,18 @@ def storage(cfg: Config, variant: str, local_dir: Path) -> tuple[str, Any]:
     return f"{base[len('s3://'):]}/{variant}", fs.S3FileSystem(**options)
 
 
+def storage_failure(error: BaseException) -> str | None:
+    """The store's own words when ``error`` is the checkpoint store failing (S3 unreachable
+    or refusing a write, as pyarrow's AWS SDK reports it), else None."""
+    seen: BaseException | None = error
+    while seen is not None:
+        for line in str(seen).splitlines():
+            if "AWS Error" in line:
+                return line.strip()
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def forget_run(storage_path: str, filesystem: Any) -> None:
     """Delete a run's checkpoints (``rcpipe train --force``), wherever they are stored."""
     from pyarrow import fs

@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
                               args.run_dir or model_dir(args.variant) / "local")
     except InputError as e:
         print(e.line(), file=sys.stderr)
-        sys.exit(2)
+        sys.exit(e.exit_code)
     print(json.dumps({k: v for k, v in summary.items() if k != "history"}))
 
 

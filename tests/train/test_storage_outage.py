@@ -1,0 +1,105 @@
+"""The checkpoint store (S3 on loopback) goes away in the middle of a run: a clear error,
+no checkpoint left half-written in the run's record, and the same command, once the store
+is back, resumes and finishes."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rcpipe import stages
+from rcpipe.errors import RunError
+from tests.conftest import SynthData
+
+TINY = {"hidden": 8, "char_dim": 4, "char_hidden": 8, "layers": 1, "highway_layers": 1}
+
+
+@pytest.fixture
+def own_s3(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A loopback S3 this test may stop and start again on the same port (moto keeps its
+    buckets in this process, so what was written survives the outage)."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from tests.conftest import AWS_WORKER_ENV
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    _, port = server.get_host_and_port()
+    for key, value in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+                       "AWS_MAX_ATTEMPTS": "2", **AWS_WORKER_ENV}.items():
+        monkeypatch.setenv(key, value)
+    client = boto3.client("s3")
+    client.create_bucket(Bucket="outage")
+    state = {"server": server, "port": port, "client": client}
+    yield state
+    state["server"].stop()
+
+
+@pytest.mark.usefixtures("local_ray")
+@pytest.mark.integration
+def test_the_store_goes_down_mid_run_and_a_rerun_finishes(
+        make_config, synth_v1: SynthData, tmp_path: Path, own_s3: Any,  # noqa: ANN001
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from moto.server import ThreadedMotoServer
+
+    monkeypatch.chdir(tmp_path)
+    cfg = make_config(synth_v1, models={"bidaf": TINY}, train={
+        "storage_path": "s3://outage/runs", "max_steps": 20, "eval_every": 4,
+        "batch_size": 4, "epochs": 50, "max_failures": 1, "threads": 1})
+    stages.prepare(cfg)
+    s3 = own_s3["client"]
+
+    def steps() -> list[str]:
+        listed = s3.list_objects_v2(Bucket="outage", Prefix="runs/bidaf/").get("Contents", [])
+        return sorted(o["Key"] for o in listed)
+
+    def stop_after_the_first_checkpoint() -> None:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if any(k.endswith("/state.pt") for k in steps()):
+                own_s3["server"].stop()
+                return
+            time.sleep(0.1)
+
+    stopper = threading.Thread(target=stop_after_the_first_checkpoint, daemon=True)
+    stopper.start()
+    with pytest.raises(RunError) as failed:
+        stages.train(cfg, "bidaf")
+    stopper.join()
+    line = failed.value.line()
+    assert line.startswith("error: s3://outage/runs: the checkpoint store failed (")
+    assert "\n" not in line and failed.value.exit_code == 1
+    assert not Path("models/bidaf/model.pt").exists()  # no half-made model, no summary
+    assert not Path("models/bidaf/summary.json").exists()
+
+    back = ThreadedMotoServer(ip_address="127.0.0.1", port=own_s3["port"], verbose=False)
+    back.start()
+    own_s3["server"] = back
+    written = steps()
+    for step in {k.rsplit("/", 1)[0] for k in written if "/step-" in k}:  # every step whole
+        assert {f"{step}/{f}" for f in ("meta.json", "model.pt", "state.pt")} <= set(written)
+    summary = stages.train(cfg, "bidaf")  # the same command, the store back
+    assert summary["finished"] and summary["steps"] == 20
+    assert Path("models/bidaf/model.pt").is_file()
+    print(f"\nstore stopped after checkpoint {written[-1]}; the rerun resumed from step "
+          f"{summary['resumed_from_step']}")
+
+
+def test_a_run_error_is_one_line_and_exit_code_1(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from rcpipe import cli
+
+    def store_gone(*_: object, **__: object) -> None:
+        raise RunError("s3://b/runs", "", "the checkpoint store failed (AWS Error ...)")
+
+    monkeypatch.setattr(stages, "train", store_gone)
+    with pytest.raises(SystemExit) as done:
+        cli.main(["train", "bidaf"])
+    assert done.value.code == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: s3://b/runs: the checkpoint store failed (AWS Error ...)"]

@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,3 +81,27 @@ def stop_all(nodes: list[Node]) -> None:
                     p.kill()
     for node in nodes:
         shutil.rmtree(node.temp_dir.parent, ignore_errors=True)
+
+
+# Holds the head's only CPU until killed, so that a training worker can start only on another
+# node; killing it frees the head for a restarted worker group.
+HOLD = textwrap.dedent("""
+    import sys, ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy as On
+    ray.init(address=sys.argv[1], logging_level="ERROR")
+    head = next(n["NodeID"] for n in ray.nodes()
+                if n["Alive"] and "node:__internal_head__" in n["Resources"])
+    hold = ray.remote(num_cpus=1)(type("Hold", (), {"ready": lambda self: True}))
+    actor = hold.options(scheduling_strategy=On(head, soft=False)).remote()
+    ray.get(actor.ready.remote())
+    print("holding", flush=True)
+    sys.stdin.read()
+""")
+
+
+def hold_the_head(gcs: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    """A driver holding the head's CPU (kill it to let go)."""
+    hold = subprocess.Popen([sys.executable, "-c", HOLD, gcs], env=env, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert hold.stdout is not None and hold.stdout.readline().strip() == "holding"
+    return hold

@@ -1,43 +1,37 @@
 """`prefect deployment run train-all/local` against a real Prefect server, worker and Ray.
 
 The stack is the one `make up` starts (flows/stack.py), with a temporary PREFECT_HOME for
-the server and another for the client, on a free port of 127.0.0.1.
+the server and another for the client, on a free port of 127.0.0.1 (one stack for the
+module).
+
+The distributed path on one machine: the same command against a Ray cluster of two nodes on
+this machine (`ray start --head` with the Jobs API, a second `ray start --address` with its own
+temp dir and ports), checkpoints on the loopback S3. The variant's Ray job trains on the second
+node; that node's raylet is SIGKILLed mid-training; the run resumes from its last checkpoint
+on the head and the deployment's run finishes with the outputs an undisturbed run gives.
 """
 
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
+import tempfile
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
 
 from flows import stack
-from rcpipe.config import VARIANTS
-from tests.conftest import SynthData, questions_of, write_params
+from rcpipe.config import VARIANTS, load_config
+from rcpipe.train.local import train_local
+from tests import ray_nodes
+from tests.conftest import AWS_WORKER_ENV, SynthData, questions_of, write_params
 
 TINY = {"hidden": 8, "char_dim": 4, "char_hidden": 8, "heads": 2, "model_blocks": 1,
         "emb_convs": 1, "model_convs": 1, "highway_layers": 1}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def prefect_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
-    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "client"))
-    monkeypatch.setenv("DO_NOT_TRACK", "1")
-    monkeypatch.delenv("PREFECT_API_URL", raising=False)
-    home = tmp_path / "server"
-    running = stack.up(_free_port(), home)
-    try:
-        yield running
-    finally:
-        stack.down(home)
 
 
 @pytest.mark.integration
@@ -63,3 +57,93 @@ def test_deployment_run_train_all_local_completes_with_every_metric(
         assert 0.0 <= result["f1"] <= 100.0
         answers = json.loads((work / f"predictions/{name}.json").read_text())
         assert len(answers) == len(questions_of(synth_v1.dev_doc))
+
+
+CLUSTER_TINY = {"hidden": 8, "char_dim": 4, "char_hidden": 8, "layers": 1, "highway_layers": 1}
+TRAIN = {"max_steps": 40, "eval_every": 4, "batch_size": 4, "epochs": 50, "max_failures": 2,
+         "cpus_per_worker": 1, "threads": 1}
+
+
+def _checkpoints(s3: Any, prefix: str) -> list[int]:
+    listed = s3.list_objects_v2(Bucket="rcpipe-test", Prefix=prefix).get("Contents", [])
+    return sorted({int(o["Key"].split("step-")[1][:8]) for o in listed
+                   if "/step-" in o["Key"] and o["Key"].endswith("/state.pt")})
+
+
+def _train_workers() -> set[int]:
+    return {p.pid for p in psutil.process_iter(["cmdline"])
+            if any("RayTrainWorker" in c for c in p.info["cmdline"] or [])}
+
+
+def _lose_the_training_node(s3: Any, second: ray_nodes.Node, hold: subprocess.Popen[str],
+                            seen: dict[str, Any]) -> None:
+    """After the first checkpoint: free the head, SIGKILL the second node's raylet; then time
+    until a new training worker (the restarted group's, on the head) runs."""
+    deadline = time.monotonic() + 400
+    while not (steps := _checkpoints(s3, "deploy/bidaf/checkpoints/")):
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.2)
+    before = _train_workers()
+    hold.kill()
+    second.raylet().kill()
+    seen |= {"killed_at": time.monotonic(), "last_before": max(steps)}
+    while not _train_workers() - before:
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.1)
+    seen["recovered_s"] = time.monotonic() - seen["killed_at"]
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_deployment_run_loses_the_training_node_and_finishes_as_undisturbed(
+        prefect_stack: dict, s3: Any, tmp_path: Path, synth_v1: SynthData) -> None:
+    params = write_params(tmp_path / "params.yaml", train=TRAIN, models={"bidaf": CLUSTER_TINY},
+                          data={"train_file": str(synth_v1.train),
+                                "dev_file": str(synth_v1.dev)})
+    env = ray_nodes.node_env({**AWS_WORKER_ENV, "AWS_ENDPOINT_URL": s3.meta.endpoint_url})
+    short = Path(tempfile.mkdtemp(prefix="rn-", dir="/tmp"))  # Ray's sockets: <= 107 bytes
+    head, gcs, jobs_api = ray_nodes.start_head(short / "head", env, cpus=1)
+    nodes = [head]
+    work, seen = tmp_path / "work", {}
+    try:
+        second = ray_nodes.start(short / "second", env, "--address", gcs, "--num-cpus", "1")
+        nodes.append(second)
+        hold = ray_nodes.hold_the_head(gcs, env)  # the job's worker starts on node 2
+        killer = threading.Thread(target=_lose_the_training_node,
+                                  args=(s3, second, hold, seen), daemon=True)
+        killer.start()
+        run = subprocess.run(
+            [stack._prefect(), "deployment", "run", "train-all/local",
+             "--param", f"params={params}", "--param", f"workdir={work}",
+             "--param", "synth_data=false", "--param", 'variants=["bidaf"]',
+             "--param", f"ray_address={jobs_api}",
+             "--param", "storage_path=s3://rcpipe-test/deploy",
+             "--watch", "--watch-timeout", "900"],
+            env=stack.server_env(tmp_path / "client", str(prefect_stack["api_url"])),
+            capture_output=True, text=True, timeout=1000)
+        killer.join(timeout=60)
+    finally:
+        ray_nodes.stop_all(nodes)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "Completed" in run.stdout
+    assert "recovered_s" in seen, "the second node was never lost mid-training"
+    resumed = json.loads((work / "models/bidaf/summary.json").read_text())
+    # from the newest checkpoint (one stored after the kill was decided may be newer still)
+    assert resumed["steps"] == 40
+    assert seen["last_before"] <= resumed["resumed_from_step"] < 40
+    answers = json.loads((work / "predictions/bidaf.json").read_text())
+    assert len(answers) == len(questions_of(synth_v1.dev_doc))
+
+    # the same params, undisturbed, in one process: the same steps, the same dev F1 within
+    # noise (the data order, optimizer, EMA and RNG streams resume with the checkpoint)
+    reference = train_local(load_config(params, [f"data.out_dir={work}/data/prepared"]),
+                            "bidaf", tmp_path / "reference")
+    assert reference["steps"] == resumed["steps"]
+    assert resumed["best_dev_f1"] == pytest.approx(reference["best_dev_f1"], abs=2.0)
+    print(f"\nnode lost with checkpoint step {seen['last_before']} stored; resumed from "
+          f"step {resumed['resumed_from_step']} (a checkpoint every {TRAIN['eval_every']} "
+          f"steps and at each epoch's end); a new training worker {seen['recovered_s']:.1f} s"
+          f" after the kill; dev F1 {resumed['best_dev_f1']:.2f} vs undisturbed "
+          f"{reference['best_dev_f1']:.2f}")

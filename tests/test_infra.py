@@ -483,3 +483,17 @@ def test_the_nightly_never_runs_twice_at_once() -> None:
     assert limit is not None and not isinstance(limit, int)
     assert limit.limit == 1
     assert ConcurrencyLimitStrategy(limit.collision_strategy) is ConcurrencyLimitStrategy.CANCEL_NEW
+
+
+@pytest.mark.parametrize("path", [RAYJOB, RAYCLUSTER], ids=lambda p: p.name)
+def test_every_ray_pod_has_its_own_way_to_s3(path: Path) -> None:
+    """rcpipe hands the workers no key: each pod that trains gets S3 access itself, by the
+    service account's role (IRSA / Pod Identity) or the Secret's keys, by reference only."""
+    account = load(INFRA / "kuberay" / "serviceaccount.yaml")
+    assert account["kind"] == "ServiceAccount"
+    assert account["metadata"]["namespace"] == load(path)["metadata"]["namespace"]
+    for group, pod in pods(load(path)).items():
+        assert pod["serviceAccountName"] == account["metadata"]["name"], group
+        if group != "head":
+            refs = [e["secretRef"] for c in pod["containers"] for e in c.get("envFrom", [])]
+            assert refs == [{"name": "rcpipe-aws", "optional": True}], group

@@ -63,9 +63,10 @@ def entrypoint(variant: str, params_yaml: str, workdir: Path, force: bool) -> st
     train = f"rcpipe train {shlex.quote(variant)} --params \"$params\"" + \
         (" --force" if force else "")
     where = shlex.quote(str(workdir))
-    return (f"cd {where} || {{ echo 'error: {workdir}: not on this node: the submitting "
-            f"directory must be on the file system the cluster shares' >&2; exit 2; }}\n"
-            f"params=$(mktemp --suffix=.yaml) && cat > \"$params\" <<'{HEREDOC}'\n"
+    missing = shlex.quote(f"error: {workdir}: not on this node: the submitting directory "
+                          "must be on the file system the cluster shares")
+    return (f"set -e\ncd {where} 2>/dev/null || {{ echo {missing} >&2; exit 2; }}\n"
+            f"params=$(mktemp --suffix=.yaml)\ncat > \"$params\" <<'{HEREDOC}'\n"
             f"{params_yaml.rstrip()}\n{HEREDOC}\n"
             f"exec {train}\n")
 

@@ -138,7 +138,7 @@ def _run(params_path: Path, sets: list[str], variants: list[str], synth_data: bo
         timed("synth", synth, cfg)
     timed("prepare", prepare, cfg)
 
-    with _cluster(cfg) as slots:
+    with _cluster(cfg, len(variants)) as slots:
         get_run_logger().info("train: %d variant(s), %d at a time", len(variants), slots)
         scores, failed = timed("train+evaluate", _train_and_evaluate, cfg, list(variants),
                                slots)
@@ -157,7 +157,7 @@ def _run(params_path: Path, sets: list[str], variants: list[str], synth_data: bo
 
 
 @contextlib.contextmanager
-def _cluster(cfg: Config) -> Iterator[int]:
+def _cluster(cfg: Config, variants: int) -> Iterator[int]:
     """The Ray that trains, and how many variants go to it at once.
 
     Through the Jobs API every variant is submitted at once: Ray queues the jobs that do not
@@ -168,7 +168,7 @@ def _cluster(cfg: Config) -> Iterator[int]:
     from rcpipe.train.jobs import jobs_api_address
 
     if jobs_api_address(cfg):
-        yield len(VARIANTS)
+        yield variants
         return
     with ray_cluster(cfg.train.ray_address):  # one Ray for every variant's job
         yield jobs_that_fit(cfg)

@@ -180,26 +180,30 @@ def join_local_ray(local_ray: None) -> Iterator[str]:
         yield address
 
 
-@pytest.fixture(scope="module")
-def s3() -> Iterator[Any]:
-    """A real moto S3 server on 127.0.0.1; yields a boto3 client with a bucket 'rcpipe-test'.
-
-    The standard AWS variables point at it (AWS_ENDPOINT_URL, dummy keys), as they would
-    at MinIO or any S3-compatible endpoint.
-    """
+def start_s3(mp: pytest.MonkeyPatch, bucket: str, **env: str) -> tuple[Any, int, Any]:
+    """A real moto S3 server on a free port of 127.0.0.1 holding ``bucket``, the standard
+    AWS variables pointing at it (AWS_ENDPOINT_URL, dummy keys, and ``env``), as they would
+    at MinIO or any S3-compatible endpoint; (the server, its port, a boto3 client)."""
     import boto3
     from moto.server import ThreadedMotoServer
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     _, port = server.get_host_and_port()
+    for key, value in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+                       **AWS_WORKER_ENV, **env}.items():
+        mp.setenv(key, value)
+    mp.delenv("AWS_PROFILE", raising=False)
+    client = boto3.client("s3")
+    client.create_bucket(Bucket=bucket)
+    return server, port, client
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[Any]:
+    """The loopback S3 (start_s3) for a module; yields a client with a bucket 'rcpipe-test'."""
     with pytest.MonkeyPatch.context() as mp:
-        for key, value in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-                           **AWS_WORKER_ENV}.items():
-            mp.setenv(key, value)
-        mp.delenv("AWS_PROFILE", raising=False)
-        client = boto3.client("s3")
-        client.create_bucket(Bucket="rcpipe-test")
+        server, _, client = start_s3(mp, "rcpipe-test")
         try:
             yield client
         finally:

@@ -39,6 +39,12 @@ class Node:
         raise LookupError(f"no raylet under {self.temp_dir}")
 
 
+def train_workers() -> list[psutil.Process]:
+    """This machine's Ray Train worker processes (Ray titles them RayTrainWorker)."""
+    return [p for p in psutil.process_iter(["cmdline"])
+            if any("RayTrainWorker" in part for part in p.info["cmdline"] or [])]
+
+
 def node_env(extra: dict[str, str]) -> dict[str, str]:
     """This environment, Ray's token auth off (a stray ~/.ray/auth_token would turn it on),
     rcpipe's command on PATH for job entrypoints, and ``extra``."""

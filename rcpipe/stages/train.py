@@ -151,10 +151,9 @@ def _train_as_job(cfg: Config, variant: str, force: bool) -> dict[str, Any]:
     """`rcpipe train` in a Ray job (rcpipe.train.jobs); its summary, from the shared disk."""
     submit_train(cfg, variant, force)  # the job's log lines go to rcpipe.train.jobs' log
     summary_path = model_dir(variant) / "summary.json"
-    if not summary_path.is_file():
+    if (summary := _finished(summary_path)) is None:
         raise InputError(summary_path, "", "the Ray job finished but this directory has no "
                          "summary: it must be on the file system the cluster's nodes share")
-    summary: dict[str, Any] = json.loads(summary_path.read_text())
     return summary
 
 

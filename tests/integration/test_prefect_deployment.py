@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from flows import stack
@@ -70,11 +69,6 @@ def _checkpoints(s3: Any, prefix: str) -> list[int]:
                    if "/step-" in o["Key"] and o["Key"].endswith("/state.pt")})
 
 
-def _train_workers() -> set[int]:
-    return {p.pid for p in psutil.process_iter(["cmdline"])
-            if any("RayTrainWorker" in c for c in p.info["cmdline"] or [])}
-
-
 def _lose_the_training_node(s3: Any, second: ray_nodes.Node, hold: subprocess.Popen[str],
                             seen: dict[str, Any]) -> None:
     """After the first checkpoint: free the head, SIGKILL the second node's raylet; then time
@@ -84,11 +78,11 @@ def _lose_the_training_node(s3: Any, second: ray_nodes.Node, hold: subprocess.Po
         if time.monotonic() > deadline:
             return
         time.sleep(0.2)
-    before = _train_workers()
+    before = {p.pid for p in ray_nodes.train_workers()}
     hold.kill()
     second.raylet().kill()
     seen |= {"killed_at": time.monotonic(), "last_before": max(steps)}
-    while not _train_workers() - before:
+    while not {p.pid for p in ray_nodes.train_workers()} - before:
         if time.monotonic() > deadline:
             return
         time.sleep(0.1)

@@ -11,10 +11,10 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from rcpipe import stages
+from tests import ray_nodes
 from tests.conftest import SynthData, write_params
 
 TINY = {"hidden": 8, "char_dim": 4, "char_hidden": 8, "heads": 2, "model_blocks": 1,
@@ -36,14 +36,9 @@ def _metas(variant: str) -> list[dict]:
 
 
 @pytest.mark.usefixtures("local_ray")
-def test_two_workers_hold_identical_weights_after_every_step(
-        make_config, synth_v1: SynthData, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
-    monkeypatch.chdir(tmp_path)
-    cfg = make_config(synth_v1, train={"num_workers": 2, "max_steps": 2, "eval_every": 1,
-                                       "batch_size": 8, "epochs": 3},
-                      models={"qanet": TINY})
-    stages.prepare(cfg)
+def test_two_workers_hold_identical_weights_after_every_step(prepared_here) -> None:  # noqa: ANN001
+    cfg = prepared_here(train={"num_workers": 2, "max_steps": 2, "eval_every": 1,
+                               "batch_size": 8, "epochs": 3}, models={"qanet": TINY})
     summary = stages.train(cfg, "qanet")
     assert summary["world_size"] == 2 and summary["steps"] == 2
     assert summary["replicas_in_sync"]
@@ -56,29 +51,16 @@ def test_two_workers_hold_identical_weights_after_every_step(
     assert metas[0]["replica_digests"][0] != metas[1]["replica_digests"][0]
 
 
-def _ray_train_workers() -> list[psutil.Process]:
-    found = []
-    for p in psutil.process_iter(["cmdline"]):
-        if any("RayTrainWorker" in part for part in p.info["cmdline"] or []):
-            found.append(p)
-    return found
-
-
 @pytest.mark.usefixtures("local_ray")
-def test_failure_config_restarts_a_run_whose_worker_died(
-        make_config, synth_v1: SynthData, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
-    monkeypatch.chdir(tmp_path)
-    cfg = make_config(synth_v1, train={"max_steps": 24, "eval_every": 3, "batch_size": 4,
-                                       "epochs": 50, "max_failures": 1},
-                      models={"bidaf": TINY})
-    stages.prepare(cfg)
+def test_failure_config_restarts_a_run_whose_worker_died(prepared_here) -> None:  # noqa: ANN001
+    cfg = prepared_here(train={"max_steps": 24, "eval_every": 3, "batch_size": 4,
+                               "epochs": 50, "max_failures": 1}, models={"bidaf": TINY})
     killed: list[int] = []
 
     def kill_a_worker_after_the_first_checkpoint() -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not killed:
-            workers = _ray_train_workers()
+            workers = ray_nodes.train_workers()
             if workers and _registered_checkpoint(Path("models/bidaf/checkpoints")):
                 workers[0].kill()  # SIGKILL, as an OOM killer or a lost node would
                 killed.append(workers[0].pid)
@@ -142,13 +124,10 @@ def test_kill_9_then_the_same_command_resumes_to_the_same_dev_f1(
 
 @pytest.mark.usefixtures("local_ray")
 def test_checkpoints_can_live_on_s3_and_a_run_resumes_from_there(
-        make_config, synth_v1: SynthData, tmp_path: Path, s3,  # noqa: ANN001
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
+        prepared_here, make_config, synth_v1: SynthData, s3) -> None:  # noqa: ANN001
     train = {"max_steps": 2, "eval_every": 1, "batch_size": 8, "epochs": 5,
              "storage_path": "s3://rcpipe-test/runs"}
-    cfg = make_config(synth_v1, train=train, models={"bidaf": TINY})
-    stages.prepare(cfg)
+    cfg = prepared_here(train=train, models={"bidaf": TINY})
     first = stages.train(cfg, "bidaf")
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket="rcpipe-test")["Contents"]}
     assert "runs/bidaf/checkpoints/step-00000002/model.pt" in keys

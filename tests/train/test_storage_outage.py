@@ -13,7 +13,7 @@ import pytest
 
 from rcpipe import stages
 from rcpipe.errors import RunError
-from tests.conftest import SynthData
+from tests.conftest import start_s3
 
 TINY = {"hidden": 8, "char_dim": 4, "char_hidden": 8, "layers": 1, "highway_layers": 1}
 
@@ -22,19 +22,7 @@ TINY = {"hidden": 8, "char_dim": 4, "char_hidden": 8, "layers": 1, "highway_laye
 def own_s3(monkeypatch: pytest.MonkeyPatch) -> Any:
     """A loopback S3 this test may stop and start again on the same port (moto keeps its
     buckets in this process, so what was written survives the outage)."""
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    from tests.conftest import AWS_WORKER_ENV
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    _, port = server.get_host_and_port()
-    for key, value in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-                       "AWS_MAX_ATTEMPTS": "2", **AWS_WORKER_ENV}.items():
-        monkeypatch.setenv(key, value)
-    client = boto3.client("s3")
-    client.create_bucket(Bucket="outage")
+    server, port, client = start_s3(monkeypatch, "outage", AWS_MAX_ATTEMPTS="2")
     state = {"server": server, "port": port, "client": client}
     yield state
     state["server"].stop()
@@ -43,15 +31,12 @@ def own_s3(monkeypatch: pytest.MonkeyPatch) -> Any:
 @pytest.mark.usefixtures("local_ray")
 @pytest.mark.integration
 def test_the_store_goes_down_mid_run_and_a_rerun_finishes(
-        make_config, synth_v1: SynthData, tmp_path: Path, own_s3: Any,  # noqa: ANN001
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        prepared_here, own_s3: Any) -> None:  # noqa: ANN001
     from moto.server import ThreadedMotoServer
 
-    monkeypatch.chdir(tmp_path)
-    cfg = make_config(synth_v1, models={"bidaf": TINY}, train={
+    cfg = prepared_here(models={"bidaf": TINY}, train={
         "storage_path": "s3://outage/runs", "max_steps": 20, "eval_every": 4,
         "batch_size": 4, "epochs": 50, "max_failures": 1, "threads": 1})
-    stages.prepare(cfg)
     s3 = own_s3["client"]
 
     def steps() -> list[str]:

@@ -64,3 +64,21 @@ def test_a_rerun_after_one_variant_failed_skips_what_finished(
     assert set(out["scores"]) == {*variants, "ensemble"}
     for name in (*variants, "ensemble"):
         assert json.loads((work / f"metrics/{name}.json").read_text()) == out["scores"][name]
+
+
+def test_through_the_jobs_api_every_variant_goes_at_once(
+        make_config, synth_v1: SynthData, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    """Ray queues what does not fit and an autoscaler grows to its maximum for it: the flow
+    does not size the parallel variants from the GPUs the cluster has when it starts (none,
+    scaled down) and joins no Ray of its own for it."""
+    from flows.train_all import _cluster
+    from rcpipe.train import cluster
+
+    def no_ray(*_: object) -> None:
+        pytest.fail("the flow sized the jobs from a Ray of its own")
+
+    monkeypatch.setattr(cluster, "ray_cluster", no_ray)
+    monkeypatch.setattr(cluster, "jobs_that_fit", no_ray)
+    cfg = make_config(synth_v1, train={"ray_address": "http://head:8265"})
+    with _cluster(cfg, 4) as slots:
+        assert slots == 4

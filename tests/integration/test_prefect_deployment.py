@@ -69,6 +69,20 @@ def _checkpoints(s3: Any, prefix: str) -> list[int]:
                    if "/step-" in o["Key"] and o["Key"].endswith("/state.pt")})
 
 
+def _job_lines(api_url: str) -> list[str]:
+    """What the flow's runs logged through rcpipe.train.jobs, as the Prefect API holds it."""
+    from prefect import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    found: list[str] = []
+    offset = 0
+    with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as c:
+        while page := c.read_logs(limit=200, offset=offset):  # the API's pages
+            found += [log.message for log in page if log.name == "rcpipe.train.jobs"]
+            offset += len(page)
+    return found
+
+
 def _lose_the_training_node(s3: Any, second: ray_nodes.Node, hold: subprocess.Popen[str],
                             seen: dict[str, Any]) -> None:
     """After the first checkpoint: free the head, SIGKILL the second node's raylet; then time
@@ -129,6 +143,10 @@ def test_a_deployment_run_loses_the_training_node_and_finishes_as_undisturbed(
     assert seen["last_before"] <= resumed["resumed_from_step"] < 40
     answers = json.loads((work / "predictions/bidaf.json").read_text())
     assert len(answers) == len(questions_of(synth_v1.dev_doc))
+    # the flow followed the job: its submission and the job's own lines are in Prefect
+    relayed = _job_lines(str(prefect_stack["api_url"]))
+    assert any("submitted Ray job" in line for line in relayed)
+    assert any("train bidaf:" in line and "dev EM" in line for line in relayed)
 
     # the same params, undisturbed, in one process: the same steps, the same dev F1 within
     # noise (the data order, optimizer, EMA and RNG streams resume with the checkpoint)

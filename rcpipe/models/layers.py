@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -36,34 +35,41 @@ def masked_softmax(logits: torch.Tensor, mask: torch.Tensor, dim: int = -1) -> t
 
 # ------------------------------------------------------------------- attention capture
 
-# (module, name) -> the weights of each call, in call order; None: nothing is recording
-_CAPTURE: ContextVar[dict[tuple[nn.Module, str], list[torch.Tensor]] | None] = ContextVar(
-    "rcpipe_attention_capture", default=None)
+# The attribute capture_attention sets on every module of a model for its block: a
+# module reads its own attribute, not a context variable, so a compiled forward sees a
+# plain attribute that is absent (a guard, no code) and traces no branch for it.
+_SINK = "_attention_sink"
+
+AttentionMaps = dict[tuple[nn.Module, str], list[torch.Tensor]]
 
 
 @contextmanager
-def capture_attention() -> Iterator[dict[tuple[nn.Module, str], list[torch.Tensor]]]:
-    """Within the block, attention modules record their weights (for `rcpipe explain`).
+def capture_attention(model: nn.Module) -> Iterator[AttentionMaps]:
+    """Within the block, ``model``'s attention modules record their weights (explain).
 
     Yields (module, name) -> one detached tensor per forward call, in call order (a shared
     encoder called on passage then question has two). Outside the block ``keep_attention``
-    returns at once, so training and evaluation compute exactly what they did before.
+    returns at once, so training and evaluation compute exactly what they did before, and
+    a compiled training step has nothing of it (tests/train/test_gpu_ready.py counts).
     """
-    maps: dict[tuple[nn.Module, str], list[torch.Tensor]] = {}
-    token = _CAPTURE.set(maps)
+    maps: AttentionMaps = {}
+    modules = list(model.modules())
+    for m in modules:
+        object.__setattr__(m, _SINK, maps)
     try:
         yield maps
     finally:
-        _CAPTURE.reset(token)
+        for m in modules:
+            m.__dict__.pop(_SINK, None)
 
 
-def capturing() -> bool:
-    """Whether a capture_attention block is open (for weights that cost extra to form)."""
-    return _CAPTURE.get() is not None
+def capturing(module: nn.Module) -> bool:
+    """Whether ``module`` records now (for weights that cost extra to form)."""
+    return getattr(module, _SINK, None) is not None
 
 
 def keep_attention(module: nn.Module, name: str, weights: torch.Tensor) -> None:
-    maps = _CAPTURE.get()
+    maps = getattr(module, _SINK, None)
     if maps is not None:
         maps.setdefault((module, name), []).append(weights.detach())
 

@@ -95,7 +95,7 @@ class SelfAttention(nn.Module):
         y = F.scaled_dot_product_attention(
             q, k, v, attn_mask=keys[:, None, None, :]  # (B, 1, 1, L) broadcast over queries
         )  # (B, h, L, d/h)
-        if capturing():  # the fused kernel keeps no weights: form them again, for explain
+        if capturing(self):  # the fused kernel keeps no weights: form them again, for explain
             s = q @ k.transpose(-2, -1) / math.sqrt(d // self.heads)  # (B, h, L, L)
             keep_attention(self, "self", masked_softmax(s, keys[:, None, None, :]))
         y = y.transpose(1, 2).reshape(b, n, d)  # (B, L, d)

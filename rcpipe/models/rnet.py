@@ -106,7 +106,7 @@ class GatedAttentionRNN(nn.Module):
         v_weight = self.v.weight.squeeze(0)  # (A,)
         h = u_p.new_zeros(b, self.dim)  # (B, H)
         outs = []
-        weights: list[torch.Tensor] | None = [] if capturing() else None  # for explain
+        weights: list[torch.Tensor] | None = [] if capturing(self) else None  # for explain
         # unbind, not [:, t]: each slice's backward would write a zero tensor the size of
         # the whole sequence, O(Lc^2) work; unbind's backward is one stack
         steps = zip(passage.unbind(1), gate_p.unbind(1), u_p.unbind(1), strict=True)

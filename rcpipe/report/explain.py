@@ -23,7 +23,7 @@ def attention_maps(model: nn.Module, variant: str, batch: Batch
     if len(batch) != 1:
         raise ValueError(f"explain one question at a time, not {len(batch)}")
     model.eval()
-    with torch.no_grad(), capture_attention() as captured:
+    with torch.no_grad(), capture_attention(model) as captured:
         log_p1, log_p2 = model(batch).log_probs()  # (1, 1 + Lc) each
     maps = []
     for spec in views_of(variant):

@@ -26,10 +26,10 @@ def test_capture_changes_no_output_and_records_distributions(variant: str) -> No
     batch = make_batch(b=3, lc=24, lq=7, seed=1)
     with torch.no_grad():
         plain = model(batch)
-        with capture_attention() as captured:
-            assert capturing()
+        with capture_attention(model) as captured:
+            assert all(capturing(m) for m in model.modules())
             seen = model(batch)
-    assert not capturing()
+    assert not any(capturing(m) for m in model.modules())
     assert torch.equal(plain.start, seen.start) and torch.equal(plain.end, seen.end)
     assert torch.equal(plain.na, seen.na)
 
@@ -59,7 +59,7 @@ def test_training_records_nothing_and_gradients_match() -> None:
         model = build_model("rnet", CFG, inputs()).train()
         torch.manual_seed(1)  # the same dropout masks in both runs
         if capture:
-            with capture_attention() as captured:
+            with capture_attention(model) as captured:
                 span_loss(model(batch), batch.y1, batch.y2).backward()
             assert captured
         else:

@@ -107,6 +107,24 @@ class SynthConfig(Section):
         return f"{v:.1f}" if isinstance(v, float) else v
 
 
+class Buckets(Section):
+    """The lengths a training batch is padded to: its longest context (question) rounded up
+    to the next edge. A few fixed shapes let torch.compile and CUDA graphs build one graph
+    per shape (at most len(context) * len(question) of them) instead of one per batch."""
+
+    context: tuple[int, ...] = Field(description="context edges in tokens, increasing; the "
+                                     "last at least data.limits.para")
+    question: tuple[int, ...] = Field(description="question edges, increasing; the last at "
+                                      "least data.limits.question")
+
+    @field_validator("context", "question")
+    @classmethod
+    def _increasing(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if not v or any(e <= 0 for e in v) or list(v) != sorted(set(v)):
+            raise ValueError("must be positive lengths in increasing order")
+        return v
+
+
 class TrainConfig(Section):
     num_workers: int = Field(1, ge=1, description="Ray Train workers (one per GPU on a cluster)")
     epochs: int = Field(1, ge=1)
@@ -134,7 +152,19 @@ class TrainConfig(Section):
                           "evaluations without a better F1; 0: never")
     tf32: bool = Field(True, description="TF32 matmuls and convolutions on CUDA (fp32 "
                        "weights and activations; models.<variant>.bf16 is mixed precision)")
-    compile: bool = Field(False, description="torch.compile the model")
+    compile: Literal["off", "default", "reduce-overhead"] = Field(
+        "off", description="torch.compile the training step: the model's forward and "
+        "backward, and the optimiser step with the EMA; reduce-overhead adds CUDA graphs "
+        "(one per input shape: set train.buckets)")
+    buckets: Buckets | None = Field(None, description="pad training batches to these "
+                                    "lengths (a few fixed shapes); None: each batch to its "
+                                    "own longest context and question")
+
+    @field_validator("compile", mode="before")
+    @classmethod
+    def _compile_words(cls, v: object) -> object:
+        # YAML reads `off` and `false` as False, and older params files said `compile: true`
+        return {False: "off", True: "default"}.get(v, v) if isinstance(v, bool) else v
 
 
 class OptimConfig(Section):
@@ -271,6 +301,19 @@ class Config(Section):
     models: ModelsConfig = Field(default_factory=ModelsConfig)
     _source: str = PrivateAttr("params")
 
+    @model_validator(mode="after")
+    def _buckets_hold_the_limits(self) -> Config:
+        b, limits = self.train.buckets, self.data.limits
+        if b is not None:
+            for name, edges, limit in (("context", b.context, limits.para),
+                                       ("question", b.question, limits.question)):
+                if edges[-1] < limit:
+                    key = "para" if name == "context" else name
+                    raise ValueError(f"train.buckets.{name}: the last edge {edges[-1]} is "
+                                     f"below data.limits.{key} {limit}, so the longest "
+                                     "training batches would fit no bucket")
+        return self
+
     @property
     def source(self) -> str:
         """The params file this was loaded from, for errors that name a key of it."""
@@ -325,6 +368,8 @@ def load_config(params: Path | str = "params.yaml", overrides: list[str] | None 
         err = e.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
         what = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        if not where:  # a check across sections (Config's validators) names its key first
+            where, _, what = what.removeprefix("Value error, ").partition(": ")
         raise InputError(params, where, what) from None
     cfg._source = str(params)
     return cfg

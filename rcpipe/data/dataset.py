@@ -96,12 +96,27 @@ def read_table(path: Path) -> pa.Table:
     return table
 
 
+Edges = tuple[Sequence[int], Sequence[int]]  # (context edges, question edges), increasing
+
+
+def padded_length(longest: int, edges: Sequence[int] | None) -> int:
+    """The length a batch whose longest row has ``longest`` tokens is padded to: the first
+    edge that holds it; without edges, or past the last one, the longest itself (>= 1)."""
+    longest = max(1, longest)
+    for edge in edges or ():
+        if edge >= longest:
+            return edge
+    return longest
+
+
 class SquadDataset:
-    """Map-style dataset over a prepared split; ``para_limit`` truncates long dev contexts."""
+    """Map-style dataset over a prepared split; ``para_limit`` truncates long dev contexts;
+    ``buckets`` (train.buckets) pads each batch to the edge above its longest row."""
 
     def __init__(self, table: pa.Table, para_limit: int | None = None,
-                 char_limit: int = 16) -> None:
+                 char_limit: int = 16, buckets: Edges | None = None) -> None:
         self.char_limit = char_limit  # chars kept per word by prepare (data.limits.char)
+        self.buckets = buckets
         self.ids = table.column("id").to_pylist()
         self.cw = _Ragged(table.column("context_word_ids"))
         self.cc = _Ragged2(table.column("context_char_ids"))
@@ -124,12 +139,13 @@ class SquadDataset:
         return int(self.starts.row(i)[start]), int(self.ends.row(i)[end])
 
     @classmethod
-    def from_parquet(cls, path: Path, para_limit: int | None = None) -> SquadDataset:
+    def from_parquet(cls, path: Path, para_limit: int | None = None,
+                     buckets: Edges | None = None) -> SquadDataset:
         """A prepared split; its char limit is the one prepare recorded in meta.json."""
         meta = path.parent / "meta.json"
         char_limit = json.loads(meta.read_text()).get("char_limit", 16) if meta.is_file() \
             else 16
-        return cls(read_table(path), para_limit, char_limit)
+        return cls(read_table(path), para_limit, char_limit, buckets)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -146,17 +162,26 @@ class SquadDataset:
         counts = np.bincount(lengths[lengths < max_len], minlength=max_len)[:max_len]
         return ((counts + 1) / (counts.sum() + max_len)).astype(np.float32)
 
+    def question_lengths(self) -> np.ndarray:
+        return self.qw.lengths()
+
+    def padded_shape(self, indices: Sequence[int]) -> tuple[int, int]:
+        """(Lc, Lq) that ``collate(indices)`` pads to."""
+        rows = np.asarray(indices, dtype=np.int64)  # (B,)
+        c_edges, q_edges = self.buckets or (None, None)
+        return (padded_length(int(self.context_lengths()[rows].max(initial=0)), c_edges),
+                padded_length(int(self.question_lengths()[rows].max(initial=0)), q_edges))
+
     def collate(self, indices: Sequence[int], char_limit: int | None = None) -> Batch:
-        """Pad the rows to the longest in the batch (at least 1, so no tensor is empty) and
-        every word to ``char_limit`` chars (default: the dataset's)."""
+        """Pad the rows to the longest in the batch, or to the bucket edge above it (at least
+        1, so no tensor is empty), and every word to ``char_limit`` chars (default: the
+        dataset's)."""
         char_limit = char_limit or self.char_limit
         n = len(indices)
         rows = np.asarray(indices, dtype=np.int64)  # (B,)
-        c_len = self.cw.lengths()[rows]  # (B,)
-        if self.para_limit:
-            c_len = np.minimum(c_len, self.para_limit)
-        q_len = self.qw.lengths()[rows]  # (B,)
-        lc, lq = max(1, int(c_len.max(initial=0))), max(1, int(q_len.max(initial=0)))
+        c_len = self.context_lengths()[rows]  # (B,)
+        q_len = self.question_lengths()[rows]  # (B,)
+        lc, lq = self.padded_shape(indices)
         cw = np.zeros((n, lc), dtype=np.int64)
         qw = np.zeros((n, lq), dtype=np.int64)
         cc = np.zeros((n, lc, char_limit), dtype=np.int64)

@@ -7,11 +7,10 @@ Prediction and evaluation live in eval/predict.py.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -21,19 +20,27 @@ from rcpipe.models.batch import Batch
 from rcpipe.models.layers import span_loss
 
 
-def make_optimizer(model: nn.Module, cfg: OptimConfig
+def make_optimizer(model: nn.Module, cfg: OptimConfig, lr_tensor: bool = False
                    ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """The paper's optimiser and its warm-up schedule. ``lr_tensor``: Adam's lr a tensor on
+    the parameters' device, so a compiled step reads the warm-up's new lr every step
+    instead of compiling again for each value (train.compile)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    # on a GPU every parameter's update in one fused kernel (Adam) or a few multi-tensor ones
-    # (Adadelta's foreach, its default there), not a handful of kernels per parameter
-    on_gpu = bool(params) and all(p.is_cuda for p in params)
+    device = params[0].device if params else torch.device("cpu")
     if cfg.name == "adam":
+        # fused, on a GPU and on the CPU alike: every parameter's update in one kernel, and
+        # no host read of the step count (the per-tensor Adam calls .item() on it each step)
+        lr: float | torch.Tensor = torch.tensor(cfg.lr, device=device) if lr_tensor \
+            else cfg.lr
         opt: torch.optim.Optimizer = torch.optim.Adam(
-            params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
-            weight_decay=cfg.weight_decay, fused=on_gpu or None)
+            params, lr=lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
+            weight_decay=cfg.weight_decay, fused=bool(params) or None)
     else:
+        # a few multi-tensor kernels per step; the lr stays a float: Adadelta reads a
+        # tensor lr on the host, and the papers keep it constant (a plateau decay changes
+        # it rarely: a compiled step compiles once more then)
         opt = torch.optim.Adadelta(params, lr=cfg.lr, rho=cfg.rho, eps=cfg.eps,
-                                   weight_decay=cfg.weight_decay, foreach=on_gpu or None)
+                                   weight_decay=cfg.weight_decay, foreach=bool(params) or None)
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, warmup(cfg.warmup_steps))
 
 
@@ -45,18 +52,29 @@ def warmup(steps: int) -> Callable[[int], float]:
 
 
 class EMA:
-    """Exponential moving average of the weights (QANet: 0.9999), used for evaluation.
+    """Exponential moving average of the trained weights (QANet: 0.9999), used for
+    evaluation.
 
     The decay ramps up as min(decay, (1 + n) / (10 + n)) so early averages are not
-    dominated by the random initialisation.
+    dominated by the random initialisation. n lives on the weights' device and the decay
+    is computed there: an update reads nothing from the host that changes between steps,
+    so a compiled step (train.compile) captures it once. Only parameters that train are
+    averaged: a frozen pretrained table (GloVe 840B: ~2.2M x 300 floats) never changes,
+    and averaging it would copy it through memory every step.
     """
 
     def __init__(self, model: nn.Module, decay: float) -> None:
         self.decay = decay
-        self.updates = 0
+        trained = {name for name, p in model.named_parameters() if p.requires_grad}
         self.shadow = {k: v.detach().clone() for k, v in model.state_dict().items()
-                       if v.dtype.is_floating_point}
+                       if k in trained}
+        device = next(iter(self.shadow.values())).device if self.shadow else None
+        self.count = torch.zeros((), device=device)  # updates so far, as a float tensor
         self._live: tuple[int, list[torch.Tensor], list[torch.Tensor]] | None = None
+
+    @property
+    def updates(self) -> int:
+        return int(self.count)  # a host read: for checkpoints, not for steps
 
     def _pairs(self, model: nn.Module) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """(shadow tensors, the model's tensors), in the same order; cached per model (its
@@ -69,53 +87,100 @@ class EMA:
 
     @torch.no_grad()
     def update(self, model: nn.Module) -> None:
-        self.updates += 1
-        d = min(self.decay, (1 + self.updates) / (10 + self.updates))
+        self.count += 1
+        d = torch.clamp((1 + self.count) / (10 + self.count), max=self.decay)  # ()
         shadow, live = self._pairs(model)
-        # shadow = d * shadow + (1 - d) * live for every tensor at once: one multi-tensor
-        # kernel instead of two per tensor (QANet has ~300)
-        torch._foreach_lerp_(shadow, live, 1 - d)
+        # shadow += (1 - d) (live - shadow) for every tensor at once: one multi-tensor
+        # kernel (QANet has ~300 tensors); a weight per tensor, since the 0-dim tensor
+        # overload would read d on the host
+        torch._foreach_lerp_(shadow, live, [1 - d] * len(shadow))
 
     @contextmanager
     def applied(self, model: nn.Module) -> Iterator[None]:
         """Swap the averaged weights in for the duration (evaluation, saving)."""
-        backup = copy.deepcopy(model.state_dict())
-        model.load_state_dict({**backup, **self.shadow})
+        shadow, live = self._pairs(model)
+        backup = [t.clone() for t in live]
+        torch._foreach_copy_(live, shadow)
         try:
             yield
         finally:
-            model.load_state_dict(backup)
+            torch._foreach_copy_(live, backup)
 
     def state_dict(self) -> dict[str, Any]:
         return {"decay": self.decay, "updates": self.updates, "shadow": self.shadow}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.decay, self.updates = state["decay"], state["updates"]
+        self.decay = state["decay"]
+        self.count.fill_(state["updates"])
         for k, v in state["shadow"].items():
-            self.shadow[k].copy_(v)
+            if k in self.shadow:  # checkpoints before the frozen table was left out have it
+                self.shadow[k].copy_(v)
+
+
+Compile = Literal["off", "default", "reduce-overhead"]
+
+
+class TrainStep:
+    """One optimisation step on one batch, eager or compiled (train.compile).
+
+    ``model`` may be a DDP wrapper of ``raw`` (whose weights the EMA follows); ``bf16`` runs
+    the forward pass under CUDA bf16 autocast (the loss and the update stay fp32; recurrent
+    layers run in fp32 inside it, see layers.float32_recurrence). Compiled, the step is two
+    graphs: the forward with the loss (AOTAutograd compiles its backward), and the update:
+    gradient clipping, the optimiser step and the EMA. With "reduce-overhead" each is
+    replayed as a CUDA graph per input shape (train.buckets keeps those few). The lr
+    schedule stays outside: it writes the new lr into the optimiser (a tensor, for Adam)
+    and the compiled update reads it from there.
+    """
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer,
+                 scheduler: torch.optim.lr_scheduler.LRScheduler, grad_clip: float,
+                 ema: EMA | None = None, raw: nn.Module | None = None, bf16: bool = False,
+                 compile: Compile = "off") -> None:
+        self.model, self.raw = model, raw if raw is not None else model
+        self.optimizer, self.scheduler, self.ema = optimizer, scheduler, ema
+        self.grad_clip, self.bf16 = grad_clip, bf16
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self._loss: Callable[[Batch], torch.Tensor] = self.loss
+        self._update: Callable[[], None] = self.update
+        if compile != "off":
+            import torch._dynamo
+
+            # cuDNN's GRU/LSTM traced as one op each, not a graph break around every call
+            torch._dynamo.config.allow_rnn = True
+            mode = None if compile == "default" else compile
+            self._loss = torch.compile(self.loss, mode=mode)
+            self._update = torch.compile(self.update, mode=mode)
+
+    def loss(self, batch: Batch) -> torch.Tensor:
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.bf16):
+            logits = self.model(batch)
+        return span_loss(logits, batch.y1, batch.y2)  # log_probs() computes in fp32
+
+    def update(self) -> None:
+        nn.utils.clip_grad_norm_(self.params, self.grad_clip)
+        self.optimizer.step()
+        if self.ema is not None:
+            self.ema.update(self.raw)
+
+    def __call__(self, batch: Batch) -> torch.Tensor:
+        """The step; returns the loss, detached, on the device.
+
+        The loss is not read here: reading it (``float``, ``.item()``) waits for the GPU to
+        finish the step, so callers read a sum of many steps' losses now and then.
+        """
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self._loss(batch)
+        loss.backward()
+        self._update()
+        self.scheduler.step()
+        return loss.detach()
 
 
 def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
                scheduler: torch.optim.lr_scheduler.LRScheduler, grad_clip: float,
                ema: EMA | None = None, raw: nn.Module | None = None,
                bf16: bool = False) -> torch.Tensor:
-    """One optimisation step on one batch; returns the loss, detached, on the device.
-
-    The loss is not read here: reading it (``float``, ``.item()``) waits for the GPU to
-    finish the step, so callers read a sum of many steps' losses now and then.
-    ``model`` may be a DDP wrapper of ``raw`` (whose weights the EMA follows); ``bf16``
-    runs the forward pass under CUDA bf16 autocast (the loss and the update stay fp32;
-    recurrent layers run in fp32 inside it, see layers.float32_recurrence).
-    """
-    model.train()
-    optimizer.zero_grad(set_to_none=True)
-    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
-        logits = model(batch)
-    loss = span_loss(logits, batch.y1, batch.y2)  # log_probs() computes in fp32
-    loss.backward()
-    nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    optimizer.step()
-    scheduler.step()
-    if ema is not None:
-        ema.update(raw if raw is not None else model)
-    return loss.detach()
+    """One eager step (TrainStep, for a caller that keeps no step object)."""
+    return TrainStep(model, optimizer, scheduler, grad_clip, ema, raw, bf16)(batch)

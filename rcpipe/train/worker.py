@@ -32,7 +32,7 @@ from rcpipe.errors import InputError
 from rcpipe.eval.metrics import headline
 from rcpipe.models import ModelInputs, build_model
 from rcpipe.train.checkpoint import META, MODEL, STATE, model_payload
-from rcpipe.train.loop import EMA, make_optimizer, train_step
+from rcpipe.train.loop import EMA, TrainStep, make_optimizer
 
 PROGRESS_EVERY = 10  # steps between progress messages (and loss reads) from rank 0
 
@@ -153,7 +153,8 @@ class Worker:
         self.inputs = session.inputs()
         torch.manual_seed(cfg.train.seed)  # the same initial weights on every rank
         self.raw = build_model(job.variant, self.mcfg, self.inputs).to(self.device)
-        self.optimizer, self.scheduler = make_optimizer(self.raw, self.mcfg.optim)
+        self.optimizer, self.scheduler = make_optimizer(
+            self.raw, self.mcfg.optim, lr_tensor=cfg.train.compile != "off")
         self.ema = EMA(self.raw, self.mcfg.optim.ema_decay) \
             if self.mcfg.optim.ema_decay and self.rank == 0 else None
         self.run = RunState()
@@ -169,9 +170,13 @@ class Worker:
         """Resume if there is a checkpoint, then train to the step, time or epoch limit."""
         self.resume()
         self.model = self.session.prepare_model(self.raw)
-        if self.cfg.train.compile:
-            self.model = torch.compile(self.model)
-        self.train_set = SquadDataset.from_parquet(Path(self.job.train_path))
+        self.step = TrainStep(self.model, self.optimizer, self.scheduler,
+                              self.mcfg.optim.grad_clip, self.ema, raw=self.raw, bf16=self.bf16,
+                              compile=self.cfg.train.compile)
+        buckets = self.cfg.train.buckets
+        self.train_set = SquadDataset.from_parquet(
+            Path(self.job.train_path),
+            buckets=(buckets.context, buckets.question) if buckets else None)
         self.dev_set = SquadDataset.from_parquet(Path(self.job.dev_path),
                                                  para_limit=self.cfg.train.dev_para_limit)
         self.length_prior = torch.from_numpy(self.train_set.answer_length_prior(
@@ -203,15 +208,12 @@ class Worker:
     def epoch(self) -> bool:
         """Train the rest of the current epoch; True when a step or time limit stopped it."""
         run, cfg = self.run, self.cfg
-        batches = [b for b in bucket_batches(self.train_set.context_lengths(), self.batch_size,
-                                             shuffle=True, seed=cfg.train.seed + run.epoch)
-                   if len(b) >= self.world]  # every rank needs a share of every step
+        batches = train_batches(self.train_set, self.batch_size, cfg.train.seed + run.epoch,
+                                self.world)
         losses: list[torch.Tensor] = []  # on the device: read only when shown or saved
         stop = False
         for indices, batch in self._collated(batches[run.batch_in_epoch:]):
-            losses.append(train_step(self.model, batch, self.optimizer, self.scheduler,
-                                     self.mcfg.optim.grad_clip, self.ema, raw=self.raw,
-                                     bf16=self.bf16))
+            losses.append(self.step(batch))
             run.step += 1
             run.batch_in_epoch += 1
             run.seen += len(indices)
@@ -347,6 +349,16 @@ class Worker:
         torch.save(model_payload(self.job.variant, self.mcfg, self.inputs, weights,
                                  self.job.vocab_sha256), d / MODEL)
         (d / META).write_text(json.dumps(meta, indent=1))
+
+
+def train_batches(data: SquadDataset, batch_size: int, seed: int, world: int
+                  ) -> list[list[int]]:
+    """One epoch's global batches, in order. Every rank needs a share of every step; with
+    train.buckets every batch is full too (the last, partial one is left out: the rows are
+    shuffled anew each epoch), so an epoch has at most one shape per pair of bucket edges."""
+    smallest = batch_size if data.buckets else world
+    return [b for b in bucket_batches(data.context_lengths(), batch_size, shuffle=True,
+                                      seed=seed) if len(b) >= smallest]
 
 
 def run_summary(variant: str, meta: dict[str, Any], wall_seconds: float) -> dict[str, Any]:

@@ -12,12 +12,19 @@ step the GPU is busy (kernel time over wall time, from torch.profiler).
     .venv/bin/python bench/train_speed.py --prepared data/prepared [--params params.yaml]
     .venv/bin/python bench/train_speed.py --devices cpu --modes fp32 --steps 3
     .venv/bin/python bench/train_speed.py --workers 1 2 [--variants qanet]
+    .venv/bin/python bench/train_speed.py --audit --prepared data/prepared [--devices cpu]
 
 It needs PyTorch, numpy, pyarrow, PyYAML and pydantic only (no Ray, spaCy or Prefect) when
 given ``--prepared``, so it runs on a bare GPU box. Writes bench/out/train_speed.json and
 prints a table, with the ratios the literature quotes (QANet over the R-Nets). ``--workers``
 runs `rcpipe train` itself (Ray Train, DDP) with each number of workers at the same global
 batch and reports the workers' examples/s and the wall seconds of the whole job.
+
+``--audit`` counts, per variant at the params' sizes, what keeps a step from GPU speed
+(rcpipe/train/audit.py): graphs and graph breaks of the training forward under
+torch.compile, host syncs per step, distinct input shapes in an epoch of the prepared
+split (train.buckets), and kernels per step (CUDA kernels, or CPU operators without a
+GPU). Writes bench/out/train_audit.json.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from rcpipe.config import VARIANTS, Config, load_config
 from rcpipe.data.dataset import SquadDataset, bucket_batches
 from rcpipe.models import build_model
 from rcpipe.models.layers import count_parameters
-from rcpipe.train.loop import make_optimizer, train_step
+from rcpipe.train.loop import EMA, make_optimizer, train_step
 from rcpipe.train.worker import mixed_precision, prepared_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -199,6 +206,70 @@ def compare_workers(args: argparse.Namespace, prepared: Path) -> dict:
     return results
 
 
+def audit_variant(variant: str, cfg: Config, data: SquadDataset, prepared: Path,
+                  device: torch.device, batch_size: int) -> dict[str, Any]:
+    from rcpipe.train import audit
+
+    mcfg = cfg.models.of(variant)
+    torch.manual_seed(0)
+    model = build_model(variant, mcfg, prepared_inputs(prepared, cfg.data.word_dim)).to(device)
+    optimizer, scheduler = make_optimizer(model, mcfg.optim)
+    ema = EMA(model, mcfg.optim.ema_decay) if mcfg.optim.ema_decay else None
+    epoch = epoch_batches(data, batch_size)
+    batch = data.collate(epoch[0]).to(device)
+    shapes = audit.epoch_shapes(data, epoch)
+
+    def step() -> None:
+        train_step(model, batch, optimizer, scheduler, mcfg.optim.grad_clip, ema)
+
+    with mixed_precision(device, cfg.train.tf32):
+        step()  # warm-up: lazy state (optimiser moments, the EMA's tensors) made once
+        syncs = audit.HostSyncs()
+        with syncs:
+            for _ in range(3):
+                step()
+        kernels = audit.kernels(step, device)
+    graphs = audit.graph_breaks(model, batch)
+    return {"graphs": graphs["graphs"], "graph_breaks": graphs["graph_breaks"],
+            "break_reasons": graphs["reasons"], "host_syncs_per_step": syncs.total / 3,
+            "host_sync_ops": dict(syncs.ops), "distinct_shapes_per_epoch": len(shapes),
+            "batches_per_epoch": len(epoch), "kernels_per_step": kernels,
+            "batch_shape": list(batch.cc.shape[:2]) + [batch.qw.size(1)]}
+
+
+def epoch_batches(data: SquadDataset, batch_size: int) -> list[list[int]]:
+    """An epoch's batches as training makes them (train.buckets: full batches only)."""
+    try:
+        from rcpipe.train.worker import train_batches
+    except ImportError:  # before train.buckets: every batch of at least one row
+        return bucket_batches(data.context_lengths(), batch_size, shuffle=True, seed=0)
+    return train_batches(data, batch_size, seed=0, world=1)
+
+
+def run_audit(args: argparse.Namespace, prepared: Path) -> dict[str, Any]:
+    cfg = load_config(args.params, args.set)
+    b = getattr(cfg.train, "buckets", None)
+    edges = {"buckets": (b.context, b.question)} if b else {}
+    data = SquadDataset.from_parquet(prepared / "train.parquet", para_limit=cfg.data.limits.para,
+                                     **edges)
+    device = torch.device("cuda" if "cuda" in args.devices and torch.cuda.is_available()
+                          else "cpu")
+    out: dict[str, Any] = {"params": str(args.params), "sets": args.set, "batch": args.batch,
+                           "device": device_name(device, torch.get_num_threads()),
+                           "buckets": [list(e) for e in edges.get("buckets", ())],
+                           "results": {}}
+    cols = ("graphs", "graph_breaks", "host_syncs_per_step", "distinct_shapes_per_epoch",
+            "kernels_per_step")
+    print(f"{'variant':<15}" + "".join(f"{c:>27}" for c in cols), flush=True)
+    for v in args.variants:
+        r = out["results"][v] = audit_variant(v, cfg, data, prepared, device, args.batch)
+        print(f"{v:<15}" + "".join(f"{r[c]:>27g}" for c in cols), flush=True)
+        for reason in r["break_reasons"]:
+            print(f"{'':<15}break: {reason}")
+    print(f"({out['device']}; batch {args.batch}, first batch shape (B, Lc, Lq) as padded)")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--params", type=Path, default=ROOT / "params.yaml")
@@ -213,13 +284,18 @@ def main() -> None:
     ap.add_argument("--modes", nargs="*", default=["fp32", "bf16", "compile"], choices=MODES)
     ap.add_argument("--variants", nargs="*", default=list(VARIANTS))
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "train_speed.json")
+    ap.add_argument("--audit", action="store_true",
+                    help="count graphs, breaks, host syncs, shapes and kernels instead")
     ap.add_argument("--workers", nargs="*", type=int,
                     help="compare Ray Train jobs with these numbers of workers instead")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     prepared = (args.prepared or synthetic_prepared()).resolve()
-    if args.workers:
+    if args.audit:
+        out = run_audit(args, prepared) | {"prepared": str(prepared)}
+        args.out = args.out.with_name("train_audit.json")
+    elif args.workers:
         out: dict[str, Any] = {"prepared": str(prepared), "batch": args.batch,
                                "results": compare_workers(args, prepared)}
         args.out = args.out.with_name("train_workers.json")

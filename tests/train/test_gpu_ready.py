@@ -1,0 +1,129 @@
+"""A training step a GPU can run at full speed, shown on the CPU by counting (train/audit.py):
+few input shapes, a forward without graph breaks, no host synchronisation, and every
+variant trains under train.compile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from rcpipe.config import VARIANTS, Config, load_config
+from rcpipe.data.dataset import SquadDataset
+from rcpipe.models import build_model
+from rcpipe.train.audit import HostSyncs, epoch_shapes, graph_breaks
+from rcpipe.train.local import train_local
+from rcpipe.train.loop import EMA, TrainStep, make_optimizer
+from rcpipe.train.worker import prepared_inputs, train_batches
+from tests.conftest import TINY_MODEL, Prepared
+
+ROOT = Path(__file__).resolve().parents[2]
+# small, but every part of each paper's model (QANet: two blocks, stochastic depth, EMA)
+SMALL = {"hidden": 16, "char_dim": 8, "char_hidden": 16, "heads": 2, "model_blocks": 2,
+         "emb_convs": 2, "model_convs": 2, "layers": 2, "highway_layers": 2}
+
+
+def paper_config(prepared: Prepared, *sets: str, sizes: dict | None = None) -> Config:
+    """params.yaml as shipped (its buckets, each paper's optimiser and EMA), at small sizes
+    on the prepared synthetic split."""
+    data = prepared.data
+    return load_config(ROOT / "params.yaml", [
+        f"data.train_file={data.train}", f"data.dev_file={data.dev}",
+        f"data.out_dir={prepared.out_dir}", "data.word_vectors=null", "data.word_dim=16",
+        "train.device=cpu", "train.num_workers=1", "train.batch_size=8", *sets,
+        *(f"models.{v}.{k}={x}" for v in VARIANTS for k, x in (sizes or SMALL).items())])
+
+
+def dataset(prepared: Prepared, cfg: Config) -> SquadDataset:
+    b = cfg.train.buckets
+    assert b is not None
+    return SquadDataset.from_parquet(prepared.out_dir / "train.parquet",
+                                     buckets=(b.context, b.question))
+
+
+def test_an_epoch_has_at_most_eight_input_shapes(prepared: Prepared) -> None:
+    # edges for the synthetic passages' spread (params.yaml's suit SQuAD's)
+    cfg = paper_config(prepared, "train.buckets.context=[48, 96, 144, 400]",
+                       "train.buckets.question=[12, 50]")
+    data = dataset(prepared, cfg)
+    epoch = train_batches(data, 4, seed=0, world=1)
+    shapes = epoch_shapes(data, epoch)
+    assert len(shapes) <= 8
+    assert all(b == 4 and lc in cfg.train.buckets.context and lq in cfg.train.buckets.question
+               for b, lc, lq in shapes)
+    # only the last, partial batch is left out (the rows are shuffled anew each epoch)
+    assert len(data) - 4 < sum(len(b) for b in epoch) <= len(data)
+    data.buckets = None  # each batch padded to its own longest: a shape for nearly each
+    assert len(epoch_shapes(data, epoch)) > len(shapes)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_padding_to_another_bucket_changes_no_probability(prepared: Prepared,
+                                                          variant: str) -> None:
+    cfg = paper_config(prepared)
+    data = SquadDataset.from_parquet(prepared.out_dir / "train.parquet")
+    rows = list(range(6))
+    lc, lq = data.padded_shape(rows)  # the batch's own longest
+    tight, loose = ((lc,), (lq,)), ((lc + 37, lc + 90), (lq + 11,))
+    torch.manual_seed(0)
+    model = build_model(variant, cfg.models.of(variant),
+                        prepared_inputs(prepared.out_dir, 16)).eval()
+    probs = []
+    for buckets in (tight, loose):
+        data.buckets = buckets
+        batch = data.collate(rows)
+        with torch.no_grad():
+            p1, p2 = (lp.exp() for lp in model(batch).log_probs())  # (B, 1 + L) each
+        probs.append((p1, p2, batch.cw.size(1)))
+    (a1, a2, n), (b1, b2, m) = probs
+    assert m == lc + 37 and n == lc
+    torch.testing.assert_close(b1[:, : 1 + n], a1, atol=1e-6, rtol=0)
+    torch.testing.assert_close(b2[:, : 1 + n], a2, atol=1e-6, rtol=0)
+    assert (b1[:, 1 + n :] == 0).all() and (b2[:, 1 + n :] == 0).all()
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_training_step_never_waits_for_the_host(prepared: Prepared, variant: str) -> None:
+    """Three steps of each paper's step (its optimiser, warm-up, clipping and EMA) on
+    bucketed batches: no op reads a value back to the host or makes a data-dependent
+    shape (the loss is read every PROGRESS_EVERY steps, outside the step)."""
+    cfg = paper_config(prepared, f"models.{variant}.optim.ema_decay=0.999")
+    data = dataset(prepared, cfg)
+    mcfg = cfg.models.of(variant)
+    torch.manual_seed(0)
+    model = build_model(variant, mcfg, prepared_inputs(prepared.out_dir, 16))
+    optimizer, scheduler = make_optimizer(model, mcfg.optim)
+    step = TrainStep(model, optimizer, scheduler, mcfg.optim.grad_clip, EMA(model, 0.999))
+    batches = [data.collate(b) for b in train_batches(data, 8, seed=0, world=1)[:3]]
+    syncs = HostSyncs()
+    with syncs:
+        losses = [step(b) for b in batches]
+    assert dict(syncs.ops) == {}
+    assert all(torch.isfinite(loss) for loss in losses)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_training_forward_compiles_without_graph_breaks(prepared: Prepared,
+                                                             variant: str) -> None:
+    """One graph for every variant but R-Net, whose gated attention recurrence (a loop over
+    the passage, rnet.py) is the one part left to eager mode: its breaks are there alone."""
+    cfg = paper_config(prepared, sizes=TINY_MODEL)
+    data = dataset(prepared, cfg)
+    model = build_model(variant, cfg.models.of(variant), prepared_inputs(prepared.out_dir, 16))
+    out = graph_breaks(model, data.collate(train_batches(data, 8, seed=0, world=1)[0]))
+    if variant == "rnet":
+        assert out["graph_breaks"] >= 1
+        assert all("gated_recurrence" in r or "disable" in r for r in out["reasons"]), out
+    else:
+        assert (out["graphs"], out["graph_breaks"]) == (1, 0), out["reasons"]
+
+
+@pytest.mark.slow
+def test_every_variant_trains_three_steps_compiled(prepared: Prepared, tmp_path: Path) -> None:
+    cfg = paper_config(prepared, "train.compile=default", "train.max_steps=3",
+                       "train.epochs=1", sizes=TINY_MODEL)
+    for variant in VARIANTS:
+        summary = train_local(cfg, variant, tmp_path / variant)
+        assert summary["steps"] == 3, variant
+        assert all(h["loss"] == h["loss"] for h in summary["history"])  # not NaN

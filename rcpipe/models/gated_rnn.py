@@ -84,7 +84,7 @@ class _StepWeights(NamedTuple):
     """The weights a step uses, the directions stacked on dim 0, laid out for bmm."""
 
     w_h: torch.Tensor  # (D, H, A + 3H): [W_v^P; W_hh]^T, everything that multiplies v_{t-1}
-    v: torch.Tensor  # (D, A, 1)
+    v: torch.Tensor  # (D, 1, 1, A)
     w_gc: torch.Tensor  # (D, Din, 2Din): the c_t half of W_g, transposed
     w_ih: torch.Tensor  # (D, 2Din, 3H)
     b_ih: torch.Tensor  # (D, 1, 3H)
@@ -100,7 +100,7 @@ def gated_attention(cells: Sequence[GatedAttentionRNN], u_p: torch.Tensor, u_q: 
     with float32_recurrence(u_p):
         u_p, u_q = u_p.float(), u_q.float()
         d, b, lc, dim = u_p.shape
-        lq, attn = u_q.size(1), cells[0].w_uq.out_features
+        lq = u_q.size(1)
         # everything that does not depend on v_{t-1}, computed once, time-major so that each
         # step's slice is contiguous
         keys = torch.stack([c.w_uq(u_q) for c in cells])  # (D, B, Lq, A)
@@ -115,7 +115,7 @@ def gated_attention(cells: Sequence[GatedAttentionRNN], u_p: torch.Tensor, u_q: 
             w_h=torch.cat([torch.stack([c.w_vp.weight for c in cells]),
                            torch.stack([c.cell.weight_hh for c in cells])],
                           dim=1).transpose(1, 2),  # (D, H, A + 3H)
-            v=torch.stack([c.v.weight for c in cells]).transpose(1, 2),  # (D, A, 1)
+            v=torch.stack([c.v.weight for c in cells]).unsqueeze(1),  # (D, 1, 1, A)
             w_gc=torch.stack([c.gate.w_g.weight[:, dim:] for c in cells]).transpose(1, 2),
             w_ih=torch.stack([c.cell.weight_ih for c in cells]).transpose(1, 2),
             b_ih=torch.stack([c.cell.bias_ih for c in cells]).unsqueeze(1))  # (D, 1, 3H)
@@ -124,7 +124,7 @@ def gated_attention(cells: Sequence[GatedAttentionRNN], u_p: torch.Tensor, u_q: 
     # outside the autocast block: a graph break inside a context manager would break the
     # whole frame under torch.compile; _recurrence turns autocast off itself
     keep = capturing(cells[0])  # explain: the per-step question weights
-    v_p, attention = _recurrence(*steps, keys, memory, ~q_mask, weights, attn, keep)
+    v_p, attention = _recurrence(*steps, keys, memory, ~q_mask, weights, keep)
     if attention is not None:
         for i, c in enumerate(cells):
             keep_attention(c, "question", attention[i])  # (B, Lc, Lq)
@@ -139,14 +139,14 @@ def gated_attention(cells: Sequence[GatedAttentionRNN], u_p: torch.Tensor, u_q: 
 @torch.compiler.disable(reason="R-Net's gated attention recurrence: a loop over Lc steps")
 def _recurrence(h_add: torch.Tensor, gate_u: torch.Tensor, u_p: torch.Tensor,
                 keys: torch.Tensor, memory: torch.Tensor, q_pad: torch.Tensor,
-                w: _StepWeights, attn: int, keep: bool
+                w: _StepWeights, keep: bool
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The loop over passage steps, all directions at once: h_add (Lc, D, B, A+3H) is
     W_u^P u^P_t with b_hh beside it, gate_u (Lc, D, B, 2Din), u_p (Lc, D, B, Din), keys
     (D, B, Lq, A), memory (D*B, Lq, Din) = u^Q per direction, q_pad (B, Lq) True on padding.
     Returns v^P (D, B, Lc, H) and, if ``keep``, the attention (D, B, Lc, Lq)."""
-    d, b, lq, dim = keys.size(0), keys.size(1), keys.size(2), u_p.size(-1)
-    hidden = w.w_h.size(1)
+    d, b, dim = keys.size(0), keys.size(1), u_p.size(-1)
+    lq, attn, hidden = keys.size(2), keys.size(3), w.w_h.size(1)
     h = u_p.new_zeros(d, b, hidden)  # (D, B, H)
     outs, seen = [], []
     with float32_recurrence(h):
@@ -157,7 +157,9 @@ def _recurrence(h_add: torch.Tensor, gate_u: torch.Tensor, u_p: torch.Tensor,
             # one bmm for all that multiplies v_{t-1}: the attention query and the GRU's W_hh
             query, gh = torch.baddbmm(h_add_t, h, w.w_h).split([attn, 3 * hidden], dim=-1)
             e = torch.tanh(keys + query.unsqueeze(2))  # (D, B, Lq, A)
-            s = torch.bmm(e.view(d, b * lq, attn), w.v).view(d, b, lq)  # (D, B, Lq)
+            # v^T e as a product and a sum, not a bmm: on the CPU a bmm with one output
+            # column (and its backward) costs twice as much
+            s = (e * w.v).sum(-1)  # (D, B, Lq)
             a = F.softmax(s.masked_fill(q_pad, NEG_INF), dim=-1)  # (D, B, Lq): masked_softmax
             if keep:
                 seen.append(a)

@@ -3,9 +3,9 @@ networks", MSRA technical report) and a multiplicative-attention variant (``rnet
 
 R-Net: word vectors + char BiGRU final states -> shared multi-layer BiGRU encoder (u^Q, u^P)
 -> gated attention-based recurrent network (v^P: question-passage matching, attention
-recomputed from v^P_{t-1} at every step) -> self-matching layer (h^P, see
-layers.SelfMatching) -> the March 2017 report's extra BiGRU over h^P -> pointer network
-initialised with the attention-pooled question r^Q.
+recomputed from v^P_{t-1} at every step; both directions in one loop, gated_rnn.py) ->
+self-matching layer (h^P, see layers.SelfMatching) -> the March 2017 report's extra BiGRU
+over h^P -> pointer network initialised with the attention-pooled question r^Q.
 
 rnet_mult replaces both additive attentions by multiplicative scores computed outside any
 recurrence, tanh(W_1 x) tanh(W_2 y)^T, so each matching layer is one batched matmul, a gate
@@ -15,13 +15,13 @@ and a fused BiGRU: no Python loop over time steps.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence
 
 from rcpipe.config import ModelConfig
 from rcpipe.models import ModelInputs
 from rcpipe.models.batch import Batch
+from rcpipe.models.gated_rnn import BiGatedAttentionRNN
+from rcpipe.models.gated_rnn import GatedAttentionRNN as GatedAttentionRNN  # re-exported
 from rcpipe.models.layers import (
     BiRNN,
     MatchGate,
@@ -30,7 +30,6 @@ from rcpipe.models.layers import (
     SpanLogits,
     VariationalDropout,
     WordEmbedding,
-    capturing,
     float32_recurrence,
     keep_attention,
     mask_logits,
@@ -41,7 +40,15 @@ from rcpipe.models.views import C2Q, SELF, ViewSpec
 
 
 class CharGRU(nn.Module):
-    """R-Net's char embedding: a BiGRU over each word's chars, final states concatenated."""
+    """R-Net's char embedding: a BiGRU over each word's chars, final states concatenated.
+
+    Static shapes, no host sync: every word of the batch (padding words too) runs the full
+    char width W; the forward final state is the forward direction's output at the word's
+    last char, the backward one the backward direction's, run on each word reversed within
+    its length, at the same position. A word with no chars (a padding token) gives 0.
+    The price, on the CPU: W steps for every word where packing ran only each real word's
+    chars, ~3x the GRU work on English words at W = 16 (bench/rnet_recurrence.py).
+    """
 
     def __init__(self, vocab_size: int, char_dim: int, hidden: int) -> None:
         super().__init__()
@@ -49,108 +56,32 @@ class CharGRU(nn.Module):
         self.rnn = nn.GRU(char_dim, hidden, batch_first=True, bidirectional=True)
         self.dim = 2 * hidden
 
+    def direction(self, x: torch.Tensor, suffix: str) -> torch.Tensor:
+        """One direction of ``rnn`` (its own parameters, ``suffix`` "" or "_reverse") over
+        x (N, W, E) read left to right: the outputs (N, W, H)."""
+        rnn = self.rnn
+        params = [getattr(rnn, f"{name}_l0{suffix}")
+                  for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+        h0 = x.new_zeros(1, x.size(0), rnn.hidden_size)  # (1, N, H)
+        # the functional GRU, not rnn(x): the module would run its backward direction on x
+        # as it is, padding chars first; torch.compile traces it with allow_rnn
+        out, _ = torch.gru(x, h0, params, True, 1, 0.0, self.training, False, True)
+        return out
+
     def forward(self, chars: torch.Tensor) -> torch.Tensor:
         b, n, w = chars.shape
-        flat = chars.reshape(b * n, w)  # (B*L, W)
-        lengths = (flat != 0).sum(dim=1)  # (B*L,) chars are left-aligned, 0 = pad
-        real = lengths > 0
-        out = self.emb.weight.new_zeros(b * n, self.dim)  # (B*L, 2H): padding tokens stay 0
-        n_real = int(real.sum())
-        if n_real:
-            # only real words go through the GRU: a third of a bucketed batch can be padding
-            packed = pack_padded_sequence(self.emb(flat[real]), lengths[real].cpu(),
-                                          batch_first=True, enforce_sorted=False)
-            with float32_recurrence(out):
-                _, h_n = self.rnn(packed)  # (2, N, H): forward and backward final states
-            out[real] = torch.cat([h_n[0], h_n[1]], dim=-1)  # (N, 2H)
-        return out.view(b, n, self.dim)  # (B, L, 2H)
-
-
-class GatedAttentionRNN(nn.Module):
-    """Question-passage matching (eq. 3-4): at step t,
-    s_j = v^T tanh(W_u^Q u^Q_j + W_u^P u^P_t + W_v^P v^P_{t-1}), c_t = softmax(s) u^Q,
-    v^P_t = GRU(v^P_{t-1}, g_t * [u^P_t; c_t]) with g_t = sigmoid(W_g [u^P_t; c_t]).
-
-    One direction (BiGatedAttentionRNN runs two). Everything that does not depend on v^P_{t-1}
-    (W_u^Q u^Q, W_u^P u^P and the u^P half of the gate) is computed once, outside the loop,
-    so a step is a (B, Lq, A) tanh, a softmax, a bmm and a GRUCell.
-    """
-
-    def __init__(self, dim: int, attn_dim: int, hidden: int, dropout: float = 0.0) -> None:
-        super().__init__()
-        self.w_uq = nn.Linear(dim, attn_dim, bias=False)  # W_u^Q
-        self.w_up = nn.Linear(dim, attn_dim, bias=False)  # W_u^P
-        self.w_vp = nn.Linear(hidden, attn_dim, bias=False)  # W_v^P
-        self.v = nn.Linear(attn_dim, 1, bias=False)
-        self.gate = MatchGate(2 * dim)
-        self.cell = nn.GRUCell(2 * dim, hidden)
-        self.drop = VariationalDropout(dropout)
-        self.dim = hidden
-
-    def forward(self, u_p: torch.Tensor, c_mask: torch.Tensor, u_q: torch.Tensor,
-                q_mask: torch.Tensor) -> torch.Tensor:
-        dtype = u_p.dtype
-        # a GRUCell and a few small ops per step: latency-bound, so float32 costs nothing
-        with float32_recurrence(u_p):
-            return self._recur(u_p.float(), c_mask, u_q.float(), q_mask).to(dtype)
-
-    def _recur(self, u_p: torch.Tensor, c_mask: torch.Tensor, u_q: torch.Tensor,
-               q_mask: torch.Tensor) -> torch.Tensor:
-        u_p, u_q = self.drop(u_p), self.drop(u_q)
-        b, lc, dim = u_p.shape
-        keys = self.w_uq(u_q)  # (B, Lq, A)
-        passage = self.w_up(u_p)  # (B, Lc, A)
-        w_g = self.gate.w_g.weight  # (2D, 2D) acting on [u^P_t; c_t]
-        gate_p = F.linear(u_p, w_g[:, :dim])  # (B, Lc, 2D): the u^P_t half of W_g [u; c]
-        w_g_c = w_g[:, dim:]  # (2D, D): the c_t half, applied inside the loop
-        v_weight = self.v.weight.squeeze(0)  # (A,)
-        h = u_p.new_zeros(b, self.dim)  # (B, H)
-        outs = []
-        weights: list[torch.Tensor] | None = [] if capturing(self) else None  # for explain
-        # unbind, not [:, t]: each slice's backward would write a zero tensor the size of
-        # the whole sequence, O(Lc^2) work; unbind's backward is one stack
-        steps = zip(passage.unbind(1), gate_p.unbind(1), u_p.unbind(1), strict=True)
-        for passage_t, gate_p_t, u_p_t in steps:  # (B, A), (B, 2D), (B, D)
-            query = passage_t + self.w_vp(h)  # (B, A)
-            s = torch.tanh(keys + query.unsqueeze(1)) @ v_weight  # (B, Lq)
-            a = masked_softmax(s, q_mask)  # (B, Lq)
-            if weights is not None:
-                weights.append(a)
-            c = torch.bmm(a.unsqueeze(1), u_q).squeeze(1)  # (B, D)
-            g = torch.sigmoid(gate_p_t + F.linear(c, w_g_c))  # (B, 2D)
-            h = self.cell(g * torch.cat([u_p_t, c], dim=-1), h)  # (B, H)
-            outs.append(h)
-        if weights is not None:
-            keep_attention(self, "question", torch.stack(weights, dim=1))  # (B, Lc, Lq)
-        # steps past a row's length run on padding but, being later in time, never reach
-        # its real positions; their outputs are masked downstream
-        return torch.stack(outs, dim=1)  # (B, Lc, H)
-
-
-class BiGatedAttentionRNN(nn.Module):
-    """Question-passage matching in both directions (the R-Net report, section 4.1): one
-    gated attention-based recurrence reads the passage forward, another (its own weights)
-    reads it backward, and their states are concatenated, (B, Lc, 2H). ``bidirectional``
-    False keeps the forward one alone (section 3.2's formulation), (B, Lc, H)."""
-
-    def __init__(self, dim: int, attn_dim: int, hidden: int, dropout: float = 0.0,
-                 bidirectional: bool = True) -> None:
-        super().__init__()
-        self.fwd = GatedAttentionRNN(dim, attn_dim, hidden)
-        self.bwd = GatedAttentionRNN(dim, attn_dim, hidden) if bidirectional else None
-        self.drop = VariationalDropout(dropout)  # one mask, shared by both directions
-        self.dim = hidden * (2 if bidirectional else 1)
-
-    def forward(self, u_p: torch.Tensor, c_mask: torch.Tensor, u_q: torch.Tensor,
-                q_mask: torch.Tensor) -> torch.Tensor:
-        u_p, u_q = self.drop(u_p), self.drop(u_q)
-        v_p = self.fwd(u_p, c_mask, u_q, q_mask)  # (B, Lc, H)
-        if self.bwd is None:
-            return v_p
-        lengths = c_mask.sum(1).clamp(min=1)  # (B,)
-        # each row reversed within its length: padding stays after the real steps
-        back = self.bwd(reverse_padded(u_p, lengths), c_mask, u_q, q_mask)  # (B, Lc, H)
-        return torch.cat([v_p, reverse_padded(back, lengths)], dim=-1)  # (B, Lc, 2H)
+        flat = chars.reshape(b * n, w)  # (N = B*L, W)
+        lengths = (flat != 0).sum(dim=1)  # (N,) chars are left-aligned, 0 = pad
+        last = (lengths - 1).clamp(min=0).view(-1, 1, 1)  # (N, 1, 1): the last char's place
+        x = self.emb(flat)  # (N, W, E)
+        with float32_recurrence(x):
+            x32 = x.float()
+            ends = [out.gather(1, last.expand(-1, 1, out.size(2))).squeeze(1)  # (N, H)
+                    for out in (self.direction(x32, ""),
+                                self.direction(reverse_padded(x32, lengths), "_reverse"))]
+        real = (lengths > 0).unsqueeze(1).to(x32.dtype)  # (N, 1): padding tokens give 0
+        out = torch.cat(ends, dim=-1) * real  # (N, 2H)
+        return out.to(x.dtype).view(b, n, self.dim)  # (B, L, 2H)
 
 
 class MultiplicativeMatching(nn.Module):

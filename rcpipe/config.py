@@ -156,6 +156,10 @@ class TrainConfig(Section):
         "off", description="torch.compile the training step: the model's forward and "
         "backward, and the optimiser step with the EMA; reduce-overhead adds CUDA graphs "
         "(one per input shape: set train.buckets)")
+    compile_backend: Literal["inductor", "aot_eager"] = Field(
+        "inductor", description="torch.compile's backend: inductor generates the kernels; "
+        "aot_eager captures the same graphs (forward and backward) and runs them eagerly: "
+        "a check that a model compiles, in seconds instead of minutes on a CPU")
     buckets: Buckets | None = Field(None, description="pad training batches to these "
                                     "lengths (a few fixed shapes); None: each batch to its "
                                     "own longest context and question")

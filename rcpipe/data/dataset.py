@@ -62,6 +62,13 @@ class _Ragged2:
         lo, hi = self.outer[i], self.outer[i + 1]
         return [self.values[self.inner[t] : self.inner[t + 1]] for t in range(lo, hi)]
 
+    def longest(self, rows: np.ndarray, keep: np.ndarray) -> int:
+        """Chars in the longest of the first keep[b] tokens of each row rows[b] (0 if none)."""
+        first = self.outer[rows]  # (B,)
+        b_of, t_of = _spread(np.minimum(self.outer[rows + 1] - first, keep))  # (T,)
+        token = first[b_of] + t_of  # (T,)
+        return int((self.inner[token + 1] - self.inner[token]).max(initial=0))
+
     def fill(self, rows: np.ndarray, keep: np.ndarray, out: np.ndarray) -> None:
         """out[b, t, :c] = the chars of token t < keep[b] of row rows[b] (c <= out's width).
 
@@ -175,13 +182,18 @@ class SquadDataset:
     def collate(self, indices: Sequence[int], char_limit: int | None = None) -> Batch:
         """Pad the rows to the longest in the batch, or to the bucket edge above it (at least
         1, so no tensor is empty), and every word to ``char_limit`` chars (default: the
-        dataset's)."""
+        dataset's); without buckets, to the batch's longest word if that is shorter (the
+        char encoders give the same output for any char padding: a CharGRU over fixed-width
+        words then runs no step that only pads)."""
         char_limit = char_limit or self.char_limit
         n = len(indices)
         rows = np.asarray(indices, dtype=np.int64)  # (B,)
         c_len = self.context_lengths()[rows]  # (B,)
         q_len = self.question_lengths()[rows]  # (B,)
         lc, lq = self.padded_shape(indices)
+        if self.buckets is None:
+            char_limit = max(1, min(char_limit, max(self.cc.longest(rows, c_len),
+                                                    self.qc.longest(rows, q_len))))
         cw = np.zeros((n, lc), dtype=np.int64)
         qw = np.zeros((n, lq), dtype=np.int64)
         cc = np.zeros((n, lc, char_limit), dtype=np.int64)

@@ -52,8 +52,7 @@ def graph_breaks(model: torch.nn.Module, batch: Batch) -> dict[str, Any]:
 
     model.train()
     torch._dynamo.reset()
-    with torch._dynamo.config.patch(allow_rnn=True):
-        out = torch._dynamo.explain(model)(batch)
+    out = torch._dynamo.explain(model)(batch)
     torch._dynamo.reset()
     return {"graphs": out.graph_count, "graph_breaks": out.graph_break_count,
             "reasons": sorted({_reason(r) for r in out.break_reasons})}

@@ -172,7 +172,8 @@ class Worker:
         self.model = self.session.prepare_model(self.raw)
         self.step = TrainStep(self.model, self.optimizer, self.scheduler,
                               self.mcfg.optim.grad_clip, self.ema, raw=self.raw, bf16=self.bf16,
-                              compile=self.cfg.train.compile)
+                              compile=self.cfg.train.compile,
+                              backend=self.cfg.train.compile_backend)
         buckets = self.cfg.train.buckets
         self.train_set = SquadDataset.from_parquet(
             Path(self.job.train_path),

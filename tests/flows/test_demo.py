@@ -73,7 +73,7 @@ def test_the_demo_starts_prefect_on_a_fresh_home_beside_two_busy_cpus(
     assert "preparing Prefect's database (first run" in out, out[-3000:]
     assert f"database {home / 'prefect.db'} migrated" in out, out[-3000:]
     print(f"fresh PREFECT_HOME beside two busy CPUs: {took:.0f}s in all; "
-          + out.strip().splitlines()[-1])
+          + next(line for line in out.splitlines() if " migrated in " in line))
 
 
 def test_the_demo_trains_a_fixed_number_of_steps_per_variant() -> None:
@@ -90,5 +90,5 @@ def test_the_demo_trains_a_fixed_number_of_steps_per_variant() -> None:
         # the epochs must not end the run first (that would depend on nothing, but the
         # preset would then say more steps than it trains)
         assert steps <= cfg.train.epochs * steps_per_epoch, v
-        # a safety net: at least twice the expected time even at a slow 1 step/s
-        assert minutes == 0 or minutes * 60 >= 2 * steps, f"{v}: {minutes} min for {steps}"
+        # a safety net far above the 2-4 minutes a variant takes on 2 idle cores
+        assert minutes == 0 or minutes >= 8, f"{v}: {minutes} min for {steps} steps"

@@ -26,7 +26,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 # Prefect gives its embedded server 20 s to answer; prepare_prefect_database() takes a first
 # run's migration out of that, and this margin covers the rest of a busy machine's start-up
-# (5-15 s measured with two other CPU-bound processes on 2 cores)
+# (11 s measured on 2 quiet cores, the first start registering Prefect's block types)
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 from rich.table import Table  # noqa: E402 - after the environment above
@@ -38,7 +38,7 @@ from rcpipe.console import console  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SQLITE = "sqlite+aiosqlite:///"  # Prefect's default database: $PREFECT_HOME/prefect.db
-FIRST_MIGRATION_S = 15  # measured: 5-10 s on 2 idle cores, 10-15 s beside two busy ones
+FIRST_MIGRATION_S = 15  # measured (import and migration): 12 s on 2 quiet cores, 14 s busy
 
 
 def prepare_prefect_database() -> Path | None:
@@ -63,7 +63,8 @@ def prepare_prefect_database() -> Path | None:
         return None
     from prefect.server.database import provide_database_interface
 
-    console.print(f"preparing Prefect's database (first run, ~{FIRST_MIGRATION_S} s): {db}")
+    console.print(f"preparing Prefect's database (first run, ~{FIRST_MIGRATION_S} s): {db}",
+                  soft_wrap=True)  # one line, for whoever greps it
     t0 = time.perf_counter()
     db.parent.mkdir(parents=True, exist_ok=True)
     asyncio.run(provide_database_interface().create_db())

@@ -34,6 +34,9 @@ def run_demo(work: Path, home: Path, sets: list[str]) -> tuple[int, str, float]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env |= {"PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
             "DO_NOT_TRACK": "1"}
+    # this checkout's rcpipe in the Ray workers too (they inherit the environment, not the
+    # directory), even where the venv's editable install is another checkout's
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     cmd = [sys.executable, "-m", "flows.demo", "--workdir", str(work), *sets]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,

@@ -226,6 +226,7 @@ class ModelConfig(Section):
                                 "out-of-vocabulary with this probability (a regulariser)")
     train_word_vectors: bool = Field(False, description="fine-tune pretrained vectors")
     batch_size: int | None = Field(None, gt=0, description="overrides train.batch_size")
+    max_steps: int | None = Field(None, ge=0, description="overrides train.max_steps")
     max_minutes: float | None = Field(None, ge=0, description="overrides train.max_minutes")
     bf16: bool = Field(False, description="bf16 autocast on CUDA (recurrent layers stay "
                        "fp32; the CPU always trains in fp32). Off for every variant: on one "
@@ -269,6 +270,11 @@ class _Models(Section):
             paper = dict(REGISTRY[variant].paper)
             merged[variant] = merge_over(paper, own) if isinstance(own, dict) else own
         return merged
+
+    def steps(self, variant: str, default: int) -> int:
+        """The variant's step limit: its own max_steps, else ``default``."""
+        own = self.of(variant).max_steps
+        return default if own is None else own
 
     def minutes(self, variant: str, default: float) -> float:
         """The variant's training time limit: its own max_minutes, else ``default``."""

@@ -245,6 +245,13 @@ def test_a_variant_may_have_its_own_time_limit(tmp_path: Path) -> None:
     assert cfg.models.minutes("bidaf", cfg.train.max_minutes) == 3
 
 
+def test_a_variant_may_have_its_own_step_limit(tmp_path: Path) -> None:
+    cfg = load_config(write_params(tmp_path / "p.yaml"),
+                      ["train.max_steps=300", "models.rnet.max_steps=450"])
+    assert cfg.models.steps("rnet", cfg.train.max_steps) == 450
+    assert cfg.models.steps("bidaf", cfg.train.max_steps) == 300
+
+
 def test_set_changes_only_the_section_it_names_under_yaml_aliases(tmp_path: Path) -> None:
     params = tmp_path / "p.yaml"
     params.write_text("data: {train_file: t.json, dev_file: d.json}\n"

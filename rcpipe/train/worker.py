@@ -161,6 +161,7 @@ class Worker:
         torch.manual_seed(cfg.train.seed + 1000 * self.rank)  # its own dropout masks per rank
         self.bf16 = self.device.type == "cuda" and self.mcfg.bf16
         self.batch_size = self.mcfg.batch_size or cfg.train.batch_size
+        self.limit_steps = cfg.models.steps(job.variant, cfg.train.max_steps)
         self.limit_s = cfg.models.minutes(job.variant, cfg.train.max_minutes) * 60
         self.exhausted = False  # early stopping's verdict after the latest evaluation
 
@@ -252,7 +253,7 @@ class Worker:
         """The step limit (every step: all ranks agree by themselves) and, when
         ``check_time``, the time limit (with several ranks that takes an all-reduce, which
         waits for the GPU, so the caller asks every ``PROGRESS_EVERY`` steps)."""
-        run, limit = self.run, self.cfg.train.max_steps
+        run, limit = self.run, self.limit_steps
         if limit and run.step >= limit:
             return True
         if not (self.limit_s and check_time):

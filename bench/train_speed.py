@@ -216,7 +216,9 @@ def audit_variant(variant: str, cfg: Config, data: SquadDataset, prepared: Path,
     optimizer, scheduler = make_optimizer(model, mcfg.optim)
     ema = EMA(model, mcfg.optim.ema_decay) if mcfg.optim.ema_decay else None
     epoch = epoch_batches(data, batch_size)
-    batch = data.collate(epoch[0]).to(device)
+    # the counts of a step do not depend on how many rows it has: 8 rows of the epoch's
+    # first batch, at that batch's padded shape, keep the audit minutes short on a CPU
+    batch = data.collate(epoch[0][:8]).to(device)
     shapes = audit.epoch_shapes(data, epoch)
 
     def step() -> None:
@@ -234,7 +236,7 @@ def audit_variant(variant: str, cfg: Config, data: SquadDataset, prepared: Path,
             "break_reasons": graphs["reasons"], "host_syncs_per_step": syncs.total / 3,
             "host_sync_ops": dict(syncs.ops), "distinct_shapes_per_epoch": len(shapes),
             "batches_per_epoch": len(epoch), "kernels_per_step": kernels,
-            "batch_shape": list(batch.cc.shape[:2]) + [batch.qw.size(1)]}
+            "step_shape": list(batch.cc.shape[:2]) + [batch.qw.size(1)]}
 
 
 def epoch_batches(data: SquadDataset, batch_size: int) -> list[list[int]]:
@@ -266,7 +268,7 @@ def run_audit(args: argparse.Namespace, prepared: Path) -> dict[str, Any]:
         print(f"{v:<15}" + "".join(f"{r[c]:>27g}" for c in cols), flush=True)
         for reason in r["break_reasons"]:
             print(f"{'':<15}break: {reason}")
-    print(f"({out['device']}; batch {args.batch}, first batch shape (B, Lc, Lq) as padded)")
+    print(f"({out['device']}; shapes of batches of {args.batch}; each step counted on 8 rows)")
     return out
 
 

@@ -47,7 +47,7 @@ from rcpipe.data.dataset import SquadDataset, bucket_batches
 from rcpipe.models import build_model
 from rcpipe.models.layers import count_parameters
 from rcpipe.train.loop import EMA, make_optimizer, train_step
-from rcpipe.train.worker import mixed_precision, prepared_inputs
+from rcpipe.train.worker import mixed_precision, prepared_inputs, train_batches
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("fp32", "bf16", "compile")
@@ -215,7 +215,7 @@ def audit_variant(variant: str, cfg: Config, data: SquadDataset, prepared: Path,
     model = build_model(variant, mcfg, prepared_inputs(prepared, cfg.data.word_dim)).to(device)
     optimizer, scheduler = make_optimizer(model, mcfg.optim)
     ema = EMA(model, mcfg.optim.ema_decay) if mcfg.optim.ema_decay else None
-    epoch = epoch_batches(data, batch_size)
+    epoch = train_batches(data, batch_size, seed=0, world=1)  # as training makes them
     # the counts of a step do not depend on how many rows it has: 8 rows of the epoch's
     # first batch, at that batch's padded shape, keep the audit minutes short on a CPU
     batch = data.collate(epoch[0][:8]).to(device)
@@ -239,26 +239,16 @@ def audit_variant(variant: str, cfg: Config, data: SquadDataset, prepared: Path,
             "step_shape": list(batch.cc.shape[:2]) + [batch.qw.size(1)]}
 
 
-def epoch_batches(data: SquadDataset, batch_size: int) -> list[list[int]]:
-    """An epoch's batches as training makes them (train.buckets: full batches only)."""
-    try:
-        from rcpipe.train.worker import train_batches
-    except ImportError:  # before train.buckets: every batch of at least one row
-        return bucket_batches(data.context_lengths(), batch_size, shuffle=True, seed=0)
-    return train_batches(data, batch_size, seed=0, world=1)
-
-
 def run_audit(args: argparse.Namespace, prepared: Path) -> dict[str, Any]:
     cfg = load_config(args.params, args.set)
-    b = getattr(cfg.train, "buckets", None)
-    edges = {"buckets": (b.context, b.question)} if b else {}
+    b = cfg.train.buckets
     data = SquadDataset.from_parquet(prepared / "train.parquet", para_limit=cfg.data.limits.para,
-                                     **edges)
+                                     buckets=(b.context, b.question) if b else None)
     device = torch.device("cuda" if "cuda" in args.devices and torch.cuda.is_available()
                           else "cpu")
     out: dict[str, Any] = {"params": str(args.params), "sets": args.set, "batch": args.batch,
                            "device": device_name(device, torch.get_num_threads()),
-                           "buckets": [list(e) for e in edges.get("buckets", ())],
+                           "buckets": [list(e) for e in data.buckets or ()],
                            "results": {}}
     cols = ("graphs", "graph_breaks", "host_syncs_per_step", "distinct_shapes_per_epoch",
             "kernels_per_step")

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from queue import Empty, Queue
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -62,27 +62,33 @@ class _Ragged2:
         lo, hi = self.outer[i], self.outer[i + 1]
         return [self.values[self.inner[t] : self.inner[t + 1]] for t in range(lo, hi)]
 
-    def longest(self, rows: np.ndarray, keep: np.ndarray) -> int:
-        """Chars in the longest of the first keep[b] tokens of each row rows[b] (0 if none)."""
-        first = self.outer[rows]  # (B,)
-        b_of, t_of = _spread(np.minimum(self.outer[rows + 1] - first, keep))  # (T,)
-        token = first[b_of] + t_of  # (T,)
-        return int((self.inner[token + 1] - self.inner[token]).max(initial=0))
-
-    def fill(self, rows: np.ndarray, keep: np.ndarray, out: np.ndarray) -> None:
-        """out[b, t, :c] = the chars of token t < keep[b] of row rows[b] (c <= out's width).
-
-        Index arithmetic over the offsets instead of a Python loop over tokens: collating a
-        batch is a few numpy calls, whatever its size (a GPU step must not wait for it).
-        """
+    def tokens(self, rows: np.ndarray, keep: np.ndarray) -> CharTokens:
+        """The first keep[b] tokens of each row rows[b]: each one's batch row, position and
+        chars (where they start in ``values``, how many), for ``fill`` and the char width."""
         first = self.outer[rows]  # (B,) the first token of each row
         n_tok = np.minimum(self.outer[rows + 1] - first, keep)  # (B,)
         b_of, t_of = _spread(n_tok)  # (T,) each token's batch row and position
         token = first[b_of] + t_of  # (T,) its index in the column
         start = self.inner[token]  # (T,) its first char
-        n_chars = np.minimum(self.inner[token + 1] - start, out.shape[2])  # (T,)
+        return CharTokens(b_of, t_of, start, self.inner[token + 1] - start)
+
+    def fill(self, tokens: CharTokens, out: np.ndarray) -> None:
+        """out[b, t, :c] = the chars of each of ``tokens`` (c <= out's width).
+
+        Index arithmetic over the offsets instead of a Python loop over tokens: collating a
+        batch is a few numpy calls, whatever its size (a GPU step must not wait for it).
+        """
+        n_chars = np.minimum(tokens.n_chars, out.shape[2])  # (T,)
         k_of, c_of = _spread(n_chars)  # (C,) each char's token (into T) and position
-        out[b_of[k_of], t_of[k_of], c_of] = self.values[start[k_of] + c_of]
+        out[tokens.b_of[k_of], tokens.t_of[k_of], c_of] = \
+            self.values[tokens.start[k_of] + c_of]
+
+
+class CharTokens(NamedTuple):
+    b_of: np.ndarray  # (T,) batch row
+    t_of: np.ndarray  # (T,) position in the row
+    start: np.ndarray  # (T,) first char in the column's values
+    n_chars: np.ndarray  # (T,)
 
 
 def _spread(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -172,12 +178,21 @@ class SquadDataset:
     def question_lengths(self) -> np.ndarray:
         return self.qw.lengths()
 
+    def _lengths(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Context (cut at para_limit) and question lengths of these rows, (B,) each."""
+        c_len = self.cw.lengths()[rows]  # (B,)
+        if self.para_limit:
+            c_len = np.minimum(c_len, self.para_limit)
+        return c_len, self.qw.lengths()[rows]
+
+    def _padded(self, c_len: np.ndarray, q_len: np.ndarray) -> tuple[int, int]:
+        c_edges, q_edges = self.buckets or (None, None)
+        return (padded_length(int(c_len.max(initial=0)), c_edges),
+                padded_length(int(q_len.max(initial=0)), q_edges))
+
     def padded_shape(self, indices: Sequence[int]) -> tuple[int, int]:
         """(Lc, Lq) that ``collate(indices)`` pads to."""
-        rows = np.asarray(indices, dtype=np.int64)  # (B,)
-        c_edges, q_edges = self.buckets or (None, None)
-        return (padded_length(int(self.context_lengths()[rows].max(initial=0)), c_edges),
-                padded_length(int(self.question_lengths()[rows].max(initial=0)), q_edges))
+        return self._padded(*self._lengths(np.asarray(indices, dtype=np.int64)))
 
     def collate(self, indices: Sequence[int], char_limit: int | None = None) -> Batch:
         """Pad the rows to the longest in the batch, or to the bucket edge above it (at least
@@ -188,20 +203,20 @@ class SquadDataset:
         char_limit = char_limit or self.char_limit
         n = len(indices)
         rows = np.asarray(indices, dtype=np.int64)  # (B,)
-        c_len = self.context_lengths()[rows]  # (B,)
-        q_len = self.question_lengths()[rows]  # (B,)
-        lc, lq = self.padded_shape(indices)
+        c_len, q_len = self._lengths(rows)  # (B,) each
+        lc, lq = self._padded(c_len, q_len)
+        c_tok, q_tok = self.cc.tokens(rows, c_len), self.qc.tokens(rows, q_len)
         if self.buckets is None:
-            char_limit = max(1, min(char_limit, max(self.cc.longest(rows, c_len),
-                                                    self.qc.longest(rows, q_len))))
+            longest = max(c_tok.n_chars.max(initial=0), q_tok.n_chars.max(initial=0))
+            char_limit = max(1, min(char_limit, int(longest)))
         cw = np.zeros((n, lc), dtype=np.int64)
         qw = np.zeros((n, lq), dtype=np.int64)
         cc = np.zeros((n, lc, char_limit), dtype=np.int64)
         qc = np.zeros((n, lq, char_limit), dtype=np.int64)
         self.cw.fill(rows, c_len, cw)
         self.qw.fill(rows, q_len, qw)
-        self.cc.fill(rows, c_len, cc)
-        self.qc.fill(rows, q_len, qc)
+        self.cc.fill(c_tok, cc)
+        self.qc.fill(q_tok, qc)
         y1, y2 = self.y1[rows].astype(np.int64), self.y2[rows].astype(np.int64)
         # an answer cut off by para_limit has no label in the truncated context
         outside = (y2 >= lc) | (y1 < 0)

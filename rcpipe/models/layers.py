@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rcpipe.models.rnn import RNNWeights
+
 if TYPE_CHECKING:
     from rcpipe.models import ModelInputs
 
@@ -304,10 +306,9 @@ class BiRNN(nn.Module):
     def __init__(self, input_dim: int, hidden: int, layers: int = 1, dropout: float = 0.0,
                  cell: str = "gru", concat_layers: bool = False) -> None:
         super().__init__()
-        rnn = {"gru": nn.GRU, "lstm": nn.LSTM}[cell]
         dims = [input_dim] + [2 * hidden] * (layers - 1)
-        self.fwd = nn.ModuleList(rnn(d, hidden, batch_first=True) for d in dims)
-        self.bwd = nn.ModuleList(rnn(d, hidden, batch_first=True) for d in dims)
+        self.fwd = nn.ModuleList(RNNWeights(cell, d, hidden) for d in dims)
+        self.bwd = nn.ModuleList(RNNWeights(cell, d, hidden) for d in dims)
         self.drop = VariationalDropout(dropout)
         self.concat_layers = concat_layers
         self.dim = 2 * hidden * (layers if concat_layers else 1)
@@ -321,8 +322,8 @@ class BiRNN(nn.Module):
             keep = mask.unsqueeze(-1).to(x.dtype)  # (B, L, 1)
             for fwd, bwd in zip(self.fwd, self.bwd, strict=True):
                 x = self.drop(x)
-                y_f, _ = fwd(x)  # (B, L, H)
-                y_b, _ = bwd(reverse_padded(x, lengths))  # (B, L, H), reversed time
+                y_f = fwd(x)  # (B, L, H)
+                y_b = bwd(reverse_padded(x, lengths))  # (B, L, H), reversed time
                 x = torch.cat([y_f, reverse_padded(y_b, lengths)], dim=-1) * keep  # (B, L, 2H)
                 outs.append(x)
         out = torch.cat(outs, dim=-1) if self.concat_layers else x

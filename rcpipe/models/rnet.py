@@ -36,6 +36,7 @@ from rcpipe.models.layers import (
     masked_softmax,
     reverse_padded,
 )
+from rcpipe.models.rnn import RNNWeights
 from rcpipe.models.views import C2Q, SELF, ViewSpec
 
 
@@ -53,20 +54,8 @@ class CharGRU(nn.Module):
     def __init__(self, vocab_size: int, char_dim: int, hidden: int) -> None:
         super().__init__()
         self.emb = nn.Embedding(vocab_size, char_dim, padding_idx=0)
-        self.rnn = nn.GRU(char_dim, hidden, batch_first=True, bidirectional=True)
+        self.rnn = RNNWeights("gru", char_dim, hidden, bidirectional=True)
         self.dim = 2 * hidden
-
-    def direction(self, x: torch.Tensor, suffix: str) -> torch.Tensor:
-        """One direction of ``rnn`` (its own parameters, ``suffix`` "" or "_reverse") over
-        x (N, W, E) read left to right: the outputs (N, W, H)."""
-        rnn = self.rnn
-        params = [getattr(rnn, f"{name}_l0{suffix}")
-                  for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
-        h0 = x.new_zeros(1, x.size(0), rnn.hidden_size)  # (1, N, H)
-        # the functional GRU, not rnn(x): the module would run its backward direction on x
-        # as it is, padding chars first; torch.compile traces it with allow_rnn
-        out, _ = torch.gru(x, h0, params, True, 1, 0.0, self.training, False, True)
-        return out
 
     def forward(self, chars: torch.Tensor) -> torch.Tensor:
         b, n, w = chars.shape
@@ -77,8 +66,8 @@ class CharGRU(nn.Module):
         with float32_recurrence(x):
             x32 = x.float()
             ends = [out.gather(1, last.expand(-1, 1, out.size(2))).squeeze(1)  # (N, H)
-                    for out in (self.direction(x32, ""),
-                                self.direction(reverse_padded(x32, lengths), "_reverse"))]
+                    for out in (self.rnn(x32),  # (N, W, H) each
+                                self.rnn(reverse_padded(x32, lengths), "_reverse"))]
         real = (lengths > 0).unsqueeze(1).to(x32.dtype)  # (N, 1): padding tokens give 0
         out = torch.cat(ends, dim=-1) * real  # (N, 2H)
         return out.to(x.dtype).view(b, n, self.dim)  # (B, L, 2H)

@@ -297,16 +297,14 @@ def test_char_gru_traces_as_one_graph_and_the_gated_loop_is_r_nets_one_break() -
     emb = CharGRU(20, 4, 3)
     chars = make_batch(b=2, lc=6, lq=3).cc
     torch._dynamo.reset()
-    with torch._dynamo.config.patch(allow_rnn=True):
-        explained = torch._dynamo.explain(emb)(chars)
+    explained = torch._dynamo.explain(emb)(chars)
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained
     cfg = ModelConfig(hidden=8, char_dim=4, char_hidden=6, layers=1, dropout=0.1)
     batch = make_batch(b=3, lc=12, lq=5)
     for variant in ("rnet", "rnet_mult"):
         model = build_model(variant, cfg, inputs()).train()
         torch._dynamo.reset()
-        with torch._dynamo.config.patch(allow_rnn=True):
-            explained = torch._dynamo.explain(model)(batch)
+        explained = torch._dynamo.explain(model)(batch)
         # dynamo names the one break once per frame it sits in (RNet, BiGatedAttentionRNN,
         # gated_attention); rnet_mult has no recurrence of its own: one graph
         reasons = [r.reason for r in explained.break_reasons]

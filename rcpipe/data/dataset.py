@@ -222,6 +222,7 @@ class SquadDataset:
         outside = (y2 >= lc) | (y1 < 0)
         y1[outside], y2[outside] = -1, -1
         cw_t, qw_t = torch.from_numpy(cw), torch.from_numpy(qw)
+        distinct = {} if self.buckets is not None else distinct_words(cc, qc)
         return Batch(
             ids=[self.ids[i] for i in indices],
             cw=cw_t,
@@ -233,7 +234,22 @@ class SquadDataset:
             y1=torch.from_numpy(y1),
             y2=torch.from_numpy(y2),
             is_impossible=torch.from_numpy(self.impossible[rows].astype(bool)),
+            **distinct,
         )
+
+
+def distinct_words(cc: np.ndarray, qc: np.ndarray) -> dict[str, torch.Tensor]:
+    """Batch's ``words``, ``cu`` and ``qu``: the distinct char rows of the context and
+    question tokens (padding's all-zero row among them) and each token's row. A batch of 32
+    SQuAD questions has about a third as many distinct words as tokens."""
+    w = cc.shape[2]
+    flat = np.concatenate([cc.reshape(-1, w), qc.reshape(-1, w)])  # (N, W)
+    words, row = np.unique(flat, axis=0, return_inverse=True)  # (U, W), (N,)
+    row = row.reshape(-1)
+    n_c = cc.shape[0] * cc.shape[1]
+    return {"words": torch.from_numpy(words),
+            "cu": torch.from_numpy(row[:n_c].reshape(cc.shape[:2])),  # (B, Lc)
+            "qu": torch.from_numpy(row[n_c:].reshape(qc.shape[:2]))}  # (B, Lq)
 
 
 def bucket_batches(lengths: np.ndarray, batch_size: int, shuffle: bool, seed: int = 0,

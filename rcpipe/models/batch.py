@@ -24,6 +24,12 @@ class Batch:
     y1: torch.Tensor  # (B,) answer start token, -1 when none
     y2: torch.Tensor  # (B,)
     is_impossible: torch.Tensor  # (B,) bool
+    # The batch's distinct words as char rows and, per token, its row there: given by
+    # collate only for batches padded to their own longest (not bucketed: their shapes vary
+    # anyway), so that R-Net's char GRU runs once per distinct word, not once per token
+    words: torch.Tensor | None = None  # (U, W)
+    cu: torch.Tensor | None = None  # (B, Lc) context token -> row of words
+    qu: torch.Tensor | None = None  # (B, Lq)
 
     def _map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Batch:
         return Batch(**{k: fn(v) if isinstance(v, torch.Tensor) else v

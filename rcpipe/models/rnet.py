@@ -196,13 +196,23 @@ class RNet(nn.Module):
         self.drop = VariationalDropout(cfg.dropout)
         self.no_answer = NoAnswerHead(2 * d) if inputs.no_answer else None
 
+    def chars(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The char GRU's final states of every context and question token, (B, Lc, Dc)
+        and (B, Lq, Dc): once per distinct word where collate listed them (a word's state
+        depends on its chars alone), else per token (bucketed batches: static shapes)."""
+        if batch.words is None or batch.cu is None or batch.qu is None:
+            return self.char_emb(batch.cc), self.char_emb(batch.qc)
+        table = self.char_emb(batch.words.unsqueeze(0)).squeeze(0)  # (U, Dc)
+        return table[batch.cu], table[batch.qu]
+
     def embed(self, words: torch.Tensor, chars: torch.Tensor) -> torch.Tensor:
-        return torch.cat([self.word_emb(words), self.char_emb(chars)], dim=-1)  # (B, L, De)
+        return torch.cat([self.word_emb(words), chars], dim=-1)  # (B, L, De)
 
     def forward(self, batch: Batch) -> SpanLogits:
         c_mask, q_mask = batch.c_mask, batch.q_mask
-        u_p = self.encoder(self.embed(batch.cw, batch.cc), c_mask)  # (B, Lc, 2d)
-        u_q = self.encoder(self.embed(batch.qw, batch.qc), q_mask)  # (B, Lq, 2d)
+        c_chars, q_chars = self.chars(batch)
+        u_p = self.encoder(self.embed(batch.cw, c_chars), c_mask)  # (B, Lc, 2d)
+        u_q = self.encoder(self.embed(batch.qw, q_chars), q_mask)  # (B, Lq, 2d)
         v_p = self.question_matching(u_p, c_mask, u_q, q_mask)  # (B, Lc, d or 2d)
         h_p = self.self_matching(v_p, c_mask)  # (B, Lc, 2d)
         h_p = self.drop(self.output_rnn(h_p, c_mask))  # (B, Lc, 2d)

@@ -14,13 +14,15 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from rcpipe.config import ModelConfig
 from rcpipe.models import build_model
+from rcpipe.models.batch import Batch
 from rcpipe.models.layers import (
     BiRNN,
     count_parameters,
     reverse_padded,
+    span_loss,
 )
 from rcpipe.models.rnet import CharGRU, GatedAttentionRNN, MultiplicativeMatching, RNet
-from tests.models.conftest import CHARS, WORDS, inputs
+from tests.models.conftest import CHARS, WORDS, inputs, make_batch
 
 VARIANTS = ("rnet", "rnet_mult")
 D = 16  # hidden
@@ -122,6 +124,30 @@ def _packed_reference(rnns: list[nn.RNNBase], x: torch.Tensor, mask: torch.Tenso
         x, _ = pad_packed_sequence(y, batch_first=True, total_length=mask.size(1))
         outs.append(x)
     return torch.cat(outs, dim=-1)
+
+
+@pytest.mark.parametrize("variant", ["rnet", "rnet_mult"])
+def test_char_states_of_distinct_words_are_the_per_token_ones(variant: str) -> None:
+    """collate's distinct words (unbucketed batches): the same outputs and gradients as
+    running the char GRU on every token."""
+    from rcpipe.data.dataset import distinct_words
+
+    batch = make_batch(b=3, lc=12, lq=5, seed=2)
+    listed = Batch(**{**batch.__dict__, **distinct_words(batch.cc.numpy(), batch.qc.numpy())})
+    model = build(variant).train()
+    results = []
+    for b in (batch, listed):
+        model.zero_grad()
+        torch.manual_seed(1)
+        out = model(b)
+        span_loss(out, b.y1, b.y2).backward()
+        results.append((out.start.detach(), {n: p.grad.clone() for n, p
+                                             in model.named_parameters() if p.grad is not None}))
+    (a, ga), (b2, gb) = results
+    torch.testing.assert_close(b2, a, atol=1e-6, rtol=1e-5)
+    assert ga.keys() == gb.keys()
+    for name in ga:
+        torch.testing.assert_close(gb[name], ga[name], atol=1e-6, rtol=1e-5, msg=name)
 
 
 @pytest.mark.parametrize("cell", ["gru", "lstm"])

@@ -132,7 +132,8 @@ def run_through(client: Any, deployment_id: UUID, *states: Any) -> str:
 
 
 def test_applied_alerts_fire_on_a_real_server(
-        prefect_api: None, webhook: tuple[str, queue.Queue[dict[str, str]]]) -> None:
+        prefect_api: None, webhook: tuple[str, queue.Queue[dict[str, str]]],
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from prefect import get_client
     from prefect.blocks.notifications import CustomWebhookNotificationBlock
     from prefect.states import Cancelled, Completed, Crashed, Failed, Running
@@ -150,7 +151,10 @@ def test_applied_alerts_fire_on_a_real_server(
             alerts.apply(client, alerts.DEPLOYMENT, "slack-webhook/nowhere")
         with pytest.raises(SystemExit, match="no such deployment"):
             alerts.apply(client, "train-all/nowhere", block)
-        alerts.apply(client, alerts.DEPLOYMENT, block)  # applied twice: replaced, not doubled
+        # the command first (the default 20 h), then again: replaced, not doubled
+        monkeypatch.setattr("sys.argv", ["flows.alerts", "--block", block])
+        alerts.main()
+        assert f"notify through {block}" in capsys.readouterr().out
         ids = alerts.apply(client, alerts.DEPLOYMENT, block, timedelta(seconds=10))
         stored = [a for n in alerts.names(alerts.DEPLOYMENT)
                   for a in client.read_automations_by_name(n)]
@@ -159,6 +163,8 @@ def test_applied_alerts_fire_on_a_real_server(
         assert {a.actions[0].block_document_id for a in stored} == {
             client.read_block_document_by_name("rcpipe-alerts-test", "custom-webhook").id}
 
+        # first: its 10 s run while the others are made
+        stuck = run_through(client, nightly, Running())
         failures = {
             run_through(client, nightly, Running(), Failed(message="boom")): "Failed",
             run_through(client, nightly, Running(), Crashed()): "Crashed",
@@ -166,7 +172,6 @@ def test_applied_alerts_fire_on_a_real_server(
             run_through(client, nightly, Running(), Failed(name="TimedOut")): "TimedOut"}
         completed = run_through(client, nightly, Running(), Completed())
         elsewhere = run_through(client, local, Running(), Failed())
-        stuck = run_through(client, nightly, Running())
 
     notes: list[dict[str, str]] = []
     deadline = time.monotonic() + 90  # the proactive check runs every 5 s after the 10 s

@@ -210,6 +210,8 @@ def test_rayjob_runs_rcpipe_train_on_the_cluster() -> None:
     job = load(RAYJOB)
     assert (job["apiVersion"], job["kind"]) == ("ray.io/v1", "RayJob")
     assert job["spec"]["shutdownAfterJobFinishes"] is True
+    # the RayCluster, GPU pod and all, is deleted this long after the end: keep it short
+    assert 0 <= job["spec"]["ttlSecondsAfterFinished"] <= 120
     variant, params, sets = rcpipe_train(job["spec"]["entrypoint"])
     # the overrides must pass rcpipe's own config (unknown keys are errors there)
     cfg = load_config(REPO / params, sets)
@@ -288,6 +290,22 @@ def template_problems(template: dict[str, Any]) -> list[str]:
 
 def test_prefect_template_declares_every_placeholder() -> None:
     assert template_problems(load(JOB_TEMPLATE)) == []
+
+
+def test_a_deployments_env_is_merged_over_the_pools() -> None:
+    """infra/prefect/README.md's claim, by Prefect's own code: a deployment's
+    job_variables.env is laid over the template's default env, not put in its place."""
+    import asyncio
+
+    from prefect.workers.base import BaseJobConfiguration
+
+    pool = load(JOB_TEMPLATE)["variables"]["properties"]["env"]["default"]
+    deployment = {"AWS_DEFAULT_REGION": "eu-west-1", "RCPIPE_EXTRA": "1"}
+    # no block or variable reference in the template: the client is never called
+    job = asyncio.run(BaseJobConfiguration.from_template_and_values(
+        load(JOB_TEMPLATE), {"env": deployment}, client=object()))
+    assert job.env == pool | deployment
+    assert job.env["RAY_ADDRESS"] == pool["RAY_ADDRESS"]
 
 
 def test_prefect_template_is_a_kubernetes_job_next_to_the_ray_cluster() -> None:
@@ -465,7 +483,7 @@ def test_walkthrough_goes_from_bucket_to_dvc_pull() -> None:
     steps = ["aws s3 mb s3://rcpipe-artifacts", "dvc remote modify --local storage",
              "docker build", "ray up infra/ray/cluster-aws.yaml",
              "kubectl apply -f infra/kuberay/raycluster.yaml", "prefect deploy",
-             "prefect deployment run train-all/nightly", "dvc pull"]
+             "python -m flows.alerts", "prefect deployment run train-all/nightly", "dvc pull"]
     at = [text.find(step) for step in steps]
     assert -1 not in at, [s for s, i in zip(steps, at, strict=True) if i < 0]
     assert at == sorted(at), "walkthrough steps out of order"

@@ -143,6 +143,10 @@ def prepare(cfg: Config) -> dict[str, Any]:
     return report
 
 
+_MISSING = {"unk": "out of vocabulary, the trainable OOV vector stands for them",
+            "train": "a trainable row each", "fixed": "a frozen random row each"}
+
+
 def _vocabularies(cfg: Config, train: tuple, dev: tuple) -> tuple:  # (file, contexts, qs)
     """(words, chars, word vectors or None, words found in them, words trained alone): the
     training split's words and chars, plus any dev word the pretrained vectors know (it
@@ -171,8 +175,11 @@ def _vocabularies(cfg: Config, train: tuple, dev: tuple) -> tuple:  # (file, con
     words, trained = build_word_vocab(word_counts, d.min_word_count, vectored,
                                       d.missing_vectors)
     chars = build_vocab(char_counts, d.min_char_count)
-    if not d.word_vectors:
+    if vectored is None:
         return words, chars, None, 0, 0
+    lacking = sum(1 for w in word_counts if w not in vectored)
+    log.info(f"prepare: {lacking} of {len(word_counts)} training words have no vector: "
+             f"{_MISSING[d.missing_vectors]} (data.missing_vectors={d.missing_vectors})")
     # a trained word's row here is its trainable row's start (layers.WordEmbedding)
     emb, hits = embedding_matrix(words, vectors, d.word_dim)
     return words, chars, emb, hits, trained

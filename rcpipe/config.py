@@ -69,6 +69,17 @@ class DataConfig(Section):
     )
     word_dim: int = Field(300, gt=0, description="word vector size (must match word_vectors)")
     min_word_count: int = Field(1, ge=1, description="training count a word needs for the vocab")
+    # unk by default: the QANet paper's, and the one setting under which the model's
+    # trainable OOV vector learns. Each training occurrence of a word the vectors lack
+    # trains it, and it is what a dev or served word outside the vocabulary gets, so
+    # unknown words look the same in training and at test time. train (BiDAF's code) keeps
+    # each such word's identity at the cost of a row per word; fixed is the behaviour
+    # before the setting existed (prepared data and models from then match it).
+    missing_vectors: Literal["unk", "train", "fixed"] = Field(
+        "unk", description="with word_vectors, training words they lack: unk = out of "
+        "vocabulary (the trainable OOV vector, QANet); train = a trainable row each, "
+        "beside the frozen vectors; fixed = a frozen random row each. Without "
+        "word_vectors every word trains anyway")
     min_char_count: int = Field(1, ge=1, description="training count a char needs for the vocab")
     answer_search_window: int = Field(
         64, ge=0, description="chars around answer_start searched for a misplaced answer text"

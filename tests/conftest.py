@@ -137,6 +137,21 @@ def prepared(tmp_path_factory: pytest.TempPathFactory, synth_v1: SynthData) -> P
     return Prepared(cfg, synth_v1, root / "out", report)
 
 
+def vectors_for_half(prepared: Prepared, path: Path) -> tuple[list[str], set[str]]:
+    """A GloVe-format file at ``path`` (4-d) with a vector for every other training word of
+    ``prepared`` (made without vectors, so its vocabulary is the training words): those
+    words (count order) and the ones no case form of which has a vector."""
+    import json
+
+    from rcpipe.data.vocab import case_forms
+
+    words = json.loads((prepared.out_dir / "vocab.json").read_text())["words"][2:]
+    given = {w for w in words[::2] if w and w == w.strip()}
+    path.write_text("".join(f"{w} {i % 7} 1 2 {i % 3}\n" for i, w in enumerate(sorted(given))))
+    lacking = {w for w in words if not any(f in given for f in case_forms(w))}
+    return words, lacking
+
+
 # What a node's AWS environment holds in the tests: the loopback S3 (moto) takes any key
 AWS_WORKER_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",

@@ -31,7 +31,7 @@ def tiny_params(dev_sha256: str) -> dict[str, Any]:
         "data": {"train_file": "data/synth/train.json", "dev_file": "data/synth/dev.json",
                  "out_dir": "data/prepared", "cache_dir": "data/cache", "word_vectors": None,
                  "word_dim": 16, "min_word_count": 1, "min_char_count": 1,
-                 "answer_search_window": 64,
+                 "missing_vectors": "unk", "answer_search_window": 64,
                  "limits": {"para": 400, "question": 50, "answer": 30, "char": 16},
                  "workers": 1, "sha256": {"data/synth/dev.json": dev_sha256}},
         "train": {"num_workers": 1, "epochs": 1, "batch_size": 8, "seed": 42, "device": "cpu",

@@ -39,6 +39,30 @@ def build_vocab(counts: Counter[str], min_count: int, extra: Iterable[str] = ())
     return Vocab([PAD, OOV, *ordered])
 
 
+def build_word_vocab(counts: Counter[str], min_count: int, vectored: set[str] | None,
+                     missing_vectors: str = "unk") -> tuple[Vocab, int]:
+    """The word vocabulary and how many of its ids, from 2 on, are words to train alone.
+
+    ``vectored``: the words (training or dev) the pretrained vectors know, or None without
+    vectors (every word is then trained, whatever ``missing_vectors`` says). A training
+    word they lack is, per ``missing_vectors`` (data.missing_vectors): ``unk`` left out,
+    so it reads as OOV; ``train`` kept, with the others like it right after the specials
+    (ids 2 .. 1 + n: the model gives these n their own trainable rows); ``fixed`` kept
+    where its count puts it (the word vectors give it a frozen random row).
+    """
+    if vectored is None:
+        return build_vocab(counts, min_count), 0
+    if missing_vectors == "unk":
+        return build_vocab(Counter({w: c for w, c in counts.items() if w in vectored}),
+                           min_count, vectored), 0
+    words = build_vocab(counts, min_count, vectored)
+    if missing_vectors == "fixed":
+        return words, 0
+    lacking = [w for w in words.items[2:] if w not in vectored]  # count order kept
+    known = [w for w in words.items[2:] if w in vectored]
+    return Vocab([PAD, OOV, *lacking, *known]), len(lacking)
+
+
 def case_forms(word: str) -> tuple[str, ...]:
     """Forms tried, in order, when looking a word up in the vectors (GloVe 840B is cased)."""
     return (word, word.lower(), word.title(), word.upper())

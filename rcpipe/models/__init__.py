@@ -31,6 +31,10 @@ class ModelInputs:
     no_answer: bool  # SQuAD v2.0: learn a no-answer logit
     # trained on pretrained vectors (kept in a model file, whose vectors are in its weights)
     pretrained: bool = False
+    # ids 2 .. 1 + trained_words: training words the pretrained vectors lack, each given a
+    # trainable row beside the frozen table (data.missing_vectors: train); 0 otherwise and
+    # in a model file written before the setting existed
+    trained_words: int = 0
 
     def __post_init__(self) -> None:
         if self.vectors is not None and not self.pretrained:

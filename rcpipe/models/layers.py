@@ -128,14 +128,20 @@ class WordEmbedding(nn.Module):
 
     Frozen pretrained vectors get one trainable vector for the out-of-vocabulary id instead
     of the fixed random row the vocabulary built for it (R-Net starts it at zero): a word
-    the vectors do not know still gets a learned meaning. ``learn_oov`` says so; it must be
-    the same when a saved model is built again (ModelInputs.pretrained carries it).
+    the vectors do not know still gets a learned meaning. It trains on the training words
+    the vectors lack (data.missing_vectors: unk makes them OOV) and on word dropout.
+    ``learn_oov`` says so; it must be the same when a saved model is built again
+    (ModelInputs.pretrained carries it). ``trained_words`` (data.missing_vectors: train):
+    ids 2 .. 1 + n read their own trainable rows instead of the frozen table's, so the
+    frozen table stays out of the optimiser and the EMA.
     """
 
     def __init__(self, vocab_size: int, dim: int, vectors: np.ndarray | None = None,
                  trainable: bool = False, learn_oov: bool = False,
-                 word_dropout: float = 0.0) -> None:
+                 word_dropout: float = 0.0, trained_words: int = 0) -> None:
         super().__init__()
+        if not 0 <= trained_words <= vocab_size - 2:
+            raise ValueError(f"trained_words {trained_words} outside 0 .. {vocab_size - 2}")
         self.word_dropout = word_dropout
         self.emb = nn.Embedding(vocab_size, dim, padding_idx=0)
         if vectors is not None:
@@ -144,14 +150,20 @@ class WordEmbedding(nn.Module):
             self.emb.weight.data.copy_(torch.from_numpy(vectors))
             self.emb.weight.requires_grad = trainable
         self.oov = nn.Parameter(torch.zeros(dim)) if learn_oov else None  # (dim,)
+        self.trained: nn.Parameter | None = None
+        if trained_words:  # starting from the random rows prepare gave these words
+            start = self.emb.weight.detach()[OOV + 1 : OOV + 1 + trained_words]
+            self.trained = nn.Parameter(start.clone())  # (n, dim)
         self.dim = dim
 
     @classmethod
     def of(cls, inputs: ModelInputs, fine_tune: bool, word_dropout: float = 0.0
            ) -> WordEmbedding:
         """A model's word embedding from its data-side inputs and its config."""
+        frozen = inputs.pretrained and not fine_tune  # fine-tuned: every row trains anyway
         return cls(inputs.word_vocab, inputs.word_dim, inputs.vectors, trainable=fine_tune,
-                   learn_oov=inputs.pretrained and not fine_tune, word_dropout=word_dropout)
+                   learn_oov=frozen, word_dropout=word_dropout,
+                   trained_words=inputs.trained_words if frozen else 0)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         if self.training and self.word_dropout > 0:
@@ -160,6 +172,11 @@ class WordEmbedding(nn.Module):
             drop = torch.rand(ids.shape, device=ids.device) < self.word_dropout
             ids = torch.where(drop & (ids > OOV), torch.full_like(ids, OOV), ids)
         x = self.emb(ids)  # (B, L, dim)
+        if self.trained is not None:
+            n = self.trained.size(0)
+            own = ids - (OOV + 1)  # (B, L): the row in ``trained`` where 0 <= own < n
+            rows = F.embedding(own.clamp(0, n - 1), self.trained)  # (B, L, dim)
+            x = torch.where(((own >= 0) & (own < n)).unsqueeze(-1), rows.to(x.dtype), x)
         if self.oov is not None:
             x = torch.where((ids == OOV).unsqueeze(-1), self.oov.to(x.dtype), x)  # (B, L, dim)
         return x

@@ -60,7 +60,10 @@ def fingerprint(cfg: Config) -> str:
             inputs.append([str(path.resolve()), stat.st_size, stat.st_mtime_ns])
         else:
             inputs.append(uri)
-    data = cfg.data.model_dump(mode="json", exclude={"workers", "cache_dir"})
+    # without vectors data.missing_vectors changes nothing: data prepared before it existed
+    # stays current
+    unused = set() if cfg.data.word_vectors else {"missing_vectors"}
+    data = cfg.data.model_dump(mode="json", exclude={"workers", "cache_dir", *unused})
     blob = json.dumps({"data": data, "inputs": inputs}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -102,8 +105,8 @@ def prepare(cfg: Config) -> dict[str, Any]:
 
     kept, dropped = F.label_train(train, train_ctx, train_q, cfg.data)
     dev_rows = F.label_dev(dev, dev_ctx, cfg.data)
-    words, chars, emb, hits = _vocabularies(cfg, (train, train_ctx, train_q),
-                                            (dev, dev_ctx, dev_q))
+    words, chars, emb, hits, trained = _vocabularies(cfg, (train, train_ctx, train_q),
+                                                     (dev, dev_ctx, dev_q))
     done("label_and_vocab")
     indexer = F.Indexer(words, chars, d.limits.char)
     tables = {
@@ -124,7 +127,11 @@ def prepare(cfg: Config) -> dict[str, Any]:
         "train_file": d.train_file, "dev_file": d.dev_file,
         "version": {"train": train.version, "dev": dev.version}, "words": len(words),
         "chars": len(chars), "char_limit": d.limits.char, "word_vectors": d.word_vectors,
-        "word_dim": d.word_dim, "vectors_found": hits, "seconds": round(seconds, 2),
+        "word_dim": d.word_dim, "vectors_found": hits,
+        # with vectors: what training words they lack became, and how many of those have
+        # a trainable row (ids 2 .. 1 + trained_words; worker.prepared_inputs reads it)
+        "missing_vectors": d.missing_vectors if d.word_vectors else None,
+        "trained_words": trained, "seconds": round(seconds, 2),
         "phases": phases, "fingerprint": fingerprint(cfg)})
     tr, dv = report["train"], report["dev"]
     log.info(
@@ -136,16 +143,27 @@ def prepare(cfg: Config) -> dict[str, Any]:
     return report
 
 
+_MISSING = {"unk": "out of vocabulary, the trainable OOV vector stands for them",
+            "train": "a trainable row each", "fixed": "a frozen random row each"}
+
+
 def _vocabularies(cfg: Config, train: tuple, dev: tuple) -> tuple:  # (file, contexts, qs)
-    """(words, chars, word vectors or None, words found in them): the training split's
-    words and chars, plus any dev word the pretrained vectors know (it gets its vector)."""
+    """(words, chars, word vectors or None, words found in them, words trained alone): the
+    training split's words and chars, plus any dev word the pretrained vectors know (it
+    gets its vector); a training word they lack as data.missing_vectors says."""
     from rcpipe.data import features as F
     from rcpipe.data.squad import fetch
-    from rcpipe.data.vocab import build_vocab, case_forms, embedding_matrix, read_vectors
+    from rcpipe.data.vocab import (
+        build_vocab,
+        build_word_vocab,
+        case_forms,
+        embedding_matrix,
+        read_vectors,
+    )
 
     d = cfg.data
     word_counts, char_counts = F.count_words(*train)
-    extra: set[str] = set()
+    vectored: set[str] | None = None
     if d.word_vectors:
         log.info(f"prepare: reading word vectors {d.word_vectors}")
         dev_words, _ = F.count_words(*dev)
@@ -153,13 +171,18 @@ def _vocabularies(cfg: Config, train: tuple, dev: tuple) -> tuple:  # (file, con
         wanted = {f for w in candidates for f in case_forms(w)}
         vectors = read_vectors(fetch(d.word_vectors, d.cache_dir), wanted, d.word_dim,
                                d.word_vectors)
-        extra = {w for w in candidates if any(f in vectors for f in case_forms(w))}
-    words = build_vocab(word_counts, d.min_word_count, extra)
+        vectored = {w for w in candidates if any(f in vectors for f in case_forms(w))}
+    words, trained = build_word_vocab(word_counts, d.min_word_count, vectored,
+                                      d.missing_vectors)
     chars = build_vocab(char_counts, d.min_char_count)
-    if not d.word_vectors:
-        return words, chars, None, 0
+    if vectored is None:
+        return words, chars, None, 0, 0
+    lacking = sum(1 for w in word_counts if w not in vectored)
+    log.info(f"prepare: {lacking} of {len(word_counts)} training words have no vector: "
+             f"{_MISSING[d.missing_vectors]} (data.missing_vectors={d.missing_vectors})")
+    # a trained word's row here is its trainable row's start (layers.WordEmbedding)
     emb, hits = embedding_matrix(words, vectors, d.word_dim)
-    return words, chars, emb, hits
+    return words, chars, emb, hits, trained
 
 
 def _write_prepared(out: Path, tables: dict[str, Any], words: Any, chars: Any,

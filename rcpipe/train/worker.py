@@ -386,7 +386,8 @@ def prepared_inputs(out_dir: Path, word_dim: int) -> ModelInputs:
         else None
     return ModelInputs(word_vocab=len(vocab["words"]), char_vocab=len(vocab["chars"]),
                        word_dim=word_dim, vectors=vectors,
-                       no_answer="2.0" in meta["version"]["train"])
+                       no_answer="2.0" in meta["version"]["train"],
+                       trained_words=meta.get("trained_words", 0))
 
 
 def vocab_digest(out_dir: Path) -> str:

@@ -15,6 +15,7 @@ from rcpipe.data.vocab import (
     PAD,
     Vocab,
     build_vocab,
+    build_word_vocab,
     case_forms,
     embedding_matrix,
     read_vectors,
@@ -22,6 +23,24 @@ from rcpipe.data.vocab import (
 from rcpipe.errors import InputError
 
 # ------------------------------------------------------------------------------ vocabularies
+
+
+@pytest.mark.parametrize("missing_vectors", ["unk", "train", "fixed"])
+def test_words_without_vectors_follow_missing_vectors(missing_vectors: str) -> None:
+    counts = Counter({"the": 9, "zorblax": 5, "city": 4, "quux": 2})
+    vectored = {"the", "city", "dev-only"}  # a dev word with a vector joins
+    words, trained = build_word_vocab(counts, 1, vectored, missing_vectors)
+    if missing_vectors == "unk":  # out of vocabulary: the OOV vector stands for them
+        assert (words.items, trained) == ([PAD, OOV, "the", "city", "dev-only"], 0)
+        assert words.id("zorblax") == words.id("quux") == 1
+    elif missing_vectors == "train":  # ids 2 .. 1 + trained, by count, then the rest
+        assert (words.items, trained) == ([PAD, OOV, "zorblax", "quux", "the", "city",
+                                           "dev-only"], 2)
+    else:  # where their count puts them (frozen random rows)
+        assert (words.items, trained) == ([PAD, OOV, "the", "zorblax", "city", "quux",
+                                           "dev-only"], 0)
+    # without vectors every training word is in, whatever the setting says
+    assert build_word_vocab(counts, 1, None, missing_vectors) == (build_vocab(counts, 1), 0)
 
 
 def test_specials_are_0_and_1() -> None:

@@ -15,7 +15,7 @@ from rcpipe.config import Config, load_config
 from rcpipe.data.squad import load_squad
 from rcpipe.data.tokenize import tokenize
 from rcpipe.errors import InputError
-from tests.conftest import Prepared, SynthData, questions_of
+from tests.conftest import Prepared, SynthData, questions_of, vectors_for_half
 
 MakeConfig = Callable[..., Config]
 
@@ -153,6 +153,47 @@ def test_prepare_with_word_vectors(make_config: MakeConfig, synth_v1: SynthData,
     assert "zzzunused" not in words
     meta = json.loads((cfg.data.out_dir / "meta.json").read_text())
     assert meta["vectors_found"] >= 2
+
+
+@pytest.mark.parametrize("missing_vectors", ["unk", "train", "fixed"])
+def test_training_words_without_a_vector(make_config: MakeConfig, prepared: Prepared,
+                                         missing_vectors: str, tmp_path: Path) -> None:
+    """unk: they read as OOV; train: ids 2 .. 1 + n, counted in meta.json; fixed: each its
+    own frozen random row (the behaviour before data.missing_vectors)."""
+    train_words, lacking = vectors_for_half(prepared, tmp_path / "vectors.txt")
+    assert 0 < len(lacking) < len(train_words)
+    cfg = make_config(prepared.data, data={"word_vectors": str(tmp_path / "vectors.txt"),
+                                           "word_dim": 4, "missing_vectors": missing_vectors})
+    stages.prepare(cfg)
+    words = json.loads((cfg.data.out_dir / "vocab.json").read_text())["words"]
+    meta = json.loads((cfg.data.out_dir / "meta.json").read_text())
+    train_ids = {i for row in pq.read_table(cfg.data.out_dir / "train.parquet")
+                 .column("context_word_ids").to_pylist() for i in row}
+    n = meta["trained_words"]
+    assert meta["missing_vectors"] == missing_vectors
+    if missing_vectors == "unk":
+        assert n == 0 and not lacking & set(words) and 1 in train_ids
+    elif missing_vectors == "train":
+        assert words[2 : 2 + n] == [w for w in train_words if w in lacking]  # count order
+        assert not lacking & set(words[2 + n :]) and 1 not in train_ids
+    else:
+        assert n == 0 and set(train_words) <= set(words) and 1 not in train_ids
+    emb = np.load(cfg.data.out_dir / "word_emb.npy")
+    for w in set(words[2:]) - lacking:  # every word that stays frozen has its vector
+        assert emb[words.index(w)].tolist()[1:3] == [1, 2]
+
+
+def test_missing_vectors_matters_only_with_vectors(make_config: MakeConfig,
+                                                  synth_v1: SynthData) -> None:
+    """Data prepared before the setting existed stays current where it changes nothing."""
+    from rcpipe.stages.data import fingerprint
+
+    def of(**data: object) -> str:
+        return fingerprint(make_config(synth_v1, data=data))
+
+    assert of(missing_vectors="unk") == of(missing_vectors="fixed")
+    assert of(word_vectors="g.txt", missing_vectors="unk") != \
+        of(word_vectors="g.txt", missing_vectors="fixed")
 
 
 def test_prepare_bad_vectors_file(make_config: MakeConfig, synth_v1: SynthData,

@@ -1,0 +1,114 @@
+"""The shared word embedding: what trains beside frozen pretrained vectors.
+
+data.missing_vectors decides what a training word the vectors lack becomes: the OOV id
+(unk), whose one vector then trains, or its own trainable row (train). Either way the frozen
+table stays frozen and out of the optimiser and the EMA.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rcpipe import stages
+from rcpipe.config import Config, ModelConfig
+from rcpipe.data.dataset import SquadDataset
+from rcpipe.models import ModelInputs, build_model
+from rcpipe.models.layers import OOV, WordEmbedding
+from rcpipe.train.checkpoint import model_from_payload, model_payload
+from rcpipe.train.loop import EMA, make_optimizer, train_step
+from rcpipe.train.worker import prepared_inputs, train_batches
+from tests.conftest import Prepared, vectors_for_half
+from tests.dvc_project import TINY
+from tests.models.conftest import CHARS, WORDS
+
+
+def _vectors() -> np.ndarray:
+    vectors = np.random.default_rng(0).normal(size=(WORDS, 16)).astype(np.float32)
+    vectors[0] = 0.0  # PAD, as prepare writes it
+    return vectors
+
+
+def test_trained_words_read_their_own_rows_and_only_those_learn() -> None:
+    vectors = _vectors()
+    emb = WordEmbedding(WORDS, 16, vectors, learn_oov=True, trained_words=3)
+    assert emb.trained is not None and emb.oov is not None
+    torch.testing.assert_close(emb.trained.detach(), torch.from_numpy(vectors[2:5]))
+    with torch.no_grad():
+        emb.trained.add_(1.0)
+    ids = torch.tensor([[0, OOV, 2, 4, 5, 9]])
+    out = emb(ids)  # (1, 6, 16)
+    assert not out[0, 0].any() and not out[0, 1].any()  # PAD, and OOV starts at zero
+    torch.testing.assert_close(out[0, 2:4], emb.trained[[0, 2]])  # ids 2 and 4: trained
+    torch.testing.assert_close(out[0, 4:], torch.from_numpy(vectors[[5, 9]]))  # frozen
+    out.sum().backward()
+    assert emb.emb.weight.grad is None and emb.oov.grad is not None
+    assert emb.trained.grad is not None
+    assert emb.trained.grad[[0, 2]].abs().sum() > 0 and not emb.trained.grad[1].any()
+    with pytest.raises(ValueError, match="trained_words"):
+        WordEmbedding(WORDS, 16, vectors, learn_oov=True, trained_words=WORDS - 1)
+
+
+def test_trained_rows_only_beside_frozen_vectors() -> None:
+    given = ModelInputs(WORDS, CHARS, 16, _vectors(), no_answer=False, trained_words=3)
+    assert WordEmbedding.of(given, fine_tune=False).trained is not None
+    assert WordEmbedding.of(given, fine_tune=True).trained is None  # every row learns
+
+
+def test_model_files_keep_loading() -> None:
+    """A model file written before trained_words existed lacks it and still loads; one
+    with trained rows brings them back."""
+    cfg = ModelConfig(hidden=8, char_dim=4, char_hidden=8, layers=1, highway_layers=1)
+    for n in (0, 3):
+        given = ModelInputs(WORDS, CHARS, 16, _vectors(), no_answer=False, trained_words=n)
+        model = build_model("bidaf", cfg, given)
+        saved = model_payload("bidaf", cfg, given, model.state_dict(), "v")
+        if n == 0:
+            del saved["inputs"]["trained_words"]  # as written before the setting
+        again, inputs = model_from_payload(saved, "bidaf", "v")
+        assert inputs.trained_words == n and inputs.pretrained
+        for k, v in model.state_dict().items():
+            assert torch.equal(again.state_dict()[k], v), k
+
+
+@pytest.mark.parametrize("missing_vectors", ["unk", "train", "fixed"])
+def test_what_the_vectors_lack_trains_and_the_vectors_stay(
+        make_config: Callable[..., Config], prepared: Prepared, tmp_path: Path,
+        missing_vectors: str) -> None:
+    """A few QANet steps on prepared synthetic data with vectors for half its words: the
+    OOV vector (unk) or the lacking words' rows (train) move, the frozen table does not,
+    and only what trains is in the optimiser and the EMA. With fixed (the behaviour before
+    the setting) the OOV vector stays zero: no training word is out of vocabulary."""
+    vectors_for_half(prepared, tmp_path / "vectors.txt")
+    cfg = make_config(prepared.data,
+                      data={"word_vectors": str(tmp_path / "vectors.txt"), "word_dim": 4,
+                            "missing_vectors": missing_vectors},
+                      models={"qanet": TINY})
+    stages.prepare(cfg)
+    inputs = prepared_inputs(cfg.data.out_dir, cfg.data.word_dim)
+    torch.manual_seed(0)
+    model = build_model("qanet", cfg.models.of("qanet"), inputs)
+    emb = model.word_emb
+    assert isinstance(emb, WordEmbedding) and emb.oov is not None
+    learns, name = (emb.trained, "word_emb.trained") if missing_vectors == "train" else \
+        (emb.oov, "word_emb.oov")
+    assert learns is not None and (emb.trained is None) == (missing_vectors != "train")
+    start, table = learns.detach().clone(), emb.emb.weight.detach().clone()
+    opt, sched = make_optimizer(model, cfg.models.of("qanet").optim)
+    ema = EMA(model, decay=0.9)
+    data = SquadDataset.from_parquet(cfg.data.out_dir / "train.parquet")
+    model.train()
+    for rows in train_batches(data, 8, seed=0, world=1)[:3]:
+        train_step(model, data.collate(rows), opt, sched, 5.0, ema)
+    if missing_vectors == "fixed":  # the issue: no training word is OOV, nothing learns
+        assert not emb.oov.any()
+    else:
+        assert not torch.equal(learns.detach(), start)
+    assert torch.equal(emb.emb.weight, table)  # the pretrained vectors stay
+    optimised = {id(p) for group in opt.param_groups for p in group["params"]}
+    assert id(learns) in optimised and id(emb.emb.weight) not in optimised
+    assert name in ema.shadow and "word_emb.emb.weight" not in ema.shadow

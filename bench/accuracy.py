@@ -82,9 +82,8 @@ def ensemble(variants: list[str], runs: Path, params: Path, prepared: Path, test
     from rcpipe.data.squad import read_json
     from rcpipe.eval import metrics
     from rcpipe.eval.ensemble import majority_vote
-    from rcpipe.eval.predict import evaluate
-    from rcpipe.train.checkpoint import model_from_payload
-    from rcpipe.train.worker import vocab_digest
+    from rcpipe.eval.predict import evaluate_model
+    from rcpipe.eval.trained import model_from_payload, vocab_digest
 
     cfg = load_config(params, [f"data.out_dir={prepared}"])
     doc = read_json(test, str(test))
@@ -94,8 +93,8 @@ def ensemble(variants: list[str], runs: Path, params: Path, prepared: Path, test
     for v in variants:
         saved = torch.load(runs / v / "model.pt", map_location="cpu", weights_only=True)
         model, _ = model_from_payload(saved, v, vocab_digest(prepared))
-        nbests.append(evaluate(model.to(device), dev, doc, device,
-                               cfg.eval.max_answer_len).nbest)
+        nbests.append(evaluate_model(model.to(device), dev, doc, device,
+                                     cfg.eval.max_answer_len).nbest)
     voted = majority_vote(nbests)
     preds = {q: e["text"] for q, e in voted.items()}
     return metrics.score(doc, preds)

@@ -18,9 +18,8 @@ import torch
 
 from rcpipe.data.dataset import SquadDataset
 from rcpipe.data.squad import read_json
-from rcpipe.eval.predict import evaluate
-from rcpipe.train.checkpoint import model_from_payload
-from rcpipe.train.worker import vocab_digest
+from rcpipe.eval.predict import evaluate_model
+from rcpipe.eval.trained import model_from_payload, vocab_digest
 
 ROOT = Path(__file__).resolve().parents[1]
 SPLIT = ROOT.parent / "shared" / "data" / "squad-split"
@@ -46,9 +45,9 @@ def main() -> None:
         variant = path.parent.name
         saved = torch.load(path, map_location="cpu", weights_only=True)
         model = model_from_payload(saved, variant, vocab_digest(prepared))[0].to(device)
-        plain = evaluate(model, dev, doc, device, args.max_answer_len).result["f1"]
-        weighted = evaluate(model, dev, doc, device, args.max_answer_len,
-                            length_prior=prior).result["f1"]
+        plain = evaluate_model(model, dev, doc, device, args.max_answer_len).result["f1"]
+        weighted = evaluate_model(model, dev, doc, device, args.max_answer_len,
+                                  length_prior=prior).result["f1"]
         out[variant] = {"f1": plain, "f1_with_length_prior": weighted}
         print(f"{variant:<15} F1 {plain:6.2f}  with the length prior {weighted:6.2f} "
               f"({weighted - plain:+.2f})", flush=True)

@@ -44,9 +44,8 @@ def untrained_run(model: str) -> tuple[Path, Path]:
 
     from rcpipe import stages
     from rcpipe.config import load_config
+    from rcpipe.eval.trained import model_payload, vocab_digest
     from rcpipe.models import ModelInputs, build_model
-    from rcpipe.stages.train import _vocab_hash
-    from rcpipe.train.checkpoint import model_payload
 
     workdir = OUT / "serve-run"
     workdir.mkdir(parents=True, exist_ok=True)
@@ -68,7 +67,7 @@ def untrained_run(model: str) -> tuple[Path, Path]:
         import torch
 
         torch.save(model_payload(model, cfg.models.of(model), inputs, net.state_dict(),
-                                 _vocab_hash(cfg.data.out_dir)), f"models/{model}/model.pt")
+                                 vocab_digest(cfg.data.out_dir)), f"models/{model}/model.pt")
     finally:
         os.chdir(cwd)
     return workdir, workdir / "params.yaml"

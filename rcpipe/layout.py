@@ -19,10 +19,20 @@ REPORTS = Path("reports")  # rcpipe report
 EXPLANATIONS = Path("explanations")  # rcpipe explain
 ENSEMBLE = "ensemble"  # the majority vote's name among the models
 LIVE = "live"  # models/<variant>/live/: the dev curve as training writes it (dvclive's files)
+MODEL = "model.pt"  # a trained model (eval/trained.py): in models/<variant>/ and checkpoints
+NA_THRESHOLD = "na_threshold.json"  # beside model.pt: the no-answer threshold evaluate chose
 
 
 def model_dir(variant: str) -> Path:
     return MODELS / variant
+
+
+def model_file(variant: str) -> Path:
+    return model_dir(variant) / MODEL
+
+
+def na_threshold_file(variant: str) -> Path:
+    return model_dir(variant) / NA_THRESHOLD
 
 
 def live_dir(variant: str) -> Path:

@@ -247,9 +247,8 @@ def save_untrained_model(cfg: Config, variant: str, no_answer: bool = False) -> 
 
     import torch
 
+    from rcpipe.eval.trained import model_payload, vocab_digest
     from rcpipe.models import ModelInputs, build_model
-    from rcpipe.stages.train import _vocab_hash
-    from rcpipe.train.checkpoint import model_payload
 
     vocab = json.loads((cfg.data.out_dir / "vocab.json").read_text())
     inputs = ModelInputs(len(vocab["words"]), len(vocab["chars"]), cfg.data.word_dim, None,
@@ -258,7 +257,7 @@ def save_untrained_model(cfg: Config, variant: str, no_answer: bool = False) -> 
     path = Path("models") / variant / "model.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(model_payload(variant, cfg.models.of(variant), inputs, model.state_dict(),
-                             _vocab_hash(cfg.data.out_dir)), path)
+                             vocab_digest(cfg.data.out_dir)), path)
     return path
 
 

@@ -21,7 +21,7 @@ ALLOWED: dict[str, set[str]] = {
     "layout": set(),
     "data": {"config", "errors", "console", "models"},  # models: the Batch type only
     "models": {"config", "variants"},
-    "eval": {"data", "models", "layout"},
+    "eval": {"config", "errors", "data", "models", "layout"},
     "report": {"data", "models", "eval", "layout"},
     "train": BASE | {"data", "models", "eval"},
     "serve": {"errors"},

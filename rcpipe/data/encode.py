@@ -7,7 +7,7 @@ a batch here: spaCy's blank English tokenizer with the same character offsets
 the web page becomes exactly the ids it would have as a row of dev.parquet, and a model
 answers it as `rcpipe evaluate` would.
 
-    encoder = Encoder.from_vocab(json.loads(vocab_json), char_limit)  # vocab.json's content
+    encoder = TextEncoder.from_vocab(json.loads(vocab_json), char_limit)  # vocab.json's content
     ds = encoder.pairs([(context, question)])  # a SquadDataset, one row per pair
     batch = ds.collate([0])  # a Batch: what model(batch) takes
     token_spans(ds, 0)  # each context token's (start, end) characters, as the model saw it
@@ -30,7 +30,7 @@ from rcpipe.data.vocab import Vocab
 
 
 @dataclass(frozen=True)
-class Encoder:
+class TextEncoder:
     """The prepared vocabularies and char limit; encodes raw text as prepare does."""
 
     words: Vocab
@@ -42,7 +42,7 @@ class Encoder:
         object.__setattr__(self, "indexer", Indexer(self.words, self.chars, self.char_limit))
 
     @classmethod
-    def from_vocab(cls, vocab: dict[str, Any], char_limit: int = 16) -> Encoder:
+    def from_vocab(cls, vocab: dict[str, Any], char_limit: int = 16) -> TextEncoder:
         """From the content of <data.out_dir>/vocab.json ({"words": [...], "chars": [...]})."""
         return cls(Vocab(list(vocab["words"])), Vocab(list(vocab["chars"])), char_limit)
 

@@ -20,7 +20,7 @@ from torch import nn
 
 from rcpipe import layout
 from rcpipe.data.dataset import SquadDataset, bucket_batches
-from rcpipe.data.encode import Encoder, token_spans
+from rcpipe.data.encode import TextEncoder, token_spans
 from rcpipe.eval.ensemble import majority_vote
 from rcpipe.eval.predict import EVAL_BATCH, predict
 
@@ -31,11 +31,11 @@ ENSEMBLE = layout.ENSEMBLE
 class Reader:
     """Trained models (variant -> model, in eval mode on ``device``) and how to decode them."""
 
-    encoder: Encoder
+    encoder: TextEncoder
     models: dict[str, nn.Module]
     device: torch.device
     max_answer_len: int = 15
-    # variant -> the no-answer threshold it answers at (stages.train.na_threshold); a
+    # variant -> the no-answer threshold it answers at (eval/trained.py: na_threshold); a
     # variant without one abstains when na_prob beats its best span's prob
     na_thresholds: dict[str, float | None] = field(default_factory=dict)
     para_limit: int | None = None  # context tokens a model sees (train.dev_para_limit)

@@ -1,10 +1,11 @@
 """Inference: a model's answers to a prepared split, and its official scores on dev.
 
 ``predict`` is the one decoding path (training's dev evaluation, `rcpipe evaluate`,
-`rcpipe predict` and the service all use it). ``evaluate`` scores it the official way and,
-on SQuAD v2.0, chooses the no-answer threshold by the official script's best-threshold walk
-over the best non-empty spans: abstaining is decided by that threshold, never by the raw
-comparison of two probabilities, which can leave a young model answering nothing at all.
+`rcpipe predict` and the service all use it). ``evaluate_model`` scores it the official
+way and, on SQuAD v2.0, chooses the no-answer threshold by the official script's
+best-threshold walk over the best non-empty spans: abstaining is decided by that threshold,
+never by the raw comparison of two probabilities, which can leave a young model answering
+nothing at all.
 """
 
 from __future__ import annotations
@@ -88,10 +89,10 @@ class Evaluation:
         return {q: v["na_prob"] for q, v in self.nbest.items()}
 
 
-def evaluate(model: nn.Module, dataset: SquadDataset, doc: dict[str, Any],
-             device: torch.device, max_answer_len: int = 15,
-             na_threshold: float | None = None,
-             length_prior: torch.Tensor | None = None) -> Evaluation:
+def evaluate_model(model: nn.Module, dataset: SquadDataset, doc: dict[str, Any],
+                   device: torch.device, max_answer_len: int = 15,
+                   na_threshold: float | None = None,
+                   length_prior: torch.Tensor | None = None) -> Evaluation:
     """The model's official scores on ``doc`` (the dataset ``dataset`` was prepared from).
 
     v2.0: without a fixed ``na_threshold`` the threshold is the official best-threshold walk's

@@ -25,7 +25,9 @@ NO_ANSWER = "no answer"
 
 
 @dataclass(frozen=True)
-class Question:
+class DevQuestion:
+    """A dev question as the report groups it: its context's text and its gold texts."""
+
     qid: str
     question: str
     context: str
@@ -69,12 +71,12 @@ class GroupScores:
                 for i, (g, n) in enumerate(zip(self.groups, self.counts, strict=True))]
 
 
-def questions(dataset: dict[str, Any]) -> Iterator[Question]:
+def questions(dataset: dict[str, Any]) -> Iterator[DevQuestion]:
     """Every dev question with its passage, in dataset order."""
     for article in dataset["data"]:
         for paragraph in article["paragraphs"]:
             for qa in paragraph["qas"]:
-                yield Question(qa["id"], qa["question"], paragraph["context"],
+                yield DevQuestion(qa["id"], qa["question"], paragraph["context"],
                                [a["text"] for a in qa["answers"]])
 
 
@@ -82,23 +84,23 @@ def _bucket(n: int, buckets: tuple[tuple[int, int | None, str], ...]) -> str:
     return next(label for lo, hi, label in buckets if n >= lo and (hi is None or n <= hi))
 
 
-def answer_length_group(q: Question) -> str:
+def answer_length_group(q: DevQuestion) -> str:
     """Words in the first gold answer (the one SQuAD's crowdworker marked), or no answer."""
     if not q.answers:
         return NO_ANSWER
     return _bucket(max(1, len(q.answers[0].split())), ANSWER_LENGTH_BUCKETS)
 
 
-def context_length_group(q: Question) -> str:
+def context_length_group(q: DevQuestion) -> str:
     return _bucket(len(q.context.split()), CONTEXT_LENGTH_BUCKETS)
 
 
-def answerability_group(q: Question) -> str:
+def answerability_group(q: DevQuestion) -> str:
     return "HasAns" if q.answers else "NoAns"
 
 
 def group_scores(dataset: dict[str, Any], predictions: dict[str, dict[str, str]], by: str,
-                 group_of: Callable[[Question], str], order: list[str],
+                 group_of: Callable[[DevQuestion], str], order: list[str],
                  min_words: dict[str, int] | None = None) -> GroupScores:
     """Each model's EM/F1 over the dev questions of each group (``order``: display order;
     groups outside it follow in order of appearance; ``min_words``: ordered buckets' starts)."""

@@ -6,12 +6,13 @@ implementation. Heavy libraries are imported inside the stage that needs them, w
 """
 
 from rcpipe.stages.data import prepare, prepared_is_current, synth
+from rcpipe.stages.evaluate import evaluate
 from rcpipe.stages.explain import explain
 from rcpipe.stages.io import load_dataset, read_mapping, write_json
 from rcpipe.stages.predict import predict, serve
 from rcpipe.stages.report import report
 from rcpipe.stages.scoring import ensemble, score
-from rcpipe.stages.train import evaluate, train
+from rcpipe.stages.train import train
 
 __all__ = [
     "ensemble", "evaluate", "load_dataset", "prepare", "prepared_is_current", "read_mapping",

@@ -129,7 +129,7 @@ def prepare(cfg: Config) -> dict[str, Any]:
         "chars": len(chars), "char_limit": d.limits.char, "word_vectors": d.word_vectors,
         "word_dim": d.word_dim, "vectors_found": hits,
         # with vectors: what training words they lack became, and how many of those have
-        # a trainable row (ids 2 .. 1 + trained_words; worker.prepared_inputs reads it)
+        # a trainable row (ids 2 .. 1 + trained_words; eval.trained.prepared_inputs reads it)
         "missing_vectors": d.missing_vectors if d.word_vectors else None,
         "trained_words": trained, "seconds": round(seconds, 2),
         "phases": phases, "fingerprint": fingerprint(cfg)})

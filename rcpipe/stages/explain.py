@@ -1,8 +1,9 @@
 """`rcpipe explain --model V --qid ID`: one dev question's attention views as HTML + PNG.
 
-Reads models/<V>/model.pt (weights only, refused on another vocabulary) and the question's
-row of <data.out_dir>/dev.parquet; writes explanations/<V>-<qid>.html (self-contained)
-and the PNG beside it (not under reports/: that is the report stage's DVC output).
+Reads models/<V>/model.pt (eval/trained.py: weights only, refused on another vocabulary)
+and the question's row of <data.out_dir>/dev.parquet; writes explanations/<V>-<qid>.html
+(self-contained) and the PNG beside it (not under reports/: that is the report stage's DVC
+output). No training code is imported.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import TYPE_CHECKING
 from rcpipe import layout
 from rcpipe.config import Config
 from rcpipe.errors import InputError
-from rcpipe.stages.train import load_model, na_threshold
 
 if TYPE_CHECKING:  # numpy and matplotlib: imported where they are used
     from rcpipe.report.attention import Explanation
@@ -36,6 +36,7 @@ def explain(cfg: Config, variant: str, qid: str, out: Path | None = None
     import numpy as np
 
     from rcpipe.data.dataset import SquadDataset, read_table
+    from rcpipe.eval.trained import load_model, na_threshold
     from rcpipe.report import attention, pages, plots
     from rcpipe.report.explain import attention_maps, decode
 

@@ -2,8 +2,8 @@
 serve` (the HTTP answer service with its web page).
 
 Both load the models here (models/<variant>/model.pt, weights only, refused when trained on
-another vocabulary or architecture: stages.train.load_model) and answer through
-eval/answer.py's Reader, the path `rcpipe evaluate` takes through the model.
+another vocabulary or architecture: eval/trained.py) and answer through eval/answer.py's
+Reader, the path `rcpipe evaluate` takes through the model. No training code is imported.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from rcpipe import layout
 from rcpipe.config import VARIANTS, Config
 from rcpipe.errors import InputError
 from rcpipe.stages.io import write_json
-from rcpipe.stages.train import length_prior, load_model, model_dir, na_threshold
 
 if TYPE_CHECKING:  # heavy (torch, FastAPI): imported where they are used
     from fastapi import FastAPI
@@ -29,7 +28,7 @@ ENSEMBLE = layout.ENSEMBLE
 
 
 def trained_variants() -> list[str]:
-    return [v for v in VARIANTS if (model_dir(v) / "model.pt").is_file()]
+    return [v for v in VARIANTS if layout.model_file(v).is_file()]
 
 
 def load_reader(cfg: Config, names: list[str]) -> Reader:
@@ -37,9 +36,9 @@ def load_reader(cfg: Config, names: list[str]) -> Reader:
     for "ensemble"."""
     import torch
 
-    from rcpipe.data.encode import Encoder
+    from rcpipe.data.encode import TextEncoder
     from rcpipe.eval.answer import Reader
-    from rcpipe.train.worker import device_of
+    from rcpipe.eval.trained import device_of, length_prior, load_model, na_threshold
 
     variants: list[str] = []
     for name in names:
@@ -58,7 +57,7 @@ def load_reader(cfg: Config, names: list[str]) -> Reader:
     if not (d / "vocab.json").is_file() or not (d / "meta.json").is_file():
         raise InputError(d, "", "no prepared data; run `rcpipe prepare` first")
     meta = json.loads((d / "meta.json").read_text())
-    encoder = Encoder.from_vocab(json.loads((d / "vocab.json").read_text()),
+    encoder = TextEncoder.from_vocab(json.loads((d / "vocab.json").read_text()),
                                  meta.get("char_limit", cfg.data.limits.char))
     device = device_of(cfg)
     if cfg.train.threads:

@@ -1,10 +1,12 @@
-"""What a checkpoint directory holds, in one place (written by rank 0, read by the driver).
+"""What a checkpoint directory holds, in one place (written by rank 0, read by the driver),
+and what a finished run keeps of its checkpoints.
 
     state.pt    everything a resumed run needs: model, optimizer, scheduler, EMA, the
                 sampler position (epoch, batch within it), every rank's RNG state, the
                 best dev score so far, the evaluation history, elapsed seconds
-    model.pt    the servable model: variant, model config, data-side inputs, vocab digest
-                and the weights (EMA weights where the variant keeps an EMA)
+    model.pt    the servable model (eval/trained.py's payload: variant, model config,
+                data-side inputs, vocab digest and the weights, EMA weights where the
+                variant keeps an EMA)
     meta.json   step, epoch, dev scores and history, for people and the driver
 
 Both .pt files hold only tensors and plain containers, so they load with
@@ -13,55 +15,46 @@ Both .pt files hold only tensors and plain containers, so they load with
 
 from __future__ import annotations
 
-from dataclasses import asdict
+import json
+import shutil
+from pathlib import Path
 from typing import Any
 
-import torch
-from torch import nn
+from rcpipe.layout import MODEL, write_json
+from rcpipe.train.progress import finished
 
-from rcpipe.config import ModelConfig
-from rcpipe.models import ModelInputs, build_model
-
-STATE, MODEL, META = "state.pt", "model.pt", "meta.json"
+STATE, META = "state.pt", "meta.json"
 
 
-def model_payload(variant: str, model_config: ModelConfig, inputs: ModelInputs,
-                  weights: dict[str, torch.Tensor], vocab_sha256: str) -> dict[str, Any]:
-    return {"variant": variant, "model_config": model_config.model_dump(),
-            "inputs": asdict(inputs) | {"vectors": None}, "vocab_sha256": vocab_sha256,
-            "state_dict": {k: v.detach().cpu() for k, v in weights.items()}}
+def read_meta(checkpoint: Path) -> dict[str, Any]:
+    meta: dict[str, Any] = json.loads((checkpoint / META).read_text())
+    return meta
 
 
-class PayloadMismatch(ValueError):
-    """A saved model that does not fit what the caller asked for; ``field`` says where."""
+def finish_run(variant: str, run_dir: Path, meta: dict[str, Any], best: Path,
+               wall_seconds: float, **extra: Any) -> dict[str, Any]:
+    """The ending of every run, Ray Train's (stages/train.py) and one process's
+    (train/local.py): the ``best`` checkpoint's model.pt, the dev curve (metrics.json) and the
+    summary from the latest checkpoint's ``meta`` (with ``extra``) in ``run_dir``, and the
+    closing log line."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / f"{MODEL}.tmp"
+    shutil.copyfile(best / MODEL, tmp)
+    tmp.replace(run_dir / MODEL)  # a reader never sees half a model
+    summary = run_summary(variant, meta, wall_seconds) | extra
+    write_json(run_dir / "metrics.json", {"history": meta["history"]})
+    write_json(run_dir / "summary.json", summary)
+    finished(summary)
+    return summary
 
-    def __init__(self, field: str, what: str) -> None:
-        super().__init__(what)
-        self.field = field
 
-
-def model_from_payload(saved: dict[str, Any], variant: str, vocab_sha256: str,
-                       model_config: ModelConfig | None = None
-                       ) -> tuple[nn.Module, ModelInputs]:
-    """The model a payload holds, refusing another variant, vocabulary or (when
-    ``model_config`` is given) another architecture than the params describe."""
-    if saved.get("variant") != variant:
-        raise PayloadMismatch("variant", f"holds {saved.get('variant')!r}, not {variant!r}")
-    if saved.get("vocab_sha256") != vocab_sha256:
-        raise PayloadMismatch("vocab_sha256", "trained on another vocabulary")
-    if model_config is not None:
-        # a field the file lacks came after it was written: the file was built with the
-        # field's default, which building from the file uses again
-        have = saved["model_config"]
-        want = model_config.architecture()  # training-only fields may differ
-        for k in want:
-            if k in have and have[k] != want[k]:
-                raise PayloadMismatch(f"model_config.{k}", f"{have[k]!r} in the file, "
-                                      f"{want[k]!r} in models.{variant} of the params")
-    inputs = ModelInputs(**{**saved["inputs"], "vectors": None})
-    model = build_model(variant, ModelConfig.model_validate(saved["model_config"]), inputs)
-    try:
-        model.load_state_dict(saved["state_dict"])
-    except RuntimeError as e:
-        raise PayloadMismatch("state_dict", f"does not fit the model: {str(e)[:200]}") from None
-    return model, inputs
+def run_summary(variant: str, meta: dict[str, Any], wall_seconds: float) -> dict[str, Any]:
+    """summary.json's facts of a run, from its latest checkpoint's meta.json."""
+    return {"variant": variant, "world_size": meta["world_size"], "steps": meta["step"],
+            "epochs": meta["epoch"], "examples_per_s": meta["examples_per_s"],
+            "resumed_from_step": meta["resumed_from_step"], "device": meta["device"],
+            "wall_seconds": round(wall_seconds, 2), "train_seconds": round(meta["elapsed"], 2),
+            "best_dev_em": meta["best"]["em"], "best_dev_f1": meta["best"]["f1"],
+            "best_step": meta["best"]["step"], "history": meta["history"],
+            # DDP keeps every rank's weights identical: one digest (one process: trivially)
+            "replicas_in_sync": len(set(meta["replica_digests"])) == 1}

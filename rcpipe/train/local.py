@@ -4,9 +4,10 @@ For a box that has PyTorch, numpy, pyarrow, PyYAML and pydantic but no Ray, spaC
 (a lone GPU machine given prepared Parquet files): it trains and checkpoints exactly as a
 Ray Train worker does, keeping checkpoints under ``<run_dir>/step-<n>/`` (the best
 ``train.keep_checkpoints`` by dev F1 and the latest; running again resumes from the latest)
-and the best model in ``<run_dir>/model.pt``; progress goes to the ``rcpipe.train`` loggers
-and the dev curve to dvclive's files in ``<run_dir>/live/`` as it happens
-(train/progress.py). ``rcpipe train`` stays a Ray Train job.
+and at the end, as `rcpipe train` does (checkpoint.finish_run), the best model in
+``<run_dir>/model.pt``, ``summary.json`` and the dev curve in ``metrics.json``; progress goes
+to the ``rcpipe.train`` loggers and the dev curve to dvclive's files in ``<run_dir>/live/``
+as it happens (train/progress.py). ``rcpipe train`` stays a Ray Train job.
 
     python -m rcpipe.train.local VARIANT [--params F] [--set k=v ...] [--run-dir DIR]
 """
@@ -28,19 +29,13 @@ from torch import nn
 
 from rcpipe.config import Config, load_config
 from rcpipe.errors import InputError
-from rcpipe.layout import LIVE, model_dir, write_json
+from rcpipe.eval.trained import device_of, prepared_inputs, vocab_digest
+from rcpipe.layout import LIVE, model_dir
 from rcpipe.logs import setup as setup_logging
 from rcpipe.models import ModelInputs
-from rcpipe.train.checkpoint import META, MODEL
-from rcpipe.train.progress import ProgressLog, finished
-from rcpipe.train.worker import (
-    Job,
-    Worker,
-    device_of,
-    prepared_inputs,
-    run_summary,
-    vocab_digest,
-)
+from rcpipe.train.checkpoint import finish_run, read_meta
+from rcpipe.train.progress import ProgressLog
+from rcpipe.train.worker import Job, Worker
 
 METRICS = "metrics.json"  # what report() was given, beside each checkpoint
 
@@ -85,7 +80,7 @@ class LocalSession:
 
     @staticmethod
     def _rank(checkpoint: Path) -> float:
-        """What checkpoints are kept by: dev F1, ties broken as worker.evaluate says."""
+        """What checkpoints are kept by: dev F1, ties broken as worker.dev_scores says."""
         return json.loads((checkpoint / METRICS).read_text())["dev_rank"]
 
     def best(self) -> Path | None:
@@ -138,13 +133,8 @@ def train_local(cfg: Config, variant: str, run_dir: Path,
     with session.latest() as last:
         if last is None:
             raise InputError(prepared / "train.parquet", "", "training produced no checkpoint")
-        meta = json.loads((last / META).read_text())
-    best = session.best() or last
-    shutil.copyfile(best / MODEL, run_dir / MODEL)
-    summary = run_summary(variant, meta, time.perf_counter() - t0)
-    write_json(run_dir / "summary.json", summary)
-    finished(summary)
-    return summary
+        meta = read_meta(last)
+    return finish_run(variant, run_dir, meta, session.best() or last, time.perf_counter() - t0)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -127,7 +127,7 @@ class ProgressLog:
 
 
 def finished(summary: dict[str, Any]) -> None:
-    """The line that ends a run (train/worker.py's run_summary)."""
+    """The line that ends a run (train/checkpoint.py's run_summary)."""
     log.info("train %s: best dev EM %.2f F1 %.2f at step %d; %.0f examples/s on %d "
              "worker(s) (%s)", summary["variant"], summary["best_dev_em"],
              summary["best_dev_f1"], summary["best_step"], summary["examples_per_s"],

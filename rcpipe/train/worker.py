@@ -22,16 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
 import torch
 from torch import nn
 
 from rcpipe.config import Config
 from rcpipe.data.dataset import Batch, SquadDataset, ahead, bucket_batches
-from rcpipe.errors import InputError
 from rcpipe.eval.metrics import headline
+from rcpipe.eval.trained import model_payload
 from rcpipe.models import ModelInputs, build_model
-from rcpipe.train.checkpoint import META, MODEL, STATE, model_payload
+from rcpipe.train.checkpoint import META, MODEL, STATE
 from rcpipe.train.loop import EMA, TrainStep, make_optimizer
 
 PROGRESS_EVERY = 10  # steps between progress messages (and loss reads) from rank 0
@@ -108,14 +107,14 @@ def weights_digest(model: nn.Module) -> str:
     return h.hexdigest()
 
 
-def evaluate(model: nn.Module, dev_set: SquadDataset, dev_doc: dict[str, Any], cfg: Config,
-             device: torch.device, ema: EMA | None = None,
-             length_prior: torch.Tensor | None = None) -> tuple[dict[str, Any], float]:
+def dev_scores(model: nn.Module, dev_set: SquadDataset, dev_doc: dict[str, Any], cfg: Config,
+               device: torch.device, ema: EMA | None = None,
+               length_prior: torch.Tensor | None = None) -> tuple[dict[str, Any], float]:
     """The official scores of ``model`` (its EMA weights, if any) on the dev set, and the
     rank checkpoints are kept by: F1 (on v2.0 at the best no-answer threshold, see
     eval/predict.py), ties broken by how good the spans are (v2.0: a checkpoint whose best
     threshold is to answer nothing is not kept over one with better spans)."""
-    from rcpipe.eval.predict import evaluate as evaluate_model
+    from rcpipe.eval.predict import evaluate_model
 
     with ema.applied(model) if ema is not None else nullcontext():
         ev = evaluate_model(model, dev_set, dev_doc, device, cfg.eval.max_answer_len,
@@ -289,7 +288,7 @@ class Worker:
             if decay:
                 self._decay_lr()
             return
-        result, rank = evaluate(self.raw, self.dev_set, self.session.dev_doc(), self.cfg,
+        result, rank = dev_scores(self.raw, self.dev_set, self.session.dev_doc(), self.cfg,
                                 self.device, self.ema, self.length_prior)
         em, f1 = headline(result)
         run.history.append({"epoch": run.epoch, "step": run.step, "loss": loss, "em": em,
@@ -363,44 +362,6 @@ def train_batches(data: SquadDataset, batch_size: int, seed: int, world: int
                                       seed=seed) if len(b) >= smallest]
 
 
-def run_summary(variant: str, meta: dict[str, Any], wall_seconds: float) -> dict[str, Any]:
-    """summary.json's facts of a run, from its latest checkpoint's meta.json."""
-    return {"variant": variant, "world_size": meta["world_size"], "steps": meta["step"],
-            "epochs": meta["epoch"], "examples_per_s": meta["examples_per_s"],
-            "resumed_from_step": meta["resumed_from_step"], "device": meta["device"],
-            "wall_seconds": round(wall_seconds, 2), "train_seconds": round(meta["elapsed"], 2),
-            "best_dev_em": meta["best"]["em"], "best_dev_f1": meta["best"]["f1"],
-            "best_step": meta["best"]["step"], "history": meta["history"]}
-
-
 def _mean(losses: list[torch.Tensor]) -> float:
     """The mean of a run of step losses, read from the device once."""
     return float(torch.stack(losses).mean()) if losses else float("nan")
-
-
-def prepared_inputs(out_dir: Path, word_dim: int) -> ModelInputs:
-    """The data-side facts a model is built with, from `rcpipe prepare`'s output."""
-    vocab = json.loads((out_dir / "vocab.json").read_text())
-    meta = json.loads((out_dir / "meta.json").read_text())
-    vectors = np.load(out_dir / "word_emb.npy") if (out_dir / "word_emb.npy").is_file() \
-        else None
-    return ModelInputs(word_vocab=len(vocab["words"]), char_vocab=len(vocab["chars"]),
-                       word_dim=word_dim, vectors=vectors,
-                       no_answer="2.0" in meta["version"]["train"],
-                       trained_words=meta.get("trained_words", 0))
-
-
-def vocab_digest(out_dir: Path) -> str:
-    """sha256 of the vocabulary a model is trained on: a model file records it."""
-    return hashlib.sha256((out_dir / "vocab.json").read_bytes()).hexdigest()
-
-
-def device_of(cfg: Config) -> torch.device:
-    """The device train.device names; cuda where none exists is the user's mistake."""
-    if cfg.train.device == "cuda" and not torch.cuda.is_available():
-        raise InputError(cfg.source, "train.device", "cuda asked for, but torch sees no CUDA "
-                         "device here: set train.device=auto or cpu")
-    if cfg.train.device == "cpu" or not torch.cuda.is_available():
-        return torch.device("cpu")
-    return torch.device("cuda")
-

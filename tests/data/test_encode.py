@@ -8,14 +8,14 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from rcpipe.data.dataset import SquadDataset
-from rcpipe.data.encode import Encoder, token_spans
+from rcpipe.data.encode import TextEncoder, token_spans
 from rcpipe.data.squad import load_squad
 from tests.conftest import Prepared
 
 
-def _encoder(prepared: Prepared) -> Encoder:
+def _encoder(prepared: Prepared) -> TextEncoder:
     vocab = json.loads((prepared.out_dir / "vocab.json").read_text())
-    return Encoder.from_vocab(vocab, prepared.cfg.data.limits.char)
+    return TextEncoder.from_vocab(vocab, prepared.cfg.data.limits.char)
 
 
 def test_a_squad_file_encodes_as_the_prepared_dev_split(prepared: Prepared) -> None:

@@ -9,7 +9,7 @@ from torch import nn
 
 from rcpipe.data.dataset import Batch, SquadDataset, bucket_batches
 from rcpipe.eval.metrics import score
-from rcpipe.eval.predict import evaluate, predict
+from rcpipe.eval.predict import evaluate_model, predict
 from rcpipe.models.layers import NEG_INF, SpanLogits
 from tests.conftest import Prepared, SynthData
 
@@ -56,7 +56,7 @@ def test_the_walk_answers_what_the_raw_rule_abstained_on(v2_train) -> None:  # n
     batches = bucket_batches(dataset.context_lengths(), 64, shuffle=False)
     raw = predict(ShyReader(), dataset, batches, torch.device("cpu"))  # na_prob > span prob
     assert not any(v["text"] for v in raw.values())
-    walked = evaluate(ShyReader(), dataset, doc, torch.device("cpu"))
+    walked = evaluate_model(ShyReader(), dataset, doc, torch.device("cpu"))
     abstain_all = 100.0 * sum(not qa["answers"] for a in doc["data"] for p in a["paragraphs"]
                               for qa in p["qas"]) / len(dataset)
     assert walked.result["HasAns_f1"] == pytest.approx(100.0)
@@ -72,6 +72,7 @@ def test_the_walk_answers_what_the_raw_rule_abstained_on(v2_train) -> None:  # n
 
 def test_v1_evaluation_gives_every_span(prepared: Prepared) -> None:
     dataset = SquadDataset.from_parquet(prepared.out_dir / "dev.parquet")
-    v1 = evaluate(ShyReader(no_answer=False), dataset, prepared.data.dev_doc, torch.device("cpu"))
+    v1 = evaluate_model(ShyReader(no_answer=False), dataset, prepared.data.dev_doc,
+                        torch.device("cpu"))
     assert v1.na_threshold is None and v1.span_f1 is None and all(v1.predictions.values())
     assert set(v1.result) == {"exact_match", "f1"}

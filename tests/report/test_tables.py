@@ -91,8 +91,8 @@ def test_score_rows_take_v1_and_v2_keys() -> None:
 
 
 def test_bucket_edges() -> None:
-    q = report.Question("x", "?", "w " * 50, ["a b c d e"])
+    q = report.DevQuestion("x", "?", "w " * 50, ["a b c d e"])
     assert report.context_length_group(q) == "50-99"
     assert report.answer_length_group(q) == "4-5"
-    assert report.answer_length_group(report.Question("x", "?", "", ["  "])) == "1"
-    assert report.context_length_group(report.Question("x", "?", "w " * 300, [])) == "300+"
+    assert report.answer_length_group(report.DevQuestion("x", "?", "", ["  "])) == "1"
+    assert report.context_length_group(report.DevQuestion("x", "?", "w " * 300, [])) == "300+"

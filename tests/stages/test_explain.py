@@ -30,9 +30,10 @@ def _train_tiny(cfg: Config, variant: str, steps: int = 3) -> None:
     import torch
 
     from rcpipe.data.dataset import SquadDataset, bucket_batches
+    from rcpipe.eval.trained import model_payload, vocab_digest
+    from rcpipe.layout import model_dir
     from rcpipe.models import build_model
-    from rcpipe.stages.train import _model_inputs, _vocab_hash, model_dir
-    from rcpipe.train.checkpoint import model_payload
+    from rcpipe.stages.train import _model_inputs
     from rcpipe.train.loop import make_optimizer, train_step
 
     torch.manual_seed(0)
@@ -44,7 +45,7 @@ def _train_tiny(cfg: Config, variant: str, steps: int = 3) -> None:
         train_step(model, data.collate(indices), optimizer, scheduler, grad_clip=5.0)
     model_dir(variant).mkdir(parents=True)
     torch.save(model_payload(variant, model_cfg, inputs, model.state_dict(),
-                             _vocab_hash(cfg.data.out_dir)), model_dir(variant) / "model.pt")
+                             vocab_digest(cfg.data.out_dir)), model_dir(variant) / "model.pt")
 
 
 @pytest.fixture(scope="module")

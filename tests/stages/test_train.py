@@ -1,8 +1,9 @@
-"""`rcpipe train` / `rcpipe evaluate` end to end on tiny synthetic data.
+"""`rcpipe train` (and `rcpipe evaluate` of what it trained) end to end on tiny synthetic data.
 
 Each Ray Train job costs ~20 s of start-up on 2 cores, so the contract files are checked
-here for one recurrent and one convolutional variant (the other three: rnet_mult in the v2.0
-test below, all five through `rcpipe train` in tests/integration/test_dvc_s3.py).
+here for one recurrent and one convolutional variant (the other three: rnet_mult in
+tests/stages/test_evaluate.py's v2.0 test, all five through `rcpipe train` in
+tests/integration/test_dvc_s3.py).
 """
 
 from __future__ import annotations
@@ -16,13 +17,9 @@ from rcpipe import stages
 from rcpipe.config import VARIANTS
 from rcpipe.errors import InputError
 from rcpipe.eval.metrics import score
-from tests.conftest import SynthData, questions_of
+from tests.conftest import TINY_MODEL, SynthData, questions_of
 
 pytestmark = pytest.mark.usefixtures("local_ray")
-
-TINY = {"hidden": 8, "char_dim": 4, "char_hidden": 8, "layers": 1, "heads": 2,
-        "model_blocks": 1, "emb_convs": 1, "model_convs": 1, "highway_layers": 1}
-
 
 @pytest.fixture(autouse=True)
 def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -31,7 +28,7 @@ def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _config(make_config, data: SynthData, **train):  # noqa: ANN001, ANN202
-    models = {v: TINY for v in VARIANTS}
+    models = dict.fromkeys(VARIANTS, TINY_MODEL)
     return make_config(data, train={"epochs": 1, "batch_size": 16, **train}, models=models)
 
 
@@ -89,35 +86,11 @@ def test_finished_run_is_not_retrained_and_resume_continues(
     assert resumed["epochs"] == 2
 
 
-def test_unknown_variant_and_missing_model_are_input_errors(
+def test_an_unknown_variant_is_an_input_error(
         make_config, synth_v1: SynthData) -> None:  # noqa: ANN001
     cfg = _config(make_config, synth_v1)
     with pytest.raises(InputError, match="unknown variant"):
         stages.train(cfg, "lstm")
-    with pytest.raises(InputError, match="no trained model"):
-        stages.evaluate(cfg, "qanet")
-
-
-def test_v2_models_predict_no_answer_probabilities(
-        make_config, synth_v2: SynthData) -> None:  # noqa: ANN001
-    cfg = _config(make_config, synth_v2, max_steps=3)
-    stages.prepare(cfg)
-    stages.train(cfg, "rnet_mult")
-    result = stages.evaluate(cfg, "rnet_mult")
-    assert {"HasAns_f1", "NoAns_f1", "best_f1", "best_f1_thresh"} <= set(result)
-    nbest = json.loads(Path("predictions/rnet_mult.nbest.json").read_text())
-    assert len({round(v["na_prob"], 6) for v in nbest.values()}) > 1
-    # the answers are given at the official best-threshold walk's threshold over the best
-    # non-empty spans, which every entry keeps, so the scores are the walk's best
-    chosen = json.loads(Path("models/rnet_mult/na_threshold.json").read_text())
-    assert chosen["na_threshold"] == result["best_f1_thresh"] and not chosen["fixed"]
-    assert result["f1"] == pytest.approx(result["best_f1"])
-    for entry in nbest.values():
-        assert entry["span_text"]  # every context here has a span to give
-        given = entry["na_prob"] <= chosen["na_threshold"]
-        assert entry["text"] == (entry["span_text"] if given else "")
-    preds = json.loads(Path("predictions/rnet_mult.json").read_text())
-    assert score(synth_v2.dev_doc, preds)["f1"] == pytest.approx(result["f1"])
 
 
 ROOT = Path(__file__).resolve().parents[2]

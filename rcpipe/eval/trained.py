@@ -1,0 +1,157 @@
+"""A trained model: the one place that knows its file, what it was built from and how it is
+used, so that whatever uses a model (`rcpipe evaluate`, predict, serve, explain, the
+benches) needs no training code, and training writes the file this module reads.
+
+    model.pt      a payload of tensors and plain containers (``model_payload``): the
+                  variant, its ModelConfig, the data-side inputs, the vocab digest and the
+                  weights; read back by ``model_from_payload``, refused (``PayloadMismatch``)
+                  on another variant, vocabulary or architecture
+    prepared      the data side of a model: ``prepared_inputs`` and ``vocab_digest``, from
+                  `rcpipe prepare`'s vocab.json and meta.json
+    evaluate's    the no-answer threshold chosen on dev (models/<variant>/na_threshold.json,
+                  ``na_threshold``) and eval.length_prior's weights (``length_prior``)
+
+Heavy libraries (torch, numpy) are imported where they are used: `rcpipe --help` imports the
+stages, which import this.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rcpipe import layout
+from rcpipe.config import Config, ModelConfig
+from rcpipe.errors import InputError
+from rcpipe.models import ModelInputs, build_model
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+
+def model_payload(variant: str, model_config: ModelConfig, inputs: ModelInputs,
+                  weights: dict[str, torch.Tensor], vocab_sha256: str) -> dict[str, Any]:
+    """What model.pt holds (tensors and plain containers: it loads weights-only)."""
+    return {"variant": variant, "model_config": model_config.model_dump(),
+            "inputs": asdict(inputs) | {"vectors": None}, "vocab_sha256": vocab_sha256,
+            "state_dict": {k: v.detach().cpu() for k, v in weights.items()}}
+
+
+class PayloadMismatch(ValueError):
+    """A saved model that does not fit what the caller asked for; ``field`` says where."""
+
+    def __init__(self, field: str, what: str) -> None:
+        super().__init__(what)
+        self.field = field
+
+
+def model_from_payload(saved: dict[str, Any], variant: str, vocab_sha256: str,
+                       model_config: ModelConfig | None = None
+                       ) -> tuple[nn.Module, ModelInputs]:
+    """The model a payload holds, refusing another variant, vocabulary or (when
+    ``model_config`` is given) another architecture than the params describe."""
+    if saved.get("variant") != variant:
+        raise PayloadMismatch("variant", f"holds {saved.get('variant')!r}, not {variant!r}")
+    if saved.get("vocab_sha256") != vocab_sha256:
+        raise PayloadMismatch("vocab_sha256", "trained on another vocabulary")
+    if model_config is not None:
+        # a field the file lacks came after it was written: the file was built with the
+        # field's default, which building from the file uses again
+        have = saved["model_config"]
+        want = model_config.architecture()  # training-only fields may differ
+        for k in want:
+            if k in have and have[k] != want[k]:
+                raise PayloadMismatch(f"model_config.{k}", f"{have[k]!r} in the file, "
+                                      f"{want[k]!r} in models.{variant} of the params")
+    inputs = ModelInputs(**{**saved["inputs"], "vectors": None})
+    model = build_model(variant, ModelConfig.model_validate(saved["model_config"]), inputs)
+    try:
+        model.load_state_dict(saved["state_dict"])
+    except RuntimeError as e:
+        raise PayloadMismatch("state_dict", f"does not fit the model: {str(e)[:200]}") from None
+    return model, inputs
+
+
+def prepared_inputs(out_dir: Path, word_dim: int) -> ModelInputs:
+    """The data-side facts a model is built with, from `rcpipe prepare`'s output."""
+    import numpy as np
+
+    vocab = json.loads((out_dir / "vocab.json").read_text())
+    meta = json.loads((out_dir / "meta.json").read_text())
+    vectors = np.load(out_dir / "word_emb.npy") if (out_dir / "word_emb.npy").is_file() \
+        else None
+    return ModelInputs(word_vocab=len(vocab["words"]), char_vocab=len(vocab["chars"]),
+                       word_dim=word_dim, vectors=vectors,
+                       no_answer="2.0" in meta["version"]["train"],
+                       trained_words=meta.get("trained_words", 0))
+
+
+def vocab_digest(out_dir: Path) -> str:
+    """sha256 of the vocabulary a model is trained on: a model file records it."""
+    return hashlib.sha256((out_dir / "vocab.json").read_bytes()).hexdigest()
+
+
+def device_of(cfg: Config) -> torch.device:
+    """The device train.device names; cuda where none exists is the user's mistake."""
+    import torch
+
+    if cfg.train.device == "cuda" and not torch.cuda.is_available():
+        raise InputError(cfg.source, "train.device", "cuda asked for, but torch sees no CUDA "
+                         "device here: set train.device=auto or cpu")
+    if cfg.train.device == "cpu" or not torch.cuda.is_available():
+        return torch.device("cpu")
+    return torch.device("cuda")
+
+
+def load_model(cfg: Config, variant: str) -> tuple[nn.Module, ModelInputs]:
+    """The saved model, refusing one trained on a different vocabulary (weights only)."""
+    import torch
+
+    path = layout.model_file(variant)
+    if not path.is_file():
+        raise InputError(path, "", f"no trained model; run `rcpipe train {variant}` first")
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as e:
+        # weights_only refuses any pickled object that is not a tensor or plain container
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        raise InputError(path, "", f"refused: not a weights-only model file ({reason})"
+                         ) from None
+    if not isinstance(saved, dict):
+        raise InputError(path, "", "refused: not an rcpipe model file")
+    try:
+        return model_from_payload(saved, variant, vocab_digest(cfg.data.out_dir),
+                                  cfg.models.of(variant))
+    except PayloadMismatch as e:
+        hint = f" than {cfg.data.out_dir / 'vocab.json'}; prepare or train again" \
+            if e.field == "vocab_sha256" else ""
+        hint = hint or ("; train again" if e.field.startswith("model_config") else "")
+        raise InputError(path, e.field, f"{e}{hint}") from None
+    except (KeyError, TypeError, AttributeError, ValueError) as e:  # a payload missing parts
+        raise InputError(path, "", f"refused: not an rcpipe model file ({e!r:.120})") from None
+
+
+def na_threshold(cfg: Config, variant: str) -> float | None:
+    """The threshold a variant answers at: eval.na_threshold if set, else the one `rcpipe
+    evaluate` chose on dev, else None (the model's own rule: na_prob > the span's prob)."""
+    if cfg.eval.na_threshold is not None:
+        return cfg.eval.na_threshold
+    path = layout.na_threshold_file(variant)
+    return json.loads(path.read_text())["na_threshold"] if path.is_file() else None
+
+
+def length_prior(cfg: Config) -> torch.Tensor | None:
+    """eval.length_prior's weights, from the prepared training split (None when off)."""
+    if not cfg.eval.length_prior:
+        return None
+    import torch
+
+    from rcpipe.data.dataset import SquadDataset
+
+    train = SquadDataset.from_parquet(cfg.data.out_dir / "train.parquet")
+    return torch.from_numpy(train.answer_length_prior(cfg.eval.max_answer_len))

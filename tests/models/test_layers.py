@@ -17,10 +17,9 @@ import torch
 from rcpipe import stages
 from rcpipe.config import Config, ModelConfig
 from rcpipe.data.dataset import SquadDataset
-from rcpipe.eval.trained import prepared_inputs
+from rcpipe.eval.trained import model_from_payload, model_payload, prepared_inputs
 from rcpipe.models import ModelInputs, build_model
 from rcpipe.models.layers import OOV, WordEmbedding
-from rcpipe.train.checkpoint import model_from_payload, model_payload
 from rcpipe.train.loop import EMA, make_optimizer, train_step
 from rcpipe.train.worker import train_batches
 from tests.conftest import Prepared, vectors_for_half

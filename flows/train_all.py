@@ -52,10 +52,11 @@ def prepare(cfg: Config) -> dict[str, Any]:
     return stages.prepare(cfg)
 
 
-# a retry resumes from the last checkpoint instead of starting over
+# a retry resumes from the last checkpoint instead of starting over; through a Jobs API it
+# follows the run's unfinished Ray job (its log stream lost) instead of submitting another
 @task(cache_policy=NO_CACHE, retries=1, retry_delay_seconds=5, task_run_name="train-{variant}")
-def train(cfg: Config, variant: str) -> dict[str, Any]:
-    return stages.train(cfg, variant)
+def train(cfg: Config, variant: str, run: str | None = None) -> dict[str, Any]:
+    return stages.train(cfg, variant, run=run)
 
 
 @task(cache_policy=NO_CACHE, task_run_name="evaluate-{variant}")
@@ -98,6 +99,7 @@ def train_all(
     ray_address: str | None = None,
     storage_path: str | None = None,
     version: bool = False,
+    run_name: str | None = None,
 ) -> dict[str, Any]:
     """Train and evaluate ``variants``, ensemble them, report.
 
@@ -108,7 +110,8 @@ def train_all(
     cluster to join and checkpoint storage (s3://...), as train.ray_address and
     train.storage_path; version: afterwards commit the DVC state, push it to the DVC
     remote and run the champion gate (flows/version.py; the workdir must be the DVC
-    workspace and params its params.yaml).
+    workspace and params its params.yaml); run_name: through a Jobs API, the run whose Ray
+    jobs these are (default: this flow run's id), as `rcpipe train --run-name`.
     """
     params_path = Path(params).resolve()
     sets = list(overrides or [])
@@ -119,12 +122,18 @@ def train_all(
     # back to the caller's directory afterwards: an in-process run (make demo, tests) must
     # not leave the whole process working elsewhere
     with contextlib.chdir(workdir or "."), rcpipe_logs_to_prefect():  # stage lines in the UI
-        return _run(params_path, sets, list(variants), synth_data, version)
+        return _run(params_path, sets, list(variants), synth_data, version, run_name)
 
 
 def _run(params_path: Path, sets: list[str], variants: list[str], synth_data: bool,
-         version: bool) -> dict[str, Any]:
+         version: bool, run_name: str | None) -> dict[str, Any]:
+    from prefect.runtime import flow_run
+
+    from rcpipe.train.job_runs import check_run_name, stop_followed
+
     cfg = load_config(params_path, sets)
+    # one Ray job per run and variant: a retried task or a rescheduled flow run follows it
+    run = check_run_name(run_name) if run_name else str(flow_run.get_id())
     seconds: dict[str, float] = {}
 
     def timed(name: str, fn: Callable[..., T], *args: Any) -> T:
@@ -140,8 +149,15 @@ def _run(params_path: Path, sets: list[str], variants: list[str], synth_data: bo
 
     with _cluster(cfg, len(variants)) as slots:
         get_run_logger().info("train: %d variant(s), %d at a time", len(variants), slots)
-        scores, failed = timed("train+evaluate", _train_and_evaluate, cfg, list(variants),
-                               slots)
+        try:
+            scores, failed = timed("train+evaluate", _train_and_evaluate, cfg,
+                                   list(variants), slots, run)
+        except BaseException as e:
+            # Prefect's cancellation (TerminationSignal) or Ctrl-C reach this thread only;
+            # the train tasks follow their Ray jobs in worker threads: stop the jobs here
+            if not isinstance(e, Exception):
+                stop_followed(get_run_logger().warning)
+            raise
     if failed:
         raise RuntimeError(f"train-all: {len(failed)} variant(s) failed: "
                            + "; ".join(f"{v}: {why[:300]}" for v, why in failed.items()))
@@ -174,13 +190,13 @@ def _cluster(cfg: Config, variants: int) -> Iterator[int]:
         yield jobs_that_fit(cfg)
 
 
-def _submit(cfg: Config, variant: str) -> PrefectFuture[Any]:
+def _submit(cfg: Config, variant: str, run: str) -> PrefectFuture[Any]:
     """Train then evaluate one variant as a pair of tasks running on the flow's runner."""
-    train_run = train.submit(cfg, variant)
+    train_run = train.submit(cfg, variant, run)
     return evaluate.submit(cfg, variant, wait_for=[train_run])
 
 
-def _train_and_evaluate(cfg: Config, variants: list[str], slots: int
+def _train_and_evaluate(cfg: Config, variants: list[str], slots: int, run: str
                         ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """Keep ``slots`` variants training at once; a freed slot takes the next variant.
 
@@ -199,7 +215,7 @@ def _train_and_evaluate(cfg: Config, variants: list[str], slots: int
     while pending or running:
         while pending and len(running) < slots:
             variant = pending.pop(0)
-            future = _submit(cfg, variant)
+            future = _submit(cfg, variant, run)
             running[future.task_run_id] = (variant, future)
         done = next(as_completed([future for _, future in running.values()]))
         variant, _ = running.pop(done.task_run_id)

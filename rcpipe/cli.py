@@ -60,10 +60,17 @@ Variant = Annotated[str, typer.Argument(help=", ".join(VARIANTS))]
 
 @app.command()
 def train(variant: Variant, params: Params = Path("params.yaml"), set_: Sets = None,
-          force: Annotated[bool, typer.Option(help="train again even if finished")] = False
+          force: Annotated[bool, typer.Option(help="train again even if finished")] = False,
+          run_name: Annotated[str | None, typer.Option(
+              help="Jobs API: the run whose Ray job this is; the same name follows its "
+                   "unfinished job instead of submitting another (default: the directory "
+                   "and storage trained into)")] = None,
+          detach: Annotated[bool, typer.Option(
+              help="Jobs API: an interrupted command leaves the Ray job running (default: "
+                   "it stops the job)")] = False,
           ) -> None:
     """Train one variant; checkpoints and summary.json under models/<variant>/."""
-    stages.train(_config(params, set_), variant, force=force)
+    stages.train(_config(params, set_), variant, force=force, run=run_name, detach=detach)
 
 
 @app.command()

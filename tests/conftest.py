@@ -6,6 +6,8 @@ Everything is sized to keep the whole suite fast: a few articles, one tokenizer 
 from __future__ import annotations
 
 import copy
+import os
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -193,6 +195,39 @@ def join_local_ray(local_ray: None) -> Iterator[str]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RAY_ADDRESS", address)
         yield address
+
+
+# `rcpipe` as the jobs of lifecycle_jobs_api run it: a run's life (its lines, its pid, its
+# summary at the end) with no training in it, held while ./hold exists in the job's directory
+HELD_TRAIN = """#!/bin/sh
+echo "rcpipe $1 $2 (pid $$)"
+echo $$ > "pid-$2"
+while [ -e hold ]; do sleep 0.1; done
+mkdir -p "models/$2"
+echo '{"finished": true}' > "models/$2/summary.json"
+echo "trained $2"
+"""
+
+
+@pytest.fixture(scope="session")
+def lifecycle_jobs_api() -> Iterator[str]:
+    """A Ray head with the Jobs API (``ray start``, its own temp dir; its URL) whose jobs'
+    ``rcpipe`` is HELD_TRAIN: the submitter under test is the real one, the job a short
+    shell loop, for tests about a job's life, not its training."""
+    from tests import ray_nodes
+
+    short = Path(tempfile.mkdtemp(prefix="rj-", dir="/tmp"))  # Ray's sockets: <= 107 bytes
+    fake = short / "bin" / "rcpipe"
+    fake.parent.mkdir()
+    fake.write_text(HELD_TRAIN)
+    fake.chmod(0o755)
+    env = ray_nodes.node_env({})
+    env["PATH"] = f"{fake.parent}{os.pathsep}{env['PATH']}"
+    head, _, url = ray_nodes.start_head(short / "head", env, cpus=1)
+    try:
+        yield url
+    finally:
+        ray_nodes.stop_all([head])  # and removes ``short``
 
 
 def start_s3(mp: pytest.MonkeyPatch, bucket: str, **env: str) -> tuple[Any, int, Any]:

@@ -43,10 +43,14 @@ def _model_inputs(cfg: Config) -> ModelInputs:
     return prepared_inputs(d, cfg.data.word_dim)
 
 
-def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
+def train(cfg: Config, variant: str, force: bool = False, run: str | None = None,
+          detach: bool = False) -> dict[str, Any]:
     """Train one variant as a Ray Train job; resume from its latest checkpoint if any.
 
-    ``force`` starts over: the local checkpoints and summary are removed first.
+    ``force`` starts over: the local checkpoints and summary are removed first. Through a
+    cluster's Jobs API, ``run`` names the run whose Ray job this is (one job per run and
+    variant) and ``detach`` leaves the job running if the submitter is interrupted
+    (rcpipe.train.job_runs).
     """
     from rcpipe.train import cluster
     from rcpipe.train.checkpoint import finish_run, read_meta
@@ -55,7 +59,7 @@ def train(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
     cfg.models.of(variant)  # an unknown variant is the user's mistake, found before Ray starts
     cluster.check_train_v2()  # before anything is deleted, loaded or started
     if jobs_api_address(cfg):  # the run is a Ray job on the cluster's head
-        return _train_as_job(cfg, variant, force)
+        return _train_as_job(cfg, variant, force, run, detach)
     out = layout.model_dir(variant)
     summary_path = out / "summary.json"
     if force:
@@ -123,11 +127,13 @@ def _finished(summary_path: Path) -> dict[str, Any] | None:
     return summary if summary.get("finished") else None
 
 
-def _train_as_job(cfg: Config, variant: str, force: bool) -> dict[str, Any]:
+def _train_as_job(cfg: Config, variant: str, force: bool, run: str | None,
+                  detach: bool) -> dict[str, Any]:
     """`rcpipe train` in a Ray job (rcpipe.train.jobs); its summary, from the shared disk."""
     from rcpipe.train.jobs import submit_train
 
-    submit_train(cfg, variant, force)  # the job's log lines go to rcpipe.train.jobs' log
+    # the job's log lines go to rcpipe.train.jobs' log
+    submit_train(cfg, variant, force, run=run, detach=detach)
     summary_path = layout.model_dir(variant) / "summary.json"
     if (summary := _finished(summary_path)) is None:
         raise InputError(summary_path, "", "the Ray job finished but this directory has no "

@@ -11,6 +11,11 @@ The job works in the submitter's directory, which must be on the file system eve
 shares (the prepared Parquet files already must be): ``models/<variant>/`` appears there as
 if the run had been local. Ray queues jobs that do not fit yet; an autoscaling cluster
 grows to take them.
+
+A job is never doubled nor orphaned (train/job_runs.py): its submission id names the run
+and the variant, a submitter finds its run's unfinished job and follows it instead of
+submitting another, and a submitter that is interrupted (Ctrl-C, SIGTERM, a Prefect
+cancellation) stops the job it follows unless it was asked to ``detach``.
 """
 
 from __future__ import annotations
@@ -20,16 +25,20 @@ import logging
 import os
 import shlex
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rcpipe.config import Config, effective_yaml
 from rcpipe.errors import InputError
+from rcpipe.train import job_runs
 
 log = logging.getLogger(__name__)
 HEREDOC = "RCPIPE_PARAMS"  # ends the params in the entrypoint; no YAML line equals it
+# Where Ray's job client looks, first to last, before the address it is handed: the same
+# order as `ray job submit` (ray/dashboard/utils.py, get_address_for_submission_client,
+# in Ray 2.60: RAY_API_SERVER_ADDRESS, else RAY_ADDRESS, else --address)
+API_SERVER_ENV, ADDRESS_ENV = "RAY_API_SERVER_ADDRESS", "RAY_ADDRESS"
 
 
 def is_jobs_api(address: str | None) -> bool:
@@ -38,14 +47,28 @@ def is_jobs_api(address: str | None) -> bool:
 
 
 def jobs_api_address(cfg: Config) -> str | None:
-    """The Jobs API this run submits to, if any: train.ray_address when it is a dashboard
-    URL, or RAY_ADDRESS when it is one (as Ray's own `ray job submit` reads it) and
-    train.ray_address names no other cluster (unset, or 'auto')."""
+    """The Jobs API this run submits to, if any.
+
+    train.ray_address when it is a dashboard URL; else, when train.ray_address names no
+    other cluster (unset, or 'auto'), RAY_API_SERVER_ADDRESS (any form Ray's client takes)
+    or RAY_ADDRESS when it is a dashboard URL, in the order Ray's own `ray job submit`
+    reads them. A RAY_ADDRESS that is a cluster's GCS means joining it (inside a job Ray
+    sets it so). Ray's client lets these variables override the address it is handed, so a
+    dashboard URL in the params beside another one in the environment is refused, in one
+    line, rather than submitted to the environment's cluster.
+    """
     own = cfg.train.ray_address
+    env = next(((k, v) for k in (API_SERVER_ENV, ADDRESS_ENV) if (v := os.environ.get(k))),
+               None)
     if is_jobs_api(own):
+        if env is not None and env[1].rstrip("/") != str(own).rstrip("/"):
+            raise InputError(cfg.source, "train.ray_address",
+                             f"{own} beside {env[0]}={env[1]}, which Ray's job client would "
+                             f"use instead: unset one of them")
         return own
-    env = os.environ.get("RAY_ADDRESS")
-    return env if own in (None, "auto") and is_jobs_api(env) else None
+    if own not in (None, "auto") or env is None:
+        return None
+    return env[1] if env[0] == API_SERVER_ENV or is_jobs_api(env[1]) else None
 
 
 def job_config(cfg: Config) -> str:
@@ -57,7 +80,9 @@ def job_config(cfg: Config) -> str:
 def entrypoint(variant: str, params_yaml: str, workdir: Path, force: bool) -> str:
     """The job's shell command: in the shared directory (or a clear failure), the params
     written to a file of the head's own, then rcpipe train. The params travel inside the
-    command, so the dashboard shows exactly what ran and no file needs sharing for it."""
+    command, so the dashboard shows exactly what ran and no file needs sharing for it.
+    RAY_API_SERVER_ADDRESS, were the head's environment to hold it, is dropped: the job
+    joins the cluster it runs on instead of submitting itself once more."""
     if any(line == HEREDOC for line in params_yaml.splitlines()):
         raise ValueError(f"params contain the line {HEREDOC}")
     train = f"rcpipe train {shlex.quote(variant)} --params \"$params\"" + \
@@ -68,15 +93,21 @@ def entrypoint(variant: str, params_yaml: str, workdir: Path, force: bool) -> st
     return (f"set -e\ncd {where} 2>/dev/null || {{ echo {missing} >&2; exit 2; }}\n"
             f"params=$(mktemp --suffix=.yaml)\ncat > \"$params\" <<'{HEREDOC}'\n"
             f"{params_yaml.rstrip()}\n{HEREDOC}\n"
-            f"exec {train}\n")
+            f"unset {API_SERVER_ENV}\nexec {train}\n")
 
 
 def submit_train(cfg: Config, variant: str, force: bool,
-                 on_line: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Run ``rcpipe train variant`` as a Ray job and wait for it; its final status and id.
+                 on_line: Callable[[str], None] | None = None, run: str | None = None,
+                 detach: bool = False) -> dict[str, Any]:
+    """Run ``rcpipe train variant`` as the Ray job of ``run`` and wait for it; its final
+    status and id.
 
-    Each line the job prints goes to ``on_line``, by default this module's log (a Prefect
-    task shows it as it comes).
+    ``run`` names the run (a flow run's id, a user's --run-name; by default the directory
+    and checkpoint storage it trains into, job_runs.default_run): an unfinished job of the
+    same run and variant is followed instead of a second one submitted. Interrupted, the
+    submitter stops the job it follows, unless ``detach``: then the job runs on and the
+    same command follows it again. Each line the job prints goes to ``on_line``, by default
+    this module's log (a Prefect task shows it as it comes).
 
     Raises InputError when the cluster cannot be reached, RuntimeError when the job fails.
     """
@@ -85,24 +116,31 @@ def submit_train(cfg: Config, variant: str, force: bool,
     on_line = on_line or log.info
     address = jobs_api_address(cfg)
     if address is None:
-        raise ValueError("no Jobs API address: train.ray_address or RAY_ADDRESS")
-    key = "train.ray_address" if is_jobs_api(cfg.train.ray_address) else "RAY_ADDRESS"
+        raise ValueError("no Jobs API address: train.ray_address, RAY_API_SERVER_ADDRESS "
+                         "or RAY_ADDRESS")
+    run = job_runs.check_run_name(run) if run is not None else \
+        job_runs.default_run(Path.cwd().resolve(), cfg.train.storage_path)
+    key = "train.ray_address" if is_jobs_api(cfg.train.ray_address) else \
+        next(k for k in (API_SERVER_ENV, ADDRESS_ENV) if os.environ.get(k))
     try:
         client = JobSubmissionClient(address)
     except ConnectionError as e:
         raise InputError(cfg.source, key,
                          f"no Ray Jobs API at {address}: {str(e).splitlines()[0]}") from None
-    job_id = f"rcpipe-train-{variant}-{uuid.uuid4().hex[:8]}"
-    _submit(client, job_id, entrypoint(variant, job_config(cfg), Path.cwd().resolve(), force),
-            {"variant": variant})
-    on_line(f"train {variant}: submitted Ray job {job_id} to {address}")
-    asyncio.run(_follow(client, job_id, on_line))
-    status = _final_status(client, job_id)
+    command = entrypoint(variant, job_config(cfg), Path.cwd().resolve(), force)
+    job_id, attached = job_runs.attach_or_submit(
+        client, run, variant, command, lambda i: _submit(client, i, command, {
+            job_runs.RUN_KEY: run, job_runs.VARIANT_KEY: variant}))
+    on_line(f"train {variant}: {'following the unfinished' if attached else 'submitted'} "
+            f"Ray job {job_id} at {address}")
+    with job_runs.following(client, job_id, detach, on_line):
+        asyncio.run(_follow(client, job_id, on_line))
+        status = _final_status(client, job_id)
     if status != JobStatus.SUCCEEDED:
         info = client.get_job_info(job_id)
         raise RuntimeError(f"Ray job {job_id} ({variant}) {status.value}: "
                            f"{(info.message or '').strip()[-500:]}")
-    return {"job_id": job_id, "status": status.value}
+    return {"job_id": job_id, "status": status.value, "attached": attached}
 
 
 def _submit(client: Any, job_id: str, command: str, metadata: dict[str, str],

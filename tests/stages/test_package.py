@@ -185,3 +185,25 @@ def test_packaging_needs_an_evaluated_variant(trained: Trained, tmp_path: Path,
 
     with pytest.raises(InputError, match=r"run `rcpipe evaluate rnet` first"):
         stages.package(trained.cfg, "rnet", tmp_path / "out")
+
+
+def test_a_v2_package_carries_the_threshold_evaluate_chose(
+        make_config: Any, synth_v2: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rcpipe.eval.package import THRESHOLD, load_package
+    from tests.conftest import TINY_MODEL, save_untrained_model
+
+    cfg = make_config(synth_v2, models={"qanet": TINY_MODEL})
+    monkeypatch.chdir(tmp_path)
+    stages.prepare(cfg)
+    save_untrained_model(cfg, "qanet", no_answer=True)
+    stages.evaluate(cfg, "qanet")
+    out = stages.package(cfg, "qanet")
+    chosen = _read(tmp_path / "models/qanet/na_threshold.json")
+    assert _read(out / THRESHOLD) == chosen and chosen["na_threshold"] is not None
+    pkg = load_package(out)
+    assert pkg.inputs.no_answer and pkg.na_threshold == chosen["na_threshold"]
+    card = (out / CARD).read_text()
+    assert f"{chosen['na_threshold']} (chosen on {cfg.data.dev_file}" in card
+    assert {"HasAns", "NoAns"} <= set(_table(card, "### By question type"))
+    assert "Not recorded (no models/qanet/summary.json)" in card

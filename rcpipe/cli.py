@@ -137,7 +137,8 @@ def version(
 
 @app.command()
 def explain(
-    model: Annotated[str, typer.Option("--model", help="the variant to explain")],
+    model: Annotated[str, typer.Option("--model", help="the variant to explain, or a "
+                                                        "package directory")],
     qid: Annotated[str, typer.Option("--qid", help="a dev question id")],
     out: Annotated[Path | None, typer.Option(
         help="HTML page (the PNG goes beside it); default explanations/<V>-<qid>.html")
@@ -159,8 +160,21 @@ def report(
     stages.report(_config(params, set_), out)
 
 
-Model = Annotated[str, typer.Option("--model", help="a variant, or ensemble (majority vote "
-                                    "of every trained variant)")]
+@app.command()
+def package(
+    variant: Variant,
+    out: Annotated[Path | None, typer.Option(help="the package directory (default "
+                                             "packages/<variant>)")] = None,
+    params: Params = Path("params.yaml"),
+    set_: Sets = None,
+) -> None:
+    """A trained, evaluated variant as a directory to take away: model.safetensors,
+    config.json, vocab.json, the model card; `--model DIR` of predict/serve/explain loads it."""
+    print(stages.package(_config(params, set_), variant, out))
+
+
+Model = Annotated[str, typer.Option("--model", help="a variant, ensemble (majority vote "
+                                    "of every trained variant) or a package directory")]
 
 
 @app.command()
@@ -186,8 +200,8 @@ def predict(
 @app.command()
 def serve(
     model: Annotated[list[str] | None, typer.Option(
-        "--model", help="a model to serve (repeatable); default: ensemble and every "
-                        "trained variant")] = None,
+        "--model", help="a model to serve (repeatable): a variant, ensemble or a "
+                        "package directory; default: ensemble and every trained variant")] = None,
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port")] = 8000,
     max_batch: Annotated[int, typer.Option(help="requests per forward pass")] = 16,

@@ -17,6 +17,7 @@ PREDICTIONS = Path("predictions")  # <model>.json (official format), <model>.nbe
 METRICS = Path("metrics")  # <model>.json (official keys), <model>.by_type.json
 REPORTS = Path("reports")  # rcpipe report
 EXPLANATIONS = Path("explanations")  # rcpipe explain
+PACKAGES = Path("packages")  # rcpipe package: packages/<variant>/ (eval/package.py)
 ENSEMBLE = "ensemble"  # the majority vote's name among the models
 LIVE = "live"  # models/<variant>/live/: the dev curve as training writes it (dvclive's files)
 MODEL = "model.pt"  # a trained model (eval/trained.py): in models/<variant>/ and checkpoints
@@ -33,6 +34,10 @@ def model_file(variant: str) -> Path:
 
 def na_threshold_file(variant: str) -> Path:
     return model_dir(variant) / NA_THRESHOLD
+
+
+def package_dir(variant: str) -> Path:
+    return PACKAGES / variant
 
 
 def live_dir(variant: str) -> Path:

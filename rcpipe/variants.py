@@ -28,6 +28,7 @@ class Variant:
     # the paper's settings: a params file's models.<name> is laid over them key by key, at
     # any depth; what neither names takes ModelConfig's defaults
     paper: Mapping[str, Any]
+    cite: str = ""  # the paper, as a package's model card names it (rcpipe package)
 
 
 _BIDAF: dict[str, Any] = {
@@ -62,13 +63,18 @@ _QANET: dict[str, Any] = {
 }
 
 REGISTRY: dict[str, Variant] = {v.name: v for v in (
-    Variant("bidaf", "rcpipe.models.bidaf", "build_bidaf", _BIDAF),
+    Variant("bidaf", "rcpipe.models.bidaf", "build_bidaf", _BIDAF,
+            "Seo et al. 2017, Bidirectional Attention Flow for Machine Comprehension"),
     # the CS224N SQuAD 2.0 study's BiDAF + self-matching keeps BiDAF's training recipe
-    Variant("bidaf_selfattn", "rcpipe.models.bidaf", "build_bidaf_selfattn", _BIDAF),
-    Variant("rnet", "rcpipe.models.rnet", "build_rnet", _RNET),
+    Variant("bidaf_selfattn", "rcpipe.models.bidaf", "build_bidaf_selfattn", _BIDAF,
+            "BiDAF (Seo et al. 2017) with R-Net's self-matching attention (Wang et al. 2017)"),
+    Variant("rnet", "rcpipe.models.rnet", "build_rnet", _RNET,
+            "Wang et al. 2017, R-Net: Machine Reading Comprehension with Self-Matching Networks"),
     # the same recipe; only the attention differs
-    Variant("rnet_mult", "rcpipe.models.rnet", "build_rnet_mult", _RNET),
-    Variant("qanet", "rcpipe.models.qanet", "build_qanet", _QANET),
+    Variant("rnet_mult", "rcpipe.models.rnet", "build_rnet_mult", _RNET,
+            "R-Net (Wang et al. 2017) with multiplicative attention"),
+    Variant("qanet", "rcpipe.models.qanet", "build_qanet", _QANET,
+            "Yu et al. 2018, QANet: Combining Local Convolution with Global Self-Attention"),
 )}
 
 # what a params file's `models` section already means besides the variants' names

@@ -73,7 +73,8 @@ def model_from_payload(saved: dict[str, Any], variant: str, vocab_sha256: str,
     try:
         model.load_state_dict(saved["state_dict"])
     except RuntimeError as e:
-        raise PayloadMismatch("state_dict", f"does not fit the model: {str(e)[:200]}") from None
+        raise PayloadMismatch("state_dict", "does not fit the model: "  # one line
+                              f"{' '.join(str(e).split())[:200]}") from None
     return model, inputs
 
 
@@ -110,6 +111,13 @@ def device_of(cfg: Config) -> torch.device:
 
 def load_model(cfg: Config, variant: str) -> tuple[nn.Module, ModelInputs]:
     """The saved model, refusing one trained on a different vocabulary (weights only)."""
+    model, inputs, _ = load_payload(cfg, variant)
+    return model, inputs
+
+
+def load_payload(cfg: Config, variant: str) -> tuple[nn.Module, ModelInputs, dict[str, Any]]:
+    """``load_model``'s model and inputs, and the payload they came from (rcpipe package
+    records its model_config, which may differ from the params in training-only fields)."""
     import torch
 
     path = layout.model_file(variant)
@@ -125,8 +133,9 @@ def load_model(cfg: Config, variant: str) -> tuple[nn.Module, ModelInputs]:
     if not isinstance(saved, dict):
         raise InputError(path, "", "refused: not an rcpipe model file")
     try:
-        return model_from_payload(saved, variant, vocab_digest(cfg.data.out_dir),
-                                  cfg.models.of(variant))
+        model, inputs = model_from_payload(saved, variant, vocab_digest(cfg.data.out_dir),
+                                           cfg.models.of(variant))
+        return model, inputs, saved
     except PayloadMismatch as e:
         hint = f" than {cfg.data.out_dir / 'vocab.json'}; prepare or train again" \
             if e.field == "vocab_sha256" else ""

@@ -9,6 +9,7 @@ from rcpipe.stages.data import prepare, prepared_is_current, synth
 from rcpipe.stages.evaluate import evaluate
 from rcpipe.stages.explain import explain
 from rcpipe.stages.io import load_dataset, read_mapping, write_json
+from rcpipe.stages.package import package
 from rcpipe.stages.predict import predict, serve
 from rcpipe.stages.report import report
 from rcpipe.stages.scoring import ensemble, score
@@ -18,5 +19,5 @@ __all__ = [
     "ensemble", "evaluate", "load_dataset", "prepare", "prepared_is_current", "read_mapping",
     "score", "synth", "train", "write_json",
     "explain", "report",
-    "predict", "serve",
+    "package", "predict", "serve",
 ]

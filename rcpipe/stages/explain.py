@@ -1,6 +1,8 @@
 """`rcpipe explain --model V --qid ID`: one dev question's attention views as HTML + PNG.
 
-Reads models/<V>/model.pt (eval/trained.py: weights only, refused on another vocabulary)
+Reads models/<V>/model.pt (eval/trained.py: weights only, refused on another vocabulary), or
+a package directory given as --model (eval/package.py: refused unless its vocabulary is the
+one dev.parquet was prepared with)
 and the question's row of <data.out_dir>/dev.parquet; writes explanations/<V>-<qid>.html
 (self-contained) and the PNG beside it (not under reports/: that is the report stage's DVC
 output). No training code is imported.
@@ -14,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rcpipe import layout
-from rcpipe.config import Config
+from rcpipe.config import VARIANTS, Config
 from rcpipe.errors import InputError
 
 if TYPE_CHECKING:  # numpy and matplotlib: imported where they are used
@@ -40,7 +42,20 @@ def explain(cfg: Config, variant: str, qid: str, out: Path | None = None
     from rcpipe.report import attention, pages, plots
     from rcpipe.report.explain import attention_maps, decode
 
-    cfg.models.of(variant)  # an unknown variant is an InputError naming the choices
+    pkg = None
+    if variant not in VARIANTS and Path(variant).is_dir():
+        from rcpipe.eval.package import VOCAB, load_package
+        from rcpipe.eval.trained import vocab_digest
+
+        pkg = load_package(Path(variant))  # a package: the dev set must be indexed alike
+        if (cfg.data.out_dir / "vocab.json").is_file() and \
+                vocab_digest(cfg.data.out_dir) != pkg.vocab_sha256:
+            raise InputError(pkg.path / VOCAB, "", f"not the vocabulary "
+                             f"{cfg.data.out_dir / 'vocab.json'} was prepared with: explain "
+                             "reads that dev set; prepare with the package's data")
+        variant = pkg.variant
+    else:
+        cfg.models.of(variant)  # an unknown variant is an InputError naming the choices
     dev_path = cfg.data.out_dir / "dev.parquet"
     if not dev_path.is_file():
         raise InputError(dev_path, "", "no prepared dev set; run `rcpipe prepare` first")
@@ -50,11 +65,13 @@ def explain(cfg: Config, variant: str, qid: str, out: Path | None = None
         i = ids.index(qid)
     except ValueError:
         raise InputError(dev_path, "id", f"no dev question with id {qid!r}") from None
-    model, _ = load_model(cfg, variant)
+    model = pkg.model if pkg else load_model(cfg, variant)[0]
     dev = SquadDataset(table, para_limit=cfg.train.dev_para_limit)
     batch = dev.collate([i])
     maps, log_p1, log_p2 = attention_maps(model, variant, batch)
-    start, end = decode(log_p1, log_p2, cfg.eval.max_answer_len, na_threshold(cfg, variant))
+    threshold = na_threshold(cfg, variant) if pkg is None else (
+        cfg.eval.na_threshold if cfg.eval.na_threshold is not None else pkg.na_threshold)
+    start, end = decode(log_p1, log_p2, cfg.eval.max_answer_len, threshold)
     n = int(batch.c_mask.sum())
     p1, p2 = log_p1.exp().double().numpy(), log_p2.exp().double().numpy()  # (1 + Lc,)
     question = table.column("question")[i].as_py()

@@ -2,7 +2,8 @@
 serve` (the HTTP answer service with its web page).
 
 Both load the models here (models/<variant>/model.pt, weights only, refused when trained on
-another vocabulary or architecture: eval/trained.py) and answer through eval/answer.py's
+another vocabulary or architecture: eval/trained.py; or a package directory, `--model DIR`,
+with its own vocabulary and settings: eval/package.py) and answer through eval/answer.py's
 Reader, the path `rcpipe evaluate` takes through the model. No training code is imported.
 """
 
@@ -19,6 +20,7 @@ from rcpipe.errors import InputError
 from rcpipe.stages.io import write_json
 
 if TYPE_CHECKING:  # heavy (torch, FastAPI): imported where they are used
+    import torch
     from fastapi import FastAPI
 
     from rcpipe.eval.answer import Reader
@@ -40,6 +42,14 @@ def load_reader(cfg: Config, names: list[str]) -> Reader:
     from rcpipe.eval.answer import Reader
     from rcpipe.eval.trained import device_of, length_prior, load_model, na_threshold
 
+    device = device_of(cfg)
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+    packages = [n for n in names if n not in (*VARIANTS, ENSEMBLE) and Path(n).is_dir()]
+    if packages:
+        if len(names) != 1:
+            raise InputError("--model", packages[0], "a package is served on its own")
+        return _package_reader(cfg, packages[0], device)
     variants: list[str] = []
     for name in names:
         if name == ENSEMBLE:
@@ -52,16 +62,13 @@ def load_reader(cfg: Config, names: list[str]) -> Reader:
             variants.append(name)
         else:
             raise InputError("--model", name, f"unknown model; choose from "
-                             f"{', '.join((*VARIANTS, ENSEMBLE))}")
+                             f"{', '.join((*VARIANTS, ENSEMBLE))} or a package directory")
     d = cfg.data.out_dir
     if not (d / "vocab.json").is_file() or not (d / "meta.json").is_file():
         raise InputError(d, "", "no prepared data; run `rcpipe prepare` first")
     meta = json.loads((d / "meta.json").read_text())
     encoder = TextEncoder.from_vocab(json.loads((d / "vocab.json").read_text()),
                                  meta.get("char_limit", cfg.data.limits.char))
-    device = device_of(cfg)
-    if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
     models = {}
     for v in dict.fromkeys(variants):
         model, _ = load_model(cfg, v)
@@ -70,6 +77,22 @@ def load_reader(cfg: Config, names: list[str]) -> Reader:
     return Reader(encoder, models, device, cfg.eval.max_answer_len, thresholds,
                   cfg.train.dev_para_limit, no_answer="2.0" in meta["version"]["train"],
                   length_prior=length_prior(cfg))
+
+
+def _package_reader(cfg: Config, name: str, device: torch.device) -> Reader:
+    """A Reader over the package at ``name`` (eval/package.py), answering under that name as
+    `rcpipe evaluate` answered for it; eval.na_threshold, if set, overrides its threshold."""
+    from rcpipe.data.encode import TextEncoder
+    from rcpipe.eval.answer import Reader
+    from rcpipe.eval.package import load_package
+
+    pkg = load_package(Path(name))
+    threshold = cfg.eval.na_threshold if cfg.eval.na_threshold is not None \
+        else pkg.na_threshold
+    return Reader(TextEncoder.from_vocab(pkg.vocab, pkg.char_limit),
+                  {name: pkg.model.to(device)}, device, pkg.max_answer_len, {name: threshold},
+                  pkg.para_limit, no_answer=pkg.inputs.no_answer,
+                  length_prior=pkg.length_prior)
 
 
 def predict(cfg: Config, model: str = ENSEMBLE, question: str | None = None,

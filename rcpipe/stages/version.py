@@ -3,11 +3,12 @@
 After a run in a DVC workspace (a checkout holding dvc.yaml, the run's outputs in place):
 `dvc commit` records the stages the run produced in dvc.lock, git commits dvc.lock, `dvc
 push` sends the data and models to the remote, and the run's record and dvc.lock go beside
-the remote's objects (``<remote>/rcpipe/versions/<run>/``), so even a run whose workspace
-disappears (a pod) leaves a version anyone can `dvc pull`. With ``promote`` the champion
-gate follows: rcpipe.versioning.decide compares the run's best dev F1 with
-``<remote>/rcpipe/champion.json`` and moves that pointer (and the git tag ``champion``)
-only when the new model wins.
+the remote's objects (``<remote>/rcpipe/versions/<run>/``), with each evaluated variant's
+`rcpipe package` (``versions/<run>/packages/<variant>/``), so even a run whose workspace
+disappears (a pod) leaves a version anyone can `dvc pull` and models anyone can download.
+With ``promote`` the champion gate follows: rcpipe.versioning.decide compares the run's
+best dev F1 with ``<remote>/rcpipe/champion.json`` and moves that pointer (and the git tag
+``champion``) only when the new model wins; the pointer names the winner's package.
 
 A failed push is retried with backoff: the remote is content-addressed and an object
 appears only once uploaded whole, so a retry sends what is missing and nothing half-written
@@ -220,13 +221,29 @@ def version(cfg: Config, variants: Sequence[str] = VARIANTS, *,
             "scores": {m: dict(zip(("em", "f1"), headline(s), strict=True))
                        for m, s in scores.items()},
         }
+        record["packages"] = {m: push_package(cfg, where, run, m) for m in scores
+                              if m in VARIANTS}
         log.info(f"version {run}: {len(targets)} stages committed and pushed to "
-                 f"{where.url}")
+                 f"{where.url}, with {len(record['packages'])} package(s)")
         if promote:
             record |= _gate(root, where, candidate, record, min_gain)
         record["record"] = where.write(json.dumps(record, indent=1).encode(), "versions", run,
                                        "version.json")
     return record
+
+
+def push_package(cfg: Config, where: Remote, run: str, variant: str) -> str:
+    """`rcpipe package` of ``variant`` beside the run's record on the remote
+    (``<remote>/rcpipe/versions/<run>/packages/<variant>/``): its URL."""
+    import tempfile
+
+    from rcpipe.stages.package import package
+
+    with tempfile.TemporaryDirectory(prefix="rcpipe-package-") as tmp:
+        out = package(cfg, variant, Path(tmp) / variant)
+        for file in sorted(out.iterdir()):
+            where.write(file.read_bytes(), "versions", run, "packages", variant, file.name)
+    return where._where("versions", run, "packages", variant)[1]
 
 
 def _gate(root: Path, where: Remote, candidate: Score, record: dict[str, Any],
@@ -237,6 +254,8 @@ def _gate(root: Path, where: Remote, candidate: Score, record: dict[str, Any],
     if decision.promote:
         where.write(json.dumps({"score": candidate.as_dict(), "dvc_lock": record["dvc_lock"],
                                 "git_commit": record["git_commit"],
+                                # the champion's package (an ensemble has none of its own)
+                                "package": record["packages"].get(candidate.model),
                                 "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                              time.gmtime())},
                                indent=1).encode(), "champion.json")

@@ -273,6 +273,14 @@ def test_version_promotes_a_better_model_and_keeps_a_better_champion(
     assert "dvc.lock" in sh(project, "git", "show", "--name-only", "--format=", "HEAD").stdout
     lock = s3.get_object(Bucket=BUCKET, Key=f"dvc/rcpipe/versions/{first['run']}/dvc.lock")
     assert lock["Body"].read() == (project / "dvc.lock").read_bytes()
+    # each variant's package beside the record, the champion's named by the pointer
+    assert set(first["packages"]) == set(VARIANTS)
+    prefix = f"dvc/rcpipe/versions/{first['run']}/packages/"
+    keys = {item["Key"].removeprefix(prefix) for item in s3.list_objects_v2(
+        Bucket=BUCKET, Prefix=prefix)["Contents"]}
+    assert {f"{v}/{f}" for v in VARIANTS for f in ("model.safetensors", "config.json",
+                                                   "vocab.json", "README.md")} <= keys
+    assert champion["package"] == first["packages"].get(first["candidate"]["model"])
 
     # a champion the run cannot beat stays, and the record says why
     better = {**champion, "score": {**champion["score"], "f1": 101.0, "run": "best-ever"}}

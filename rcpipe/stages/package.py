@@ -1,0 +1,83 @@
+"""`rcpipe package VARIANT [--out DIR]`: a trained, evaluated variant as a directory people
+can take away (eval/package.py: model.safetensors, config.json, vocab.json, na_threshold.json
+for SQuAD v2.0, README.md, the model card).
+
+Reads models/<V>/model.pt (eval/trained.py), metrics/<V>.json and .by_type.json,
+models/<V>/summary.json and na_threshold.json, <data.out_dir>/vocab.json, meta.json and
+report.json, and the SQuAD files (for their sha256); writes DIR (default packages/<V>/).
+No training code is imported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from rcpipe import layout
+from rcpipe.config import Config, effective_yaml
+from rcpipe.errors import InputError
+from rcpipe.stages.fetch import sha256_of
+from rcpipe.variants import REGISTRY
+
+log = logging.getLogger(__name__)
+
+
+def _json(path: Path, hint: str | None = None) -> Any:
+    if not path.is_file():
+        if hint is None:
+            return None
+        raise InputError(path, "", f"no such file; {hint}")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def package(cfg: Config, variant: str, out: Path | None = None) -> Path:
+    """Write the package of ``variant`` to ``out`` (default packages/<variant>); returns it."""
+    from rcpipe.data.squad import fetch
+    from rcpipe.eval.package import CARD, CONFIG, model_card, package_files
+    from rcpipe.eval.trained import length_prior, load_payload
+
+    cfg.models.of(variant)  # an unknown variant is an InputError naming the choices
+    d = cfg.data.out_dir
+    metrics = _json(layout.metrics(variant), f"run `rcpipe evaluate {variant}` first")
+    by_type = _json(layout.by_type(variant))
+    summary = _json(layout.model_dir(variant) / "summary.json")
+    meta = _json(d / "meta.json", "run `rcpipe prepare` first")
+    report = _json(d / "report.json") or {}
+    model, inputs, saved = load_payload(cfg, variant)
+    threshold = _json(layout.na_threshold_file(variant)) if inputs.no_answer else None
+    if inputs.no_answer and threshold is None:
+        raise InputError(layout.na_threshold_file(variant), "", f"no such file; run `rcpipe "
+                         f"evaluate {variant}` first")
+    if threshold is not None and cfg.eval.na_threshold is not None:  # the params' override
+        threshold = {**threshold, "na_threshold": cfg.eval.na_threshold, "fixed": True}
+    sources = [{"split": split, "uri": uri,
+                "sha256": sha256_of(fetch(uri, cfg.data.cache_dir))}
+               for split, uri in (("train", cfg.data.train_file), ("dev", cfg.data.dev_file))]
+    prior = length_prior(cfg)
+    config = {
+        "variant": variant, "paper": REGISTRY[variant].cite,
+        "model_config": saved["model_config"], "inputs": saved["inputs"],
+        "data": {"version": meta["version"]["train"],
+                 "limits": cfg.data.limits.model_dump(),
+                 "char_limit": meta.get("char_limit", cfg.data.limits.char),
+                 "dev_para_limit": cfg.train.dev_para_limit, "sources": sources,
+                 "questions": report},
+        "decoding": {"max_answer_len": cfg.eval.max_answer_len,
+                     "length_prior": None if prior is None else prior.tolist()},
+        "metrics": metrics,
+        "params_sha256": hashlib.sha256(effective_yaml(cfg).encode()).hexdigest(),
+    }
+    card = model_card(config, metrics, by_type, summary, sources, report, threshold)
+    files = package_files(config, model.state_dict(), (d / "vocab.json").read_bytes(),
+                          threshold, card)
+    out = out or layout.package_dir(variant)
+    for name, data in files.items():
+        if name not in (CONFIG, CARD):
+            layout.write(out / name, data)
+    layout.write(out / CARD, files[CARD])
+    layout.write(out / CONFIG, files[CONFIG])  # last: a directory is a package once it is
+    log.info(f"package {variant}: {', '.join(sorted(files))} -> {out}")
+    return out

@@ -18,7 +18,6 @@ import subprocess
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -121,20 +120,6 @@ def _lose_the_training_node(s3: Any, second: ray_nodes.Node, hold: subprocess.Po
     seen["recovered_s"] = time.monotonic() - seen["killed_at"]
 
 
-def _undisturbed(s3: Any, params: Path, work: Path, run_dir: Path,
-                 run_ended: threading.Event) -> dict[str, Any] | None:
-    """The same params, undisturbed, in this process, on the data the flow prepared: begun
-    once the run's first checkpoint is stored (its data is there by then), so that it trains
-    while the node's loss is noticed and the run resumes, mostly waits. None if the run
-    ended without a checkpoint."""
-    while not _checkpoints(s3, "deploy/bidaf/checkpoints/"):
-        if run_ended.is_set():
-            return None
-        time.sleep(0.2)
-    return train_local(load_config(params, [f"data.out_dir={work}/data/prepared"]), "bidaf",
-                       run_dir)
-
-
 @pytest.mark.integration
 @pytest.mark.slow
 def test_a_deployment_run_loses_the_training_node_and_finishes_as_undisturbed(
@@ -146,10 +131,7 @@ def test_a_deployment_run_loses_the_training_node_and_finishes_as_undisturbed(
     short = Path(tempfile.mkdtemp(prefix="rn-", dir="/tmp"))  # Ray's sockets: <= 107 bytes
     head, gcs, jobs_api = ray_nodes.start_head(short / "head", env, cpus=1)
     nodes = [head]
-    work, seen, run_ended = tmp_path / "work", {}, threading.Event()
-    beside = ThreadPoolExecutor(1)
-    reference_run = beside.submit(_undisturbed, s3, params, work, tmp_path / "reference",
-                                  run_ended)
+    work, seen = tmp_path / "work", {}
     try:
         second = ray_nodes.start(short / "second", env, "--address", gcs, "--num-cpus", "1")
         nodes.append(second)
@@ -169,8 +151,6 @@ def test_a_deployment_run_loses_the_training_node_and_finishes_as_undisturbed(
         killer.join(timeout=60)
     finally:
         ray_nodes.stop_all(nodes)
-        run_ended.set()
-        beside.shutdown(wait=True)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "Completed" in run.stdout
     assert "recovered_s" in seen, "the second node was never lost mid-training"
@@ -187,7 +167,8 @@ def test_a_deployment_run_loses_the_training_node_and_finishes_as_undisturbed(
 
     # the same params, undisturbed, in one process: the same steps, the same dev F1 within
     # noise (the data order, optimizer, EMA and RNG streams resume with the checkpoint)
-    reference = reference_run.result()
+    reference = train_local(load_config(params, [f"data.out_dir={work}/data/prepared"]),
+                            "bidaf", tmp_path / "reference")
     assert reference["steps"] == resumed["steps"]
     assert resumed["best_dev_f1"] == pytest.approx(reference["best_dev_f1"], abs=2.0)
     print(f"\nnode lost with checkpoint step {seen['last_before']} stored; resumed from "

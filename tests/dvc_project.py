@@ -16,12 +16,10 @@ from typing import Any
 import yaml
 
 from rcpipe.config import VARIANTS
-from tests.conftest import SynthData
+from tests.conftest import TINY_MODEL, SynthData
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-TINY = {"hidden": 8, "char_dim": 4, "char_hidden": 8, "layers": 1, "heads": 2,
-        "model_blocks": 1, "emb_convs": 1, "model_convs": 1, "highway_layers": 1}
 BUCKET = "rcpipe-test"  # made by the s3 fixture
 
 
@@ -39,7 +37,7 @@ def tiny_params(dev_sha256: str) -> dict[str, Any]:
                   "dev_para_limit": 1000, "tf32": True, "compile": False,
                   "compile_backend": "inductor", "buckets": None},
         "eval": {"max_answer_len": 15, "na_threshold": None, "length_prior": False},
-        "models": {v: dict(TINY) for v in VARIANTS},  # copies: no YAML aliases
+        "models": {v: dict(TINY_MODEL) for v in VARIANTS},  # copies: no YAML aliases
     }
 
 

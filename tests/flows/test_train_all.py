@@ -8,13 +8,10 @@ from pathlib import Path
 import pytest
 
 from flows.train_all import train_all
-from tests.conftest import SynthData, write_params
+from tests.conftest import TINY_MODEL, SynthData, write_params
 from tests.flows.conftest import flow_run_logs
 
 pytestmark = pytest.mark.usefixtures("prefect_api", "local_ray")
-
-TINY = {"hidden": 8, "char_dim": 4, "char_hidden": 8, "heads": 2, "model_blocks": 1,
-        "emb_convs": 1, "model_convs": 1, "highway_layers": 1}
 
 
 def _params(root: Path, synth: SynthData) -> Path:
@@ -23,7 +20,7 @@ def _params(root: Path, synth: SynthData) -> Path:
                         # one CPU a job: both variants train at once on the 2-CPU test Ray
                         train={"max_steps": 3, "batch_size": 8, "max_failures": 0,
                                "cpus_per_worker": 1},
-                        models={"bidaf": TINY, "rnet_mult": TINY, "qanet": TINY})
+                        models=dict.fromkeys(("bidaf", "rnet_mult", "qanet"), TINY_MODEL))
 
 
 def _training_interval(model_dir: Path) -> tuple[float, float]:

@@ -27,30 +27,48 @@ from flows import stack
 from rcpipe.config import VARIANTS, load_config
 from rcpipe.train.local import train_local
 from tests import ray_nodes
-from tests.conftest import AWS_WORKER_ENV, SynthData, questions_of, write_params
+from tests.conftest import AWS_WORKER_ENV, TINY_MODEL, SynthData, questions_of, write_params
 
-TINY = {"hidden": 8, "char_dim": 4, "char_hidden": 8, "heads": 2, "model_blocks": 1,
-        "emb_convs": 1, "model_convs": 1, "highway_layers": 1}
+# The deployment, its worker and the flow's local Ray do the same for any variant: two voters
+# (one recurrent, one convolutional) give every metric file and the ensemble. Every variant
+# trains through Ray Train in tests/integration/test_dvc_s3.py (`rcpipe train` per dvc.yaml
+# stage) and through the flow in-process in tests/flows/test_train_all.py; a Ray Train job
+# costs ~20 s of start-up on 2 cores, and five of them here took ~5 min of the suite.
+VOTERS = ["bidaf", "qanet"]
+
+
+def _default_variants(api_url: str) -> list[str]:
+    """The variants a `prefect deployment run train-all/local` with no --param trains, as the
+    Prefect API holds the deployment's parameter schema and parameters."""
+    from prefect import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as c:
+        deployment = c.read_deployment_by_name("train-all/local")
+    return deployment.parameters.get(
+        "variants", deployment.parameter_openapi_schema["properties"]["variants"]["default"])
 
 
 @pytest.mark.integration
 def test_deployment_run_train_all_local_completes_with_every_metric(
         prefect_stack: dict, tmp_path: Path, synth_v1: SynthData) -> None:
+    assert _default_variants(str(prefect_stack["api_url"])) == list(VARIANTS)
     params = write_params(tmp_path / "params.yaml",
                           data={"train_file": str(synth_v1.train),
                                 "dev_file": str(synth_v1.dev)},
                           train={"max_steps": 3, "batch_size": 8},
-                          models={v: TINY for v in VARIANTS})
+                          models=dict.fromkeys(VOTERS, TINY_MODEL))
     work = tmp_path / "work"
     env = stack.server_env(tmp_path / "client", str(prefect_stack["api_url"]))
     run = subprocess.run(
         [stack._prefect(), "deployment", "run", "train-all/local",
          "--param", f"params={params}", "--param", f"workdir={work}",
-         "--param", "synth_data=false", "--watch", "--watch-timeout", "1200"],
+         "--param", "synth_data=false", "--param", f"variants={json.dumps(VOTERS)}",
+         "--watch", "--watch-timeout", "1200"],
         env=env, capture_output=True, text=True, timeout=1300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "Completed" in run.stdout
-    for name in (*VARIANTS, "ensemble"):
+    for name in (*VOTERS, "ensemble"):
         result = json.loads((work / f"metrics/{name}.json").read_text())
         assert set(result) == {"exact_match", "f1"}  # the official v1.1 keys
         assert 0.0 <= result["f1"] <= 100.0
@@ -58,7 +76,6 @@ def test_deployment_run_train_all_local_completes_with_every_metric(
         assert len(answers) == len(questions_of(synth_v1.dev_doc))
 
 
-CLUSTER_TINY = {"hidden": 8, "char_dim": 4, "char_hidden": 8, "layers": 1, "highway_layers": 1}
 TRAIN = {"max_steps": 40, "eval_every": 4, "batch_size": 4, "epochs": 50, "max_failures": 2,
          "cpus_per_worker": 1, "threads": 1}
 
@@ -107,7 +124,7 @@ def _lose_the_training_node(s3: Any, second: ray_nodes.Node, hold: subprocess.Po
 @pytest.mark.slow
 def test_a_deployment_run_loses_the_training_node_and_finishes_as_undisturbed(
         prefect_stack: dict, s3: Any, tmp_path: Path, synth_v1: SynthData) -> None:
-    params = write_params(tmp_path / "params.yaml", train=TRAIN, models={"bidaf": CLUSTER_TINY},
+    params = write_params(tmp_path / "params.yaml", train=TRAIN, models={"bidaf": TINY_MODEL},
                           data={"train_file": str(synth_v1.train),
                                 "dev_file": str(synth_v1.dev)})
     env = ray_nodes.node_env({**AWS_WORKER_ENV, "AWS_ENDPOINT_URL": s3.meta.endpoint_url})

@@ -1,8 +1,10 @@
-"""`rcpipe explain` on tiny models trained once for the module (a few steps each)."""
+"""`rcpipe explain` on the session's trained tiny models (tests/conftest.py `trained`: bidaf
+through Ray Train, qanet at its initial weights) and rnet_mult trained a few steps here."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from html import escape
 from pathlib import Path
@@ -14,18 +16,17 @@ from PIL import Image
 from rcpipe import cli, stages
 from rcpipe.config import Config, load_config
 from rcpipe.models import views_of
-from tests.conftest import Prepared, questions_of, write_params
+from tests.conftest import TINY_MODEL, Prepared, Trained, questions_of, write_params
 
 TRAINED = ("bidaf", "rnet_mult", "qanet")
-TINY = {"hidden": 8, "char_dim": 4, "char_hidden": 8, "layers": 1, "heads": 2,
-        "model_blocks": 1, "emb_convs": 1, "model_convs": 1, "highway_layers": 1}
+SHARED = ("bidaf", "qanet")  # the session's `trained` models; rnet_mult is trained here
 
 
 def _train_tiny(cfg: Config, variant: str, steps: int = 3) -> None:
     """A few optimisation steps in this process, saved as `rcpipe train` saves a model.
 
     Not through Ray Train (tests/stages/test_train.py covers that): explain only needs a
-    model.pt whose weights have moved, and a Ray job per variant costs ~20 s more each.
+    model.pt of the variant (any weights give distributions), and a Ray job costs ~20 s.
     """
     import torch
 
@@ -49,20 +50,25 @@ def _train_tiny(cfg: Config, variant: str, steps: int = 3) -> None:
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory, prepared: Prepared
+def trained(trained: Trained, prepared: Prepared, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[tuple[Config, Path]]:
-    """The session's prepared data, and TRAINED trained a few steps, under a module cwd."""
+    """TRAINED under a module cwd: the session's trained bidaf and qanet (copied, on the data
+    they were prepared with), rnet_mult trained a few steps on it."""
+    assert trained.data == prepared.data  # the questions the tests ask are its dev set's
     root = tmp_path_factory.mktemp("explain")
     params = write_params(
         root / "params.yaml",
-        data={"train_file": str(prepared.data.train), "dev_file": str(prepared.data.dev),
-              "out_dir": str(prepared.out_dir), "cache_dir": str(root / "cache")},
-        models={v: TINY for v in TRAINED})
+        data={"train_file": str(trained.data.train), "dev_file": str(trained.data.dev),
+              "out_dir": str(trained.cfg.data.out_dir), "cache_dir": str(root / "cache")},
+        models=dict.fromkeys(TRAINED, TINY_MODEL))
     cfg = load_config(params)
+    for v in SHARED:
+        (root / "models" / v).mkdir(parents=True)
+        shutil.copy(trained.root / "models" / v / "model.pt", root / "models" / v)
     before = os.getcwd()
     os.chdir(root)
     try:
-        for v in TRAINED:
+        for v in (v for v in TRAINED if v not in SHARED):
             _train_tiny(cfg, v)
         yield cfg, params
     finally:

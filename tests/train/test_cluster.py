@@ -15,10 +15,7 @@ import pytest
 
 from rcpipe import stages
 from tests import ray_nodes
-from tests.conftest import SynthData, write_params
-
-TINY = {"hidden": 8, "char_dim": 4, "char_hidden": 8, "heads": 2, "model_blocks": 1,
-        "emb_convs": 1, "model_convs": 1, "highway_layers": 1}
+from tests.conftest import TINY_MODEL, SynthData, write_params
 
 
 def _registered_checkpoint(checkpoints: Path) -> bool:
@@ -38,7 +35,7 @@ def _metas(variant: str) -> list[dict]:
 @pytest.mark.usefixtures("local_ray")
 def test_two_workers_hold_identical_weights_after_every_step(prepared_here) -> None:  # noqa: ANN001
     cfg = prepared_here(train={"num_workers": 2, "max_steps": 2, "eval_every": 1,
-                               "batch_size": 8, "epochs": 3}, models={"qanet": TINY})
+                               "batch_size": 8, "epochs": 3}, models={"qanet": TINY_MODEL})
     summary = stages.train(cfg, "qanet")
     assert summary["world_size"] == 2 and summary["steps"] == 2
     assert summary["replicas_in_sync"]
@@ -54,7 +51,7 @@ def test_two_workers_hold_identical_weights_after_every_step(prepared_here) -> N
 @pytest.mark.usefixtures("local_ray")
 def test_failure_config_restarts_a_run_whose_worker_died(prepared_here) -> None:  # noqa: ANN001
     cfg = prepared_here(train={"max_steps": 24, "eval_every": 3, "batch_size": 4,
-                               "epochs": 50, "max_failures": 1}, models={"bidaf": TINY})
+                               "epochs": 50, "max_failures": 1}, models={"bidaf": TINY_MODEL})
     killed: list[int] = []
 
     def kill_a_worker_after_the_first_checkpoint() -> None:
@@ -86,7 +83,7 @@ def _run_dir(root: Path, synth: SynthData) -> Path:
                  data={"train_file": str(synth.train), "dev_file": str(synth.dev)},
                  train={"max_steps": 24, "eval_every": 4, "batch_size": 4, "epochs": 20,
                         "max_failures": 0, "threads": 1},
-                 models={"qanet": TINY})
+                 models={"qanet": TINY_MODEL})
     subprocess.run([sys.executable, "-m", "rcpipe", "prepare"], cwd=root, check=True,
                    capture_output=True)
     return root
@@ -127,7 +124,7 @@ def test_checkpoints_can_live_on_s3_and_a_run_resumes_from_there(
         prepared_here, make_config, synth_v1: SynthData, s3) -> None:  # noqa: ANN001
     train = {"max_steps": 2, "eval_every": 1, "batch_size": 8, "epochs": 5,
              "storage_path": "s3://rcpipe-test/runs"}
-    cfg = prepared_here(train=train, models={"bidaf": TINY})
+    cfg = prepared_here(train=train, models={"bidaf": TINY_MODEL})
     first = stages.train(cfg, "bidaf")
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket="rcpipe-test")["Contents"]}
     assert "runs/bidaf/checkpoints/step-00000002/model.pt" in keys
@@ -136,7 +133,7 @@ def test_checkpoints_can_live_on_s3_and_a_run_resumes_from_there(
     assert Path("models/bidaf/model.pt").is_file()
 
     Path("models/bidaf/summary.json").unlink()  # as if the machine were lost mid-run
-    longer = make_config(synth_v1, train=train | {"max_steps": 4}, models={"bidaf": TINY})
+    longer = make_config(synth_v1, train=train | {"max_steps": 4}, models={"bidaf": TINY_MODEL})
     resumed = stages.train(longer, "bidaf")
     assert resumed["resumed_from_step"] == first["steps"] == 2
     assert resumed["steps"] == 4

@@ -13,9 +13,7 @@ import pytest
 
 from rcpipe import stages
 from rcpipe.errors import RunError
-from tests.conftest import start_s3
-
-TINY = {"hidden": 8, "char_dim": 4, "char_hidden": 8, "layers": 1, "highway_layers": 1}
+from tests.conftest import TINY_MODEL, start_s3
 
 
 @pytest.fixture
@@ -34,7 +32,7 @@ def test_the_store_goes_down_mid_run_and_a_rerun_finishes(
         prepared_here, own_s3: Any) -> None:  # noqa: ANN001
     from moto.server import ThreadedMotoServer
 
-    cfg = prepared_here(models={"bidaf": TINY}, train={
+    cfg = prepared_here(models={"bidaf": TINY_MODEL}, train={
         "storage_path": "s3://outage/runs", "max_steps": 20, "eval_every": 4,
         "batch_size": 4, "epochs": 50, "max_failures": 1, "threads": 1})
     s3 = own_s3["client"]

@@ -22,8 +22,7 @@ from rcpipe.models import ModelInputs, build_model
 from rcpipe.models.layers import OOV, WordEmbedding
 from rcpipe.train.loop import EMA, make_optimizer, train_step
 from rcpipe.train.worker import train_batches
-from tests.conftest import Prepared, vectors_for_half
-from tests.dvc_project import TINY
+from tests.conftest import TINY_MODEL, Prepared, vectors_for_half
 from tests.models.conftest import CHARS, WORDS
 
 
@@ -87,7 +86,7 @@ def test_what_the_vectors_lack_trains_and_the_vectors_stay(
     cfg = make_config(prepared.data,
                       data={"word_vectors": str(tmp_path / "vectors.txt"), "word_dim": 4,
                             "missing_vectors": missing_vectors},
-                      models={"qanet": TINY})
+                      models={"qanet": TINY_MODEL})
     stages.prepare(cfg)
     inputs = prepared_inputs(cfg.data.out_dir, cfg.data.word_dim)
     torch.manual_seed(0)

@@ -50,8 +50,10 @@ def test_two_workers_hold_identical_weights_after_every_step(prepared_here) -> N
 
 @pytest.mark.usefixtures("local_ray")
 def test_failure_config_restarts_a_run_whose_worker_died(prepared_here) -> None:  # noqa: ANN001
+    # BiDAF's two modeling layers (the paper's): with one the run can end before the kill
     cfg = prepared_here(train={"max_steps": 24, "eval_every": 3, "batch_size": 4,
-                               "epochs": 50, "max_failures": 1}, models={"bidaf": TINY_MODEL})
+                               "epochs": 50, "max_failures": 1},
+                        models={"bidaf": TINY_MODEL | {"layers": 2}})
     killed: list[int] = []
 
     def kill_a_worker_after_the_first_checkpoint() -> None:

@@ -244,10 +244,13 @@ def distinct_words(cc: np.ndarray, qc: np.ndarray) -> dict[str, torch.Tensor]:
     SQuAD questions has about a third as many distinct words as tokens."""
     w = cc.shape[2]
     flat = np.concatenate([cc.reshape(-1, w), qc.reshape(-1, w)])  # (N, W)
-    words, row = np.unique(flat, axis=0, return_inverse=True)  # (U, W), (N,)
+    # each row as one opaque key: a 1-D unique, ~6x faster than np.unique(axis=0), which
+    # sorts the rows column by column (char ids fit int32)
+    keys = flat.astype(np.int32).view(np.dtype((np.void, 4 * w))).ravel()  # (N,)
+    _, first, row = np.unique(keys, return_index=True, return_inverse=True)  # (U,), (N,)
     row = row.reshape(-1)
     n_c = cc.shape[0] * cc.shape[1]
-    return {"words": torch.from_numpy(words),
+    return {"words": torch.from_numpy(flat[first]),  # (U, W)
             "cu": torch.from_numpy(row[:n_c].reshape(cc.shape[:2])),  # (B, Lc)
             "qu": torch.from_numpy(row[n_c:].reshape(qc.shape[:2]))}  # (B, Lq)
 

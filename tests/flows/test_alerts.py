@@ -185,8 +185,11 @@ def test_applied_alerts_fire_on_a_real_server(
     while not received.empty():
         notes.append(received.get())
 
+    # Prefect's in-process messaging is at-least-once: a trigger that hits "database is
+    # locked" on a busy SQLite is redelivered, so a run may be told twice, never two ways
     reported = {n["subject"].split(": ")[1].split()[0]: n for n in notes}
-    assert len(reported) == len(notes), "one notification per run"
+    assert all(n == reported[n["subject"].split(": ")[1].split()[0]] for n in notes), \
+        "a run reported in two different ways"
     assert set(reported) == {*failures, stuck}, (completed, elsewhere, notes)
     for run, state in failures.items():
         assert f"{run} {state}" in reported[run]["subject"]

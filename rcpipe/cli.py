@@ -35,10 +35,9 @@ def _config(params: Path, sets: list[str] | None) -> Config:
 def _config_for(models: list[str], params: Path, sets: list[str] | None) -> Config:
     """A package directory carries its own settings: given only packages and no params file
     at the default path, the params' defaults (and --set) stand in for it."""
-    from rcpipe.eval.package import is_package
+    from rcpipe.stages.predict import packages_only
 
-    if params == Path("params.yaml") and not params.exists() and models and \
-            all(m not in VARIANTS and is_package(Path(m)) for m in models):
+    if params == Path("params.yaml") and not params.exists() and packages_only(models):
         return load_config(None, sets or [])
     return _config(params, sets)
 

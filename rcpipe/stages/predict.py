@@ -38,6 +38,13 @@ def trained_variants() -> list[str]:
 RUNTIMES = ("torch", "onnx")
 
 
+def packages_only(names: list[str]) -> bool:
+    """Whether ``names`` are all package directories (which carry their own settings)."""
+    from rcpipe.eval.package import is_package
+
+    return bool(names) and all(n not in VARIANTS and is_package(Path(n)) for n in names)
+
+
 def load_reader(cfg: Config, names: list[str], runtime: str = "torch", threads: int = 0
                 ) -> Reader:
     """A Reader holding what ``names`` need: the variants named, every trained variant

@@ -29,7 +29,7 @@ def test_no_import_anywhere_in_a_models_user_reaches_training_code(path: str) ->
     "rcpipe.eval.trained", "rcpipe.stages.evaluate", "rcpipe.stages.predict",
     "rcpipe.stages.explain", "rcpipe.stages.package", "rcpipe.eval.export",
     "rcpipe.stages.export", "rcpipe.serve", "bench/serve.py",
-    "bench/length_prior.py"])
+    "bench/length_prior.py", "bench/export_latency.py"])
 def test_a_fresh_interpreter_importing_a_models_user_imports_no_training_code(
         module: str) -> None:
     """At run time too: the rcpipe.stages package's own import (of stages/train.py) keeps

@@ -7,7 +7,9 @@ graph (`rcpipe export`, onnxruntime), through the Reader `rcpipe predict` and th
 RUN holds params.yaml and its prepared data; a variant with no models/<v>/model.pt there gets
 one with initial weights at the params' sizes (speed does not depend on what the weights
 learned), and one with no model.onnx is exported first (R-Net's Python recurrence is not:
-its row says so). Asks ``--questions`` dev questions one at a time after ``--warmup`` more.
+its row says so). Asks ``--questions`` dev questions one at a time after ``--warmup`` more,
+eager and exported alternating ``--repeats`` times (the machine is shared: each keeps its
+best run by p50, every run is in the file).
 
 Writes bench/out/export_latency.json.
 """
@@ -45,7 +47,7 @@ def latencies(reader: Any, name: str, pairs: list[tuple[str, str]], warmup: int
 
 
 def one_variant(cfg: Any, variant: str, pairs: list[tuple[str, str]], warmup: int,
-                threads: int) -> dict[str, Any]:
+                threads: int, repeats: int) -> dict[str, Any]:
     import torch
 
     from rcpipe import stages
@@ -56,18 +58,25 @@ def one_variant(cfg: Any, variant: str, pairs: list[tuple[str, str]], warmup: in
         save_untrained(cfg, variant)
     row: dict[str, Any] = {"variant": variant}
     torch.set_num_threads(threads)
-    row["eager"] = latencies(load_reader(cfg, [variant]), variant, pairs, warmup)
+    readers = {"eager": load_reader(cfg, [variant])}
     try:
         if not Path(f"models/{variant}/model.onnx").is_file():
             stages.export(cfg, variant)
         row["export_check"] = json.loads(Path(f"models/{variant}/export.json").read_text()
                                          )["check"]["max_abs_diff"]
-        row["exported"] = latencies(load_reader(cfg, [variant], "onnx", threads), variant,
-                                    pairs, warmup)
-        row["speedup_p50"] = round(row["eager"]["p50_ms"] / row["exported"]["p50_ms"], 2)
+        readers["exported"] = load_reader(cfg, [variant], "onnx", threads)
     except InputError as e:
         row["exported"] = None
         row["not_exported"] = e.what
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in readers}
+    for _ in range(repeats):
+        for name, reader in readers.items():
+            runs[name].append(latencies(reader, variant, pairs, warmup))
+    for name, measured in runs.items():
+        row[name] = min(measured, key=lambda r: r["p50_ms"])
+    if "exported" in runs:
+        row["speedup_p50"] = round(row["eager"]["p50_ms"] / row["exported"]["p50_ms"], 2)
+    row["runs"] = runs
     print(json.dumps(row), flush=True)
     return row
 
@@ -80,15 +89,18 @@ def main() -> None:
     ap.add_argument("--questions", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1, help="torch's and onnxruntime's")
+    ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args()
     workdir = args.workdir.resolve()
     payloads = dev_payloads(workdir, args.params, args.questions + args.warmup, "")
     pairs = [(p["context"], p["question"]) for p in payloads]
     os.chdir(workdir)
     cfg = load_config(args.params)
-    rows = [one_variant(cfg, v, pairs, args.warmup, args.threads) for v in args.variants]
+    rows = [one_variant(cfg, v, pairs, args.warmup, args.threads, args.repeats)
+            for v in args.variants]
     report = {"weights": "untrained unless models/<v>/model.pt was there (the params' sizes)",
-              "questions": args.questions, "threads": args.threads, "cpus": os.cpu_count(),
+              "questions": args.questions, "threads": args.threads, "repeats": args.repeats,
+              "cpus": os.cpu_count(),
               "machine": platform.machine(), "processor": platform.processor(), "rows": rows}
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "export_latency.json").write_text(json.dumps(report, indent=1) + "\n")

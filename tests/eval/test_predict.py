@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from rcpipe.data.dataset import Batch, SquadDataset, bucket_batches
-from rcpipe.eval.metrics import score
-from rcpipe.eval.predict import evaluate_model, predict
+from rcpipe.eval.metrics import ORACLE, score
+from rcpipe.eval.predict import Split, evaluate_model, heldout_then_dev, predict
 from rcpipe.models.layers import NEG_INF, SpanLogits
 from tests.conftest import Prepared, SynthData
 
@@ -46,7 +46,8 @@ def v2_train(tmp_path_factory: pytest.TempPathFactory, synth_v2: SynthData
     root = tmp_path_factory.mktemp("v2_predict")
     cfg = load_config(write_params(root / "params.yaml", data={
         "train_file": str(synth_v2.train), "dev_file": str(synth_v2.train),
-        "out_dir": str(root / "out"), "cache_dir": str(root / "cache")}))
+        "out_dir": str(root / "out"), "cache_dir": str(root / "cache"),
+        "heldout": {"fraction": 0}}))  # every training question in train.parquet
     stages.prepare(cfg)
     return SquadDataset.from_parquet(root / "out" / "train.parquet"), synth_v2.train_doc
 
@@ -76,3 +77,69 @@ def test_v1_evaluation_gives_every_span(prepared: Prepared) -> None:
                         torch.device("cpu"))
     assert v1.na_threshold is None and v1.span_f1 is None and all(v1.predictions.values())
     assert set(v1.result) == {"exact_match", "f1"}
+
+
+class UnsureReader(ShyReader):
+    """ShyReader whose no-answer logit also wanders with the context's length, so the
+    classes overlap and each set of questions has its own best threshold."""
+
+    def forward(self, batch: Batch) -> SpanLogits:
+        out = super().forward(batch)
+        wander = 4.0 * torch.sin(1.7 * batch.c_mask.sum(1).float())[:, None]  # (B, 1)
+        return SpanLogits(out.start, out.end, out.na + wander)
+
+
+@pytest.fixture(scope="module")
+def v2_splits(tmp_path_factory: pytest.TempPathFactory, synth_v2: SynthData
+              ) -> tuple[Split, Split]:
+    """(dev, held-out) of synth_v2 as prepare writes them: the held-out slice is one of
+    the training file's articles."""
+    import json
+
+    from rcpipe import stages
+    from rcpipe.config import load_config
+    from tests.conftest import write_params
+
+    root = tmp_path_factory.mktemp("v2_heldout")
+    cfg = load_config(write_params(root / "params.yaml", data={
+        "train_file": str(synth_v2.train), "dev_file": str(synth_v2.dev),
+        "out_dir": str(root / "out"), "cache_dir": str(root / "cache")}))
+    stages.prepare(cfg)
+    out = root / "out"
+    return (Split(SquadDataset.from_parquet(out / "dev.parquet"), synth_v2.dev_doc),
+            Split(SquadDataset.from_parquet(out / "heldout.parquet"),
+                  json.loads((out / "heldout.json").read_text())))
+
+
+def test_the_threshold_is_chosen_on_heldout_and_dev_reports_at_it(v2_splits) -> None:  # noqa: ANN001
+    dev, heldout = v2_splits
+    cpu = torch.device("cpu")
+    own = evaluate_model(UnsureReader(), heldout.dataset, heldout.doc, cpu).na_threshold
+    oracle = evaluate_model(UnsureReader(), dev.dataset, dev.doc, cpu)
+    assert own != oracle.na_threshold  # the case: dev's own best threshold is another
+
+    ev, held = heldout_then_dev(UnsureReader(), dev, heldout, "heldout", cpu)
+    assert held is not None and held.na_threshold == ev.na_threshold == own
+    r = ev.result
+    assert r["na_threshold"] == own and r["na_threshold_source"] == "heldout"
+    spans = {q: v["span_text"] for q, v in ev.nbest.items()}
+    at_own = score(dev.doc, spans, ev.na_probs, own)
+    for key in ("exact", "f1", "HasAns_f1", "NoAns_f1", "total"):
+        assert r[key] == at_own[key], key  # the headline: dev at the held-out threshold
+    assert score(dev.doc, ev.predictions)["f1"] == pytest.approx(r["f1"])  # answers given
+    assert r["oracle"] == {k: oracle.result[k] for k in ORACLE}
+    assert r["f1"] < r["oracle"]["best_f1"] and "best_f1" not in r
+
+
+def test_a_fixed_threshold_is_the_params_and_needs_no_heldout(v2_splits) -> None:  # noqa: ANN001
+    dev, heldout = v2_splits
+    cpu = torch.device("cpu")
+    ev, held = heldout_then_dev(UnsureReader(), dev, heldout, "heldout", cpu,
+                                na_threshold=0.5)
+    assert held.na_threshold == ev.na_threshold == 0.5  # held-out scored at it, not walked
+    assert ev.result["na_threshold_source"] == "params"
+    ev, held = heldout_then_dev(UnsureReader(), dev, heldout, "file:mine.json", cpu)
+    assert ev.result["na_threshold_source"] == "file:mine.json"
+    ev, held = heldout_then_dev(UnsureReader(), dev, None, None, cpu)  # the oracle, named
+    assert held is None and ev.result["na_threshold_source"] == "dev"
+    assert ev.result["f1"] == ev.result["oracle"]["best_f1"]

@@ -5,34 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 
-from rcpipe.data.dataset import Batch, SquadDataset, bucket_batches
+from rcpipe.data.dataset import SquadDataset, bucket_batches
 from rcpipe.eval.metrics import ORACLE, score
-from rcpipe.eval.predict import Split, evaluate_model, heldout_then_dev, predict
-from rcpipe.models.layers import NEG_INF, SpanLogits
+from rcpipe.eval.predict import evaluate_model, heldout_then_dev, predict
 from tests.conftest import Prepared, SynthData
-
-
-class ShyReader(nn.Module):
-    """Finds every gold span, but its no-answer logit always beats the span: under the
-    raw rule (na_prob > span prob) it answers nothing, the state issue 15 saw after five
-    minutes of training. Its no-answer logit is lower on answerable questions, so a
-    threshold exists that answers them and abstains on the rest."""
-
-    def __init__(self, no_answer: bool = True) -> None:
-        super().__init__()
-        self.no_answer = no_answer
-
-    def forward(self, batch: Batch) -> SpanLogits:
-        lc = batch.cw.size(1)
-        pos = torch.arange(lc)[None, :]  # (1, Lc)
-        start = torch.where(pos == batch.y1[:, None], 5.0, 0.0)  # (B, Lc)
-        end = torch.where(pos == batch.y2[:, None], 5.0, 0.0)  # (B, Lc)
-        na = torch.where(batch.is_impossible, 12.0, 9.0)[:, None].expand(-1, 2)  # (B, 2)
-        mask = batch.c_mask
-        return SpanLogits(start.masked_fill(~mask, NEG_INF), end.masked_fill(~mask, NEG_INF),
-                          na.clone() if self.no_answer else None)
+from tests.eval.readers import ShyReader, UnsureReader
 
 
 @pytest.fixture(scope="module")
@@ -77,38 +55,6 @@ def test_v1_evaluation_gives_every_span(prepared: Prepared) -> None:
                         torch.device("cpu"))
     assert v1.na_threshold is None and v1.span_f1 is None and all(v1.predictions.values())
     assert set(v1.result) == {"exact_match", "f1"}
-
-
-class UnsureReader(ShyReader):
-    """ShyReader whose no-answer logit also wanders with the context's length, so the
-    classes overlap and each set of questions has its own best threshold."""
-
-    def forward(self, batch: Batch) -> SpanLogits:
-        out = super().forward(batch)
-        wander = 4.0 * torch.sin(1.7 * batch.c_mask.sum(1).float())[:, None]  # (B, 1)
-        return SpanLogits(out.start, out.end, out.na + wander)
-
-
-@pytest.fixture(scope="module")
-def v2_splits(tmp_path_factory: pytest.TempPathFactory, synth_v2: SynthData
-              ) -> tuple[Split, Split]:
-    """(dev, held-out) of synth_v2 as prepare writes them: the held-out slice is one of
-    the training file's articles."""
-    import json
-
-    from rcpipe import stages
-    from rcpipe.config import load_config
-    from tests.conftest import write_params
-
-    root = tmp_path_factory.mktemp("v2_heldout")
-    cfg = load_config(write_params(root / "params.yaml", data={
-        "train_file": str(synth_v2.train), "dev_file": str(synth_v2.dev),
-        "out_dir": str(root / "out"), "cache_dir": str(root / "cache")}))
-    stages.prepare(cfg)
-    out = root / "out"
-    return (Split(SquadDataset.from_parquet(out / "dev.parquet"), synth_v2.dev_doc),
-            Split(SquadDataset.from_parquet(out / "heldout.parquet"),
-                  json.loads((out / "heldout.json").read_text())))
 
 
 def test_the_threshold_is_chosen_on_heldout_and_dev_reports_at_it(v2_splits) -> None:  # noqa: ANN001

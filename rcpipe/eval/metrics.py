@@ -319,13 +319,14 @@ def _score_v2_dataset(
 ORACLE = ("best_exact", "best_exact_thresh", "best_f1", "best_f1_thresh")
 
 
-def at_threshold(result: dict[str, Any], na_threshold: float, source: str
+def at_threshold(result: dict[str, Any], na_threshold: float | None, source: str
                  ) -> dict[str, Any]:
     """A v2.0 result at a no-answer threshold chosen elsewhere, as metrics/<v>.json holds it.
 
     The headline (exact, f1, HasAns_*, NoAns_*: the official script's keys at
     ``na_threshold``), then ``na_threshold`` and ``na_threshold_source`` (where it was
-    chosen: "heldout", "file:<path>", "params"), and under "oracle" the walk's best_* keys:
+    chosen: "heldout", "file:<path>", "params"; the ensemble's "voters", None: each voter
+    abstained at its own), and under "oracle" the walk's best_* keys:
     the best the scored set allows when it chooses its own threshold, a ceiling, not a
     result.
     """

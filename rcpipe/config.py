@@ -60,6 +60,18 @@ class Limits(Section):
     char: int = Field(16, gt=0, description="characters kept per word")
 
 
+class Heldout(Section):
+    """Training questions held out to choose the v2.0 no-answer threshold and rank
+    checkpoints on (never on dev, which reports): a seeded share of the training file's
+    articles, never trained on, or a SQuAD file of the user's."""
+
+    fraction: float = Field(0.05, ge=0, lt=1, description="share of the training articles "
+                            "held out (at least one when there are two or more); 0: none")
+    seed: int = Field(0, description="which articles: the same seed, the same slice")
+    file: str | None = Field(None, description="a SQuAD JSON (path, URL, s3://) held out "
+                             "instead of a slice: then every training article trains")
+
+
 class DataConfig(Section):
     train_file: str = Field(description="SQuAD JSON: path, http(s) URL or s3:// URI; .json(.gz)")
     dev_file: str = Field(description="SQuAD JSON scored by evaluate; never filtered")
@@ -86,6 +98,7 @@ class DataConfig(Section):
         64, ge=0, description="chars around answer_start searched for a misplaced answer text"
     )
     limits: Limits = Limits()
+    heldout: Heldout = Heldout()
     workers: int = Field(2, ge=1, description="tokenizer processes (nlp.pipe n_process)")
     sha256: dict[str, str] = Field(
         default_factory=dict, description="source URI -> sha256 of its content: `rcpipe "
@@ -311,7 +324,8 @@ class EvalConfig(Section):
     length_prior: bool = Field(False, description="weigh each span by how often training "
                                "answers have its length (add-one smoothed) when choosing it")
     na_threshold: float | None = Field(
-        None, description="v2.0: answer '' when na_prob exceeds it; None: na_prob > span prob"
+        None, description="v2.0: answer '' when na_prob exceeds it; None: the threshold "
+        "`rcpipe evaluate` chooses on the held-out questions (data.heldout)"
     )
 
 

@@ -35,7 +35,7 @@ PARAMS: dict[str, Any] = {
     "synth": {
         "seed": 13,
         "version": "1.1",
-        "train_articles": 3,
+        "train_articles": 4,  # one of them held out (data.heldout: at least one)
         "dev_articles": 2,
         "paragraphs_per_article": 3,
         "questions_per_paragraph": 4,
@@ -137,6 +137,27 @@ def prepared(tmp_path_factory: pytest.TempPathFactory, synth_v1: SynthData) -> P
     cfg = load_config(params)
     report = stages.prepare(cfg)
     return Prepared(cfg, synth_v1, root / "out", report)
+
+
+@pytest.fixture(scope="session")
+def v2_splits(tmp_path_factory: pytest.TempPathFactory, synth_v2: SynthData
+              ) -> tuple[Any, Any]:
+    """(dev, held-out) of synth_v2 as prepare writes them: the held-out slice is one of
+    the training file's articles."""
+    import json
+
+    from rcpipe.data.dataset import SquadDataset
+    from rcpipe.eval.predict import Split
+
+    root = tmp_path_factory.mktemp("v2_heldout")
+    cfg = load_config(write_params(root / "params.yaml", data={
+        "train_file": str(synth_v2.train), "dev_file": str(synth_v2.dev),
+        "out_dir": str(root / "out"), "cache_dir": str(root / "cache")}))
+    stages.prepare(cfg)
+    out = root / "out"
+    return (Split(SquadDataset.from_parquet(out / "dev.parquet"), synth_v2.dev_doc),
+            Split(SquadDataset.from_parquet(out / "heldout.parquet"),
+                  json.loads((out / "heldout.json").read_text())))
 
 
 def vectors_for_half(prepared: Prepared, path: Path) -> tuple[list[str], set[str]]:

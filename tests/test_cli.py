@@ -84,11 +84,12 @@ def test_synth_then_prepare_writes_the_contract_files(workdir: Path) -> None:
     assert not (workdir / "data/prepared").exists()
 
     report = json.loads((out / "report.json").read_text())
-    assert set(report) == {"train", "dev"}
+    assert set(report) == {"train", "dev", "heldout"}
     for split in ("train", "dev"):
         r = report[split]
         doc = json.loads((workdir / f"data/synth/{split}.json").read_text())
-        assert r["questions"] == len(questions_of(doc))
+        held = report["heldout"]["questions"] if split == "train" else 0
+        assert r["questions"] == len(questions_of(doc)) - held
         assert r["questions"] == r["kept"] + sum(r["dropped"].values())
         assert pq.read_metadata(out / f"{split}.parquet").num_rows == r["kept"]
     assert report["dev"]["dropped"] == {}

@@ -50,7 +50,7 @@ def test_params_file_values(tmp_path: Path) -> None:
     cfg = load_config(params)
     assert cfg.train.epochs == 7 and cfg.train.batch_size == 8
     assert cfg.eval.na_threshold == pytest.approx(0.4)
-    assert cfg.data.workers == 1 and cfg.synth.train_articles == 3
+    assert cfg.data.workers == 1 and cfg.synth.train_articles == 4
 
 
 def test_repeated_set_overrides_file(tmp_path: Path) -> None:

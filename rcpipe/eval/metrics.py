@@ -315,6 +315,31 @@ def _score_v2_dataset(
     return result
 
 
+# the official v2.0 script's best-threshold walk: the threshold best on the scored set itself
+ORACLE = ("best_exact", "best_exact_thresh", "best_f1", "best_f1_thresh")
+# what metrics/<v>.json holds beside the scores: where the threshold came from (at_threshold;
+# the ensemble adds its voters' sources)
+NOT_SCORES = ("na_threshold", "na_threshold_source", "oracle", "voters")
+
+
+def at_threshold(result: dict[str, Any], na_threshold: float | None, source: str
+                 ) -> dict[str, Any]:
+    """A v2.0 result at a no-answer threshold chosen elsewhere, as metrics/<v>.json holds it.
+
+    The headline (exact, f1, HasAns_*, NoAns_*: the official script's keys at
+    ``na_threshold``), then ``na_threshold`` and ``na_threshold_source`` (where it was
+    chosen: "heldout", "file:<path>", "params"; the ensemble's "voters", None: each voter
+    abstained at its own), and under "oracle" the walk's best_* keys:
+    the best the scored set allows when it chooses its own threshold, a ceiling, not a
+    result.
+    """
+    out = {k: v for k, v in result.items() if k not in ORACLE}
+    out |= {"na_threshold": na_threshold, "na_threshold_source": source}
+    if oracle := {k: result[k] for k in ORACLE if k in result}:
+        out["oracle"] = oracle
+    return out
+
+
 def headline(result: dict[str, Any]) -> tuple[float, float]:
     """(EM, F1) of an official result: v1.1 names EM exact_match, v2.0 exact."""
     return float(result.get("exact_match", result.get("exact", 0.0))), float(result["f1"])

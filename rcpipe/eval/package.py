@@ -180,7 +180,9 @@ def model_card(config: dict[str, Any], metrics: dict[str, Any],
                      f"{counts.get('questions', '?')} | {counts.get('kept', '?')} |")
     lines += ["", f"## Metrics (dev set, official SQuAD script: metrics/{v}.json)", "",
               "| metric | value |", "|---|---|"]
-    lines += [f"| {k} | {_num(x)} |" for k, x in metrics.items()]
+    lines += [f"| {k} | {_num(x)} |" for k, x in metrics.items() if k != "oracle"]
+    lines += [f"| oracle {k} (dev's own best threshold: a ceiling, not a result) | {_num(x)} |"
+              for k, x in metrics.get("oracle", {}).items()]
     if by_type:
         lines += ["", f"### By question type (metrics/{v}.by_type.json)", "",
                   "| type | exact | f1 | total |", "|---|---|---|---|"]
@@ -194,7 +196,8 @@ def model_card(config: dict[str, Any], metrics: dict[str, Any],
                      "best span's.")
     else:
         how = "fixed by eval.na_threshold" if threshold.get("fixed") else \
-            f"chosen on {threshold.get('chosen_on')} by the official best-threshold walk"
+            f"chosen on {threshold.get('chosen_on')} by the official best-threshold walk, " \
+            f"never on dev (source {threshold.get('source')})"
         lines.append(f"{threshold['na_threshold']} ({how}; na_threshold.json)")
     lines += ["", "## Training run", ""]
     if summary:

@@ -5,7 +5,8 @@
 way and, on SQuAD v2.0, chooses the no-answer threshold by the official script's
 best-threshold walk over the best non-empty spans: abstaining is decided by that threshold,
 never by the raw comparison of two probabilities, which can leave a young model answering
-nothing at all.
+nothing at all. ``heldout_then_dev`` chooses it on the held-out questions and gives dev's
+answers at it, so the set that reports never tunes.
 """
 
 from __future__ import annotations
@@ -115,3 +116,39 @@ def evaluate_model(model: nn.Module, dataset: SquadDataset, doc: dict[str, Any],
     result = metrics.score(doc, spans, na_probs, na_threshold)
     nbest = {q: answer_given(v, v["na_prob"] > na_threshold) for q, v in nbest.items()}
     return Evaluation(nbest, result, na_threshold, span_f1)
+
+
+@dataclass(frozen=True)
+class Split:
+    """A prepared split and the SQuAD JSON it was prepared from (the official scorer's)."""
+
+    dataset: SquadDataset
+    doc: dict[str, Any]
+
+
+def heldout_then_dev(model: nn.Module, dev: Split, heldout: Split | None, source: str | None,
+                     device: torch.device, max_answer_len: int = 15,
+                     na_threshold: float | None = None,
+                     length_prior: torch.Tensor | None = None
+                     ) -> tuple[Evaluation, Evaluation | None]:
+    """(dev's evaluation, the held-out one's or None).
+
+    v2.0: the threshold is the fixed ``na_threshold`` (source "params"), else the
+    best-threshold walk's on ``heldout`` (``source``: "heldout" or "file:<path>"), else,
+    with no held-out questions, dev's own (source "dev": the oracle, named so). Dev's
+    answers are given at it and its result is metrics.at_threshold's: the headline at that
+    threshold, the walk on dev under "oracle".
+    """
+    source = "params" if na_threshold is not None else source
+    held = None
+    if heldout is not None:
+        held = evaluate_model(model, heldout.dataset, heldout.doc, device, max_answer_len,
+                              na_threshold, length_prior)
+        na_threshold = held.na_threshold
+    if na_threshold is None:
+        source = "dev"
+    ev = evaluate_model(model, dev.dataset, dev.doc, device, max_answer_len, na_threshold,
+                        length_prior)
+    if ev.na_threshold is not None:
+        ev.result = metrics.at_threshold(ev.result, ev.na_threshold, source or "dev")
+    return ev, held

@@ -8,8 +8,9 @@ benches) needs no training code, and training writes the file this module reads.
                   on another variant, vocabulary or architecture
     prepared      the data side of a model: ``prepared_inputs`` and ``vocab_digest``, from
                   `rcpipe prepare`'s vocab.json and meta.json
-    evaluate's    the no-answer threshold chosen on dev (models/<variant>/na_threshold.json,
-                  ``na_threshold``) and eval.length_prior's weights (``length_prior``)
+    evaluate's    the no-answer threshold chosen on the held-out questions
+                  (models/<variant>/na_threshold.json, ``na_threshold``) and
+                  eval.length_prior's weights (``length_prior``)
 
 Heavy libraries (torch, numpy) are imported where they are used: `rcpipe --help` imports the
 stages, which import this.

@@ -172,14 +172,17 @@ def agreement_matrix(predictions: dict[str, dict[str, str]], qids: list[str]
 
 
 def score_rows(metrics: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per model from its official metrics: EM, F1 and, for v2.0, HasAns/NoAns F1."""
+    """One row per model from its official metrics: EM, F1 and, for v2.0, HasAns/NoAns F1
+    (at the threshold chosen off dev) and, apart, dev's own best F1, the oracle."""
     rows = []
     for model, m in metrics.items():
         row: dict[str, Any] = {"model": model,
                                "EM": round(headline(m)[0], 2),
                                "F1": round(m["f1"], 2)}
-        for key in ("HasAns_f1", "NoAns_f1", "best_f1"):
+        for key in ("HasAns_f1", "NoAns_f1"):
             if key in m:
                 row[key] = round(m[key], 2)
+        if "best_f1" in m.get("oracle", {}):
+            row["oracle_best_f1"] = round(m["oracle"]["best_f1"], 2)
         rows.append(row)
     return rows

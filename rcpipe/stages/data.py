@@ -6,10 +6,12 @@ import hashlib
 import json
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rcpipe.config import Config
+from rcpipe.data.heldout import DOC, PARQUET
 from rcpipe.errors import InputError
 from rcpipe.stages.io import write_json
 
@@ -53,7 +55,8 @@ def fingerprint(cfg: Config) -> str:
     one version per URI), so an unchanged input is recognised without reading it.
     """
     inputs = []
-    for uri in (cfg.data.train_file, cfg.data.dev_file, cfg.data.word_vectors):
+    for uri in (cfg.data.train_file, cfg.data.dev_file, cfg.data.word_vectors,
+                cfg.data.heldout.file):
         path = Path(uri) if uri and "://" not in uri else None
         if path is not None and path.is_file():
             stat = path.stat()
@@ -90,36 +93,48 @@ def prepare(cfg: Config) -> dict[str, Any]:
     def done(phase: str) -> None:
         phases[phase] = round(time.perf_counter() - t0 - sum(phases.values()), 3)
 
-    train, dev = _read_splits(cfg)
-    texts = (train.contexts + [q.question for q in train.questions]
-             + dev.contexts + [q.question for q in dev.questions])
+    train, dev, held = _read_splits(cfg)
+    splits = {"train": train, "dev": dev, "heldout": held.file}
+    texts = [t for sq in splits.values()
+             for t in (*sq.contexts, *(q.question for q in sq.questions))]
     done("read")
-    log.info(f"prepare: tokenizing {len(train.questions)} train and {len(dev.questions)} dev "
-             f"questions ({len(train.contexts) + len(dev.contexts)} passages) on "
-             f"{d.workers} process(es)")
+    log.info(f"prepare: tokenizing {len(train.questions)} train, {len(dev.questions)} dev "
+             f"and {len(held.file.questions)} held-out questions "
+             f"({len(texts) - sum(len(sq.questions) for sq in splits.values())} passages) "
+             f"on {d.workers} process(es)")
     toks = tokenize(texts, workers=d.workers)
     done("tokenize")
-    a, b, c = len(train.contexts), len(train.contexts) + len(train.questions), \
-        len(train.contexts) + len(train.questions) + len(dev.contexts)
-    train_ctx, train_q, dev_ctx, dev_q = toks[:a], toks[a:b], toks[b:c], toks[c:]
+    split_toks = {}
+    for name, sq in splits.items():  # (contexts, questions) of each split, in order
+        n, m = len(sq.contexts), len(sq.questions)
+        split_toks[name], toks = (toks[:n], toks[n:n + m]), toks[n + m:]
+    (train_ctx, train_q), (dev_ctx, dev_q), (held_ctx, held_q) = split_toks.values()
 
     kept, dropped = F.label_train(train, train_ctx, train_q, cfg.data)
     dev_rows = F.label_dev(dev, dev_ctx, cfg.data)
+    held_rows = F.label_dev(held.file, held_ctx, cfg.data)  # like dev: every question
     words, chars, emb, hits, trained = _vocabularies(cfg, (train, train_ctx, train_q),
-                                                     (dev, dev_ctx, dev_q))
+                                                     (dev, dev_ctx, dev_q),
+                                                     (held.file, held_ctx, held_q))
     done("label_and_vocab")
     indexer = F.Indexer(words, chars, d.limits.char)
     tables = {
         "train": F.build_table(train, train_ctx, train_q, kept, indexer),
         "dev": F.build_table(dev, dev_ctx, dev_q, dev_rows, indexer),
     }
+    if held.source is not None:
+        tables["heldout"] = F.build_table(held.file, held_ctx, held_q, held_rows, indexer)
     done("features")
     _write_prepared(d.out_dir, tables, words, chars, emb)
+    _write_heldout(d.out_dir, held)
     report = {
         "train": {"questions": len(train.questions), "kept": len(kept),
                   "dropped": dict(sorted(dropped.items()))},
         "dev": {"questions": len(dev.questions), "kept": len(dev_rows), "dropped": {}},
     }
+    if held.source is not None:  # like dev, never dropped; meta.json says where from
+        n = len(held.file.questions)
+        report["heldout"] = {"questions": n, "kept": n, "dropped": {}}
     write_json(d.out_dir / "report.json", report)
     done("write")
     seconds = time.perf_counter() - t0
@@ -131,14 +146,15 @@ def prepare(cfg: Config) -> dict[str, Any]:
         # with vectors: what training words they lack became, and how many of those have
         # a trainable row (ids 2 .. 1 + trained_words; eval.trained.prepared_inputs reads it)
         "missing_vectors": d.missing_vectors if d.word_vectors else None,
-        "trained_words": trained, "seconds": round(seconds, 2),
+        "trained_words": trained, "heldout": held.record(),
+        "seconds": round(seconds, 2),
         "phases": phases, "fingerprint": fingerprint(cfg)})
     tr, dv = report["train"], report["dev"]
     log.info(
         f"prepare: train {tr['kept']}/{tr['questions']} kept "
         f"({sum(dropped.values())} dropped: {dict(dropped) or 'none'}), "
-        f"dev {dv['kept']}/{dv['questions']}; vocab {len(words)} words, {len(chars)} "
-        f"chars; {seconds:.1f}s -> {d.out_dir}"
+        f"dev {dv['kept']}/{dv['questions']}; {held.described()}; vocab {len(words)} "
+        f"words, {len(chars)} chars; {seconds:.1f}s -> {d.out_dir}"
     )
     return report
 
@@ -147,10 +163,10 @@ _MISSING = {"unk": "out of vocabulary, the trainable OOV vector stands for them"
             "train": "a trainable row each", "fixed": "a frozen random row each"}
 
 
-def _vocabularies(cfg: Config, train: tuple, dev: tuple) -> tuple:  # (file, contexts, qs)
+def _vocabularies(cfg: Config, train: tuple, *others: tuple) -> tuple:  # (file, ctx, qs)
     """(words, chars, word vectors or None, words found in them, words trained alone): the
-    training split's words and chars, plus any dev word the pretrained vectors know (it
-    gets its vector); a training word they lack as data.missing_vectors says."""
+    training split's words and chars, plus any dev or held-out word the pretrained vectors
+    know (it gets its vector); a training word they lack as data.missing_vectors says."""
     from rcpipe.data import features as F
     from rcpipe.data.squad import fetch
     from rcpipe.data.vocab import (
@@ -166,8 +182,7 @@ def _vocabularies(cfg: Config, train: tuple, dev: tuple) -> tuple:  # (file, con
     vectored: set[str] | None = None
     if d.word_vectors:
         log.info(f"prepare: reading word vectors {d.word_vectors}")
-        dev_words, _ = F.count_words(*dev)
-        candidates = set(word_counts) | set(dev_words)
+        candidates = set(word_counts).union(*(F.count_words(*o)[0] for o in others))
         wanted = {f for w in candidates for f in case_forms(w)}
         vectors = read_vectors(fetch(d.word_vectors, d.cache_dir), wanted, d.word_dim,
                                d.word_vectors)
@@ -199,14 +214,68 @@ def _write_prepared(out: Path, tables: dict[str, Any], words: Any, chars: Any,
         np.save(out / "word_emb.npy", emb)
 
 
-def _read_splits(cfg: Config) -> tuple[Any, Any]:
-    """The training and dev SquadFiles, validated; shared question ids are warned of."""
-    from rcpipe.data.squad import load_squad
+@dataclass(frozen=True)
+class HeldOut:
+    """The questions the no-answer threshold is chosen and checkpoints are ranked on."""
 
-    train = load_squad(cfg.data.train_file, cfg.data.cache_dir)
-    dev = load_squad(cfg.data.dev_file, cfg.data.cache_dir)
-    overlap = {q.qid for q in train.questions} & {q.qid for q in dev.questions}
-    if overlap:  # legitimate when measuring on a split of one file; worth a warning
-        log.warning(f"{len(overlap)} dev question ids are also in the training file")
-    return train, dev
+    file: Any  # SquadFile (no questions when nothing is held out)
+    doc: dict[str, Any]  # its SQuAD JSON, written as heldout.json for the official scorer
+    source: str | None  # "heldout" (a slice of train), "file:<path>" or None
+    articles: int
 
+    def record(self) -> dict[str, Any] | None:
+        """meta.json's "heldout": where the held-out questions came from, how many."""
+        if self.source is None:
+            return None
+        return {"source": self.source, "articles": self.articles,
+                "questions": len(self.file.questions)}
+
+    def described(self) -> str:
+        if self.source is None:
+            return "nothing held out"
+        where = "of train" if self.source == "heldout" else self.source
+        return f"held out {self.articles} articles, {len(self.file.questions)} questions " \
+               f"({where})"
+
+
+def _read_splits(cfg: Config) -> tuple[Any, Any, HeldOut]:
+    """The training, dev and held-out SquadFiles, validated (the held-out articles are
+    taken out of training); question ids shared with dev are warned of."""
+    from rcpipe.data.heldout import split_articles
+    from rcpipe.data.squad import fetch, load_squad, parse_squad, read_json
+
+    d, h = cfg.data, cfg.data.heldout
+    train_doc = read_json(fetch(d.train_file, d.cache_dir), d.train_file)
+    train = parse_squad(train_doc, d.train_file)  # located errors in the whole file
+    dev = load_squad(d.dev_file, d.cache_dir)
+    if h.file:
+        held_doc = read_json(fetch(h.file, d.cache_dir), h.file)
+        held = HeldOut(parse_squad(held_doc, h.file), held_doc, f"file:{h.file}",
+                       len(held_doc["data"]))
+    else:
+        try:
+            train_doc, held_doc = split_articles(train_doc, h.fraction, h.seed)
+        except ValueError as e:
+            raise InputError(cfg.source, "data.heldout.fraction", f"{e} ({d.train_file}); "
+                             "set data.heldout.fraction=0 (then eval.na_threshold) or name "
+                             "data.heldout.file") from None
+        train = parse_squad(train_doc, d.train_file)
+        held = HeldOut(parse_squad(held_doc, d.train_file), held_doc,
+                       "heldout" if held_doc["data"] else None, len(held_doc["data"]))
+    if held.source is not None and not held.file.questions:
+        raise InputError(h.file or d.train_file, "", "the held-out articles have no "
+                         "questions (data.heldout)")
+    for name, other in (("dev", dev), ("held-out", held.file)):
+        overlap = {q.qid for q in train.questions} & {q.qid for q in other.questions}
+        if overlap:  # legitimate when measuring on a split of one file; worth a warning
+            log.warning(f"{len(overlap)} {name} question ids are also in the training file")
+    return train, dev, held
+
+
+def _write_heldout(out: Path, held: HeldOut) -> None:
+    """heldout.json beside heldout.parquet, or neither (none left from an earlier run)."""
+    if held.source is None:
+        for name in (PARQUET, DOC):
+            (out / name).unlink(missing_ok=True)
+        return
+    write_json(out / DOC, held.doc)

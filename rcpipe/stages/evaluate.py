@@ -3,8 +3,10 @@
 Reads models/<variant>/model.pt (eval/trained.py: weights only, refused when trained on
 another vocabulary or architecture) and <data.out_dir>/dev.parquet; writes
 predictions/<variant>.json, predictions/<variant>.nbest.json, metrics/<variant>.json,
-metrics/<variant>.by_type.json and models/<variant>/na_threshold.json. No training code is
-imported: dvc.yaml's evaluate stages do not run again when only training changed.
+metrics/<variant>.by_type.json and models/<variant>/na_threshold.json. SQuAD v2.0's
+no-answer threshold is chosen on <data.out_dir>/heldout.parquet (data.heldout), or fixed by
+eval.na_threshold, never on dev. No training code is imported: dvc.yaml's evaluate stages
+do not run again when only training changed.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from rcpipe import layout
 from rcpipe.config import Config
+from rcpipe.errors import InputError
 from rcpipe.stages.io import load_dataset, write_json
 
 log = logging.getLogger(__name__)
@@ -22,12 +25,14 @@ log = logging.getLogger(__name__)
 
 def evaluate(cfg: Config, variant: str) -> dict[str, Any]:
     """Predict the dev set with the saved model; write predictions, nbest and metrics, and
-    (SQuAD v2.0) the no-answer threshold chosen on dev, which predict and serve then use."""
+    (SQuAD v2.0) the no-answer threshold, which predict and serve then use: eval.na_threshold
+    if set, else the one best on the held-out questions prepare set aside (data.heldout),
+    never dev's own (reported beside the headline as the oracle)."""
     import torch
 
     from rcpipe.data.dataset import SquadDataset
     from rcpipe.eval import metrics
-    from rcpipe.eval.predict import evaluate_model
+    from rcpipe.eval.predict import Split, heldout_then_dev
     from rcpipe.eval.trained import device_of, length_prior, load_model
 
     device = device_of(cfg)
@@ -35,23 +40,55 @@ def evaluate(cfg: Config, variant: str) -> dict[str, Any]:
     model.to(device)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
-    dev_set = SquadDataset.from_parquet(cfg.data.out_dir / "dev.parquet",
-                                        para_limit=cfg.train.dev_para_limit)
+    limit = cfg.train.dev_para_limit
     doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir)
+    dev = Split(SquadDataset.from_parquet(cfg.data.out_dir / "dev.parquet", para_limit=limit),
+                doc)
+    heldout, source = _heldout(cfg, metrics.dataset_version(doc) == "2.0")
     t0 = time.perf_counter()
-    ev = evaluate_model(model, dev_set, doc, device, cfg.eval.max_answer_len,
-                        cfg.eval.na_threshold, length_prior(cfg))
+    ev, _ = heldout_then_dev(model, dev, heldout, source, device, cfg.eval.max_answer_len,
+                             cfg.eval.na_threshold, length_prior(cfg))
     preds = ev.predictions
     na = ev.na_probs if metrics.dataset_version(doc) == "2.0" else None
     write_json(layout.predictions(variant), preds)
     write_json(layout.nbest(variant), ev.nbest)
     write_json(layout.metrics(variant), ev.result)
     write_json(layout.by_type(variant), metrics.breakdown(doc, preds, na))
+    chosen = ev.result.get("na_threshold_source")
     write_json(layout.na_threshold_file(variant), {
         "na_threshold": ev.na_threshold, "fixed": cfg.eval.na_threshold is not None,
-        "chosen_on": cfg.data.dev_file if ev.na_threshold is not None else None})
+        "source": chosen, "chosen_on": _chosen_on(cfg, chosen)})
     em, f1 = metrics.headline(ev.result)
-    at = f" at no-answer threshold {ev.na_threshold:.3g}" if ev.na_threshold is not None else ""
+    at = f" at no-answer threshold {ev.na_threshold:.3g} (chosen on {chosen}; dev's own " \
+         f"best, the oracle: F1 {ev.result['oracle']['best_f1']:.2f})" \
+        if ev.na_threshold is not None else ""
     log.info("evaluate %s: EM %.2f F1 %.2f on %d dev questions%s (%.1fs)", variant, em, f1,
              len(preds), at, time.perf_counter() - t0)
     return ev.result
+
+
+def _heldout(cfg: Config, v2: bool) -> tuple[Any, str | None]:
+    """(the held-out Split, its source) for a v2.0 threshold to be chosen on, else
+    (None, None); none prepared for one is the user's to fix, not a silent dev oracle."""
+    from rcpipe.data.dataset import SquadDataset
+    from rcpipe.data.heldout import prepared_heldout
+    from rcpipe.data.squad import read_json
+    from rcpipe.eval.predict import Split
+
+    if not v2 or cfg.eval.na_threshold is not None:
+        return None, None
+    found = prepared_heldout(cfg.data.out_dir)
+    if found is None:
+        raise InputError(cfg.data.out_dir / "meta.json", "heldout", "no held-out questions "
+                         "to choose the no-answer threshold on: prepare with "
+                         "data.heldout.fraction > 0 or data.heldout.file, or set "
+                         "eval.na_threshold")
+    data = SquadDataset.from_parquet(found.parquet, para_limit=cfg.train.dev_para_limit)
+    return Split(data, read_json(found.doc, str(found.doc))), found.source
+
+
+def _chosen_on(cfg: Config, source: str | None) -> str | None:
+    """The file the threshold was chosen on, for people (the model card says it)."""
+    if source == "heldout":
+        return f"{cfg.data.train_file} (held-out articles)"
+    return source.removeprefix("file:") if source and source.startswith("file:") else None

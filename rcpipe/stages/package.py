@@ -52,7 +52,8 @@ def package(cfg: Config, variant: str, out: Path | None = None) -> Path:
         raise InputError(layout.na_threshold_file(variant), "", f"no such file; run `rcpipe "
                          f"evaluate {variant}` first")
     if threshold is not None and cfg.eval.na_threshold is not None:  # the params' override
-        threshold = {**threshold, "na_threshold": cfg.eval.na_threshold, "fixed": True}
+        threshold = {**threshold, "na_threshold": cfg.eval.na_threshold, "fixed": True,
+                     "source": "params", "chosen_on": None}
     sources = [{"split": split, "uri": uri,
                 "sha256": sha256_of(fetch(uri, cfg.data.cache_dir))}
                for split, uri in (("train", cfg.data.train_file), ("dev", cfg.data.dev_file))]

@@ -114,6 +114,20 @@ def _read_run() -> tuple[list[str], dict[str, dict[str, str]], dict[str, dict[st
             step = "rcpipe ensemble" if m == layout.ENSEMBLE else f"rcpipe evaluate {m}"
             raise InputError(path, "", f"no metrics beside {layout.predictions(m)}; run "
                              f"`{step}` again")
-        scores[m] = read_mapping(path, (int, float), "a number")
+        scores[m] = _scores(path)
     return models, preds, scores
+
+
+def _scores(path: Path) -> dict[str, Any]:
+    """A metrics file: numbers, and (v2.0) where its no-answer threshold came from."""
+    import json
+
+    from rcpipe.eval.metrics import NOT_SCORES
+
+    found = read_mapping(path, (int, float, str, dict, type(None)), "a number")
+    for key, value in found.items():
+        if key not in NOT_SCORES and not isinstance(value, int | float):
+            raise InputError(path, json.dumps([key]), "expected a number, got "
+                             f"{type(value).__name__}")
+    return found
 

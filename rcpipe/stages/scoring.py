@@ -47,7 +47,13 @@ def score(dataset: str, predictions: Path, na_prob_file: Path | None = None,
 
 def ensemble(cfg: Config, inputs: list[Path] | None = None,
              out: Path = layout.predictions(layout.ENSEMBLE)) -> dict[str, Any]:
-    """Majority vote over the variants' nbest files; score it against data.dev_file."""
+    """Majority vote over the variants' nbest files; score it against data.dev_file.
+
+    SQuAD v2.0: each voter's answer is already given at its own no-answer threshold, chosen
+    on the held-out questions (`rcpipe evaluate`), "" when it abstained, and the vote takes
+    "" like any text: the voted answers are scored as they are (na_threshold_source
+    "voters"), with no threshold of the ensemble's own; the walk over the voters' mean
+    na_prob on dev is reported only as the "oracle"."""
     from rcpipe.eval import ensemble as vote
     from rcpipe.eval import metrics
 
@@ -68,6 +74,8 @@ def ensemble(cfg: Config, inputs: list[Path] | None = None,
         result = metrics.score(doc, preds, na)
     except ValueError as e:  # e.g. v2.0 nbest files whose ids are not the dev file's
         raise InputError(cfg.data.dev_file, "", str(e)) from None
+    if na is not None:
+        result = metrics.at_threshold(result, None, "voters") | {"voters": _sources(inputs)}
     name = out.name.removesuffix(".json")
     write_json(layout.metrics(name), result)
     write_json(layout.by_type(name), metrics.breakdown(doc, preds, na))
@@ -77,6 +85,18 @@ def ensemble(cfg: Config, inputs: list[Path] | None = None,
 
 
 _HEADLINE = ("exact_match", "exact", "f1")
+
+
+def _sources(inputs: list[Path]) -> dict[str, str | None]:
+    """Each voter's no-answer threshold source, where its nbest file is a variant's
+    (predictions/<variant>.nbest.json beside models/<variant>/na_threshold.json)."""
+    found: dict[str, str | None] = {}
+    for path in inputs:
+        name = path.name.removesuffix(".nbest.json")
+        chosen = layout.na_threshold_file(name)
+        if name in VARIANTS and chosen.is_file():
+            found[name] = json.loads(chosen.read_text()).get("source")
+    return found
 
 
 def _read_nbest(path: Path) -> dict[str, dict[str, Any]]:

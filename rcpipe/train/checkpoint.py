@@ -54,7 +54,11 @@ def run_summary(variant: str, meta: dict[str, Any], wall_seconds: float) -> dict
             "epochs": meta["epoch"], "examples_per_s": meta["examples_per_s"],
             "resumed_from_step": meta["resumed_from_step"], "device": meta["device"],
             "wall_seconds": round(wall_seconds, 2), "train_seconds": round(meta["elapsed"], 2),
+            # dev's scores of the checkpoint ranked best on ranked_on (the held-out
+            # questions' source, or "dev" when prepare held none out)
             "best_dev_em": meta["best"]["em"], "best_dev_f1": meta["best"]["f1"],
+            "best_heldout_f1": meta["best"].get("heldout_f1"),
+            "ranked_on": meta.get("ranked_on", "dev"),
             "best_step": meta["best"]["step"], "history": meta["history"],
             # DDP keeps every rank's weights identical: one digest (one process: trivially)
             "replicas_in_sync": len(set(meta["replica_digests"])) == 1}

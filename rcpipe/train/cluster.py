@@ -312,7 +312,7 @@ def fit(job: Job, inputs: ModelInputs, dev_doc: dict[str, Any], cfg: Config,
             name=RUN_NAME, storage_path=storage_path, storage_filesystem=filesystem,
             failure_config=ray.train.FailureConfig(max_failures=cfg.train.max_failures),
             checkpoint_config=ray.train.CheckpointConfig(
-                num_to_keep=cfg.train.keep_checkpoints, checkpoint_score_attribute="dev_rank",
+                num_to_keep=cfg.train.keep_checkpoints, checkpoint_score_attribute="rank",
                 checkpoint_score_order="max")))
     outcome: dict[str, Any] = {}
 

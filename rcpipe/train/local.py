@@ -3,7 +3,7 @@
 For a box that has PyTorch, numpy, pyarrow, PyYAML and pydantic but no Ray, spaCy or Prefect
 (a lone GPU machine given prepared Parquet files): it trains and checkpoints exactly as a
 Ray Train worker does, keeping checkpoints under ``<run_dir>/step-<n>/`` (the best
-``train.keep_checkpoints`` by dev F1 and the latest; running again resumes from the latest)
+``train.keep_checkpoints`` by held-out F1 and the latest; running again resumes from the latest)
 and at the end, as `rcpipe train` does (checkpoint.finish_run), the best model in
 ``<run_dir>/model.pt``, ``summary.json`` and the dev curve in ``metrics.json``; progress goes
 to the ``rcpipe.train`` loggers and the dev curve to dvclive's files in ``<run_dir>/live/``
@@ -80,8 +80,8 @@ class LocalSession:
 
     @staticmethod
     def _rank(checkpoint: Path) -> float:
-        """What checkpoints are kept by: dev F1, ties broken as worker.dev_scores says."""
-        return json.loads((checkpoint / METRICS).read_text())["dev_rank"]
+        """What checkpoints are kept by: held-out F1, ties broken as worker.scores says."""
+        return json.loads((checkpoint / METRICS).read_text())["rank"]
 
     def best(self) -> Path | None:
         return max(self.checkpoints(), key=self._rank, default=None)

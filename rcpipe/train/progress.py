@@ -25,8 +25,9 @@ log = logging.getLogger(__name__)
 
 STEP_LINE_SECONDS = 30.0  # at most one step line per run this often
 # dvclive's metric names: plots/metrics/<name>.tsv under the curve's directory, one
-# (step, value) row per evaluation
-CURVE = {"dev/em": "em", "dev/f1": "f1", "train/loss": "loss"}
+# (step, value) row per evaluation; heldout/f1 (what checkpoints are ranked by) when
+# prepare held questions out
+CURVE = {"dev/em": "em", "dev/f1": "f1", "heldout/f1": "heldout_f1", "train/loss": "loss"}
 
 
 def _offline_live(directory: Path) -> Any:
@@ -72,7 +73,8 @@ class DevCurve:
                 self._resumed = resumed
             live.step = point["step"]
             for name, key in CURVE.items():
-                live.log_metric(name, point[key])
+                if key in point:
+                    live.log_metric(name, point[key])
             live.make_summary()  # live/metrics.json: the latest point
         except OSError as e:  # a full or read-only disk costs the picture, not the run
             log.warning("dev curve in %s: step %d not written (%s)", self.directory,
@@ -113,9 +115,11 @@ class ProgressLog:
     def __call__(self, message: dict[str, Any]) -> None:
         if "eval" in message:
             e = message["eval"]
-            log.info("train %s: epoch %d step %d: dev EM %.2f F1 %.2f, loss %.3f; "
+            held = f", held-out F1 {e['heldout_f1']:.2f} (ranks checkpoints)" \
+                if "heldout_f1" in e else ""
+            log.info("train %s: epoch %d step %d: dev EM %.2f F1 %.2f%s, loss %.3f; "
                      "checkpoint %s saved", self.variant, e["epoch"], e["step"], e["em"],
-                     e["f1"], e["loss"], e["checkpoint"])
+                     e["f1"], held, e["loss"], e["checkpoint"])
             self.curve.add(e)
             return
         now = time.monotonic()
@@ -128,7 +132,8 @@ class ProgressLog:
 
 def finished(summary: dict[str, Any]) -> None:
     """The line that ends a run (train/checkpoint.py's run_summary)."""
-    log.info("train %s: best dev EM %.2f F1 %.2f at step %d; %.0f examples/s on %d "
-             "worker(s) (%s)", summary["variant"], summary["best_dev_em"],
-             summary["best_dev_f1"], summary["best_step"], summary["examples_per_s"],
-             summary["world_size"], summary["device"])
+    log.info("train %s: best (ranked on %s) at step %d: dev EM %.2f F1 %.2f; "
+             "%.0f examples/s on %d worker(s) (%s)", summary["variant"],
+             summary.get("ranked_on", "dev"), summary["best_step"], summary["best_dev_em"],
+             summary["best_dev_f1"], summary["examples_per_s"], summary["world_size"],
+             summary["device"])

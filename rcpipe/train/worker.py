@@ -5,9 +5,12 @@ does one plain process without Ray (train/local.py, world size 1): the same step
 checkpoints, so a GPU box with only PyTorch, numpy, pyarrow and pydantic can train and
 measure from prepared Parquet files. Nothing here imports Ray, spaCy or Prefect.
 
-Rank 0 alone keeps the EMA, evaluates on dev and writes each checkpoint (checkpoint.py says
-what it holds); every rank takes its shard of each global batch, so the global batch stays
-``batch_size`` whatever the world size, and DDP averages the gradients.
+Rank 0 alone keeps the EMA, evaluates and writes each checkpoint (checkpoint.py says what it
+holds): checkpoints are ranked on the held-out questions prepare set aside beside
+train.parquet (data.heldout; on dev only when it held none out), and the dev curve is dev
+at the held-out no-answer threshold; every rank takes its shard of each global batch, so
+the global batch stays ``batch_size`` whatever the world size, and DDP averages the
+gradients.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from torch import nn
 
 from rcpipe.config import Config
 from rcpipe.data.dataset import Batch, SquadDataset, ahead, bucket_batches
+from rcpipe.data.heldout import prepared_heldout
 from rcpipe.eval.metrics import headline
+from rcpipe.eval.predict import Split
 from rcpipe.eval.trained import model_payload
 from rcpipe.models import ModelInputs, build_model
 from rcpipe.train.checkpoint import META, MODEL, STATE
@@ -107,19 +112,33 @@ def weights_digest(model: nn.Module) -> str:
     return h.hexdigest()
 
 
-def dev_scores(model: nn.Module, dev_set: SquadDataset, dev_doc: dict[str, Any], cfg: Config,
-               device: torch.device, ema: EMA | None = None,
-               length_prior: torch.Tensor | None = None) -> tuple[dict[str, Any], float]:
-    """The official scores of ``model`` (its EMA weights, if any) on the dev set, and the
-    rank checkpoints are kept by: F1 (on v2.0 at the best no-answer threshold, see
-    eval/predict.py), ties broken by how good the spans are (v2.0: a checkpoint whose best
+@dataclass
+class Scores:
+    """One evaluation of a checkpoint: dev's official result (v2.0: at the held-out
+    threshold), the held-out one's (None without held-out questions) and the rank."""
+
+    dev: dict[str, Any]
+    heldout: dict[str, Any] | None
+    rank: float  # what checkpoints are kept by
+
+
+def scores(model: nn.Module, dev: Split, heldout: Split | None, source: str | None,
+           cfg: Config, device: torch.device, ema: EMA | None = None,
+           length_prior: torch.Tensor | None = None) -> Scores:
+    """The official scores of ``model`` (its EMA weights, if any) on the held-out questions
+    and on dev (eval/predict.py: heldout_then_dev), and the rank checkpoints are kept by:
+    held-out F1 (dev's without held-out questions; v2.0: at the held-out set's best
+    threshold), ties broken by how good the spans are (v2.0: a checkpoint whose best
     threshold is to answer nothing is not kept over one with better spans)."""
-    from rcpipe.eval.predict import evaluate_model
+    from rcpipe.eval.predict import heldout_then_dev
 
     with ema.applied(model) if ema is not None else nullcontext():
-        ev = evaluate_model(model, dev_set, dev_doc, device, cfg.eval.max_answer_len,
-                            cfg.eval.na_threshold, length_prior)
-    return ev.result, headline(ev.result)[1] + 1e-4 * (ev.span_f1 or 0.0)
+        ev, held = heldout_then_dev(model, dev, heldout, source, device,
+                                    cfg.eval.max_answer_len, cfg.eval.na_threshold,
+                                    length_prior)
+    by = held or ev
+    return Scores(ev.result, held.result if held else None,
+                  headline(by.result)[1] + 1e-4 * (by.span_f1 or 0.0))
 
 
 @contextmanager
@@ -180,6 +199,9 @@ class Worker:
             buckets=(buckets.context, buckets.question) if buckets else None)
         self.dev_set = SquadDataset.from_parquet(Path(self.job.dev_path),
                                                  para_limit=self.cfg.train.dev_para_limit)
+        # prepare's held-out questions, beside train.parquet: rank 0 ranks checkpoints on them
+        self.heldout = prepared_heldout(Path(self.job.train_path).parent)
+        self.heldout_split: Split | None = None
         self.length_prior = torch.from_numpy(self.train_set.answer_length_prior(
             self.cfg.eval.max_answer_len)) if self.cfg.eval.length_prior else None
         self.run.started = time.perf_counter()
@@ -288,15 +310,21 @@ class Worker:
             if decay:
                 self._decay_lr()
             return
-        result, rank = dev_scores(self.raw, self.dev_set, self.session.dev_doc(), self.cfg,
-                                self.device, self.ema, self.length_prior)
-        em, f1 = headline(result)
-        run.history.append({"epoch": run.epoch, "step": run.step, "loss": loss, "em": em,
-                            "f1": f1, "minutes": round(run.elapsed / 60, 3)})
+        s = scores(self.raw, Split(self.dev_set, self.session.dev_doc()), self._heldout(),
+                   self.heldout.source if self.heldout else None, self.cfg, self.device,
+                   self.ema, self.length_prior)
+        em, f1 = headline(s.dev)
+        rank = s.rank
+        # em, f1: dev (v2.0 at the held-out threshold), the curve people read; heldout_*:
+        # what the checkpoints are ranked by
+        point = {"epoch": run.epoch, "step": run.step, "loss": loss, "em": em, "f1": f1}
+        if s.heldout is not None:
+            point |= dict(zip(("heldout_em", "heldout_f1"), headline(s.heldout), strict=True))
+        run.history.append(point | {"minutes": round(run.elapsed / 60, 3)})
         if run.best is None or rank > run.best.get("rank", run.best["f1"]):
             run.best = {"em": em, "f1": f1, "rank": rank, "step": run.step,
-                        "epoch": run.epoch}
-        # early stopping (train.patience evaluations without a better dev F1) and the lr's
+                        "epoch": run.epoch, "heldout_f1": point.get("heldout_f1")}
+        # early stopping (train.patience evaluations without a better rank) and the lr's
         # decay on a plateau (optim.plateau_factor every optim.plateau_patience of them),
         # decided before the checkpoint is written, so that a resumed run has them
         since_best = sum(1 for h in run.history if h["step"] > run.best["step"])
@@ -309,11 +337,19 @@ class Worker:
         with tempfile.TemporaryDirectory() as tmp:
             self._write(Path(tmp), rngs, digests, em, f1)
             self.session.report({"step": run.step, "epoch": run.epoch, "dev_em": em,
-                                 "dev_f1": f1, "dev_rank": rank}, Path(tmp), name)
+                                 "dev_f1": f1, "rank": rank}, Path(tmp), name)
         # the curve's point, once its checkpoint is stored (train/progress.py logs and draws it)
         self.session.progress({"eval": run.history[-1] | {
             "checkpoint": name, "resumed_from_step": run.resumed_from_step}})
         self.exhausted, _ = self._rank0_verdicts(stop, decay)
+
+    def _heldout(self) -> Split | None:
+        """The held-out Split, read once (rank 0 alone evaluates)."""
+        if self.heldout is not None and self.heldout_split is None:
+            data = SquadDataset.from_parquet(self.heldout.parquet,
+                                             para_limit=self.cfg.train.dev_para_limit)
+            self.heldout_split = Split(data, json.loads(self.heldout.doc.read_text()))
+        return self.heldout_split
 
     def _rank0_verdicts(self, stop: bool, decay: bool) -> tuple[bool, bool]:
         """Rank 0's (stop, decay) on every rank; each calls this after its report."""
@@ -337,7 +373,9 @@ class Worker:
         if ema is not None:
             weights.update(ema.shadow)
         meta = {"step": run.step, "epoch": run.epoch, "dev_em": em, "dev_f1": f1,
-                "best": run.best, "history": run.history, "world_size": self.world,
+                "best": run.best,
+                "ranked_on": self.heldout.source if self.heldout else "dev",
+                "history": run.history, "world_size": self.world,
                 "replica_digests": digests,  # DDP keeps every rank's weights identical
                 "resumed_from_step": run.resumed_from_step, "elapsed": run.elapsed,
                 "examples_per_s": run.rate(), "device": str(self.device)}

@@ -195,7 +195,8 @@ def test_every_question_accounted_for(prepared: Prepared) -> None:
         table = pq.read_table(prepared.out_dir / f"{split}.parquet")
         assert table.schema.remove_metadata().equals(F.SCHEMA.remove_metadata())
         r = prepared.report[split]
-        assert r["questions"] == len(sq.questions)
+        held = prepared.report["heldout"]["questions"] if split == "train" else 0
+        assert r["questions"] == len(sq.questions) - held
         assert table.num_rows == r["kept"] == r["questions"] - sum(r["dropped"].values())
         ids = table.column("id").to_pylist()
         assert len(set(ids)) == len(ids)

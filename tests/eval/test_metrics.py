@@ -11,11 +11,14 @@ from typing import Any
 import pytest
 
 from rcpipe.eval.metrics import (
+    ORACLE,
+    at_threshold,
     breakdown,
     dataset_version,
     exact_match_score,
     f1_score,
     f1_score_v2,
+    headline,
     normalize_answer,
     question_type,
     score,
@@ -477,3 +480,14 @@ def test_breakdown_agrees_with_score(official: dict[str, Any], seed: int) -> Non
             for prefix in ("HasAns", "NoAns"):
                 for key in ("exact", "f1", "total"):
                     assert parts[prefix][key] == pytest.approx(overall[f"{prefix}_{key}"])
+
+
+def test_at_threshold_keeps_the_headline_and_files_the_walk_as_the_oracle() -> None:
+    official = {"exact": 50.0, "f1": 55.0, "total": 4, "HasAns_f1": 40.0, "NoAns_f1": 70.0,
+                "best_exact": 60.0, "best_exact_thresh": 0.3, "best_f1": 65.0,
+                "best_f1_thresh": 0.3}
+    out = at_threshold(official, 0.7, "heldout")
+    assert out == {"exact": 50.0, "f1": 55.0, "total": 4, "HasAns_f1": 40.0,
+                   "NoAns_f1": 70.0, "na_threshold": 0.7, "na_threshold_source": "heldout",
+                   "oracle": {k: official[k] for k in ORACLE}}
+    assert headline(out) == (50.0, 55.0)  # what every reader ranks by: not the oracle

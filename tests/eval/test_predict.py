@@ -5,34 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 
-from rcpipe.data.dataset import Batch, SquadDataset, bucket_batches
-from rcpipe.eval.metrics import score
-from rcpipe.eval.predict import evaluate_model, predict
-from rcpipe.models.layers import NEG_INF, SpanLogits
+from rcpipe.data.dataset import SquadDataset, bucket_batches
+from rcpipe.eval.metrics import ORACLE, score
+from rcpipe.eval.predict import evaluate_model, heldout_then_dev, predict
 from tests.conftest import Prepared, SynthData
-
-
-class ShyReader(nn.Module):
-    """Finds every gold span, but its no-answer logit always beats the span: under the
-    raw rule (na_prob > span prob) it answers nothing, the state issue 15 saw after five
-    minutes of training. Its no-answer logit is lower on answerable questions, so a
-    threshold exists that answers them and abstains on the rest."""
-
-    def __init__(self, no_answer: bool = True) -> None:
-        super().__init__()
-        self.no_answer = no_answer
-
-    def forward(self, batch: Batch) -> SpanLogits:
-        lc = batch.cw.size(1)
-        pos = torch.arange(lc)[None, :]  # (1, Lc)
-        start = torch.where(pos == batch.y1[:, None], 5.0, 0.0)  # (B, Lc)
-        end = torch.where(pos == batch.y2[:, None], 5.0, 0.0)  # (B, Lc)
-        na = torch.where(batch.is_impossible, 12.0, 9.0)[:, None].expand(-1, 2)  # (B, 2)
-        mask = batch.c_mask
-        return SpanLogits(start.masked_fill(~mask, NEG_INF), end.masked_fill(~mask, NEG_INF),
-                          na.clone() if self.no_answer else None)
+from tests.eval.readers import ShyReader, UnsureReader
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +24,8 @@ def v2_train(tmp_path_factory: pytest.TempPathFactory, synth_v2: SynthData
     root = tmp_path_factory.mktemp("v2_predict")
     cfg = load_config(write_params(root / "params.yaml", data={
         "train_file": str(synth_v2.train), "dev_file": str(synth_v2.train),
-        "out_dir": str(root / "out"), "cache_dir": str(root / "cache")}))
+        "out_dir": str(root / "out"), "cache_dir": str(root / "cache"),
+        "heldout": {"fraction": 0}}))  # every training question in train.parquet
     stages.prepare(cfg)
     return SquadDataset.from_parquet(root / "out" / "train.parquet"), synth_v2.train_doc
 
@@ -76,3 +55,37 @@ def test_v1_evaluation_gives_every_span(prepared: Prepared) -> None:
                         torch.device("cpu"))
     assert v1.na_threshold is None and v1.span_f1 is None and all(v1.predictions.values())
     assert set(v1.result) == {"exact_match", "f1"}
+
+
+def test_the_threshold_is_chosen_on_heldout_and_dev_reports_at_it(v2_splits) -> None:  # noqa: ANN001
+    dev, heldout = v2_splits
+    cpu = torch.device("cpu")
+    own = evaluate_model(UnsureReader(), heldout.dataset, heldout.doc, cpu).na_threshold
+    oracle = evaluate_model(UnsureReader(), dev.dataset, dev.doc, cpu)
+    assert own != oracle.na_threshold  # the case: dev's own best threshold is another
+
+    ev, held = heldout_then_dev(UnsureReader(), dev, heldout, "heldout", cpu)
+    assert held is not None and held.na_threshold == ev.na_threshold == own
+    r = ev.result
+    assert r["na_threshold"] == own and r["na_threshold_source"] == "heldout"
+    spans = {q: v["span_text"] for q, v in ev.nbest.items()}
+    at_own = score(dev.doc, spans, ev.na_probs, own)
+    for key in ("exact", "f1", "HasAns_f1", "NoAns_f1", "total"):
+        assert r[key] == at_own[key], key  # the headline: dev at the held-out threshold
+    assert score(dev.doc, ev.predictions)["f1"] == pytest.approx(r["f1"])  # answers given
+    assert r["oracle"] == {k: oracle.result[k] for k in ORACLE}
+    assert r["f1"] < r["oracle"]["best_f1"] and "best_f1" not in r
+
+
+def test_a_fixed_threshold_is_the_params_and_needs_no_heldout(v2_splits) -> None:  # noqa: ANN001
+    dev, heldout = v2_splits
+    cpu = torch.device("cpu")
+    ev, held = heldout_then_dev(UnsureReader(), dev, heldout, "heldout", cpu,
+                                na_threshold=0.5)
+    assert held.na_threshold == ev.na_threshold == 0.5  # held-out scored at it, not walked
+    assert ev.result["na_threshold_source"] == "params"
+    ev, held = heldout_then_dev(UnsureReader(), dev, heldout, "file:mine.json", cpu)
+    assert ev.result["na_threshold_source"] == "file:mine.json"
+    ev, held = heldout_then_dev(UnsureReader(), dev, None, None, cpu)  # the oracle, named
+    assert held is None and ev.result["na_threshold_source"] == "dev"
+    assert ev.result["f1"] == ev.result["oracle"]["best_f1"]

@@ -80,8 +80,11 @@ def test_the_demo_trains_a_fixed_number_of_steps_per_variant() -> None:
     """Steps, not minutes, end each variant's run, so its score does not depend on how busy
     the machine is; the time limit stays only as a safety net well above the expected time."""
     cfg = load_config(DEMO)
-    questions = (cfg.synth.train_articles * cfg.synth.paragraphs_per_article
-                 * cfg.synth.questions_per_paragraph)
+    from rcpipe.data.heldout import heldout_count
+
+    articles = cfg.synth.train_articles  # less the held-out ones, never trained on
+    articles -= heldout_count(articles, cfg.data.heldout.fraction)
+    questions = articles * cfg.synth.paragraphs_per_article * cfg.synth.questions_per_paragraph
     steps_per_epoch = -(-questions // cfg.train.batch_size)
     for v in VARIANTS:
         steps = cfg.models.steps(v, cfg.train.max_steps)

@@ -84,10 +84,11 @@ def test_score_rows_take_v1_and_v2_keys() -> None:
     rows = report.score_rows({
         "bidaf": {"exact_match": 61.234, "f1": 70.0},
         "ensemble": {"exact": 50.0, "f1": 55.556, "total": 3, "HasAns_f1": 40.0,
-                     "NoAns_f1": 80.0, "best_f1": 60.0, "best_f1_thresh": 0.4}})
+                     "NoAns_f1": 80.0, "na_threshold": 0.5, "na_threshold_source": "heldout",
+                     "oracle": {"best_f1": 60.0, "best_f1_thresh": 0.4}}})
     assert rows == [{"model": "bidaf", "EM": 61.23, "F1": 70.0},
                     {"model": "ensemble", "EM": 50.0, "F1": 55.56, "HasAns_f1": 40.0,
-                     "NoAns_f1": 80.0, "best_f1": 60.0}]
+                     "NoAns_f1": 80.0, "oracle_best_f1": 60.0}]
 
 
 def test_bucket_edges() -> None:

@@ -60,12 +60,16 @@ def test_synth_refuses_remote_before_writing(workdir: Path) -> None:
 def test_prepare_report_equals_counts(prepared: Prepared) -> None:
     report = json.loads((prepared.out_dir / "report.json").read_text())
     assert report == prepared.report
-    for split, doc in (("train", prepared.data.train_doc), ("dev", prepared.data.dev_doc)):
+    held = report["heldout"]["questions"]  # articles of the training file, never trained on
+    for split, doc, less in (("train", prepared.data.train_doc, held),
+                             ("dev", prepared.data.dev_doc, 0)):
         r = report[split]
-        assert r["questions"] == len(questions_of(doc))
+        assert r["questions"] == len(questions_of(doc)) - less
         assert r["questions"] == r["kept"] + sum(r["dropped"].values())
         assert pq.read_metadata(prepared.out_dir / f"{split}.parquet").num_rows == r["kept"]
-    assert report["dev"]["dropped"] == {} and report["dev"]["kept"] == report["dev"]["questions"]
+    for split in ("dev", "heldout"):
+        assert report[split]["dropped"] == {}
+        assert report[split]["kept"] == report[split]["questions"]
 
     meta = json.loads((prepared.out_dir / "meta.json").read_text())
     vocab = json.loads((prepared.out_dir / "vocab.json").read_text())
@@ -117,8 +121,9 @@ def test_prepare_report_with_drops(make_config: MakeConfig, synth_v1: SynthData)
 def test_prepare_v2_keeps_unanswerable(make_config: MakeConfig, synth_v2: SynthData) -> None:
     cfg = make_config(synth_v2)
     report = stages.prepare(cfg)
-    for split, doc in (("train", synth_v2.train_doc), ("dev", synth_v2.dev_doc)):
-        table = pq.read_table(cfg.data.out_dir / f"{split}.parquet").to_pylist()
+    for splits, doc in ((("train", "heldout"), synth_v2.train_doc), (("dev",), synth_v2.dev_doc)):
+        table = [r for split in splits
+                 for r in pq.read_table(cfg.data.out_dir / f"{split}.parquet").to_pylist()]
         impossible = [r for r in table if r["is_impossible"]]
         n_impossible = sum(1 for q in questions_of(doc) if q["is_impossible"])
         assert impossible and len(impossible) == n_impossible
@@ -204,3 +209,68 @@ def test_prepare_bad_vectors_file(make_config: MakeConfig, synth_v1: SynthData,
     with pytest.raises(InputError) as info:
         stages.prepare(cfg)
     assert (info.value.file, info.value.location) == (str(glove), "line 2")
+
+
+# ---------------------------------------------------------------------- the held-out slice
+
+
+def test_prepare_holds_out_training_articles_never_trained_on(prepared: Prepared) -> None:
+    out = prepared.out_dir
+    held = json.loads((out / "heldout.json").read_text())
+    meta = json.loads((out / "meta.json").read_text())
+    # 5% of 3 articles rounds to none: at least one goes held out
+    assert meta["heldout"] == {"source": "heldout", "articles": 1,
+                               "questions": len(questions_of(held))}
+    assert prepared.report["heldout"]["questions"] == len(questions_of(held)) > 0
+    held_ids = {q["id"] for q in questions_of(held)}
+    train_ids = set(pq.read_table(out / "train.parquet").column("id").to_pylist())
+    assert held_ids and not held_ids & train_ids
+    assert set(pq.read_table(out / "heldout.parquet").column("id").to_pylist()) == held_ids
+    assert train_ids | held_ids == {q["id"] for q in questions_of(prepared.data.train_doc)}
+    assert held["data"][0] in prepared.data.train_doc["data"]
+
+
+def test_the_heldout_slice_follows_its_seed(make_config: MakeConfig, synth_v1: SynthData,
+                                            tmp_path: Path) -> None:
+    def titles(seed: int, name: str) -> list[str]:
+        cfg = make_config(synth_v1, data={"out_dir": str(tmp_path / name),
+                                          "heldout": {"seed": seed, "fraction": 0.5}})
+        stages.prepare(cfg)
+        return [a["title"] for a in json.loads((tmp_path / name / "heldout.json").read_text())
+                ["data"]]
+
+    assert titles(0, "a") == titles(0, "b")
+    assert any(titles(s, f"s{s}") != titles(0, "a") for s in (1, 2, 3))
+
+
+def test_prepare_heldout_from_a_file_trains_every_article(
+        make_config: MakeConfig, synth_v1: SynthData) -> None:
+    cfg = make_config(synth_v1, data={"heldout": {"file": str(synth_v1.dev)}})
+    report = stages.prepare(cfg)
+    assert report["train"]["questions"] == len(questions_of(synth_v1.train_doc))
+    meta = json.loads((cfg.data.out_dir / "meta.json").read_text())
+    assert meta["heldout"]["source"] == f"file:{synth_v1.dev}"
+    assert meta["heldout"]["questions"] == len(questions_of(synth_v1.dev_doc))
+
+
+def test_prepare_with_nothing_held_out_leaves_no_stale_slice(
+        make_config: MakeConfig, synth_v1: SynthData) -> None:
+    stages.prepare(make_config(synth_v1))
+    cfg = make_config(synth_v1, data={"heldout": {"fraction": 0}})
+    report = stages.prepare(cfg)
+    assert "heldout" not in report
+    assert not (cfg.data.out_dir / "heldout.parquet").exists()
+    assert not (cfg.data.out_dir / "heldout.json").exists()
+    assert json.loads((cfg.data.out_dir / "meta.json").read_text())["heldout"] is None
+
+
+def test_a_one_article_training_file_cannot_give_a_heldout_slice(
+        make_config: MakeConfig, synth_v1: SynthData, tmp_path: Path) -> None:
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps(synth_v1.train_doc | {"data": synth_v1.train_doc["data"][:1]}))
+    cfg = make_config(synth_v1, data={"train_file": str(one)})
+    with pytest.raises(InputError) as info:
+        stages.prepare(cfg)
+    assert info.value.location == "data.heldout.fraction"
+    assert "at least 2 articles, the file has 1" in str(info.value)
+    assert "data.heldout.fraction=0" in str(info.value)

@@ -12,8 +12,8 @@ import pytest
 from rcpipe import stages
 from rcpipe.config import VARIANTS
 from rcpipe.errors import InputError
-from rcpipe.eval.metrics import score
-from tests.conftest import TINY_MODEL, SynthData
+from rcpipe.eval.metrics import at_threshold, score
+from tests.conftest import TINY_MODEL, SynthData, save_untrained_model
 
 
 @pytest.fixture(autouse=True)
@@ -36,17 +36,58 @@ def test_v2_models_predict_no_answer_probabilities(
     stages.prepare(cfg)
     stages.train(cfg, "rnet_mult")
     result = stages.evaluate(cfg, "rnet_mult")
-    assert {"HasAns_f1", "NoAns_f1", "best_f1", "best_f1_thresh"} <= set(result)
+    assert {"HasAns_f1", "NoAns_f1", "na_threshold", "oracle"} <= set(result)
+    assert {"best_f1", "best_f1_thresh"} <= set(result["oracle"]) and "best_f1" not in result
     nbest = json.loads(Path("predictions/rnet_mult.nbest.json").read_text())
     assert len({round(v["na_prob"], 6) for v in nbest.values()}) > 1
-    # the answers are given at the official best-threshold walk's threshold over the best
-    # non-empty spans, which every entry keeps, so the scores are the walk's best
+    # the answers are given at the official best-threshold walk's threshold on the held-out
+    # articles, over the best non-empty spans, which every entry keeps
     chosen = json.loads(Path("models/rnet_mult/na_threshold.json").read_text())
-    assert chosen["na_threshold"] == result["best_f1_thresh"] and not chosen["fixed"]
-    assert result["f1"] == pytest.approx(result["best_f1"])
+    assert chosen["na_threshold"] == result["na_threshold"] and not chosen["fixed"]
+    assert chosen["source"] == result["na_threshold_source"] == "heldout"
+    spans = {q: v["span_text"] for q, v in nbest.items()}
+    na = {q: v["na_prob"] for q, v in nbest.items()}
+    t = chosen["na_threshold"]
+    assert result == at_threshold(score(synth_v2.dev_doc, spans, na, t), t, "heldout")
     for entry in nbest.values():
         assert entry["span_text"]  # every context here has a span to give
         given = entry["na_prob"] <= chosen["na_threshold"]
         assert entry["text"] == (entry["span_text"] if given else "")
     preds = json.loads(Path("predictions/rnet_mult.json").read_text())
     assert score(synth_v2.dev_doc, preds)["f1"] == pytest.approx(result["f1"])
+
+
+def test_a_fixed_threshold_is_the_params_source(make_config, synth_v2: SynthData  # noqa: ANN001
+                                                ) -> None:
+    cfg = make_config(synth_v2, models={"qanet": TINY_MODEL}, eval={"na_threshold": 0.25})
+    stages.prepare(cfg)
+    save_untrained_model(cfg, "qanet", no_answer=True)
+    result = stages.evaluate(cfg, "qanet")
+    assert result["na_threshold"] == 0.25 and result["na_threshold_source"] == "params"
+    chosen = json.loads(Path("models/qanet/na_threshold.json").read_text())
+    assert chosen == {"na_threshold": 0.25, "fixed": True, "source": "params",
+                      "chosen_on": None}
+
+
+def test_a_named_heldout_file_is_the_source(make_config, synth_v2: SynthData  # noqa: ANN001
+                                            ) -> None:
+    cfg = make_config(synth_v2, models={"qanet": TINY_MODEL},
+                      data={"heldout": {"file": str(synth_v2.train)}})
+    stages.prepare(cfg)
+    save_untrained_model(cfg, "qanet", no_answer=True)
+    result = stages.evaluate(cfg, "qanet")
+    assert result["na_threshold_source"] == f"file:{synth_v2.train}"
+    chosen = json.loads(Path("models/qanet/na_threshold.json").read_text())
+    assert chosen["source"] == result["na_threshold_source"]
+    assert chosen["chosen_on"] == str(synth_v2.train)
+
+
+def test_v2_without_heldout_or_a_fixed_threshold_is_refused(
+        make_config, synth_v2: SynthData) -> None:  # noqa: ANN001
+    cfg = make_config(synth_v2, models={"qanet": TINY_MODEL}, data={"heldout": {"fraction": 0}})
+    stages.prepare(cfg)
+    save_untrained_model(cfg, "qanet", no_answer=True)
+    with pytest.raises(InputError, match="no held-out questions to choose the no-answer "
+                       "threshold on") as info:
+        stages.evaluate(cfg, "qanet")
+    assert info.value.location == "heldout"

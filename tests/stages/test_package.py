@@ -206,6 +206,9 @@ def test_a_v2_package_carries_the_threshold_evaluate_chose(
     pkg = load_package(out)
     assert pkg.inputs.no_answer and pkg.na_threshold == chosen["na_threshold"]
     card = (out / CARD).read_text()
-    assert f"{chosen['na_threshold']} (chosen on {cfg.data.dev_file}" in card
+    assert chosen["source"] == "heldout"
+    assert f"{chosen['na_threshold']} (chosen on {cfg.data.train_file} (held-out articles)" \
+        in card and "never on dev (source heldout)" in card
+    assert "oracle best_f1 (dev's own best threshold" in card
     assert {"HasAns", "NoAns"} <= set(_table(card, "### By question type"))
     assert "Not recorded (no models/qanet/summary.json)" in card

@@ -11,6 +11,7 @@ import pytest
 from rcpipe import stages
 from rcpipe.config import load_config
 from rcpipe.errors import InputError
+from rcpipe.eval.metrics import score
 from tests.conftest import SynthData, questions_of, write_params
 
 # ------------------------------------------------------------------------------------ score
@@ -95,8 +96,35 @@ def test_ensemble_v2_empty_text_is_an_answer(tmp_path: Path, monkeypatch: pytest
     _write(Path("predictions/qanet.nbest.json"), _nbest(blank, 0.99))
     result = stages.ensemble(load_config("params.yaml"))
     assert result["exact"] == 100.0 and result["total"] == len(gold)
-    assert {"HasAns_exact", "NoAns_exact", "best_exact"} <= set(result)
+    assert {"HasAns_exact", "NoAns_exact"} <= set(result) and "best_exact" in result["oracle"]
     assert json.loads(Path("predictions/ensemble.json").read_text()) == gold
+
+
+def test_the_ensemble_votes_answers_already_given_at_each_held_out_threshold(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, synth_v2: SynthData) -> None:
+    """Each voter abstained ("") at its own held-out threshold; the voted texts are scored
+    as they are, and the walk on dev (which would answer differently) is the oracle."""
+    monkeypatch.chdir(tmp_path)
+    write_params(tmp_path / "params.yaml", data={"dev_file": str(synth_v2.dev)})
+    qas = questions_of(synth_v2.dev_doc)
+    # every voter gives the gold span, and at its held-out threshold (0.95) answers three
+    # unanswerable questions too, whose na_prob (0.9) dev's own walk would abstain on
+    bold = set(sorted(qa["id"] for qa in qas if not qa["answers"])[:3])
+    nbest = {qa["id"]: {"text": qa["answers"][0]["text"] if qa["answers"] else
+                        "wrong" if qa["id"] in bold else "", "prob": 0.9,
+                        "na_prob": 0.0 if qa["answers"] else 0.9} for qa in qas}
+    for v in ("bidaf", "qanet"):
+        _write(Path(f"predictions/{v}.nbest.json"), nbest)
+        _write(Path(f"models/{v}/na_threshold.json"), {"na_threshold": 0.95,
+                                                       "source": "heldout"})
+    result = stages.ensemble(load_config("params.yaml"))
+    voted = json.loads(Path("predictions/ensemble.json").read_text())
+    assert voted == {q: v["text"] for q, v in nbest.items()}
+    assert result["f1"] == score(synth_v2.dev_doc, voted)["f1"] < 100.0
+    assert result["na_threshold"] is None and result["na_threshold_source"] == "voters"
+    assert result["voters"] == {"bidaf": "heldout", "qanet": "heldout"}
+    assert result["oracle"]["best_f1"] == 100.0  # dev's own walk: not the result
+    assert json.loads(Path("metrics/ensemble.json").read_text()) == result
 
 
 def test_ensemble_without_inputs(ens_dir: Path) -> None:

@@ -15,6 +15,7 @@ import torch
 from rcpipe.config import VARIANTS, load_config
 from rcpipe.train.local import train_local
 from tests.conftest import TINY_MODEL, Prepared
+from tests.eval.readers import UnsureReader
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,8 +68,11 @@ def test_a_local_run_resumes_from_its_latest_checkpoint_and_keeps_the_best(
     assert again["steps"] == 4 and again["resumed_from_step"] == 2
     assert [h["step"] for h in again["history"]] == [1, 2, 3, 4]
     kept = sorted(d.name for d in tmp_path.glob("step-*"))
-    best = max(again["history"], key=lambda h: h["f1"])["step"]
+    # ranked on the held-out articles, not on dev
+    assert again["ranked_on"] == "heldout" and all("heldout_f1" in h for h in again["history"])
+    best = max(again["history"], key=lambda h: h["heldout_f1"])["step"]
     assert kept == sorted({f"step-{best:08d}", "step-00000004"})  # the best and the latest
+    assert again["best_heldout_f1"] == max(h["heldout_f1"] for h in again["history"])
 
 
 def test_one_process_trains_alone(prepared: Prepared, tmp_path: Path) -> None:
@@ -114,3 +118,20 @@ def test_the_lr_decays_on_a_plateau_of_dev_f1(prepared: Prepared, tmp_path: Path
     state = torch.load(tmp_path / "step-00000004" / "state.pt", weights_only=True)
     # evaluations 2, 3 and 4 each found no better F1 than the first's: three halvings
     assert state["scheduler"]["base_lrs"] == [pytest.approx(1e-12 / 8)]
+
+
+def test_checkpoints_are_ranked_on_the_heldout_questions_not_dev(v2_splits) -> None:  # noqa: ANN001
+    from rcpipe.eval.metrics import headline
+    from rcpipe.train.worker import scores
+
+    dev, heldout = v2_splits
+    cfg = load_config(ROOT / "params.yaml")
+    cpu = torch.device("cpu")
+    s = scores(UnsureReader(), dev, heldout, "heldout", cfg, cpu)
+    held, _ = headline(s.heldout)
+    assert held != headline(s.dev)[1]  # the case: the two sets disagree
+    assert s.rank == pytest.approx(held, abs=0.011)  # + 1e-4 * the spans' F1, a tie-break
+    assert s.dev["na_threshold_source"] == "heldout"
+    alone = scores(UnsureReader(), dev, None, None, cfg, cpu)  # nothing held out: dev
+    assert alone.heldout is None and alone.rank == pytest.approx(headline(alone.dev)[1],
+                                                                 abs=0.011)

@@ -62,7 +62,8 @@ def test_the_dev_curve_grows_while_training_and_a_resumed_run_continues_it(
     for name, key in CURVE.items():  # every point kept, the new ones appended
         assert curve_steps(live, name) == [h["step"] for h in again["history"]]
         with (live / "plots" / "metrics" / f"{name}.tsv").open(newline="") as f:
-            values = [float(r[key]) for r in csv.DictReader(f, delimiter="\t")]
+            column = name.rsplit("/", 1)[1]  # dvclive's column: the name's last part
+            values = [float(r[column]) for r in csv.DictReader(f, delimiter="\t")]
         assert values == pytest.approx([h[key] for h in again["history"]], rel=1e-6)
     assert json.loads((live / "metrics.json").read_text())["step"] == again["steps"]
 
@@ -77,8 +78,8 @@ def test_the_dev_curve_grows_while_training_and_a_resumed_run_continues_it(
 
 
 def _point(step: int, resumed_from: int) -> dict[str, Any]:
-    return {"step": step, "epoch": 0, "em": step / 10, "f1": step / 5, "loss": 1 / step,
-            "resumed_from_step": resumed_from}
+    return {"step": step, "epoch": 0, "em": step / 10, "f1": step / 5, "heldout_f1": step / 4,
+            "loss": 1 / step, "resumed_from_step": resumed_from}
 
 
 def test_a_run_resumed_from_an_older_checkpoint_drops_the_lost_points(tmp_path: Path) -> None:

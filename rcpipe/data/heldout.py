@@ -1,0 +1,80 @@
+"""The held-out slice: a seeded share of the training file's articles, never trained on.
+
+The v2.0 no-answer threshold is chosen on it and checkpoints are ranked on it, so the dev
+set that reports a model's scores never tunes them. Articles, not questions, are held out:
+questions on one passage share its answers, and a held-out question whose passage was
+trained on would flatter the threshold.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+def heldout_count(articles: int, fraction: float) -> int:
+    """How many of ``articles`` go held out: ``fraction`` of them, rounded, at least one
+    when the fraction is above 0, and never all of them (some article must train).
+
+    Raises ValueError when a fraction above 0 meets fewer than two articles.
+    """
+    if fraction <= 0:
+        return 0
+    if articles < 2:
+        raise ValueError(f"holding out {fraction:g} of the training articles needs at "
+                         f"least 2 articles, the file has {articles}")
+    return min(articles - 1, max(1, round(fraction * articles)))
+
+
+def heldout_articles(titles: list[str], fraction: float, seed: int) -> list[int]:
+    """The indices (ascending) of the articles held out, chosen by ``seed``.
+
+    Each article's place in the draw is the sha256 of the seed, its title and its index,
+    so the slice is the same on every machine and Python version for the same file and
+    seed, and a different seed draws another.
+    """
+    k = heldout_count(len(titles), fraction)
+
+    def draw(i: int) -> str:
+        return hashlib.sha256(f"{seed}\0{i}\0{titles[i]}".encode()).hexdigest()
+
+    return sorted(sorted(range(len(titles)), key=draw)[:k])
+
+
+def split_articles(doc: dict[str, Any], fraction: float, seed: int
+                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the articles that train, the held-out ones): two SQuAD documents of ``doc``'s
+    version, each keeping the file's article order."""
+    data = doc["data"]
+    held = set(heldout_articles([a.get("title", "") for a in data], fraction, seed))
+    rest = {k: v for k, v in doc.items() if k != "data"}
+    return (rest | {"data": [a for i, a in enumerate(data) if i not in held]},
+            rest | {"data": [a for i, a in enumerate(data) if i in held]})
+
+
+# what prepare writes of it under data.out_dir, beside train.parquet and dev.parquet
+PARQUET, DOC = "heldout.parquet", "heldout.json"
+
+
+@dataclass(frozen=True)
+class PreparedHeldout:
+    """Prepare's held-out questions: the rows, their SQuAD JSON, where they came from."""
+
+    parquet: Path
+    doc: Path
+    source: str  # "heldout" (a slice of train) or "file:<path>"
+
+
+def prepared_heldout(out_dir: Path) -> PreparedHeldout | None:
+    """The held-out questions prepared in ``out_dir`` (its meta.json says), or None when
+    nothing was held out (data.heldout.fraction 0 and no file) or the data predates it."""
+    try:
+        record = json.loads((out_dir / "meta.json").read_text()).get("heldout")
+    except (OSError, ValueError):
+        return None
+    if not record or not (out_dir / PARQUET).is_file():
+        return None
+    return PreparedHeldout(out_dir / PARQUET, out_dir / DOC, record["source"])

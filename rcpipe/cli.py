@@ -32,6 +32,16 @@ def _config(params: Path, sets: list[str] | None) -> Config:
     return load_config(params, sets or [])
 
 
+def _config_for(models: list[str], params: Path, sets: list[str] | None) -> Config:
+    """A package directory carries its own settings: given only packages and no params file
+    at the default path, the params' defaults (and --set) stand in for it."""
+    from rcpipe.stages.predict import packages_only
+
+    if params == Path("params.yaml") and not params.exists() and packages_only(models):
+        return load_config(None, sets or [])
+    return _config(params, sets)
+
+
 @app.command()
 def synth(params: Params = Path("params.yaml"), set_: Sets = None) -> None:
     """Write synthetic SQuAD-format train/dev files to data.train_file and data.dev_file."""
@@ -147,7 +157,7 @@ def explain(
     set_: Sets = None,
 ) -> None:
     """Attention views of one dev question: passage-question, self-attention, pointers."""
-    stages.explain(_config(params, set_), model, qid, out)
+    stages.explain(_config_for([model], params, set_), model, qid, out)
 
 
 @app.command()
@@ -173,8 +183,26 @@ def package(
     print(stages.package(_config(params, set_), variant, out))
 
 
+@app.command()
+def export(
+    model: Annotated[str, typer.Argument(help="a trained variant or a package directory")],
+    questions: Annotated[int, typer.Option(
+        help="check against the eager model on this many dev questions")] = 256,
+    tolerance: Annotated[float, typer.Option(
+        help="the largest difference of p_start / p_end allowed")] = 1e-4,
+    params: Params = Path("params.yaml"),
+    set_: Sets = None,
+) -> None:
+    """The model's forward as ONNX (dynamic batch and lengths), checked against the eager
+    model on data.dev_file; model.onnx + export.json beside the weights (JSON on stdout)."""
+    record = stages.export(_config_for([model], params, set_), model, questions, tolerance)
+    print(json.dumps({"model": model, "onnx_sha256": record["onnx_sha256"]} | record["check"]))
+
+
 Model = Annotated[str, typer.Option("--model", help="a variant, ensemble (majority vote "
                                     "of every trained variant) or a package directory")]
+Runtime = Annotated[str, typer.Option(help="the model's forward: torch (eager) or onnx (the "
+                                      "graph `rcpipe export` wrote, on onnxruntime)")]
 
 
 @app.command()
@@ -187,12 +215,13 @@ def predict(
         "--input", help="answer every question of a SQuAD-format file instead")] = None,
     out: Annotated[Path | None, typer.Option(help="--input: predictions file (default "
                                              "predictions/<model>.predict.json)")] = None,
+    runtime: Runtime = "torch",
     params: Params = Path("params.yaml"),
     set_: Sets = None,
 ) -> None:
     """Answer a question about a passage (JSON on stdout: answer, char span, prob, na_prob)."""
-    result = stages.predict(_config(params, set_), model, question, context, context_file,
-                            input_file, out)
+    result = stages.predict(_config_for([model], params, set_), model, question, context,
+                            context_file, input_file, out, runtime)
     if input_file is None:
         print(json.dumps(result, ensure_ascii=False))
 
@@ -209,7 +238,9 @@ def serve(
     timeout: Annotated[float, typer.Option(help="seconds per request, else 504")] = 30.0,
     max_context_chars: Annotated[int, typer.Option(help="longer: 413")] = 20_000,
     max_question_chars: Annotated[int, typer.Option(help="longer: 413")] = 1_000,
-    threads: Annotated[int, typer.Option(help="torch CPU threads; 0: torch's default")] = 1,
+    threads: Annotated[int, typer.Option(help="torch CPU threads (onnxruntime's with "
+                                         "--runtime onnx); 0: the library's default")] = 1,
+    runtime: Runtime = "torch",
     params: Params = Path("params.yaml"),
     set_: Sets = None,
 ) -> None:
@@ -224,7 +255,8 @@ def serve(
         if value < least:
             raise InputError(option, f"{value:g}", f"must be at least {least:g}")
     limits = Limits(max_context_chars, max_question_chars, max_batch, batch_wait_ms, timeout)
-    stages.serve(_config(params, set_), model, host, port, limits, threads)
+    stages.serve(_config_for(model or [], params, set_), model, host, port, limits, threads,
+                 runtime)
 
 
 def main(argv: list[str] | None = None) -> None:

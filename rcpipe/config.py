@@ -27,6 +27,7 @@ from rcpipe.variants import REGISTRY
 
 # every variant rcpipe knows, in registry order (rcpipe/variants.py)
 VARIANTS: tuple[str, ...] = tuple(REGISTRY)
+DEFAULTS = "params defaults"  # where a config without a params file says it came from
 
 
 def _is_number(annotation: object) -> bool:
@@ -380,12 +381,20 @@ def _apply(raw: dict[str, Any], keys: list[str], value: Any, item: str) -> None:
     node[keys[-1]] = value
 
 
-def load_config(params: Path | str = "params.yaml", overrides: list[str] | None = None) -> Config:
-    params = Path(params)
-    try:
-        text = params.read_text()
-    except OSError as e:
-        raise InputError(params, "", e.strerror or "cannot read") from None
+def load_config(params: Path | str | None = "params.yaml", overrides: list[str] | None = None
+                ) -> Config:
+    """The params file with ``overrides`` laid over it; ``params`` None: no file, the
+    defaults (data.train_file and data.dev_file, which have none, empty): for a command
+    given only package directories, which carry their own settings."""
+    if params is None:
+        params, text = Path(DEFAULTS), yaml.safe_dump({"data": {"train_file": "",
+                                                                 "dev_file": ""}})
+    else:
+        params = Path(params)
+        try:
+            text = params.read_text()
+        except OSError as e:
+            raise InputError(params, "", e.strerror or "cannot read") from None
     try:
         raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:

@@ -320,7 +320,7 @@ def save_untrained_model(cfg: Config, variant: str, no_answer: bool = False) -> 
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory: pytest.TempPathFactory, synth_v1: SynthData,
             local_ray: None) -> Trained:
-    """bidaf trained for 2 steps on synth_v1 through Ray Train and qanet with its initial
+    """bidaf trained for 3 steps on synth_v1 through Ray Train and qanet with its initial
     weights (a second voter without a second Ray job), each evaluated, and their ensemble,
     once per session: for the tests that use trained models (predict, serve). Read-only;
     chdir to ``root`` to use it (models/ is relative to it)."""
@@ -329,7 +329,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory, synth_v1: SynthData,
     params = write_params(root / "params.yaml", data={
         "train_file": str(synth_v1.train), "dev_file": str(synth_v1.dev),
         "out_dir": str(root / "data" / "prepared"), "cache_dir": str(root / "data" / "cache"),
-    }, train={"batch_size": 16, "max_steps": 2}, models=dict.fromkeys(variants, TINY_MODEL))
+    }, train={"batch_size": 8, "max_steps": 3}, models=dict.fromkeys(variants, TINY_MODEL))
     cfg = load_config(params)
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)

@@ -38,6 +38,10 @@ class GatedAttentionRNN(nn.Module):
     runs two of them in one loop (``gated_attention``), and owns the dropout of both.
     """
 
+    # its recurrence is a Python loop over the passage's steps: a trace (torch.export, so
+    # `rcpipe export`) unrolls it for one passage length, which eval/export.py refuses
+    steps_in_python = True
+
     def __init__(self, dim: int, attn_dim: int, hidden: int) -> None:
         super().__init__()
         self.w_uq = nn.Linear(dim, attn_dim, bias=False)  # W_u^Q

@@ -395,10 +395,15 @@ class SelfMatching(nn.Module):
         keys = self.w_v(v).unsqueeze(1)  # (B, 1, L_j, A)
         queries = self.w_v_t(v).unsqueeze(2)  # (B, L_t, 1, A)
         # scored a block of rows t at a time: evaluation on a 700-token dev context would
-        # otherwise hold a (B, L, L, A) temporary of several GB
-        rows = max(1, self.CHUNK // (b * n * keys.size(-1)))
+        # otherwise hold a (B, L, L, A) temporary of several GB. An exported graph (rcpipe
+        # export) has a symbolic length, not one to split: one block there
+        if torch.compiler.is_exporting():
+            rows, starts = n, range(1)
+        else:
+            rows = max(1, self.CHUNK // (b * n * keys.size(-1)))
+            starts = range(0, n, rows)
         s = torch.cat([self.v(torch.tanh(keys + queries[:, i : i + rows])).squeeze(-1)
-                       for i in range(0, n, rows)], dim=1)  # (B, L_t, L_j)
+                       for i in starts], dim=1)  # (B, L_t, L_j)
         a = masked_softmax(s, mask.unsqueeze(1), dim=2)  # (B, L_t, L_j)
         keep_attention(self, "self", a)
         return torch.bmm(a, v)  # (B, L_t, dim)

@@ -8,6 +8,7 @@ implementation. Heavy libraries are imported inside the stage that needs them, w
 from rcpipe.stages.data import prepare, prepared_is_current, synth
 from rcpipe.stages.evaluate import evaluate
 from rcpipe.stages.explain import explain
+from rcpipe.stages.export import export
 from rcpipe.stages.io import load_dataset, read_mapping, write_json
 from rcpipe.stages.package import package
 from rcpipe.stages.predict import predict, serve
@@ -19,5 +20,5 @@ __all__ = [
     "ensemble", "evaluate", "load_dataset", "prepare", "prepared_is_current", "read_mapping",
     "score", "synth", "train", "write_json",
     "explain", "report",
-    "package", "predict", "serve",
+    "export", "package", "predict", "serve",
 ]

@@ -4,7 +4,9 @@ serve` (the HTTP answer service with its web page).
 Both load the models here (models/<variant>/model.pt, weights only, refused when trained on
 another vocabulary or architecture: eval/trained.py; or a package directory, `--model DIR`,
 with its own vocabulary and settings: eval/package.py) and answer through eval/answer.py's
-Reader, the path `rcpipe evaluate` takes through the model. No training code is imported.
+Reader, the path `rcpipe evaluate` takes through the model; `--runtime onnx` swaps each
+model's forward for its exported graph (eval/export.py), nothing else. No training code is
+imported.
 """
 
 from __future__ import annotations
@@ -33,9 +35,37 @@ def trained_variants() -> list[str]:
     return [v for v in VARIANTS if layout.model_file(v).is_file()]
 
 
-def load_reader(cfg: Config, names: list[str]) -> Reader:
+RUNTIMES = ("torch", "onnx")
+
+
+def packages_only(names: list[str]) -> bool:
+    """Whether ``names`` are all package directories (which carry their own settings)."""
+    from rcpipe.eval.package import is_package
+
+    return bool(names) and all(n not in VARIANTS and is_package(Path(n)) for n in names)
+
+
+def load_reader(cfg: Config, names: list[str], runtime: str = "torch", threads: int = 0
+                ) -> Reader:
     """A Reader holding what ``names`` need: the variants named, every trained variant
-    for "ensemble"."""
+    for "ensemble"; with ``runtime`` "onnx" each model's forward is its exported graph
+    (eval/export.py: `rcpipe export`), run by onnxruntime on ``threads`` CPU threads (0:
+    train.threads, else onnxruntime's default), the rest of the Reader unchanged."""
+    if runtime not in RUNTIMES:
+        raise InputError("--runtime", runtime, f"choose from {', '.join(RUNTIMES)}")
+    reader = _torch_reader(cfg, names)
+    if runtime == "onnx":
+        import torch
+
+        from rcpipe.eval.export import load_onnx
+
+        reader.models = {n: load_onnx(n, threads or cfg.train.threads)
+                         for n in reader.models}
+        reader.device = torch.device("cpu")
+    return reader
+
+
+def _torch_reader(cfg: Config, names: list[str]) -> Reader:
     import torch
 
     from rcpipe.data.encode import TextEncoder
@@ -97,10 +127,12 @@ def _package_reader(cfg: Config, name: str, device: torch.device) -> Reader:
 
 def predict(cfg: Config, model: str = ENSEMBLE, question: str | None = None,
             context: str | None = None, context_file: Path | None = None,
-            input_file: str | None = None, out: Path | None = None) -> dict[str, Any]:
+            input_file: str | None = None, out: Path | None = None,
+            runtime: str = "torch") -> dict[str, Any]:
     """Answer one question about a context (text or file), or every question of a SQuAD
     file (``input_file``: official-format predictions to ``out``, text/prob/na_prob/span
-    per question to its .nbest.json). Returns the answer, or a summary of the file's run."""
+    per question to its .nbest.json), with the model's forward in ``runtime`` (torch, or
+    onnx: its exported graph). Returns the answer, or a summary of the file's run."""
     given = [o for o, v in (("--context", context), ("--context-file", context_file),
                             ("--input", input_file)) if v is not None]
     if len(given) != 1:
@@ -109,14 +141,14 @@ def predict(cfg: Config, model: str = ENSEMBLE, question: str | None = None,
     if input_file is not None:
         if question is not None:
             raise InputError("predict", "--question", "--input holds its own questions")
-        return _predict_file(cfg, model, input_file, out)
+        return _predict_file(cfg, model, input_file, out, runtime)
     if context_file is not None:
         context = _read_text(context_file)
     if not question or not question.strip():
         raise InputError("predict", "--question", "give a question")
     if not context or not context.strip():
         raise InputError(str(context_file or "predict"), "--context", "the context is empty")
-    reader = load_reader(cfg, [model])
+    reader = load_reader(cfg, [model], runtime)
     found = reader.answer_pairs([(context, question)], model)[0]
     result = {"model": model, "answer": found["text"], "start": found["start"],
               "end": found["end"], "prob": found["prob"]}
@@ -136,12 +168,12 @@ def _read_text(path: Path) -> str:
         raise InputError(path, "", e.strerror or "cannot read") from None
 
 
-def _predict_file(cfg: Config, model: str, input_file: str, out: Path | None
-                  ) -> dict[str, Any]:
+def _predict_file(cfg: Config, model: str, input_file: str, out: Path | None,
+                  runtime: str) -> dict[str, Any]:
     from rcpipe.data.squad import load_squad
 
     sq = load_squad(input_file, cfg.data.cache_dir, require_answers=False)
-    reader = load_reader(cfg, [model])
+    reader = load_reader(cfg, [model], runtime)
     nbest = reader.answer_dataset(reader.encoder.squad(sq, reader.para_limit), model)
     out = out or layout.PREDICTIONS / f"{model}.predict.json"
     nbest_path = out.with_suffix(".nbest.json")
@@ -155,17 +187,18 @@ def _predict_file(cfg: Config, model: str, input_file: str, out: Path | None
 
 
 def serve_app(cfg: Config, models: list[str] | None = None, limits: Any = None,
-              threads: int = 1) -> FastAPI:
+              threads: int = 1, runtime: str = "torch") -> FastAPI:
     """The answer service over ``models`` (default: the ensemble and every trained
-    variant); ``limits`` is a serve.app.Limits, ``threads`` torch's CPU threads (one keeps
-    a small model's latency steady on a shared machine: 20 ms, not 800, on a busy 2-core
-    box; batching, not threads, gives the throughput)."""
+    variant); ``limits`` is a serve.app.Limits, ``threads`` torch's CPU threads, and
+    onnxruntime's intra-op threads with ``runtime`` onnx (one keeps a small model's latency
+    steady on a shared machine: 20 ms, not 800, on a busy 2-core box; batching, not
+    threads, gives the throughput)."""
     import torch
 
     from rcpipe.serve.app import Limits, create_app
 
     names = models or [ENSEMBLE]
-    reader = load_reader(cfg, names)
+    reader = load_reader(cfg, names, runtime, threads)
     if threads:
         torch.set_num_threads(threads)
     served = [*names]
@@ -180,12 +213,13 @@ def serve_app(cfg: Config, models: list[str] | None = None, limits: Any = None,
 
 
 def serve(cfg: Config, models: list[str] | None = None, host: str = "127.0.0.1",
-          port: int = 8000, limits: Any = None, threads: int = 1) -> None:
+          port: int = 8000, limits: Any = None, threads: int = 1, runtime: str = "torch"
+          ) -> None:
     """`rcpipe serve`: the service and its page on http://host:port/ until interrupted."""
     from rcpipe.serve import server
 
     sock = server.listen(host, port)  # a bad or taken port is said before the models load
-    app = serve_app(cfg, models, limits, threads)
-    log.info(f"serve: {', '.join(app.state.models)} on http://{host}:{port}/ "
+    app = serve_app(cfg, models, limits, threads, runtime)
+    log.info(f"serve ({runtime}): {', '.join(app.state.models)} on http://{host}:{port}/ "
              f"(POST /answer, the page at /); Ctrl-C stops")
     server.run(app, sock)

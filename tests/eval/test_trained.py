@@ -15,6 +15,7 @@ from tests.test_dvc_pipeline import closure
 ROOT = Path(__file__).resolve().parents[2]
 USERS = ("rcpipe/eval/trained.py", "rcpipe/stages/evaluate.py", "rcpipe/stages/predict.py",
          "rcpipe/stages/explain.py", "rcpipe/eval/package.py", "rcpipe/stages/package.py",
+         "rcpipe/eval/export.py", "rcpipe/stages/export.py",
          *(str(p.relative_to(ROOT)) for p in sorted((ROOT / "rcpipe/serve").glob("*.py"))))
 
 
@@ -26,8 +27,9 @@ def test_no_import_anywhere_in_a_models_user_reaches_training_code(path: str) ->
 
 @pytest.mark.parametrize("module", [
     "rcpipe.eval.trained", "rcpipe.stages.evaluate", "rcpipe.stages.predict",
-    "rcpipe.stages.explain", "rcpipe.stages.package", "rcpipe.serve", "bench/serve.py",
-    "bench/length_prior.py"])
+    "rcpipe.stages.explain", "rcpipe.stages.package", "rcpipe.eval.export",
+    "rcpipe.stages.export", "rcpipe.serve", "bench/serve.py",
+    "bench/length_prior.py", "bench/export_latency.py"])
 def test_a_fresh_interpreter_importing_a_models_user_imports_no_training_code(
         module: str) -> None:
     """At run time too: the rcpipe.stages package's own import (of stages/train.py) keeps

@@ -105,6 +105,8 @@ def test_the_model_cards_numbers_are_the_metrics_files(trained: Trained,
         assert [float(x) for x in rows[kind]] == pytest.approx(
             [m["exact"], m["f1"], m["total"]], abs=0.005), kind
     summary = _read(trained.root / "models/bidaf/summary.json")
+    assert summary["steps"] == 3  # the round trip: a model trained 3 steps
+    assert "- steps: 3," in card
     assert f"training time: {summary['train_seconds']} s" in card
     assert f"on {summary['device']}" in card
     assert re.search(r"params digest .*`[0-9a-f]{64}`", card)

@@ -1,0 +1,78 @@
+"""`rcpipe export MODEL`: a trained variant (models/<V>/model.pt) or a package directory as
+an ONNX graph with dynamic batch and length axes (eval/export.py), written only once it
+matches the eager model to ``tolerance`` on the first ``questions`` questions of
+data.dev_file, encoded as `rcpipe predict` encodes them.
+
+Reads what `rcpipe predict --model MODEL` reads, and data.dev_file; writes model.onnx and
+export.json beside the weights (models/<V>/ or the package directory), which `rcpipe serve
+--runtime onnx` and `rcpipe predict --runtime onnx` load. No training code is imported.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from rcpipe import layout
+from rcpipe.config import VARIANTS, Config
+from rcpipe.errors import InputError, RunError
+
+log = logging.getLogger(__name__)
+
+
+def export(cfg: Config, model: str, questions: int = 256, tolerance: float = 1e-4
+           ) -> dict[str, Any]:
+    """Export ``model`` (a variant or a package directory), check it, write it; returns
+    export.json's record."""
+    from rcpipe.data.dataset import bucket_batches
+    from rcpipe.data.squad import load_squad
+    from rcpipe.eval.export import (
+        ONNX,
+        RECORD,
+        FixedAxis,
+        OnnxForward,
+        compare,
+        export_graph,
+        export_record,
+        locations,
+    )
+    from rcpipe.eval.predict import EVAL_BATCH
+    from rcpipe.stages.predict import load_reader
+
+    if model == layout.ENSEMBLE:
+        raise InputError("export", model, "export one variant or package directory at a time")
+    if questions < 2:
+        raise InputError("--questions", str(questions), "must be at least 2")
+    if not cfg.data.dev_file:
+        raise InputError("--set", "data.dev_file", "name the SQuAD file to check the export "
+                         "against")
+    reader = load_reader(cfg, [model])  # predict's refusals, its encoding
+    eager = reader.models[model].cpu()
+    source, where = locations(model)
+    variant = model if model in VARIANTS else \
+        json.loads((Path(model) / "config.json").read_text())["variant"]
+    dev = load_squad(cfg.data.dev_file, cfg.data.cache_dir, require_answers=False)
+    pairs = [(dev.contexts[q.context_index], q.question) for q in dev.questions[:questions]]
+    if len(pairs) < 2:
+        raise InputError(cfg.data.dev_file, "", "fewer than 2 questions to check against")
+    data = reader.encoder.pairs(pairs, reader.para_limit)
+    try:  # traced on the first three questions: each axis seen above 1, as it must be
+        graph = export_graph(eager, data.collate(list(range(min(3, len(data))))))
+    except FixedAxis as e:
+        raise InputError(model, "", f"cannot be exported with a dynamic passage length: "
+                         f"{e}") from None
+    batches = bucket_batches(data.context_lengths(), EVAL_BATCH, shuffle=False)
+    check = compare(eager, OnnxForward(graph), data, batches) | {
+        "tolerance": tolerance, "data": cfg.data.dev_file}
+    if not check["max_abs_diff"] <= tolerance:  # NaN fails too
+        raise RunError(where / ONNX, "check", f"max abs difference {check['max_abs_diff']:.3g}"
+                       f" from the eager model over {tolerance:g} on the first "
+                       f"{check['questions']} questions of {cfg.data.dev_file}; not written")
+    record = export_record(model, variant, source, graph, check)
+    layout.write(where / ONNX, graph)
+    layout.write_json(where / RECORD, record)  # last: the record names the graph it checked
+    log.info(f"export {model}: {where / ONNX}, max abs difference {check['max_abs_diff']:.2g} "
+             f"on {check['questions']} questions ({len(check['shapes'])} batch shapes)")
+    return record

@@ -21,25 +21,27 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-Params = Annotated[Path, typer.Option("--params", help="params file (YAML)")]
+Params = Annotated[list[Path] | None, typer.Option(
+    "--params", help="params file (YAML), default params.yaml; repeatable: each later file "
+                     "is laid over the earlier ones, key by key (tune/<variant>.yaml)")]
 Sets = Annotated[
     list[str] | None,
     typer.Option("--set", help="override a param: dotted.key=value (value parsed as YAML)"),
 ]
 
 
-def _config(params: Path, sets: list[str] | None) -> Config:
-    return load_config(params, sets or [])
+def _config(params: list[Path] | None, sets: list[str] | None) -> Config:
+    return load_config(params or [Path("params.yaml")], sets or [])
 
 
 @app.command()
-def synth(params: Params = Path("params.yaml"), set_: Sets = None) -> None:
+def synth(params: Params = None, set_: Sets = None) -> None:
     """Write synthetic SQuAD-format train/dev files to data.train_file and data.dev_file."""
     stages.synth(_config(params, set_))
 
 
 @app.command()
-def prepare(params: Params = Path("params.yaml"), set_: Sets = None) -> None:
+def prepare(params: Params = None, set_: Sets = None) -> None:
     """Tokenize and index SQuAD into Parquet under data.out_dir, with report.json."""
     stages.prepare(_config(params, set_))
 
@@ -48,7 +50,7 @@ def prepare(params: Params = Path("params.yaml"), set_: Sets = None) -> None:
 def config_(
     key: Annotated[str | None, typer.Argument(
         help="a dotted section or key (models.qanet, train.epochs); default: all")] = None,
-    params: Params = Path("params.yaml"),
+    params: Params = None,
     set_: Sets = None,
 ) -> None:
     """Print the effective configuration as YAML: every key, the papers' values filled in."""
@@ -59,7 +61,7 @@ Variant = Annotated[str, typer.Argument(help=", ".join(VARIANTS))]
 
 
 @app.command()
-def train(variant: Variant, params: Params = Path("params.yaml"), set_: Sets = None,
+def train(variant: Variant, params: Params = None, set_: Sets = None,
           force: Annotated[bool, typer.Option(help="train again even if finished")] = False,
           run_name: Annotated[str | None, typer.Option(
               help="Jobs API: the run whose Ray job this is; the same name follows its "
@@ -74,7 +76,7 @@ def train(variant: Variant, params: Params = Path("params.yaml"), set_: Sets = N
 
 
 @app.command()
-def evaluate(variant: Variant, params: Params = Path("params.yaml"), set_: Sets = None) -> None:
+def evaluate(variant: Variant, params: Params = None, set_: Sets = None) -> None:
     """Predict the dev split with a trained variant; predictions/ and metrics/ files."""
     stages.evaluate(_config(params, set_), variant)
 
@@ -97,7 +99,7 @@ def ensemble(
     out: Annotated[Path, typer.Option(help="ensemble predictions")] = Path(
         "predictions/ensemble.json"
     ),
-    params: Params = Path("params.yaml"),
+    params: Params = None,
     set_: Sets = None,
 ) -> None:
     """Majority vote on the answer text across models (tie: highest single-voter prob)."""
@@ -108,7 +110,7 @@ def ensemble(
 
 
 @app.command()
-def fetch(params: Params = Path("params.yaml"), set_: Sets = None) -> None:
+def fetch(params: Params = None, set_: Sets = None) -> None:
     """Download the SQuAD files and word vectors into data.cache_dir, checked by data.sha256."""
     from rcpipe.stages.fetch import fetch as fetch_sources
 
@@ -124,13 +126,18 @@ def version(
     remote: Annotated[str | None, typer.Option(help="DVC remote (default: core.remote)")
                       ] = None,
     tries: Annotated[int, typer.Option(min=1, help="dvc push attempts")] = 3,
-    params: Params = Path("params.yaml"),
+    params: Params = None,
     set_: Sets = None,
 ) -> None:
     """Commit the run's DVC state (dvc.lock), push it to the remote; the champion gate."""
     from rcpipe.stages.version import version as version_run
 
-    record = version_run(_config(params, set_), variant or list(VARIANTS), params=params,
+    files = params or [Path("params.yaml")]
+    if len(files) > 1:  # dvc.lock records params.yaml's values, and no layer over it
+        raise InputError(files[1], "", "dvc.yaml records params.yaml alone: a run with a "
+                         "params layer over it cannot be versioned (merge the layer into "
+                         "params.yaml)")
+    record = version_run(_config(files, set_), variant or list(VARIANTS), params=files[0],
                          overrides=set_ or [], remote=remote, promote=promote, tries=tries)
     print(json.dumps(record))
 
@@ -143,7 +150,7 @@ def explain(
     out: Annotated[Path | None, typer.Option(
         help="HTML page (the PNG goes beside it); default explanations/<V>-<qid>.html")
     ] = None,
-    params: Params = Path("params.yaml"),
+    params: Params = None,
     set_: Sets = None,
 ) -> None:
     """Attention views of one dev question: passage-question, self-attention, pointers."""
@@ -153,7 +160,7 @@ def explain(
 @app.command()
 def report(
     out: Annotated[Path, typer.Option(help="report directory")] = Path("reports"),
-    params: Params = Path("params.yaml"),
+    params: Params = None,
     set_: Sets = None,
 ) -> None:
     """Evaluation report of the run (HTML, PNG, CSV) from predictions/, metrics/, the dev set."""
@@ -165,7 +172,7 @@ def package(
     variant: Variant,
     out: Annotated[Path | None, typer.Option(help="the package directory (default "
                                              "packages/<variant>)")] = None,
-    params: Params = Path("params.yaml"),
+    params: Params = None,
     set_: Sets = None,
 ) -> None:
     """A trained, evaluated variant as a directory to take away: model.safetensors,
@@ -187,7 +194,7 @@ def predict(
         "--input", help="answer every question of a SQuAD-format file instead")] = None,
     out: Annotated[Path | None, typer.Option(help="--input: predictions file (default "
                                              "predictions/<model>.predict.json)")] = None,
-    params: Params = Path("params.yaml"),
+    params: Params = None,
     set_: Sets = None,
 ) -> None:
     """Answer a question about a passage (JSON on stdout: answer, char span, prob, na_prob)."""
@@ -210,7 +217,7 @@ def serve(
     max_context_chars: Annotated[int, typer.Option(help="longer: 413")] = 20_000,
     max_question_chars: Annotated[int, typer.Option(help="longer: 413")] = 1_000,
     threads: Annotated[int, typer.Option(help="torch CPU threads; 0: torch's default")] = 1,
-    params: Params = Path("params.yaml"),
+    params: Params = None,
     set_: Sets = None,
 ) -> None:
     """The answer service: POST /answer, and a web page at / to ask a passage."""

@@ -5,6 +5,7 @@ Every section rejects unknown keys, so a typo in params.yaml is an error, not a 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from types import UnionType
 from typing import Any, Literal, get_args
@@ -366,8 +367,8 @@ def _apply(raw: dict[str, Any], keys: list[str], value: Any, item: str) -> None:
     node[keys[-1]] = value
 
 
-def load_config(params: Path | str = "params.yaml", overrides: list[str] | None = None) -> Config:
-    params = Path(params)
+def _read_layer(params: Path) -> dict[str, Any]:
+    """One params file as a mapping; a file that cannot be read or parsed is a located error."""
     try:
         text = params.read_text()
     except OSError as e:
@@ -380,6 +381,32 @@ def load_config(params: Path | str = "params.yaml", overrides: list[str] | None 
         raise InputError(params, where, "not valid YAML") from None
     if not isinstance(raw, dict):
         raise InputError(params, "", "expected a mapping at the top level")
+    return raw
+
+
+def _holds(raw: Any, keys: list[str]) -> bool:
+    """Whether the mapping ``raw`` names the dotted key ``keys``."""
+    for k in keys:
+        if not isinstance(raw, dict) or k not in raw:
+            return False
+        raw = raw[k]
+    return True
+
+
+Layers = Path | str | Sequence[Path | str]
+
+
+def load_config(params: Layers = "params.yaml", overrides: list[str] | None = None) -> Config:
+    """The config of one params file, or of several laid over each other in order (a later
+    file's keys win, key by key at any depth, as ``models.<variant>`` over its paper), with
+    the ``--set`` values on top. An error names the last file that holds the key at fault."""
+    files = [Path(params)] if isinstance(params, str | Path) else [Path(p) for p in params]
+    if not files:
+        files = [Path("params.yaml")]
+    layers = [(f, _read_layer(f)) for f in files]
+    raw: dict[str, Any] = {}
+    for _, layer in layers:
+        raw = merge_over(raw, layer)
     for item in overrides or []:
         keys, value = parse_override(item)
         _apply(raw, keys, value, item)
@@ -391,8 +418,9 @@ def load_config(params: Path | str = "params.yaml", overrides: list[str] | None 
         what = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
         if not where:  # a check across sections (Config's validators) names its key first
             where, _, what = what.removeprefix("Value error, ").partition(": ")
-        raise InputError(params, where, what) from None
-    cfg._source = str(params)
+        held = [f for f, layer in layers if _holds(layer, where.split("."))]
+        raise InputError((held or files)[-1 if held else 0], where, what) from None
+    cfg._source = str(files[0])
     return cfg
 
 

@@ -76,6 +76,19 @@ def train(variant: Variant, params: Params = None, set_: Sets = None,
 
 
 @app.command()
+def tune(variant: Variant, params: Params = None, set_: Sets = None,
+         force: Annotated[bool, typer.Option(help="search again from the start")] = False,
+         run_name: Annotated[str | None, typer.Option(
+             help="Jobs API: the run whose Ray job this is (as train's)")] = None,
+         detach: Annotated[bool, typer.Option(
+             help="Jobs API: an interrupted command leaves the Ray job running")] = False,
+         ) -> None:
+    """Search one variant's settings (ASHA on Ray Tune, each trial a Ray Train job); the best
+    as the params layer tune/<variant>.yaml, every trial in tune/<variant>.trials.json."""
+    stages.tune(_config(params, set_), variant, force=force, run=run_name, detach=detach)
+
+
+@app.command()
 def evaluate(variant: Variant, params: Params = None, set_: Sets = None) -> None:
     """Predict the dev split with a trained variant; predictions/ and metrics/ files."""
     stages.evaluate(_config(params, set_), variant)

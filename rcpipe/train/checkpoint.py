@@ -24,6 +24,12 @@ from rcpipe.layout import MODEL, write_json
 from rcpipe.train.progress import finished
 
 STATE, META = "state.pt", "meta.json"
+# The score a run's checkpoints are ranked by, as each evaluation reports it (worker.py), and
+# what it is measured on: Ray Train keeps the best checkpoints by it (cluster.py), the best one
+# becomes model.pt (stages/train.py) and `rcpipe tune` optimises it (search.py)
+RANK_METRIC = "dev_rank"
+# the data RANK_METRIC is measured on, as tune/<variant>.yaml's header names it
+RANK_DATA = "the dev set (data.dev_file), which the report's figures are measured on too"
 
 
 def read_meta(checkpoint: Path) -> dict[str, Any]:

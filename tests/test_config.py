@@ -390,3 +390,34 @@ def test_a_layers_mistake_names_that_layer(tmp_path: Path) -> None:
     layer.write_text("- a list\n")
     assert _error([base, layer]).line() == \
         f"error: {layer}: expected a mapping at the top level"
+
+
+# ------------------------------------------------------------------ search spaces (rcpipe tune)
+
+
+def test_a_search_space_lays_the_params_over_the_variants_default(tmp_path: Path) -> None:
+    from rcpipe.variants import REGISTRY
+
+    cfg = load_config(_minimal(tmp_path), [
+        "tune.bidaf.space={dropout: {choice: [0.1, 0.2]}, hidden: null}"])
+    space = cfg.tune.of("bidaf").space
+    assert space["dropout"] == {"choice": [0.1, 0.2]} and "hidden" not in space
+    assert space["optim"] == REGISTRY["bidaf"].space["optim"]  # the default's other keys
+    assert cfg.tune.of("qanet").space == dict(REGISTRY["qanet"].space)
+    for variant in REGISTRY:  # every default names the asked-for dimensions
+        assert {"dropout", "word_dropout", "optim.ema_decay"} <= set(
+            cfg.tune.of(variant).space)
+
+
+@pytest.mark.parametrize(("space", "location", "what"), [
+    ("{optim.lrr: {choice: [0.1]}}", "tune.bidaf.space.optim.lrr", "unknown key"),
+    ("{train.epochz: {choice: [1]}}", "tune.bidaf.space.train.epochz", "unknown key"),
+    ("{dropout: {choice: [1.5]}}", "tune.bidaf.space.dropout", "1.5: Input should be less"),
+    ("{optim: {choice: [{name: sgd}]}}", "tune.bidaf.space.optim", "{'name': 'sgd'}: "),
+    ("{dropout: {uniform: [0.3, 0.1]}}", "tune.bidaf.space", "dropout: uniform takes"),
+    ("{dropout: {normal: [0, 1]}}", "tune.bidaf.space", "dropout: expected one of"),
+])
+def test_a_bad_search_space_is_one_located_line(tmp_path: Path, space: str, location: str,
+                                                what: str) -> None:
+    err = _error(_minimal(tmp_path), [f"tune.bidaf.space={space}"])
+    assert err.location == location and err.what.startswith(what), err.line()

@@ -53,3 +53,24 @@ def test_a_search_writes_the_best_as_a_params_layer_and_resumes(prepared_here) -
     again = stages.tune(cfg, "bidaf")
     assert again["best"]["id"] == summary["best"]["id"]
     assert {p: p.stat().st_mtime_ns for p in runs} == before
+
+
+@pytest.mark.usefixtures("local_ray")
+@pytest.mark.parametrize(("variant", "tune", "key"), [
+    ("bidaf", {"max_steps": 4, "gpus_per_trial": 0.5}, "tune.gpus_per_trial"),
+    ("bidaf", {"max_steps": 4, "cpus_per_trial": 3}, "tune.cpus_per_trial"),
+    ("bidaf", {"max_steps": 0}, "tune.max_steps"),
+    ("qanet", {"max_steps": 4, "qanet": {"space": {"hidden": {"choice": [8, 9]}}}},
+     "tune.qanet.space.hidden"),  # 9 is not divisible by the 2 heads: it cannot build
+])
+def test_a_search_that_cannot_run_here_fails_before_any_trial(
+        prepared_here, variant: str, tune: dict, key: str) -> None:  # noqa: ANN001
+    from rcpipe.errors import InputError
+
+    cfg = prepared_here(train={"max_steps": 0}, models={variant: TINY_MODEL}, tune=tune)
+    t0 = time.perf_counter()
+    with pytest.raises(InputError) as err:
+        stages.tune(cfg, variant)
+    assert err.value.location == key, err.value.line()
+    assert time.perf_counter() - t0 < 10
+    assert not layout.tune_run(variant).joinpath("search").exists()

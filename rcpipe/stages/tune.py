@@ -70,12 +70,14 @@ def tune(cfg: Config, variant: str, force: bool = False, run: str | None = None,
     with cluster.ray_cluster(cfg.train.ray_address):
         plan = search.plan(cfg, variant)
         _check_same_search(storage, digest, force)
-        trials = search.run(cfg, variant, inputs, dev_doc, paths, storage, plan)
-    return _write(cfg, variant, trials, plan.max_steps, digest)
+        trials, ended = search.run(cfg, variant, inputs, dev_doc, paths, storage, plan)
+    return _write(cfg, variant, trials, plan.max_steps, digest, ended)
 
 
 def _write(cfg: Config, variant: str, trials: list[dict[str, Any]], max_steps: int,
-           digest: str) -> dict[str, Any]:
+           digest: str, ended: bool) -> dict[str, Any]:
+    """The layer and the trials' file; an interrupted search (``ended`` False) writes them
+    too, from the trials so far, marked unfinished: the next run resumes it."""
     from rcpipe.train.checkpoint import RANK_DATA, RANK_METRIC
     from rcpipe.train.search import chosen_layer, rounded
 
@@ -100,7 +102,7 @@ def _write(cfg: Config, variant: str, trials: list[dict[str, Any]], max_steps: i
                  header + yaml.safe_dump(layer, sort_keys=False, default_flow_style=False))
     summary = {"variant": variant, "when": when, "metric": RANK_METRIC, "data": RANK_DATA,
                "minutes": round(seconds / 60, 2), "max_steps": max_steps,
-               "trials": len(trials), "finished": True, "digest": digest,
+               "trials": len(trials), "finished": ended, "digest": digest,
                "best": {k: best[k] for k in ("id", "best", "best_step", "settings")},
                "layer": str(layout.tune_params(variant))}
     layout.write_json(layout.tune_trials(variant), summary | {"rows": trials})

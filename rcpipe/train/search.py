@@ -138,9 +138,31 @@ def chosen_layer(variant: str, sample: dict[str, Any]) -> dict[str, Any]:
     return layer
 
 
+def _recorder(groups: Any, trial_id: str) -> Any:
+    """A Ray Train callback (in the trial's controller) that sends each placement group its
+    worker group takes to the driver, under the trial's id.
+
+    Tune ends a trial by ending its function's actor, and the Train controller with it: the
+    workers' placement group outlives them (Ray scopes it to the job), and Train's own
+    cleaner asks the State API, which a Ray without its dashboard (the local one) lacks, so
+    the next trials would wait for those CPUs forever. The driver removes them instead
+    (TrialLines). Ray Train lets a run's callbacks be its internal ones ("custom
+    workarounds built on top of internal callbacks", DataParallelTrainer)."""
+    from ray.train.v2._internal.execution.callback import WorkerGroupCallback
+
+    class _Record(WorkerGroupCallback):  # type: ignore[misc]
+        def after_worker_group_start(self, worker_group: Any) -> None:
+            pg = worker_group._worker_group_state.placement_group_handle.placement_group
+            groups.put_nowait((trial_id, pg))
+
+    return _Record()
+
+
 def trial(sample: dict[str, Any], *, base: dict[str, Any], variant: str, p: Plan,
-          paths: dict[str, str], refs: dict[str, Any], storage: tuple[str, Any]) -> None:
-    """One trial (a Tune function): its Ray Train job to the end, every report to Tune."""
+          paths: dict[str, str], refs: dict[str, Any], storage: tuple[str, Any],
+          groups: dict[str, Any]) -> None:
+    """One trial (a Tune function): its Ray Train job to the end, every report to Tune;
+    its workers' placement groups go to ``groups["queue"]`` (the driver removes them)."""
     from ray import tune
     from ray.tune.integration.ray_train import TuneReportCallback
 
@@ -151,27 +173,47 @@ def trial(sample: dict[str, Any], *, base: dict[str, Any], variant: str, p: Plan
     trial_id = tune.get_context().get_trial_id()
     trainer = cluster.make_trainer(
         job, cfg, refs | {"progress": None}, f"{storage[0]}/{TRIALS}", storage[1],
-        name=trial_id, callbacks=(TuneReportCallback(),), gpus_per_worker=p.gpus_per_worker)
+        name=trial_id, callbacks=(TuneReportCallback(), _recorder(groups["queue"], trial_id)),
+        gpus_per_worker=p.gpus_per_worker)
     trainer.fit()
 
 
 class TrialLines:
     """A line per finished trial with its score (Tune's callback, on the driver)."""
 
-    def __new__(cls, variant: str, trials: int, max_steps: int) -> Any:
+    def __new__(cls, variant: str, trials: int, max_steps: int, groups: Any) -> Any:
         from ray.tune import Callback
+        from ray.util.placement_group import remove_placement_group
+        from ray.util.queue import Empty
 
         class _Lines(Callback):  # type: ignore[misc]
             def __init__(self) -> None:
                 self.done = 0
+                self.held: dict[str, list[Any]] = {}  # trial id -> its placement groups
+
+            def _release(self, trial: Any) -> None:
+                """Remove the ended trial's placement groups (see _recorder)."""
+                while True:
+                    try:
+                        trial_id, pg = groups.get_nowait()
+                    except Empty:
+                        break
+                    self.held.setdefault(trial_id, []).append(pg)
+                for pg in self.held.pop(trial.trial_id, []):
+                    try:
+                        remove_placement_group(pg)
+                    except Exception:  # noqa: BLE001, S110 - removed already by Train
+                        pass
 
             def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any,
                                   **info: Any) -> None:
+                self._release(trial)
                 step = (trial.last_result or {}).get("step", 0)
                 self._line(trial, "finished" if step >= max_steps else "stopped by ASHA")
 
             def on_trial_error(self, iteration: int, trials: list[Any], trial: Any,
                                **info: Any) -> None:
+                self._release(trial)
                 self._line(trial, "failed")
 
             def _line(self, trial: Any, how: str) -> None:
@@ -186,9 +228,11 @@ class TrialLines:
 
 
 def run(cfg: Config, variant: str, inputs: ModelInputs, dev_doc: dict[str, Any],
-        paths: dict[str, str], storage: tuple[str, Any], p: Plan) -> list[dict[str, Any]]:
+        paths: dict[str, str], storage: tuple[str, Any], p: Plan
+        ) -> tuple[list[dict[str, Any]], bool]:
     """The search, started or resumed at ``storage`` (path, pyarrow filesystem or None),
-    to its end; every trial as plain data (see ``trials_table``)."""
+    to its end; every trial as plain data (see ``trials_table``), and whether every trial
+    ended (False: the search was interrupted, Ctrl-C; the same command resumes it)."""
     import ray
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
@@ -198,12 +242,15 @@ def run(cfg: Config, variant: str, inputs: ModelInputs, dev_doc: dict[str, Any],
     # Tune's own table of trials and its banner stay off (RunConfig's verbose=0 alone does
     # not hold them back): a line per trial comes from TrialLines
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    from ray.util.queue import Queue
+
+    groups = Queue(actor_options={"num_cpus": 0})  # the trials' placement groups
     trainable = tune.with_resources(tune.with_parameters(
         trial, base=cfg.model_dump(mode="json"), variant=variant, p=p, paths=paths,
-        refs={"inputs": ray.put(inputs), "dev_doc": ray.put(dev_doc)}, storage=storage),
-        TRIAL_RESOURCES)
+        refs={"inputs": ray.put(inputs), "dev_doc": ray.put(dev_doc)}, storage=storage,
+        groups={"queue": groups}), TRIAL_RESOURCES)
     experiment = f"{path}/{EXPERIMENT}"
-    lines = TrialLines(variant, cfg.tune.trials, p.max_steps)
+    lines = TrialLines(variant, cfg.tune.trials, p.max_steps, groups)
     if tune.Tuner.can_restore(experiment, storage_filesystem=filesystem):
         log.info("tune %s: resuming the search at %s", variant, experiment)
         tuner = tune.Tuner.restore(experiment, trainable, resume_unfinished=True,
@@ -227,8 +274,10 @@ def run(cfg: Config, variant: str, inputs: ModelInputs, dev_doc: dict[str, Any],
                                       callbacks=[lines]))
     t0 = time.perf_counter()
     grid = tuner.fit()
-    log.info("tune %s: search done in %.1f min", variant, (time.perf_counter() - t0) / 60)
-    return trials_table(grid, p.max_steps)
+    ended = grid.num_terminated + grid.num_errors == len(grid)
+    log.info("tune %s: search %s after %.1f min", variant, "done" if ended else
+             "interrupted (the same command resumes it)", (time.perf_counter() - t0) / 60)
+    return trials_table(grid, p.max_steps), ended
 
 
 def trials_table(grid: Any, max_steps: int) -> list[dict[str, Any]]:

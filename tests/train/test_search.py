@@ -21,7 +21,10 @@ SPACE = {"optim": {"choice": [{"name": "adam", "lr": 0.01}, {"name": "adam", "lr
 def test_a_search_writes_the_best_as_a_params_layer_and_resumes(prepared_here) -> None:  # noqa: ANN001
     cfg = prepared_here(train={"batch_size": 16, "epochs": 5},
                         models={"bidaf": TINY_MODEL},
-                        tune={"trials": 2, "max_steps": 6, "eval_every": 2, "grace_steps": 2,
+                        # one at a time: the second trial needs the CPU the first one's
+                        # workers held (search._recorder: released when a trial ends)
+                        tune={"trials": 2, "max_concurrent": 1, "max_steps": 6,
+                              "eval_every": 2, "grace_steps": 2,
                               "bidaf": {"space": SPACE | {"hidden": None,
                                                           "optim.ema_decay": None,
                                                           "word_dropout": None}}})

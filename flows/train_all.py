@@ -226,14 +226,19 @@ def _train_and_evaluate(cfg: Config, variants: list[str], slots: int, run: str
     return {v: scores[v] for v in variants if v in scores}, failed
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description="Run the train-all flow in this process.")
+def flow_args(flow_name: str, variants: list[str]) -> argparse.Namespace:
+    """The command line of a flow run in this process (`python -m flows.<flow>`)."""
+    ap = argparse.ArgumentParser(description=f"Run the {flow_name} flow in this process.")
     ap.add_argument("--params", default="params.demo.yaml")
-    ap.add_argument("--variants", nargs="*", default=list(VARIANTS))
+    ap.add_argument("--variants", nargs="*", default=variants)
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     ap.add_argument("--synth", action="store_true", help="run `rcpipe synth` first")
     ap.add_argument("--workdir")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = flow_args("train-all", list(VARIANTS))
     train_all(params=args.params, variants=args.variants, overrides=args.overrides,
               synth_data=args.synth, workdir=args.workdir)
 

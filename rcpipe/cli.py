@@ -21,35 +21,38 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-Params = Annotated[Path, typer.Option("--params", help="params file (YAML)")]
+Params = Annotated[list[Path] | None, typer.Option(
+    "--params", help="params file (YAML), default params.yaml; repeatable: each later file "
+                     "is laid over the earlier ones, key by key (tune/<variant>.yaml)")]
 Sets = Annotated[
     list[str] | None,
     typer.Option("--set", help="override a param: dotted.key=value (value parsed as YAML)"),
 ]
 
 
-def _config(params: Path, sets: list[str] | None) -> Config:
-    return load_config(params, sets or [])
+def _config(params: list[Path] | None, sets: list[str] | None) -> Config:
+    return load_config(params or [Path("params.yaml")], sets or [])
 
 
-def _config_for(models: list[str], params: Path, sets: list[str] | None) -> Config:
-    """A package directory carries its own settings: given only packages and no params file
-    at the default path, the params' defaults (and --set) stand in for it."""
+def _config_for(models: list[str], params: list[Path] | None, sets: list[str] | None
+                ) -> Config:
+    """A package directory carries its own settings: given only packages, no --params and no
+    params.yaml here, the params' defaults (and --set) stand in for it."""
     from rcpipe.stages.predict import packages_only
 
-    if params == Path("params.yaml") and not params.exists() and packages_only(models):
+    if not params and not Path("params.yaml").exists() and packages_only(models):
         return load_config(None, sets or [])
     return _config(params, sets)
 
 
 @app.command()
-def synth(params: Params = Path("params.yaml"), set_: Sets = None) -> None:
+def synth(params: Params = None, set_: Sets = None) -> None:
     """Write synthetic SQuAD-format train/dev files to data.train_file and data.dev_file."""
     stages.synth(_config(params, set_))
 
 
 @app.command()
-def prepare(params: Params = Path("params.yaml"), set_: Sets = None) -> None:
+def prepare(params: Params = None, set_: Sets = None) -> None:
     """Tokenize and index SQuAD into Parquet under data.out_dir, with report.json."""
     stages.prepare(_config(params, set_))
 
@@ -58,7 +61,7 @@ def prepare(params: Params = Path("params.yaml"), set_: Sets = None) -> None:
 def config_(
     key: Annotated[str | None, typer.Argument(
         help="a dotted section or key (models.qanet, train.epochs); default: all")] = None,
-    params: Params = Path("params.yaml"),
+    params: Params = None,
     set_: Sets = None,
 ) -> None:
     """Print the effective configuration as YAML: every key, the papers' values filled in."""
@@ -69,7 +72,7 @@ Variant = Annotated[str, typer.Argument(help=", ".join(VARIANTS))]
 
 
 @app.command()
-def train(variant: Variant, params: Params = Path("params.yaml"), set_: Sets = None,
+def train(variant: Variant, params: Params = None, set_: Sets = None,
           force: Annotated[bool, typer.Option(help="train again even if finished")] = False,
           run_name: Annotated[str | None, typer.Option(
               help="Jobs API: the run whose Ray job this is; the same name follows its "
@@ -84,7 +87,20 @@ def train(variant: Variant, params: Params = Path("params.yaml"), set_: Sets = N
 
 
 @app.command()
-def evaluate(variant: Variant, params: Params = Path("params.yaml"), set_: Sets = None) -> None:
+def tune(variant: Variant, params: Params = None, set_: Sets = None,
+         force: Annotated[bool, typer.Option(help="search again from the start")] = False,
+         run_name: Annotated[str | None, typer.Option(
+             help="Jobs API: the run whose Ray job this is (as train's)")] = None,
+         detach: Annotated[bool, typer.Option(
+             help="Jobs API: an interrupted command leaves the Ray job running")] = False,
+         ) -> None:
+    """Search one variant's settings (ASHA on Ray Tune, each trial a Ray Train job); the best
+    as the params layer tune/<variant>.yaml, every trial in tune/<variant>.trials.json."""
+    stages.tune(_config(params, set_), variant, force=force, run=run_name, detach=detach)
+
+
+@app.command()
+def evaluate(variant: Variant, params: Params = None, set_: Sets = None) -> None:
     """Predict the dev split with a trained variant; predictions/ and metrics/ files."""
     stages.evaluate(_config(params, set_), variant)
 
@@ -107,7 +123,7 @@ def ensemble(
     out: Annotated[Path, typer.Option(help="ensemble predictions")] = Path(
         "predictions/ensemble.json"
     ),
-    params: Params = Path("params.yaml"),
+    params: Params = None,
     set_: Sets = None,
 ) -> None:
     """Majority vote on the answer text across models (tie: highest single-voter prob)."""
@@ -118,7 +134,7 @@ def ensemble(
 
 
 @app.command()
-def fetch(params: Params = Path("params.yaml"), set_: Sets = None) -> None:
+def fetch(params: Params = None, set_: Sets = None) -> None:
     """Download the SQuAD files and word vectors into data.cache_dir, checked by data.sha256."""
     from rcpipe.stages.fetch import fetch as fetch_sources
 
@@ -134,13 +150,18 @@ def version(
     remote: Annotated[str | None, typer.Option(help="DVC remote (default: core.remote)")
                       ] = None,
     tries: Annotated[int, typer.Option(min=1, help="dvc push attempts")] = 3,
-    params: Params = Path("params.yaml"),
+    params: Params = None,
     set_: Sets = None,
 ) -> None:
     """Commit the run's DVC state (dvc.lock), push it to the remote; the champion gate."""
     from rcpipe.stages.version import version as version_run
 
-    record = version_run(_config(params, set_), variant or list(VARIANTS), params=params,
+    files = params or [Path("params.yaml")]
+    if len(files) > 1:  # dvc.lock records params.yaml's values, and no layer over it
+        raise InputError(files[1], "", "dvc.yaml records params.yaml alone: a run with a "
+                         "params layer over it cannot be versioned (merge the layer into "
+                         "params.yaml)")
+    record = version_run(_config(files, set_), variant or list(VARIANTS), params=files[0],
                          overrides=set_ or [], remote=remote, promote=promote, tries=tries)
     print(json.dumps(record))
 
@@ -153,7 +174,7 @@ def explain(
     out: Annotated[Path | None, typer.Option(
         help="HTML page (the PNG goes beside it); default explanations/<V>-<qid>.html")
     ] = None,
-    params: Params = Path("params.yaml"),
+    params: Params = None,
     set_: Sets = None,
 ) -> None:
     """Attention views of one dev question: passage-question, self-attention, pointers."""
@@ -163,7 +184,7 @@ def explain(
 @app.command()
 def report(
     out: Annotated[Path, typer.Option(help="report directory")] = Path("reports"),
-    params: Params = Path("params.yaml"),
+    params: Params = None,
     set_: Sets = None,
 ) -> None:
     """Evaluation report of the run (HTML, PNG, CSV) from predictions/, metrics/, the dev set."""
@@ -175,7 +196,7 @@ def package(
     variant: Variant,
     out: Annotated[Path | None, typer.Option(help="the package directory (default "
                                              "packages/<variant>)")] = None,
-    params: Params = Path("params.yaml"),
+    params: Params = None,
     set_: Sets = None,
 ) -> None:
     """A trained, evaluated variant as a directory to take away: model.safetensors,
@@ -190,7 +211,7 @@ def export(
         help="check against the eager model on this many dev questions")] = 256,
     tolerance: Annotated[float, typer.Option(
         help="the largest difference of p_start / p_end allowed")] = 1e-4,
-    params: Params = Path("params.yaml"),
+    params: Params = None,
     set_: Sets = None,
 ) -> None:
     """The model's forward as ONNX (dynamic batch and lengths), checked against the eager
@@ -216,7 +237,7 @@ def predict(
     out: Annotated[Path | None, typer.Option(help="--input: predictions file (default "
                                              "predictions/<model>.predict.json)")] = None,
     runtime: Runtime = "torch",
-    params: Params = Path("params.yaml"),
+    params: Params = None,
     set_: Sets = None,
 ) -> None:
     """Answer a question about a passage (JSON on stdout: answer, char span, prob, na_prob)."""
@@ -241,7 +262,7 @@ def serve(
     threads: Annotated[int, typer.Option(help="torch CPU threads (onnxruntime's with "
                                          "--runtime onnx); 0: the library's default")] = 1,
     runtime: Runtime = "torch",
-    params: Params = Path("params.yaml"),
+    params: Params = None,
     set_: Sets = None,
 ) -> None:
     """The answer service: POST /answer, and a web page at / to ask a passage."""

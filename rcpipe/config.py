@@ -5,6 +5,7 @@ Every section rejects unknown keys, so a typo in params.yaml is an error, not a 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from types import UnionType
 from typing import Any, Literal, get_args
@@ -278,6 +279,15 @@ def merge_over(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def lay(base: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
+    """``value`` set at the dotted key of ``base`` (a mapping value is laid over the section
+    there, key by key); a new dict, ``base`` unchanged."""
+    keys = dotted.split(".")
+    for k in reversed(keys):
+        value = {k: value}
+    return merge_over(base, value)
+
+
 class _Models(Section):
     """Per-variant settings: each is its paper's (variants.REGISTRY) with the params file's
     keys on top. ModelsConfig below has one ModelConfig field per registered variant."""
@@ -329,12 +339,107 @@ class EvalConfig(Section):
     )
 
 
+# A search space's dimensions (`rcpipe tune`): each key a dotted path under models.<variant>
+# (or train.* when it starts with "train."), each value one of these, as Ray Tune samples it
+SPACE_KINDS = ("choice", "uniform", "loguniform", "randint")
+
+
+def space_values(spec: dict[str, Any]) -> list[Any]:
+    """The values that bound a dimension: each choice, or a range's two ends (what the
+    config check tries, so a bad key or value fails before any trial starts)."""
+    kind, arg = next(iter(spec.items()))
+    return list(arg) if kind == "choice" else [arg[0], arg[1]]
+
+
+class VariantSearch(Section):
+    """One variant's search: its space, laid over the registry's default space key by key
+    (a key set to null leaves that dimension out)."""
+
+    space: dict[str, Any] = Field(default_factory=dict, description="dotted key under "
+                                  "models.<variant> (or train.*) -> {choice: [...]} | "
+                                  "{uniform: [lo, hi]} | {loguniform: [lo, hi]} | "
+                                  "{randint: [lo, hi]}; a choice may be a mapping, laid over "
+                                  "that section (optim: {choice: [{name: adam, lr: 0.001}]}),"
+                                  " before any deeper key")
+
+    @field_validator("space")
+    @classmethod
+    def _specs(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for key, spec in v.items():
+            if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in \
+                    SPACE_KINDS:
+                raise ValueError(f"{key}: expected one of {', '.join(SPACE_KINDS)}: "
+                                 "{choice: [a, b]} or {uniform: [lo, hi]}")
+            kind, arg = next(iter(spec.items()))
+            if kind == "choice":
+                if not isinstance(arg, list) or not arg:
+                    raise ValueError(f"{key}: choice takes a non-empty list")
+                continue
+            if not (isinstance(arg, list) and len(arg) == 2 and all(
+                    isinstance(a, int | float) and not isinstance(a, bool) for a in arg)
+                    and arg[0] < arg[1]):
+                raise ValueError(f"{key}: {kind} takes [lo, hi], two numbers, lo < hi")
+            if kind == "loguniform" and arg[0] <= 0:
+                raise ValueError(f"{key}: loguniform needs lo > 0")
+        return v
+
+
+class _Search(Section):
+    """`rcpipe tune`: an ASHA search on Ray Tune, each trial one Ray Train job; a
+    ``<variant>`` section per registered variant holds its space."""
+
+    trials: int = Field(8, ge=1, description="settings sampled (Tune's num_samples)")
+    seed: int = Field(0, description="the random search's seed: the same trials again")
+    max_steps: int = Field(0, ge=0, description="a trial's steps at most (ASHA's max_t); "
+                           "0: the variant's own step limit (models.<v>.max_steps, else "
+                           "train.max_steps)")
+    eval_every: int = Field(0, ge=0, description="steps between a trial's scores (ASHA "
+                            "decides at them); 0: train.eval_every, else max_steps / 8")
+    grace_steps: int = Field(0, ge=0, description="steps every trial gets before ASHA may "
+                             "stop it; 0: a quarter of max_steps")
+    reduction_factor: float = Field(3, gt=1, description="ASHA: 1 / this of the trials "
+                                    "at a rung go on to the next")
+    cpus_per_trial: float = Field(0, ge=0, description="Ray CPUs of a trial's Train workers "
+                                  "together; 0: train.cpus_per_worker x num_workers, else 1 "
+                                  "per worker (trials share the machine's CPUs)")
+    gpus_per_trial: float = Field(0, ge=0, description="GPUs of a trial, fractions allowed "
+                                  "(0.5: two trials a GPU); 0: CPU trials")
+    max_concurrent: int = Field(0, ge=0, description="trials at once; 0: as many as the "
+                                "cluster's CPUs (GPUs) hold")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _over_the_defaults(cls, data: object) -> object:
+        if not isinstance(data, dict):
+            return data
+        merged: dict[str, Any] = dict(data)
+        for variant in VARIANTS:
+            own = data.get(variant) or {}
+            if not isinstance(own, dict):
+                continue  # pydantic names the type error
+            # a key names a whole dimension: the params' replaces the default's
+            space = dict(REGISTRY[variant].space) | (own.get("space") or {})
+            merged[variant] = own | {"space": {k: s for k, s in space.items()
+                                               if s is not None}}
+        return merged
+
+    def of(self, variant: str) -> VariantSearch:
+        result: VariantSearch = getattr(self, variant)
+        return result
+
+
+SearchConfig = create_model(
+    "SearchConfig", __base__=_Search, __doc__=_Search.__doc__,
+    **{v: (VariantSearch, VariantSearch()) for v in VARIANTS})
+
+
 class Config(Section):
     data: DataConfig
     synth: SynthConfig = SynthConfig()
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
     models: ModelsConfig = Field(default_factory=ModelsConfig)
+    tune: SearchConfig = Field(default_factory=SearchConfig)
     _source: str = PrivateAttr("params")
 
     @model_validator(mode="after")
@@ -348,6 +453,27 @@ class Config(Section):
                     raise ValueError(f"train.buckets.{name}: the last edge {edges[-1]} is "
                                      f"below data.limits.{key} {limit}, so the longest "
                                      "training batches would fit no bucket")
+        return self
+
+    @model_validator(mode="after")
+    def _spaces_name_settings(self) -> Config:
+        """Every value a search may try is a valid setting of its key: a misspelt key or
+        an out-of-range bound fails now, not in a trial."""
+        for variant in VARIANTS:
+            own = self.models.of(variant).model_dump()
+            train = self.train.model_dump()
+            for key, spec in self.tune.of(variant).space.items():
+                for value in space_values(spec):
+                    section, model, path = ("train", TrainConfig, key[6:]) \
+                        if key.startswith("train.") else ("models", ModelConfig, key)
+                    try:
+                        model.model_validate(lay(own if section == "models" else train,
+                                                 path, value))
+                    except ValidationError as e:
+                        err = e.errors()[0]
+                        what = "unknown key" if err["type"] == "extra_forbidden" \
+                            else f"{value!r}: {err['msg']}"
+                        raise ValueError(f"tune.{variant}.space.{key}: {what}") from None
         return self
 
     @property
@@ -381,20 +507,12 @@ def _apply(raw: dict[str, Any], keys: list[str], value: Any, item: str) -> None:
     node[keys[-1]] = value
 
 
-def load_config(params: Path | str | None = "params.yaml", overrides: list[str] | None = None
-                ) -> Config:
-    """The params file with ``overrides`` laid over it; ``params`` None: no file, the
-    defaults (data.train_file and data.dev_file, which have none, empty): for a command
-    given only package directories, which carry their own settings."""
-    if params is None:
-        params, text = Path(DEFAULTS), yaml.safe_dump({"data": {"train_file": "",
-                                                                 "dev_file": ""}})
-    else:
-        params = Path(params)
-        try:
-            text = params.read_text()
-        except OSError as e:
-            raise InputError(params, "", e.strerror or "cannot read") from None
+def _read_layer(params: Path) -> dict[str, Any]:
+    """One params file as a mapping; a file that cannot be read or parsed is a located error."""
+    try:
+        text = params.read_text()
+    except OSError as e:
+        raise InputError(params, "", e.strerror or "cannot read") from None
     try:
         raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
@@ -403,6 +521,40 @@ def load_config(params: Path | str | None = "params.yaml", overrides: list[str] 
         raise InputError(params, where, "not valid YAML") from None
     if not isinstance(raw, dict):
         raise InputError(params, "", "expected a mapping at the top level")
+    return raw
+
+
+def _holds(raw: Any, keys: list[str]) -> bool:
+    """Whether the mapping ``raw`` names the dotted key ``keys`` (a search space's own keys
+    are dotted: ``tune.bidaf.space.optim.lr`` is ``space: {optim.lr: ...}``)."""
+    if not keys:
+        return True
+    if not isinstance(raw, dict):
+        return False
+    return any(".".join(keys[:n]) in raw and _holds(raw[".".join(keys[:n])], keys[n:])
+               for n in range(1, len(keys) + 1))
+
+
+Layers = Path | str | Sequence[Path | str]
+
+
+def load_config(params: Layers | None = "params.yaml", overrides: list[str] | None = None
+                ) -> Config:
+    """The config of one params file, or of several laid over each other in order (a later
+    file's keys win, key by key at any depth, as ``models.<variant>`` over its paper), with
+    the ``--set`` values on top. An error names the last file that holds the key at fault.
+    ``params`` None: no file, the defaults (data.train_file and data.dev_file, which have
+    none, empty): for a command given only package directories, which carry their own."""
+    if params is None:
+        files = [Path(DEFAULTS)]
+        layers = [(files[0], {"data": {"train_file": "", "dev_file": ""}})]
+    else:
+        files = [Path(params)] if isinstance(params, str | Path) else [Path(p) for p in params]
+        files = files or [Path("params.yaml")]
+        layers = [(f, _read_layer(f)) for f in files]
+    raw: dict[str, Any] = {}
+    for _, layer in layers:
+        raw = merge_over(raw, layer)
     for item in overrides or []:
         keys, value = parse_override(item)
         _apply(raw, keys, value, item)
@@ -411,11 +563,13 @@ def load_config(params: Path | str | None = "params.yaml", overrides: list[str] 
     except ValidationError as e:
         err = e.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
-        what = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        what = "unknown key" if err["type"] == "extra_forbidden" else \
+            err["msg"].removeprefix("Value error, ")
         if not where:  # a check across sections (Config's validators) names its key first
             where, _, what = what.removeprefix("Value error, ").partition(": ")
-        raise InputError(params, where, what) from None
-    cfg._source = str(params)
+        held = [f for f, layer in layers if _holds(layer, where.split("."))]
+        raise InputError((held or files)[-1 if held else 0], where, what) from None
+    cfg._source = str(files[0])
     return cfg
 
 

@@ -18,6 +18,7 @@ METRICS = Path("metrics")  # <model>.json (official keys), <model>.by_type.json
 REPORTS = Path("reports")  # rcpipe report
 EXPLANATIONS = Path("explanations")  # rcpipe explain
 PACKAGES = Path("packages")  # rcpipe package: packages/<variant>/ (eval/package.py)
+TUNE = Path("tune")  # rcpipe tune: <variant>.yaml (a params layer), <variant>.trials.json
 ENSEMBLE = "ensemble"  # the majority vote's name among the models
 LIVE = "live"  # models/<variant>/live/: the dev curve as training writes it (dvclive's files)
 MODEL = "model.pt"  # a trained model (eval/trained.py): in models/<variant>/ and checkpoints
@@ -43,6 +44,21 @@ def package_dir(variant: str) -> Path:
 def live_dir(variant: str) -> Path:
     """dvclive's files of a variant's run: plots/metrics/{dev/em,dev/f1,train/loss}.tsv."""
     return model_dir(variant) / LIVE
+
+
+def tune_params(variant: str) -> Path:
+    """The best trial's settings as a params layer (`--params params.yaml --params` it)."""
+    return TUNE / f"{variant}.yaml"
+
+
+def tune_trials(variant: str) -> Path:
+    """Every trial of the search: its settings, status, best score and curve (the report)."""
+    return TUNE / f"{variant}.trials.json"
+
+
+def tune_run(variant: str) -> Path:
+    """The search's Ray Tune run and its trials' Ray Train runs (without train.storage_path)."""
+    return TUNE / variant
 
 
 def predictions(model: str) -> Path:

@@ -471,6 +471,24 @@ def test_bad_params(workdir: Path, call: Callable[..., tuple[int, str, str]], ar
     assert not (workdir / "data").exists()  # nothing was written
 
 
+def test_params_layers_are_laid_over_each_other(
+        workdir: Path, call: Callable[..., tuple[int, str, str]]) -> None:
+    (workdir / "tune").mkdir()
+    (workdir / "tune" / "bidaf.yaml").write_text(
+        "models:\n  bidaf:\n    dropout: 0.05\n    optim: {lr: 0.004}\n")
+    layers = ("--params", "params.yaml", "--params", "tune/bidaf.yaml")
+    code, out, _ = call("config", "models.bidaf.optim.lr", *layers)
+    assert (code, out.strip()) == (0, "0.004")
+    code, out, _ = call("config", "models.bidaf.dropout", *layers, "--set",
+                        "models.bidaf.dropout=0.3")
+    assert (code, out.strip()) == (0, "0.3")  # --set over every layer
+    (workdir / "tune" / "bidaf.yaml").write_text("models:\n  bidaf:\n    dropuot: 0.05\n")
+    code, _, err = call("config", *layers)
+    assert code == 2
+    assert assert_one_line_error(err, "tune/bidaf.yaml") == \
+        "error: tune/bidaf.yaml: models.bidaf.dropuot: unknown key"
+
+
 def test_synth_refuses_remote_targets(workdir: Path,
                                       call: Callable[..., tuple[int, str, str]]) -> None:
     code, _, err = call("synth", "--set", "data.dev_file=s3://bucket/dev.json")

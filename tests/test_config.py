@@ -18,7 +18,7 @@ def _minimal(tmp_path: Path, extra: str = "") -> Path:
     return path
 
 
-def _error(params: Path, sets: list[str] | None = None) -> InputError:
+def _error(params: Path | list[Path], sets: list[str] | None = None) -> InputError:
     with pytest.raises(InputError) as info:
         load_config(params, sets)
     return info.value
@@ -356,3 +356,68 @@ def test_rcpipe_config_with_an_unknown_key_is_one_line(
         cli.main(["config", "models.nope", "--params", str(write_params(tmp_path / "p.yaml"))])
     assert exit_.value.code == 2
     assert capsys.readouterr().err == "error: KEY: models.nope: unknown key\n"
+
+
+# ------------------------------------------------------------------ params layers (--params x N)
+
+
+def test_later_layers_override_earlier_ones_key_by_key(tmp_path: Path) -> None:
+    base = _minimal(tmp_path, "train:\n  epochs: 3\n  batch_size: 8\n"
+                              "models:\n  bidaf:\n    optim: {lr: 0.3, rho: 0.9}\n")
+    layer = tmp_path / "tune.yaml"
+    layer.write_text("train:\n  epochs: 5\nmodels:\n  bidaf:\n    optim: {lr: 0.002}\n")
+    cfg = load_config([base, layer], ["train.batch_size=4"])
+    assert (cfg.train.epochs, cfg.train.batch_size) == (5, 4)  # the layer, then --set
+    optim = cfg.models.bidaf.optim
+    assert (optim.lr, optim.rho, optim.name) == (0.002, 0.9, "adadelta")  # deep: rho kept
+    assert cfg.source == str(base)
+    assert load_config([base]).model_dump() == load_config(base).model_dump()
+
+
+def test_a_layers_mistake_names_that_layer(tmp_path: Path) -> None:
+    base = _minimal(tmp_path, "train:\n  epochs: 3\n")
+    layer = tmp_path / "tune.yaml"
+    layer.write_text("models:\n  bidaf:\n    optim: {lrr: 0.002}\n")
+    err = _error([base, layer])
+    assert (err.file, err.location) == (str(layer), "models.bidaf.optim.lrr")
+    assert err.what == "unknown key"
+    layer.write_text("train:\n  epochs: 0\n")
+    assert _error([base, layer]).line().startswith(
+        f"error: {layer}: train.epochs: ")
+    # a key no layer holds (it came from --set) names the first file, as with one file
+    layer.write_text("train:\n  epochs: 2\n")
+    assert _error([base, layer], ["eval.bogus=1"]).file == str(base)
+    layer.write_text("- a list\n")
+    assert _error([base, layer]).line() == \
+        f"error: {layer}: expected a mapping at the top level"
+
+
+# ------------------------------------------------------------------ search spaces (rcpipe tune)
+
+
+def test_a_search_space_lays_the_params_over_the_variants_default(tmp_path: Path) -> None:
+    from rcpipe.variants import REGISTRY
+
+    cfg = load_config(_minimal(tmp_path), [
+        "tune.bidaf.space={dropout: {choice: [0.1, 0.2]}, hidden: null}"])
+    space = cfg.tune.of("bidaf").space
+    assert space["dropout"] == {"choice": [0.1, 0.2]} and "hidden" not in space
+    assert space["optim"] == REGISTRY["bidaf"].space["optim"]  # the default's other keys
+    assert cfg.tune.of("qanet").space == dict(REGISTRY["qanet"].space)
+    for variant in REGISTRY:  # every default names the asked-for dimensions
+        assert {"dropout", "word_dropout", "optim.ema_decay"} <= set(
+            cfg.tune.of(variant).space)
+
+
+@pytest.mark.parametrize(("space", "location", "what"), [
+    ("{optim.lrr: {choice: [0.1]}}", "tune.bidaf.space.optim.lrr", "unknown key"),
+    ("{train.epochz: {choice: [1]}}", "tune.bidaf.space.train.epochz", "unknown key"),
+    ("{dropout: {choice: [1.5]}}", "tune.bidaf.space.dropout", "1.5: Input should be less"),
+    ("{optim: {choice: [{name: sgd}]}}", "tune.bidaf.space.optim", "{'name': 'sgd'}: "),
+    ("{dropout: {uniform: [0.3, 0.1]}}", "tune.bidaf.space", "dropout: uniform takes"),
+    ("{dropout: {normal: [0, 1]}}", "tune.bidaf.space", "dropout: expected one of"),
+])
+def test_a_bad_search_space_is_one_located_line(tmp_path: Path, space: str, location: str,
+                                                what: str) -> None:
+    err = _error(_minimal(tmp_path), [f"tune.bidaf.space={space}"])
+    assert err.location == location and err.what.startswith(what), err.line()

@@ -136,10 +136,27 @@ def _group_section(title: str, table: GroupScores, png: bytes, csv_name: str) ->
             + f'<p class="note">data: <code>{escape(csv_name)}</code></p>' + _img(png, title))
 
 
+def search_section(search: dict[str, Any], rows: list[dict[str, Any]], png: bytes,
+                   csv_name: str) -> str:
+    """A settings search (tune/<variant>.trials.json): its trials, best first, and its
+    best score against its minutes."""
+    header = list(dict.fromkeys(k for r in rows for k in r))
+    return (f"<h2>Settings search: {escape(search['variant'])}</h2>"
+            f'<p class="note">{len(rows)} trials, {search["minutes"]} minutes, up to '
+            f"{search['max_steps']} steps each (ASHA stops the trailing ones); "
+            f"{escape(search['metric'])} on {escape(search['data'])}. The best trial's "
+            f"settings: <code>{escape(search['layer'])}</code>; data: "
+            f"<code>{escape(csv_name)}</code></p>"
+            + _table(header, [["" if r[k] is None else r[k] for k in header] for r in rows])
+            + _img(png, f"{search['variant']}: best score against minutes"))
+
+
 def report_html(info: dict[str, Any], scores: list[dict[str, Any]], scores_png: bytes,
                 sections: list[tuple[str, GroupScores, bytes, str]],
-                agreement: tuple[list[str], list[list[float]], bytes] | None) -> str:
-    """The run's report: ``sections`` are (title, table, its chart, its CSV file name)."""
+                agreement: tuple[list[str], list[list[float]], bytes] | None,
+                searches: Sequence[str] = ()) -> str:
+    """The run's report: ``sections`` are (title, table, its chart, its CSV file name);
+    ``searches`` the settings searches' sections (search_section), at the end."""
     header = list(dict.fromkeys(k for r in scores for k in r))
     body = [f"<h1>rcpipe evaluation report</h1>"
             f"<p>dev set <code>{escape(str(info['dev_file']))}</code>, SQuAD "
@@ -159,4 +176,5 @@ def report_html(info: dict[str, Any], scores: list[dict[str, Any]], scores_png: 
                  _table(["", *models], [[m, *row] for m, row in zip(models, matrix,
                                                                      strict=True)]),
                  _img(png, "agreement matrix")]
+    body += list(searches)
     return _page("rcpipe evaluation report", "\n".join(body))

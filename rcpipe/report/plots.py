@@ -226,6 +226,25 @@ def agreement_png(models: list[str], matrix: list[list[float]]) -> bytes:
     return _png(fig)
 
 
+@_plain_text
+def search_png(variant: str, metric: str, points: list[dict[str, float]]) -> bytes:
+    """A settings search: every score a trial reported (dots) and the best so far (steps)
+    against the search's minutes (tables.best_so_far)."""
+    fig = Figure(figsize=(6.0, 3.2), layout="constrained")
+    ax = fig.subplots()
+    minutes = [p["minutes"] for p in points]
+    ax.scatter(minutes, [p["score"] for p in points], s=10, color="#9e9e9e",
+               label="a trial's score")
+    ax.step(minutes, [p["best"] for p in points], where="post", color="#2166ac",
+            label="best so far")
+    ax.set_xlabel("minutes of the search")
+    ax.set_ylabel(metric)
+    ax.set_title(f"rcpipe tune {variant}", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, frameon=False, loc="lower right")
+    return _png(fig)
+
+
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#17becf")
 
 

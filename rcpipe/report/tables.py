@@ -186,3 +186,36 @@ def score_rows(metrics: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             row["oracle_best_f1"] = round(m["oracle"]["best_f1"], 2)
         rows.append(row)
     return rows
+
+
+# ------------------------------------------------------------------------ a settings search
+
+
+def _setting(value: Any) -> str:
+    if isinstance(value, dict):
+        return " ".join(f"{k}={_setting(v)}" for k, v in value.items())
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def trial_rows(search: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per trial of tune/<variant>.trials.json, best first: its id, status, steps
+    trained, best score (and its step), then one column per searched setting."""
+    keys = list(dict.fromkeys(k for t in search["rows"] for k in t["settings"]))
+    ordered = sorted(search["rows"], key=lambda t: (t["best"] is None, -(t["best"] or 0)))
+    return [{"trial": t["id"], "status": t["status"], "steps": t["steps"],
+             "best": None if t["best"] is None else round(t["best"], 2),
+             "best_step": t["best_step"],
+             **{k: _setting(t["settings"][k]) if k in t["settings"] else "" for k in keys}}
+            for t in ordered]
+
+
+def best_so_far(search: dict[str, Any]) -> list[dict[str, float]]:
+    """The search's best score against its minutes: one point per score any trial
+    reported, {minutes, score, best} (best: the highest score reported by then)."""
+    points = sorted((c[0], c[2]) for t in search["rows"] for c in t["curve"])
+    out, best = [], float("-inf")
+    for seconds, score in points:
+        best = max(best, score)
+        out.append({"minutes": round(seconds / 60, 3), "score": round(score, 4),
+                    "best": round(best, 4)})
+    return out

@@ -8,7 +8,9 @@ each chart as CSV (scores.csv, f1_by_*.csv, agreement.csv: what `dvc plots` read
 f1_by_* files have a column for every variant and the ensemble, "" where one was not
 evaluated, and the length buckets a numeric min_words for the x axis), by_type/<model>.json
 (F1 by question type as one model's rows: the categorical chart `dvc plots` draws from one
-file per model) and everything in report.json. dvc.yaml's `report` stage owns the whole
+file per model) and everything in report.json. Where a settings search ran here
+(tune/<variant>.trials.json, `rcpipe tune`), its trials' table and best-score-by-minutes
+curve too: tune_<variant>.csv and .png. dvc.yaml's `report` stage owns the whole
 directory, so nothing else writes there.
 """
 
@@ -88,16 +90,44 @@ def report(cfg: Config, out: Path = layout.REPORTS) -> dict[str, Any]:
         put("agreement.csv", _csv([{"model": m, **{o: round(v, 4) for o, v in zip(
             models, row, strict=True)}} for m, row in zip(models, matrix, strict=True)]))
         agreement = (models, matrix, png)
+    searches, trials = [], {}
+    for variant, search in _searches():
+        trials[variant] = tables.trial_rows(search)
+        curve = tables.best_so_far(search)
+        png = plots.search_png(variant, search["metric"], curve)
+        put(f"tune_{variant}.png", png)
+        put(f"tune_{variant}.csv", _csv(trials[variant]))
+        searches.append(pages.search_section(search, trials[variant], png,
+                                             f"tune_{variant}.csv"))
     info = {"dev_file": cfg.data.dev_file, "version": version, "questions": len(qids)}
-    put("report.html", pages.report_html(info, rows, scores_png, sections, agreement).encode())
+    put("report.html", pages.report_html(info, rows, scores_png, sections, agreement,
+                                         searches).encode())
     write_json(out / "report.json", {
         **info, "models": models, "scores": rows,
         **{name: table.rows() for _, name, table in groups},
-        "agreement": None if agreement is None else {"models": models, "matrix": agreement[1]}})
+        "agreement": None if agreement is None else {"models": models, "matrix": agreement[1]},
+        "tune": trials})
     written.append(out / "report.json")
     log.info(f"report: {len(models)} model(s) on {len(qids)} dev questions -> "
              f"{out / 'report.html'}")
     return {"html": str(out / "report.html"), "files": [str(p) for p in written]}
+
+
+def _searches() -> list[tuple[str, dict[str, Any]]]:
+    """(variant, tune/<variant>.trials.json) of every variant whose search finished here."""
+    import json
+
+    found = []
+    for v in VARIANTS:
+        path = layout.tune_trials(v)
+        if path.is_file():
+            try:
+                search = json.loads(path.read_text())
+            except json.JSONDecodeError:
+                raise InputError(path, "", "not valid JSON: run `rcpipe tune` again") from None
+            if search.get("rows"):
+                found.append((v, search))
+    return found
 
 
 def _read_run() -> tuple[list[str], dict[str, dict[str, str]], dict[str, dict[str, Any]]]:

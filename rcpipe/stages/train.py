@@ -53,7 +53,7 @@ def train(cfg: Config, variant: str, force: bool = False, run: str | None = None
     (rcpipe.train.job_runs).
     """
     from rcpipe.train import cluster
-    from rcpipe.train.checkpoint import finish_run, read_meta
+    from rcpipe.train.checkpoint import RANK_METRIC, finish_run, read_meta
     from rcpipe.train.jobs import jobs_api_address
 
     cfg.models.of(variant)  # an unknown variant is the user's mistake, found before Ray starts
@@ -78,7 +78,7 @@ def train(cfg: Config, variant: str, force: bool = False, run: str | None = None
                          "training produced no checkpoint (no batch to train on?)")
     with result.checkpoint.as_directory() as d:
         meta = read_meta(Path(d))
-    best = result.get_best_checkpoint("rank", "max") or result.checkpoint
+    best = result.get_best_checkpoint(RANK_METRIC, "max") or result.checkpoint
     with best.as_directory() as d:
         # "finished": asked for again, the run is done (_finished)
         return finish_run(variant, out, meta, Path(d), time.perf_counter() - t0,

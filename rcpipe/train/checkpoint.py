@@ -24,6 +24,13 @@ from rcpipe.layout import MODEL, write_json
 from rcpipe.train.progress import finished
 
 STATE, META = "state.pt", "meta.json"
+# The score a run's checkpoints are ranked by, as each evaluation reports it (worker.py), and
+# what it is measured on: Ray Train keeps the best checkpoints by it (cluster.py), the best one
+# becomes model.pt (stages/train.py) and `rcpipe tune` optimises it (search.py)
+RANK_METRIC = "rank"
+# the data RANK_METRIC is measured on, as tune/<variant>.yaml's header names it
+RANK_DATA = ("the held-out training articles prepare set aside (data.heldout), never trained "
+             "on; the dev set when prepare held none out")
 
 
 def read_meta(checkpoint: Path) -> dict[str, Any]:

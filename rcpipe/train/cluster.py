@@ -27,6 +27,7 @@ from torch import nn
 from rcpipe.config import Config
 from rcpipe.errors import InputError
 from rcpipe.models import ModelInputs
+from rcpipe.train.checkpoint import RANK_METRIC
 from rcpipe.train.worker import Job, Worker
 
 RUN_NAME = "checkpoints"  # RunConfig.name: the run's folder under the storage path
@@ -130,6 +131,11 @@ def start_local_ray(num_cpus: int | None = None) -> None:
     _joined = None
 
 
+def joined() -> str | None:
+    """The address of the cluster this process joined (it may autoscale); None: local."""
+    return _joined
+
+
 @contextmanager
 def ray_cluster(address: str | None) -> Iterator[None]:
     """Join the Ray cluster at ``address``, reuse this process's, or start a local one."""
@@ -213,19 +219,23 @@ def check_fits(cfg: Config) -> None:
                          f"{max(1, int(cpus // per_worker))} (or lower train.cpus_per_worker)")
 
 
-def scaling(cfg: Config) -> tuple[Any, int]:
-    """ScalingConfig for the cluster at hand, and the torch threads of each worker."""
+def scaling(cfg: Config, gpus_per_worker: float = 0.0) -> tuple[Any, int]:
+    """ScalingConfig for the cluster at hand, and the torch threads of each worker.
+
+    ``gpus_per_worker`` > 0 gives each worker that share of a GPU (a search's trials share
+    GPUs, search.py); else a worker on GPUs takes a whole one."""
     import ray
     from ray.train import ScalingConfig
 
     t = cfg.train
     gpus = ray.cluster_resources().get("GPU", 0)
-    use_gpu = t.device == "cuda" or (t.device == "auto" and gpus > 0)
+    use_gpu = gpus_per_worker > 0 or t.device == "cuda" or (t.device == "auto" and gpus > 0)
     cpus = t.cpus_per_worker or (
         1 if use_gpu else max(1, int(ray.cluster_resources().get("CPU", 1)) // t.num_workers))
     threads = t.threads or max(1, math.floor(cpus))
+    resources = {"CPU": cpus} | ({"GPU": gpus_per_worker} if gpus_per_worker else {})
     return ScalingConfig(num_workers=t.num_workers, use_gpu=use_gpu,
-                         resources_per_worker={"CPU": cpus}), threads
+                         resources_per_worker=resources), threads
 
 
 def jobs_that_fit(cfg: Config) -> int:
@@ -286,6 +296,29 @@ def forget_run(storage_path: str, filesystem: Any) -> None:
         filesystem.delete_dir(run)
 
 
+def make_trainer(job: Job, cfg: Config, refs: dict[str, Any], storage_path: str,
+                 filesystem: Any, name: str = RUN_NAME, callbacks: tuple[Any, ...] = (),
+                 gpus_per_worker: float = 0.0) -> Any:
+    """The TorchTrainer of one run: ``train_worker`` on each rank with ``refs`` (the
+    ``inputs`` and ``dev_doc`` object refs, the ``progress`` queue or None), checkpoints
+    kept by RANK_METRIC in RunConfig(storage_path, name): started again, it resumes there."""
+    import ray.train
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    scaling_config, job.threads = scaling(cfg, gpus_per_worker)
+    return TorchTrainer(
+        train_worker, train_loop_config={"job": job} | refs,
+        scaling_config=scaling_config,
+        torch_config=TorchConfig(backend="nccl" if scaling_config.use_gpu else "gloo"),
+        run_config=ray.train.RunConfig(
+            name=name, storage_path=storage_path, storage_filesystem=filesystem,
+            callbacks=list(callbacks),
+            failure_config=ray.train.FailureConfig(max_failures=cfg.train.max_failures),
+            checkpoint_config=ray.train.CheckpointConfig(
+                num_to_keep=cfg.train.keep_checkpoints, checkpoint_score_attribute=RANK_METRIC,
+                checkpoint_score_order="max")))
+
+
 def fit(job: Job, inputs: ModelInputs, dev_doc: dict[str, Any], cfg: Config,
         storage_path: str, filesystem: Any, on_progress: Any) -> Any:
     """Run the TorchTrainer to the end; ``on_progress(message)`` sees rank 0's messages.
@@ -293,27 +326,15 @@ def fit(job: Job, inputs: ModelInputs, dev_doc: dict[str, Any], cfg: Config,
     Returns Ray Train's Result (its checkpoints live in the run's storage).
     """
     import ray
-    import ray.train
-    from ray.train.torch import TorchConfig, TorchTrainer
     from ray.util.queue import Empty, Queue
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    scaling_config, job.threads = scaling(cfg)
     # the progress queue lives on the driver's node: on another it would die with that node
     # and take the driver down with it, while Ray Train restarts the workers elsewhere
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     progress = Queue(maxsize=10_000, actor_options={"num_cpus": 0, "scheduling_strategy": here})
-    trainer = TorchTrainer(
-        train_worker, train_loop_config={"job": job, "inputs": ray.put(inputs),
-                                         "dev_doc": ray.put(dev_doc), "progress": progress},
-        scaling_config=scaling_config,
-        torch_config=TorchConfig(backend="nccl" if scaling_config.use_gpu else "gloo"),
-        run_config=ray.train.RunConfig(
-            name=RUN_NAME, storage_path=storage_path, storage_filesystem=filesystem,
-            failure_config=ray.train.FailureConfig(max_failures=cfg.train.max_failures),
-            checkpoint_config=ray.train.CheckpointConfig(
-                num_to_keep=cfg.train.keep_checkpoints, checkpoint_score_attribute="rank",
-                checkpoint_score_order="max")))
+    trainer = make_trainer(job, cfg, {"inputs": ray.put(inputs), "dev_doc": ray.put(dev_doc),
+                                      "progress": progress}, storage_path, filesystem)
     outcome: dict[str, Any] = {}
 
     def run() -> None:

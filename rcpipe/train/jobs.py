@@ -77,15 +77,16 @@ def job_config(cfg: Config) -> str:
     return effective_yaml(cfg.model_copy(update={"train": train}))
 
 
-def entrypoint(variant: str, params_yaml: str, workdir: Path, force: bool) -> str:
+def entrypoint(variant: str, params_yaml: str, workdir: Path, force: bool,
+               command: str = "train") -> str:
     """The job's shell command: in the shared directory (or a clear failure), the params
-    written to a file of the head's own, then rcpipe train. The params travel inside the
+    written to a file of the head's own, then rcpipe train (or tune). The params travel inside the
     command, so the dashboard shows exactly what ran and no file needs sharing for it.
     RAY_API_SERVER_ADDRESS, were the head's environment to hold it, is dropped: the job
     joins the cluster it runs on instead of submitting itself once more."""
     if any(line == HEREDOC for line in params_yaml.splitlines()):
         raise ValueError(f"params contain the line {HEREDOC}")
-    train = f"rcpipe train {shlex.quote(variant)} --params \"$params\"" + \
+    train = f"rcpipe {command} {shlex.quote(variant)} --params \"$params\"" + \
         (" --force" if force else "")
     where = shlex.quote(str(workdir))
     missing = shlex.quote(f"error: {workdir}: not on this node: the submitting directory "
@@ -98,9 +99,9 @@ def entrypoint(variant: str, params_yaml: str, workdir: Path, force: bool) -> st
 
 def submit_train(cfg: Config, variant: str, force: bool,
                  on_line: Callable[[str], None] | None = None, run: str | None = None,
-                 detach: bool = False) -> dict[str, Any]:
-    """Run ``rcpipe train variant`` as the Ray job of ``run`` and wait for it; its final
-    status and id.
+                 detach: bool = False, command: str = "train") -> dict[str, Any]:
+    """Run ``rcpipe train variant`` (``command``: or ``tune``) as the Ray job of ``run``
+    and wait for it; its final status and id.
 
     ``run`` names the run (a flow run's id, a user's --run-name; by default the directory
     and checkpoint storage it trains into, job_runs.default_run): an unfinished job of the
@@ -127,11 +128,13 @@ def submit_train(cfg: Config, variant: str, force: bool,
     except ConnectionError as e:
         raise InputError(cfg.source, key,
                          f"no Ray Jobs API at {address}: {str(e).splitlines()[0]}") from None
-    command = entrypoint(variant, job_config(cfg), Path.cwd().resolve(), force)
+    script = entrypoint(variant, job_config(cfg), Path.cwd().resolve(), force, command)
+    # a search is its own job beside the variant's training: rcpipe-<run>-tune-<v>-<n>
+    what = variant if command == "train" else f"{command}-{variant}"
     job_id, attached = job_runs.attach_or_submit(
-        client, run, variant, command, lambda i: _submit(client, i, command, {
-            job_runs.RUN_KEY: run, job_runs.VARIANT_KEY: variant}))
-    on_line(f"train {variant}: {'following the unfinished' if attached else 'submitted'} "
+        client, run, what, script, lambda i: _submit(client, i, script, {
+            job_runs.RUN_KEY: run, job_runs.VARIANT_KEY: what}))
+    on_line(f"{command} {variant}: {'following the unfinished' if attached else 'submitted'} "
             f"Ray job {job_id} at {address}")
     with job_runs.following(client, job_id, detach, on_line):
         asyncio.run(_follow(client, job_id, on_line))

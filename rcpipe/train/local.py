@@ -33,7 +33,7 @@ from rcpipe.eval.trained import device_of, prepared_inputs, vocab_digest
 from rcpipe.layout import LIVE, model_dir
 from rcpipe.logs import setup as setup_logging
 from rcpipe.models import ModelInputs
-from rcpipe.train.checkpoint import finish_run, read_meta
+from rcpipe.train.checkpoint import RANK_METRIC, finish_run, read_meta
 from rcpipe.train.progress import ProgressLog
 from rcpipe.train.worker import Job, Worker
 
@@ -81,7 +81,7 @@ class LocalSession:
     @staticmethod
     def _rank(checkpoint: Path) -> float:
         """What checkpoints are kept by: held-out F1, ties broken as worker.scores says."""
-        return json.loads((checkpoint / METRICS).read_text())["rank"]
+        return json.loads((checkpoint / METRICS).read_text())[RANK_METRIC]
 
     def best(self) -> Path | None:
         return max(self.checkpoints(), key=self._rank, default=None)

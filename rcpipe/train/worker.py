@@ -35,7 +35,7 @@ from rcpipe.eval.metrics import headline
 from rcpipe.eval.predict import Split
 from rcpipe.eval.trained import model_payload
 from rcpipe.models import ModelInputs, build_model
-from rcpipe.train.checkpoint import META, MODEL, STATE
+from rcpipe.train.checkpoint import META, MODEL, RANK_METRIC, STATE
 from rcpipe.train.loop import EMA, TrainStep, make_optimizer
 
 PROGRESS_EVERY = 10  # steps between progress messages (and loss reads) from rank 0
@@ -337,7 +337,7 @@ class Worker:
         with tempfile.TemporaryDirectory() as tmp:
             self._write(Path(tmp), rngs, digests, em, f1)
             self.session.report({"step": run.step, "epoch": run.epoch, "dev_em": em,
-                                 "dev_f1": f1, "rank": rank}, Path(tmp), name)
+                                 "dev_f1": f1, RANK_METRIC: rank}, Path(tmp), name)
         # the curve's point, once its checkpoint is stored (train/progress.py logs and draws it)
         self.session.progress({"eval": run.history[-1] | {
             "checkpoint": name, "resumed_from_step": run.resumed_from_step}})

@@ -97,3 +97,30 @@ def test_bucket_edges() -> None:
     assert report.answer_length_group(q) == "4-5"
     assert report.answer_length_group(report.DevQuestion("x", "?", "", ["  "])) == "1"
     assert report.context_length_group(report.DevQuestion("x", "?", "w " * 300, [])) == "300+"
+
+
+def test_a_search_table_is_best_first_and_its_curve_never_falls() -> None:
+    from rcpipe.report import pages, plots
+    from rcpipe.report.tables import best_so_far, trial_rows
+
+    search = {"variant": "bidaf", "metric": "rank", "data": "the held-out articles", "minutes": 0.1,
+              "max_steps": 6, "layer": "tune/bidaf.yaml", "rows": [
+                  {"id": "a_0", "status": "stopped", "steps": 2, "best": 10.0, "best_step": 2,
+                   "settings": {"optim": {"name": "adam", "lr": 0.01}, "dropout": 0.1234567},
+                   "curve": [[0.0, 2, 10.0]]},
+                  {"id": "a_1", "status": "finished", "steps": 6, "best": 30.0, "best_step": 4,
+                   "settings": {"optim": {"name": "adadelta", "lr": 0.5}, "dropout": 0.2},
+                   "curve": [[1.0, 2, 5.0], [3.0, 4, 30.0], [6.0, 6, 20.0]]},
+                  {"id": "a_2", "status": "failed", "steps": 0, "best": None,
+                   "best_step": None, "settings": {"dropout": 0.3}, "curve": []}]}
+    rows = trial_rows(search)
+    assert [r["trial"] for r in rows] == ["a_1", "a_0", "a_2"]
+    assert rows[1]["optim"] == "name=adam lr=0.01" and rows[1]["dropout"] == "0.1235"
+    assert rows[2]["optim"] == ""  # a setting the trial never got
+    curve = best_so_far(search)
+    assert [p["best"] for p in curve] == [10.0, 10.0, 30.0, 30.0]
+    assert [p["minutes"] for p in curve] == [0.0, round(1 / 60, 3), 0.05, 0.1]
+    png = plots.search_png("bidaf", "rank", curve)
+    assert png.startswith(b"\x89PNG")
+    html = pages.search_section(search, rows, png, "tune_bidaf.csv")
+    assert "Settings search: bidaf" in html and "tune/bidaf.yaml" in html

@@ -1,0 +1,181 @@
+"""`rcpipe tune VARIANT`: search a variant's settings (train/search.py), write the best.
+
+Layout: tune/<variant>.yaml (the best trial's settings as a params layer: only the searched
+keys, under models.<variant> / train.*, with a header saying when, from how many trials,
+its score and on which data), tune/<variant>.trials.json (every trial: settings, status,
+best score, curve; the report's table and plot), and the search's Ray Tune run with its
+trials' Ray Train runs under tune/<variant>/ (or train.storage_path/tune/<variant>).
+Running it again resumes an interrupted search (finished trials are not run again) or, when
+the search finished with the same settings, does nothing; ``force`` starts over.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import time
+from dataclasses import replace
+from typing import Any
+
+import yaml
+
+from rcpipe import layout
+from rcpipe.config import Config, space_values
+from rcpipe.errors import InputError
+from rcpipe.stages.io import load_dataset
+
+log = logging.getLogger(__name__)
+
+
+def tune(cfg: Config, variant: str, force: bool = False, run: str | None = None,
+         detach: bool = False) -> dict[str, Any]:
+    """Search ``variant``'s settings on Ray Tune; the summary of tune/<variant>.trials.json.
+
+    Through a cluster's Jobs API the search is a Ray job on the head (``run``, ``detach``:
+    as `rcpipe train`)."""
+    from rcpipe.stages.train import _model_inputs
+    from rcpipe.train import cluster, search
+    from rcpipe.train.jobs import jobs_api_address, submit_train
+
+    cfg.models.of(variant)
+    cluster.check_train_v2()
+    trials_path = layout.tune_trials(variant)
+    if jobs_api_address(cfg):
+        submit_train(cfg, variant, force, run=run, detach=detach, command="tune")
+        if (done := _finished(trials_path, None)) is None:
+            raise InputError(trials_path, "", "the Ray job finished but this directory has "
+                             "no trials file: it must be on the file system the cluster's "
+                             "nodes share")
+        return done
+    storage = cluster.storage(cfg, f"tune/{variant}", layout.tune_run(variant))
+    digest = _digest(cfg, variant)
+    if force:
+        _forget(storage)
+        for path in (trials_path, layout.tune_params(variant)):
+            path.unlink(missing_ok=True)
+    elif (done := _finished(trials_path, digest)) is not None:
+        log.info("tune %s: already finished (%s); nothing to do", variant, trials_path)
+        return done
+    inputs = _model_inputs(cfg)
+    _check_trials_build(cfg, variant, inputs)
+    dev_doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir)
+    prepared = cfg.data.out_dir.resolve()
+    from rcpipe.eval.trained import vocab_digest
+
+    paths = {"train_path": str(prepared / "train.parquet"),
+             "dev_path": str(prepared / "dev.parquet"),
+             "vocab_sha256": vocab_digest(cfg.data.out_dir)}
+    with cluster.ray_cluster(cfg.train.ray_address):
+        plan = search.plan(cfg, variant)
+        _check_same_search(storage, digest, force)
+        trials, ended = search.run(cfg, variant, inputs, dev_doc, paths, storage, plan)
+    return _write(cfg, variant, trials, plan.max_steps, digest, ended)
+
+
+def _write(cfg: Config, variant: str, trials: list[dict[str, Any]], max_steps: int,
+           digest: str, ended: bool) -> dict[str, Any]:
+    """The layer and the trials' file; an interrupted search (``ended`` False) writes them
+    too, from the trials so far, marked unfinished: the next run resumes it."""
+    from rcpipe.train.checkpoint import RANK_DATA, RANK_METRIC
+    from rcpipe.train.search import chosen_layer, rounded
+
+    scored = [t for t in trials if t["best"] is not None]
+    if not scored:
+        raise InputError(layout.tune_run(variant), "", f"no trial of {len(trials)} reported "
+                         f"a score (see the trials' errors under {layout.tune_run(variant)})")
+    best = max(scored, key=lambda t: t["best"])
+    # the search's own cost: its first report to its last, resumes included
+    seconds = max((t["curve"][-1][0] for t in scored), default=0.0)
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    finished = sum(t["status"] == "finished" for t in trials)
+    header = (f"# rcpipe tune {variant}, {when}: the best of {len(trials)} trials (ASHA on "
+              f"Ray Tune, up to {max_steps} steps each, {finished} ran them all)\n"
+              f"# is trial {best['id']}: {RANK_METRIC} {best['best']:.2f} at step "
+              f"{best['best_step']}, measured on {RANK_DATA}.\n"
+              f"# Train with it: rcpipe train {variant} --params params.yaml --params "
+              f"{layout.tune_params(variant)}\n")
+    best["settings"] = rounded(best["settings"])
+    layer = chosen_layer(variant, best["settings"])
+    layout.write(layout.tune_params(variant),
+                 header + yaml.safe_dump(layer, sort_keys=False, default_flow_style=False))
+    summary = {"variant": variant, "when": when, "metric": RANK_METRIC, "data": RANK_DATA,
+               "minutes": round(seconds / 60, 2), "max_steps": max_steps,
+               "trials": len(trials), "finished": ended, "digest": digest,
+               "best": {k: best[k] for k in ("id", "best", "best_step", "settings")},
+               "layer": str(layout.tune_params(variant))}
+    layout.write_json(layout.tune_trials(variant), summary | {"rows": trials})
+    log.info("tune %s: best trial %s, %s %.2f; settings in %s", variant, best["id"],
+             RANK_METRIC, best["best"], layout.tune_params(variant))
+    return summary
+
+
+def _finished(path: Any, digest: str | None) -> dict[str, Any] | None:
+    """The summary of a search that finished (with these settings, unless None), or None."""
+    if not path.is_file():
+        return None
+    done: dict[str, Any] = json.loads(path.read_text())
+    if not done.get("finished") or (digest is not None and done.get("digest") != digest):
+        return None
+    return {k: v for k, v in done.items() if k != "rows"}
+
+
+def _digest(cfg: Config, variant: str) -> str:
+    """What a search is: the params it trains with and its own settings (the step budget,
+    the space); a resumed search must be the same one."""
+    data = cfg.model_dump(mode="json")
+    tune = data.pop("tune")
+    data["tune"] = {k: v for k, v in tune.items() if k not in type(cfg.models).model_fields} | {
+        "space": tune[variant]["space"]}
+    data["train"].pop("ray_address", None)
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _check_same_search(storage: tuple[str, Any], digest: str, force: bool) -> None:
+    """Record the search's digest beside its run; refuse to resume one of other settings."""
+    from pyarrow import fs
+
+    path, filesystem = storage
+    filesystem = filesystem or fs.LocalFileSystem()
+    marker = f"{path}/search.json"
+    if filesystem.get_file_info(marker).type != fs.FileType.NotFound:
+        with filesystem.open_input_stream(marker) as f:
+            seen = json.loads(f.read().decode())
+        if seen.get("digest") != digest:
+            raise InputError(marker, "digest", "the search there ran other params or "
+                             "another space: run `rcpipe tune --force` to start over")
+        return
+    filesystem.create_dir(path, recursive=True)
+    with filesystem.open_output_stream(marker) as f:
+        f.write(json.dumps({"digest": digest}).encode())
+
+
+def _forget(storage: tuple[str, Any]) -> None:
+    from pyarrow import fs
+
+    path, filesystem = storage
+    if filesystem is None:
+        shutil.rmtree(path, ignore_errors=True)
+    elif filesystem.get_file_info(path).type != fs.FileType.NotFound:
+        filesystem.delete_dir(path)
+
+
+def _check_trials_build(cfg: Config, variant: str, inputs: Any) -> None:
+    """Build the model at every value of each architecture key the search tries, here,
+    so a size that cannot build fails now, not in a trial."""
+    from rcpipe.config import ModelConfig, lay
+    from rcpipe.models import build_model
+
+    arch = set(ModelConfig.architecture_fields())
+    own = cfg.models.of(variant).model_dump()
+    for key, spec in cfg.tune.of(variant).space.items():
+        if key.split(".")[0] not in arch:
+            continue
+        for value in space_values(spec):
+            try:
+                build_model(variant, ModelConfig.model_validate(lay(own, key, value)),
+                            replace(inputs, vectors=None))
+            except ValueError as e:
+                raise InputError(cfg.source, f"tune.{variant}.space.{key}",
+                                 f"{value!r}: {e}") from None

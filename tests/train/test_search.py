@@ -1,0 +1,79 @@
+"""`rcpipe tune` on a real local Ray (2 CPUs): ASHA over two tiny trials, each a Ray Train
+job under Tune; the best as a params layer; a re-run resumes instead of searching again."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import yaml
+
+from rcpipe import layout, stages
+from rcpipe.config import load_config
+from tests.conftest import TINY_MODEL
+
+SPACE = {"optim": {"choice": [{"name": "adam", "lr": 0.01}, {"name": "adam", "lr": 0.001}]},
+         "dropout": {"uniform": [0.0, 0.2]}}
+
+
+@pytest.mark.usefixtures("local_ray")
+def test_a_search_writes_the_best_as_a_params_layer_and_resumes(prepared_here) -> None:  # noqa: ANN001
+    cfg = prepared_here(train={"batch_size": 16, "epochs": 5},
+                        models={"bidaf": TINY_MODEL},
+                        # one at a time: the second trial needs the CPU the first one's
+                        # workers held (search._recorder: released when a trial ends)
+                        tune={"trials": 2, "max_concurrent": 1, "max_steps": 6,
+                              "eval_every": 2, "grace_steps": 2,
+                              "bidaf": {"space": SPACE | {"hidden": None,
+                                                          "optim.ema_decay": None,
+                                                          "word_dropout": None}}})
+    t0 = time.perf_counter()
+    summary = stages.tune(cfg, "bidaf")
+    print(f"search: {time.perf_counter() - t0:.1f} s")
+    assert summary["trials"] == 2 and summary["metric"] == "rank"
+    table = json.loads(layout.tune_trials("bidaf").read_text())
+    assert len(table["rows"]) == 2
+    for row in table["rows"]:
+        assert set(row["settings"]) == {"optim", "dropout"}
+        assert row["status"] in {"finished", "stopped"} and row["curve"]
+        assert [c[1] for c in row["curve"]] == sorted(c[1] for c in row["curve"])
+    assert any(row["status"] == "finished" and row["steps"] == 6 for row in table["rows"])
+    text = layout.tune_params("bidaf").read_text()
+    assert text.startswith("# rcpipe tune bidaf") and "dev" in text.splitlines()[1]
+    layer = yaml.safe_load(text)
+    assert set(layer) == {"models"} and set(layer["models"]["bidaf"]) == {"optim", "dropout"}
+    tuned = load_config([cfg.source, layout.tune_params("bidaf")])
+    assert tuned.models.bidaf.optim.lr == summary["best"]["settings"]["optim"]["lr"]
+    assert tuned.models.bidaf.hidden == TINY_MODEL["hidden"]  # unsearched keys: the params'
+
+    # asked again: nothing runs
+    assert stages.tune(cfg, "bidaf")["when"] == summary["when"]
+    # its file gone, the search is restored from its run: finished trials are not run again
+    runs = sorted(layout.tune_run("bidaf").glob("trials/*/checkpoint_manager_snapshot.json"))
+    before = {p: p.stat().st_mtime_ns for p in runs}
+    layout.tune_trials("bidaf").unlink()
+    again = stages.tune(cfg, "bidaf")
+    assert again["best"]["id"] == summary["best"]["id"]
+    assert {p: p.stat().st_mtime_ns for p in runs} == before
+
+
+@pytest.mark.usefixtures("local_ray")
+@pytest.mark.parametrize(("variant", "tune", "key"), [
+    ("bidaf", {"max_steps": 4, "gpus_per_trial": 0.5}, "tune.gpus_per_trial"),
+    ("bidaf", {"max_steps": 4, "cpus_per_trial": 3}, "tune.cpus_per_trial"),
+    ("bidaf", {"max_steps": 0}, "tune.max_steps"),
+    ("qanet", {"max_steps": 4, "qanet": {"space": {"hidden": {"choice": [8, 9]}}}},
+     "tune.qanet.space.hidden"),  # 9 is not divisible by the 2 heads: it cannot build
+])
+def test_a_search_that_cannot_run_here_fails_before_any_trial(
+        prepared_here, variant: str, tune: dict, key: str) -> None:  # noqa: ANN001
+    from rcpipe.errors import InputError
+
+    cfg = prepared_here(train={"max_steps": 0}, models={variant: TINY_MODEL}, tune=tune)
+    t0 = time.perf_counter()
+    with pytest.raises(InputError) as err:
+        stages.tune(cfg, variant)
+    assert err.value.location == key, err.value.line()
+    assert time.perf_counter() - t0 < 10
+    assert not layout.tune_run(variant).joinpath("search").exists()

@@ -18,6 +18,12 @@ SQuAD dev scores.
 
     .venv/bin/python bench/accuracy.py --preset cpu --minutes 3 --versions 1.1 2.0
     .venv/bin/python bench/accuracy.py --preset paper --minutes 15 --lanes 5   # one GPU
+
+``--tuned DIR`` trains each variant with the params layer ``DIR/<variant>.yaml`` that
+`rcpipe tune` wrote (laid over the preset, as ``--params`` does) where there is one, and tags
+the outputs ``tuned``: run it beside a default run of the same minutes. A layer must come
+from a search on the same training file, whose trials were ranked on its held-out slice,
+so the test articles choose nothing (the search's cost is its own `tune/<v>.trials.json`).
 """
 
 from __future__ import annotations
@@ -68,13 +74,20 @@ def train(variant: str, params: Path, prepared: Path, train_file: Path, test: Pa
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as f:
         done = subprocess.run([sys.executable, "-m", "rcpipe.train.local", variant,
-                               "--params", str(params), "--run-dir", str(run_dir),
+                               "--params", str(params), *tuned_layer(args.tuned, variant),
+                               "--run-dir", str(run_dir),
                                *_sets(sets)], stdout=subprocess.PIPE, stderr=f, text=True,
                               env=env)
     if done.returncode != 0:
         raise RuntimeError(f"{variant}: training failed, see {log}")
     print(f"  {variant}: {done.stdout.strip()}", flush=True)
     return json.loads((run_dir / "summary.json").read_text())
+
+
+def tuned_layer(tuned: Path | None, variant: str) -> list[str]:
+    """``--params DIR/<variant>.yaml`` where `rcpipe tune` wrote one under ``--tuned DIR``."""
+    layer = tuned / f"{variant}.yaml" if tuned else None
+    return ["--params", str(layer)] if layer and layer.is_file() else []
 
 
 def ensemble(variants: list[str], runs: Path, params: Path, prepared: Path, test: Path
@@ -169,8 +182,11 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], help="a params override, e.g. "
                     "models.bidaf.dropout=0.3 (repeatable)")
     ap.add_argument("--tag", default="", help="a name for this run's outputs (ablations)")
+    ap.add_argument("--tuned", type=Path, help="a folder of `rcpipe tune` layers "
+                    "(<variant>.yaml): each variant trains with its own (tag: tuned)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
     args = ap.parse_args()
+    args.tag = args.tag or ("tuned" if args.tuned else "")
     cpu = args.preset == "cpu"
     args.lanes = args.lanes or (2 if cpu else 1)
     args.threads = args.threads or (1 if cpu else 0)
@@ -183,7 +199,9 @@ def main() -> None:
     name = torch.cuda.get_device_name() if device == "cuda" else \
         f"{os.cpu_count()}-core CPU, {args.threads} thread(s) a variant"
     result: dict[str, Any] = {"preset": args.preset, "minutes": args.minutes, "device": name,
-                              "lanes": args.lanes, "sets": args.set, "versions": {}}
+                              "lanes": args.lanes, "sets": args.set, "versions": {},
+                              "tuned": {v: str(args.tuned / f"{v}.yaml") for v in args.variants
+                                        if tuned_layer(args.tuned, v)}}
     for version in args.versions:
         train_file = args.split / f"train-v{version}.json"
         test = args.split / f"test-v{version}.json"

@@ -9,7 +9,7 @@ and at the end, as `rcpipe train` does (checkpoint.finish_run), the best model i
 to the ``rcpipe.train`` loggers and the dev curve to dvclive's files in ``<run_dir>/live/``
 as it happens (train/progress.py). ``rcpipe train`` stays a Ray Train job.
 
-    python -m rcpipe.train.local VARIANT [--params F] [--set k=v ...] [--run-dir DIR]
+    python -m rcpipe.train.local VARIANT [--params F ...] [--set k=v ...] [--run-dir DIR]
 """
 
 from __future__ import annotations
@@ -141,14 +141,16 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m rcpipe.train.local",
                                  description="Train one variant in this process, no Ray.")
     ap.add_argument("variant")
-    ap.add_argument("--params", type=Path, default=Path("params.yaml"))
+    ap.add_argument("--params", type=Path, action="append", default=[],
+                    help="a params file; repeatable, later layers over earlier ones as the "
+                    "CLI's (default params.yaml)")
     ap.add_argument("--set", dest="sets", action="append", default=[],
                     help="override a param: dotted.key=value (repeatable)")
     ap.add_argument("--run-dir", type=Path, help="default: models/<variant>/local")
     args = ap.parse_args(argv)
     setup_logging()
     try:
-        cfg = load_config(args.params, args.sets)
+        cfg = load_config(args.params or [Path("params.yaml")], args.sets)
         summary = train_local(cfg, args.variant,
                               args.run_dir or model_dir(args.variant) / "local")
     except InputError as e:

@@ -135,3 +135,20 @@ def test_checkpoints_are_ranked_on_the_heldout_questions_not_dev(v2_splits) -> N
     alone = scores(UnsureReader(), dev, None, None, cfg, cpu)  # nothing held out: dev
     assert alone.heldout is None and alone.rank == pytest.approx(headline(alone.dev)[1],
                                                                  abs=0.011)
+
+
+def test_the_command_lays_params_files_over_each_other(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    """`python -m rcpipe.train.local V --params A --params B` (bench/accuracy.py --tuned): B
+    over A, and a bad key is one line naming the layer that holds it, exit 2."""
+    from rcpipe.train import local
+
+    base, layer = tmp_path / "base.yaml", tmp_path / "tuned.yaml"
+    base.write_text((ROOT / "params.demo.yaml").read_text())
+    layer.write_text("models:\n  bidaf:\n    dropout: 2.0\n")  # out of range
+    with pytest.raises(SystemExit) as stop:
+        local.main(["bidaf", "--params", str(base), "--params", str(layer)])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {layer}: models.bidaf.dropout") and "\n" not in err

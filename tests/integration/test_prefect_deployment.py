@@ -108,8 +108,8 @@ def _job_lines(api_url: str) -> list[str]:
     return found
 
 
-def _lose_the_training_node(s3: Any, second: ray_nodes.Node, hold: subprocess.Popen[str],
-                            seen: dict[str, Any]) -> None:
+def _lose_the_training_node(s3: Any, head: ray_nodes.Node, second: ray_nodes.Node,
+                            hold: subprocess.Popen[str], seen: dict[str, Any]) -> None:
     """After the first checkpoint: free the head, SIGKILL the second node's raylet; then time
     until a new training worker (the restarted group's, on the head) runs."""
     deadline = time.monotonic() + 400
@@ -117,11 +117,12 @@ def _lose_the_training_node(s3: Any, second: ray_nodes.Node, hold: subprocess.Po
         if time.monotonic() > deadline:
             return
         time.sleep(0.2)
-    before = {p.pid for p in ray_nodes.train_workers()}
+    on_head = head.raylet()  # its workers are the raylet's children
+    before = {p.pid for p in ray_nodes.train_workers(on_head)}
     hold.kill()
     second.raylet().kill()
     seen |= {"killed_at": time.monotonic(), "last_before": max(steps)}
-    while not {p.pid for p in ray_nodes.train_workers()} - before:
+    while not {p.pid for p in ray_nodes.train_workers(on_head)} - before:
         if time.monotonic() > deadline:
             return
         time.sleep(0.1)
@@ -147,7 +148,7 @@ def test_a_deployment_run_loses_the_training_node_and_finishes_as_undisturbed(
         nodes.append(second)
         hold = ray_nodes.hold_the_head(gcs, env)  # the job's worker starts on node 2
         killer = threading.Thread(target=_lose_the_training_node,
-                                  args=(s3, second, hold, seen), daemon=True)
+                                  args=(s3, head, second, hold, seen), daemon=True)
         killer.start()
         run = subprocess.run(
             [stack._prefect(), "deployment", "run", "train-all/local",

@@ -340,3 +340,28 @@ def trained(tmp_path_factory: pytest.TempPathFactory, synth_v1: SynthData,
             stages.evaluate(cfg, v)
         stages.ensemble(cfg, [Path(f"predictions/{v}.nbest.json") for v in variants])
     return Trained(root, cfg, synth_v1, variants)
+
+
+# A run long enough to be interrupted mid-training and resumed: tests/train/test_cluster.py
+# kills `rcpipe train` with SIGKILL, tests/integration/test_prefect_deployment.py loses the
+# node its Ray job trains on; each compares the resumed run with `undisturbed`. bidaf: its
+# tiny model's dev F1 moves within 40 steps (qanet's, in its warm-up, does not)
+RESUMED_VARIANT = "bidaf"
+RESUMED_TRAIN = {"max_steps": 40, "eval_every": 4, "batch_size": 4, "epochs": 50,
+                 "threads": 1}
+
+
+@pytest.fixture(scope="session")
+def undisturbed(tmp_path_factory: pytest.TempPathFactory, prepared: Prepared
+                ) -> dict[str, Any]:
+    """The summary of RESUMED_VARIANT trained RESUMED_TRAIN's steps on ``prepared`` in one
+    plain process (train_local: the Worker every Ray Train rank runs), never interrupted:
+    the reference that each interrupted and resumed run must match (one run for both)."""
+    from rcpipe.train.local import train_local
+
+    root = tmp_path_factory.mktemp("undisturbed")
+    params = write_params(root / "params.yaml", data={
+        "train_file": str(prepared.data.train), "dev_file": str(prepared.data.dev),
+        "out_dir": str(prepared.out_dir), "cache_dir": str(root / "cache"),
+    }, train=RESUMED_TRAIN, models={RESUMED_VARIANT: TINY_MODEL})
+    return train_local(load_config(params), RESUMED_VARIANT, root / RESUMED_VARIANT)

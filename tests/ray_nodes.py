@@ -39,10 +39,17 @@ class Node:
         raise LookupError(f"no raylet under {self.temp_dir}")
 
 
-def train_workers() -> list[psutil.Process]:
-    """This machine's Ray Train worker processes (Ray titles them RayTrainWorker)."""
-    return [p for p in psutil.process_iter(["cmdline"])
-            if any("RayTrainWorker" in part for part in p.info["cmdline"] or [])]
+def train_workers(under: psutil.Process | None = None) -> list[psutil.Process]:
+    """Ray Train worker processes (Ray titles them RayTrainWorker): this machine's, or only
+    those descending from ``under`` (a local Ray's raylet is its driver's child), so that a
+    test kills its own cluster's worker, never another run's on a shared machine."""
+    found = under.children(recursive=True) if under is not None else psutil.process_iter()
+    workers = []
+    for p in found:
+        with contextlib.suppress(psutil.Error):
+            if any("RayTrainWorker" in part for part in p.cmdline()):
+                workers.append(p)
+    return workers
 
 
 def node_env(extra: dict[str, str]) -> dict[str, str]:

@@ -24,10 +24,18 @@ from typing import Any
 import pytest
 
 from flows import stack
-from rcpipe.config import VARIANTS, load_config
-from rcpipe.train.local import train_local
+from rcpipe.config import VARIANTS
 from tests import ray_nodes
-from tests.conftest import AWS_WORKER_ENV, TINY_MODEL, SynthData, questions_of, write_params
+from tests.conftest import (
+    AWS_WORKER_ENV,
+    RESUMED_TRAIN,
+    RESUMED_VARIANT,
+    TINY_MODEL,
+    Prepared,
+    SynthData,
+    questions_of,
+    write_params,
+)
 
 # The deployment, its worker and the flow's local Ray do the same for any variant: two voters
 # (one recurrent, one convolutional) give every metric file and the ensemble. Every variant
@@ -76,8 +84,8 @@ def test_deployment_run_train_all_local_completes_with_every_metric(
         assert len(answers) == len(questions_of(synth_v1.dev_doc))
 
 
-TRAIN = {"max_steps": 40, "eval_every": 4, "batch_size": 4, "epochs": 50, "max_failures": 2,
-         "cpus_per_worker": 1, "threads": 1}
+# the run tests/conftest.py's `undisturbed` trained, with the cluster's settings on top
+TRAIN = RESUMED_TRAIN | {"max_failures": 2, "cpus_per_worker": 1}
 
 
 def _checkpoints(s3: Any, prefix: str) -> list[int]:
@@ -100,20 +108,21 @@ def _job_lines(api_url: str) -> list[str]:
     return found
 
 
-def _lose_the_training_node(s3: Any, second: ray_nodes.Node, hold: subprocess.Popen[str],
-                            seen: dict[str, Any]) -> None:
+def _lose_the_training_node(s3: Any, head: ray_nodes.Node, second: ray_nodes.Node,
+                            hold: subprocess.Popen[str], seen: dict[str, Any]) -> None:
     """After the first checkpoint: free the head, SIGKILL the second node's raylet; then time
     until a new training worker (the restarted group's, on the head) runs."""
     deadline = time.monotonic() + 400
-    while not (steps := _checkpoints(s3, "deploy/bidaf/checkpoints/")):
+    while not (steps := _checkpoints(s3, f"deploy/{RESUMED_VARIANT}/checkpoints/")):
         if time.monotonic() > deadline:
             return
         time.sleep(0.2)
-    before = {p.pid for p in ray_nodes.train_workers()}
+    on_head = head.raylet()  # its workers are the raylet's children
+    before = {p.pid for p in ray_nodes.train_workers(on_head)}
     hold.kill()
     second.raylet().kill()
     seen |= {"killed_at": time.monotonic(), "last_before": max(steps)}
-    while not {p.pid for p in ray_nodes.train_workers()} - before:
+    while not {p.pid for p in ray_nodes.train_workers(on_head)} - before:
         if time.monotonic() > deadline:
             return
         time.sleep(0.1)
@@ -123,8 +132,10 @@ def _lose_the_training_node(s3: Any, second: ray_nodes.Node, hold: subprocess.Po
 @pytest.mark.integration
 @pytest.mark.slow
 def test_a_deployment_run_loses_the_training_node_and_finishes_as_undisturbed(
-        prefect_stack: dict, s3: Any, tmp_path: Path, synth_v1: SynthData) -> None:
-    params = write_params(tmp_path / "params.yaml", train=TRAIN, models={"bidaf": TINY_MODEL},
+        prefect_stack: dict, s3: Any, tmp_path: Path, synth_v1: SynthData,
+        prepared: Prepared, undisturbed: dict[str, Any]) -> None:
+    variant = RESUMED_VARIANT
+    params = write_params(tmp_path / "params.yaml", train=TRAIN, models={variant: TINY_MODEL},
                           data={"train_file": str(synth_v1.train),
                                 "dev_file": str(synth_v1.dev)})
     env = ray_nodes.node_env({**AWS_WORKER_ENV, "AWS_ENDPOINT_URL": s3.meta.endpoint_url})
@@ -137,12 +148,12 @@ def test_a_deployment_run_loses_the_training_node_and_finishes_as_undisturbed(
         nodes.append(second)
         hold = ray_nodes.hold_the_head(gcs, env)  # the job's worker starts on node 2
         killer = threading.Thread(target=_lose_the_training_node,
-                                  args=(s3, second, hold, seen), daemon=True)
+                                  args=(s3, head, second, hold, seen), daemon=True)
         killer.start()
         run = subprocess.run(
             [stack._prefect(), "deployment", "run", "train-all/local",
              "--param", f"params={params}", "--param", f"workdir={work}",
-             "--param", "synth_data=false", "--param", 'variants=["bidaf"]',
+             "--param", "synth_data=false", "--param", f'variants=["{variant}"]',
              "--param", f"ray_address={jobs_api}",
              "--param", "storage_path=s3://rcpipe-test/deploy",
              "--watch", "--watch-timeout", "900"],
@@ -154,25 +165,28 @@ def test_a_deployment_run_loses_the_training_node_and_finishes_as_undisturbed(
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "Completed" in run.stdout
     assert "recovered_s" in seen, "the second node was never lost mid-training"
-    resumed = json.loads((work / "models/bidaf/summary.json").read_text())
+    resumed = json.loads((work / f"models/{variant}/summary.json").read_text())
     # from the newest checkpoint (one stored after the kill was decided may be newer still)
-    assert resumed["steps"] == 40
-    assert seen["last_before"] <= resumed["resumed_from_step"] < 40
-    answers = json.loads((work / "predictions/bidaf.json").read_text())
+    assert resumed["steps"] == TRAIN["max_steps"]
+    assert seen["last_before"] <= resumed["resumed_from_step"] < TRAIN["max_steps"]
+    answers = json.loads((work / f"predictions/{variant}.json").read_text())
     assert len(answers) == len(questions_of(synth_v1.dev_doc))
     # the flow followed the job: its submission and the job's own lines are in Prefect
     relayed = _job_lines(str(prefect_stack["api_url"]))
     assert any("submitted Ray job" in line for line in relayed)
-    assert any("train bidaf:" in line and "dev EM" in line for line in relayed)
+    assert any(f"train {variant}:" in line and "dev EM" in line for line in relayed)
 
-    # the same params, undisturbed, in one process: the same steps, the same dev F1 within
-    # noise (the data order, optimizer, EMA and RNG streams resume with the checkpoint)
-    reference = train_local(load_config(params, [f"data.out_dir={work}/data/prepared"]),
-                            "bidaf", tmp_path / "reference")
-    assert reference["steps"] == resumed["steps"]
-    assert resumed["best_dev_f1"] == pytest.approx(reference["best_dev_f1"], abs=2.0)
+    # the same params, undisturbed, in one process (`undisturbed`, shared with the kill -9
+    # test, trained on `prepared`: the data this flow prepared, byte for byte): the same
+    # steps, the same dev F1 within noise (the data order, optimizer, EMA and RNG streams
+    # resume with the checkpoint)
+    for name in ("vocab.json", "train.parquet", "dev.parquet"):
+        assert (work / "data/prepared" / name).read_bytes() == \
+            (prepared.out_dir / name).read_bytes(), name
+    assert undisturbed["steps"] == resumed["steps"]
+    assert resumed["best_dev_f1"] == pytest.approx(undisturbed["best_dev_f1"], abs=2.0)
     print(f"\nnode lost with checkpoint step {seen['last_before']} stored; resumed from "
           f"step {resumed['resumed_from_step']} (a checkpoint every {TRAIN['eval_every']} "
           f"steps and at each epoch's end); a new training worker {seen['recovered_s']:.1f} s"
           f" after the kill; dev F1 {resumed['best_dev_f1']:.2f} vs undisturbed "
-          f"{reference['best_dev_f1']:.2f}")
+          f"{undisturbed['best_dev_f1']:.2f}")

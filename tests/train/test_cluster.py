@@ -11,11 +11,19 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from rcpipe import stages
 from tests import ray_nodes
-from tests.conftest import TINY_MODEL, SynthData, write_params
+from tests.conftest import (
+    RESUMED_TRAIN,
+    RESUMED_VARIANT,
+    TINY_MODEL,
+    Prepared,
+    SynthData,
+    write_params,
+)
 
 
 def _registered_checkpoint(checkpoints: Path) -> bool:
@@ -59,7 +67,7 @@ def test_failure_config_restarts_a_run_whose_worker_died(prepared_here) -> None:
     def kill_a_worker_after_the_first_checkpoint() -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not killed:
-            workers = ray_nodes.train_workers()
+            workers = ray_nodes.train_workers(psutil.Process())  # local_ray's
             if workers and _registered_checkpoint(Path("models/bidaf/checkpoints")):
                 workers[0].kill()  # SIGKILL, as an OOM killer or a lost node would
                 killed.append(workers[0].pid)
@@ -75,73 +83,40 @@ def test_failure_config_restarts_a_run_whose_worker_died(prepared_here) -> None:
 
 
 def _train_command(root: Path) -> list[str]:
-    return [sys.executable, "-m", "rcpipe", "train", "qanet", "--params",
+    return [sys.executable, "-m", "rcpipe", "train", RESUMED_VARIANT, "--params",
             str(root / "params.yaml")]
-
-
-def _run_dir(root: Path, synth: SynthData) -> Path:
-    root.mkdir()
-    write_params(root / "params.yaml",
-                 data={"train_file": str(synth.train), "dev_file": str(synth.dev)},
-                 train={"max_steps": 24, "eval_every": 4, "batch_size": 4, "epochs": 20,
-                        "max_failures": 0, "threads": 1},
-                 models={"qanet": TINY_MODEL})
-    subprocess.run([sys.executable, "-m", "rcpipe", "prepare"], cwd=root, check=True,
-                   capture_output=True)
-    return root
 
 
 @pytest.mark.slow
 def test_kill_9_then_the_same_command_resumes_to_the_same_dev_f1(
-        tmp_path: Path, synth_v1: SynthData) -> None:
-    whole = _run_dir(tmp_path / "uninterrupted", synth_v1)
-    crashed = _run_dir(tmp_path / "crashed", synth_v1)
-    # the uninterrupted reference runs beside the crash and the resume: each command starts
-    # its own Ray, mostly start-up waits, so side by side saves a job's time on 2 cores
-    with open(tmp_path / "uninterrupted.log", "w") as log:
-        reference = subprocess.Popen(_train_command(whole), cwd=whole, stdout=log, stderr=log)
+        tmp_path: Path, prepared: Prepared, undisturbed: dict) -> None:
+    variant, crashed = RESUMED_VARIANT, tmp_path / "crashed"
+    # `undisturbed` is this run trained without a crash (shared with the lost-node test)
+    write_params(crashed / "params.yaml",
+                 data={"train_file": str(prepared.data.train),
+                       "dev_file": str(prepared.data.dev), "out_dir": str(prepared.out_dir)},
+                 train=RESUMED_TRAIN | {"max_failures": 0},
+                 models={variant: TINY_MODEL})
+    checkpoints = crashed / f"models/{variant}/checkpoints"
+    log = (tmp_path / "crashed.log").open("w")
     proc = subprocess.Popen(_train_command(crashed), cwd=crashed, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=log, stderr=log)
     deadline = time.monotonic() + 180
-    while not _registered_checkpoint(crashed / "models/qanet/checkpoints"):
-        assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint came"
+    while not _registered_checkpoint(checkpoints):
+        assert proc.poll() is None and time.monotonic() < deadline, \
+            "no checkpoint came: " + (tmp_path / "crashed.log").read_text()[-3000:]
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)  # the driver, its Ray cluster and the workers
     proc.wait()
-    assert not (crashed / "models/qanet/summary.json").exists()
+    assert not (crashed / f"models/{variant}/summary.json").exists()
 
     done = subprocess.run(_train_command(crashed), cwd=crashed, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert reference.wait(timeout=600) == 0, (tmp_path / "uninterrupted.log").read_text()[-2000:]
-    expected = json.loads((whole / "models/qanet/summary.json").read_text())
-    resumed = json.loads((crashed / "models/qanet/summary.json").read_text())
+    resumed = json.loads((crashed / f"models/{variant}/summary.json").read_text())
     assert resumed["resumed_from_step"] > 0
-    assert resumed["steps"] == expected["steps"] == 24
+    assert resumed["steps"] == undisturbed["steps"] == RESUMED_TRAIN["max_steps"]
     # the same data order, optimizer, EMA and RNG streams: the same result, within noise
-    assert resumed["best_dev_f1"] == pytest.approx(expected["best_dev_f1"], abs=2.0)
-
-
-@pytest.mark.usefixtures("local_ray")
-def test_checkpoints_can_live_on_s3_and_a_run_resumes_from_there(
-        prepared_here, make_config, synth_v1: SynthData, s3) -> None:  # noqa: ANN001
-    train = {"max_steps": 2, "eval_every": 1, "batch_size": 8, "epochs": 5,
-             "storage_path": "s3://rcpipe-test/runs"}
-    cfg = prepared_here(train=train, models={"bidaf": TINY_MODEL})
-    first = stages.train(cfg, "bidaf")
-    keys = {o["Key"] for o in s3.list_objects_v2(Bucket="rcpipe-test")["Contents"]}
-    assert "runs/bidaf/checkpoints/step-00000002/model.pt" in keys
-    assert "runs/bidaf/checkpoints/step-00000002/state.pt" in keys
-    assert not Path("models/bidaf/checkpoints").exists()  # nothing local but the model
-    assert Path("models/bidaf/model.pt").is_file()
-
-    Path("models/bidaf/summary.json").unlink()  # as if the machine were lost mid-run
-    longer = make_config(synth_v1, train=train | {"max_steps": 4}, models={"bidaf": TINY_MODEL})
-    resumed = stages.train(longer, "bidaf")
-    assert resumed["resumed_from_step"] == first["steps"] == 2
-    assert resumed["steps"] == 4
-
-    again = stages.train(longer, "bidaf", force=True)  # --force forgets the S3 run too
-    assert again["resumed_from_step"] == 0 and again["steps"] == 4
+    assert resumed["best_dev_f1"] == pytest.approx(undisturbed["best_dev_f1"], abs=2.0)
 
 
 def test_no_credential_travels_with_the_checkpoint_filesystem(

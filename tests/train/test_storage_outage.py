@@ -1,6 +1,7 @@
-"""The checkpoint store (S3 on loopback) goes away in the middle of a run: a clear error,
+"""Checkpoints on S3 (loopback): the store goes away in the middle of a run: a clear error,
 no checkpoint left half-written in the run's record, and the same command, once the store
-is back, resumes and finishes."""
+is back, resumes and finishes; a run that lost its machine resumes from the store, and
+--force forgets the stored run."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from rcpipe import stages
 from rcpipe.errors import RunError
-from tests.conftest import TINY_MODEL, start_s3
+from tests.conftest import TINY_MODEL, SynthData, start_s3
 
 
 @pytest.fixture
@@ -28,13 +29,14 @@ def own_s3(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 @pytest.mark.usefixtures("local_ray")
 @pytest.mark.integration
-def test_the_store_goes_down_mid_run_and_a_rerun_finishes(
-        prepared_here, own_s3: Any) -> None:  # noqa: ANN001
+def test_the_store_goes_down_mid_run_a_rerun_finishes_and_runs_resume_from_it(
+        prepared_here, make_config, synth_v1: SynthData, own_s3: Any) -> None:  # noqa: ANN001
+    """One run on the store for all of it: each Ray Train job costs ~15 s on 2 cores."""
     from moto.server import ThreadedMotoServer
 
-    cfg = prepared_here(models={"bidaf": TINY_MODEL}, train={
-        "storage_path": "s3://outage/runs", "max_steps": 20, "eval_every": 4,
-        "batch_size": 4, "epochs": 50, "max_failures": 1, "threads": 1})
+    train = {"storage_path": "s3://outage/runs", "max_steps": 20, "eval_every": 4,
+             "batch_size": 4, "epochs": 50, "max_failures": 1, "threads": 1}
+    cfg = prepared_here(models={"bidaf": TINY_MODEL}, train=train)
     s3 = own_s3["client"]
 
     def steps() -> list[str]:
@@ -71,6 +73,21 @@ def test_the_store_goes_down_mid_run_and_a_rerun_finishes(
     assert Path("models/bidaf/model.pt").is_file()
     print(f"\nstore stopped after checkpoint {written[-1]}; the rerun resumed from step "
           f"{summary['resumed_from_step']}")
+
+    # the run lives on the store: its checkpoints there, nothing local but the model
+    keys = set(steps())
+    assert "runs/bidaf/checkpoints/step-00000020/model.pt" in keys
+    assert "runs/bidaf/checkpoints/step-00000020/state.pt" in keys
+    assert not Path("models/bidaf/checkpoints").exists()
+    Path("models/bidaf/summary.json").unlink()  # as if the machine were lost mid-run
+    longer = make_config(synth_v1, train=train | {"max_steps": 24},
+                         models={"bidaf": TINY_MODEL})
+    resumed = stages.train(longer, "bidaf")
+    assert resumed["resumed_from_step"] == summary["steps"] == 20
+    assert resumed["steps"] == 24
+
+    again = stages.train(longer, "bidaf", force=True)  # --force forgets the S3 run too
+    assert again["resumed_from_step"] == 0 and again["steps"] == 24
 
 
 def test_a_run_error_is_one_line_and_exit_code_1(

@@ -17,6 +17,7 @@ import logging
 import shutil
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -78,7 +79,8 @@ def _write(cfg: Config, variant: str, trials: list[dict[str, Any]], max_steps: i
            digest: str, ended: bool) -> dict[str, Any]:
     """The layer and the trials' file; an interrupted search (``ended`` False) writes them
     too, from the trials so far, marked unfinished: the next run resumes it."""
-    from rcpipe.train.checkpoint import RANK_DATA, RANK_METRIC
+    from rcpipe.data.heldout import prepared_heldout
+    from rcpipe.train.checkpoint import RANK_METRIC, rank_data
     from rcpipe.train.search import chosen_layer, rounded
 
     scored = [t for t in trials if t["best"] is not None]
@@ -90,17 +92,19 @@ def _write(cfg: Config, variant: str, trials: list[dict[str, Any]], max_steps: i
     seconds = max((t["curve"][-1][0] for t in scored), default=0.0)
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     finished = sum(t["status"] == "finished" for t in trials)
+    held = prepared_heldout(Path(cfg.data.out_dir))
+    data = rank_data(held.source if held else None)
     header = (f"# rcpipe tune {variant}, {when}: the best of {len(trials)} trials (ASHA on "
               f"Ray Tune, up to {max_steps} steps each, {finished} ran them all)\n"
               f"# is trial {best['id']}: {RANK_METRIC} {best['best']:.2f} at step "
-              f"{best['best_step']}, measured on {RANK_DATA}.\n"
-              f"# Train with it: rcpipe train {variant} --params params.yaml --params "
+              f"{best['best_step']}, measured on {data}.\n"
+              f"# Train with it: rcpipe train {variant} --params {cfg.source} --params "
               f"{layout.tune_params(variant)}\n")
     best["settings"] = rounded(best["settings"])
     layer = chosen_layer(variant, best["settings"])
     layout.write(layout.tune_params(variant),
                  header + yaml.safe_dump(layer, sort_keys=False, default_flow_style=False))
-    summary = {"variant": variant, "when": when, "metric": RANK_METRIC, "data": RANK_DATA,
+    summary = {"variant": variant, "when": when, "metric": RANK_METRIC, "data": data,
                "minutes": round(seconds / 60, 2), "max_steps": max_steps,
                "trials": len(trials), "finished": ended, "digest": digest,
                "best": {k: best[k] for k in ("id", "best", "best_step", "settings")},

@@ -28,9 +28,12 @@ STATE, META = "state.pt", "meta.json"
 # what it is measured on: Ray Train keeps the best checkpoints by it (cluster.py), the best one
 # becomes model.pt (stages/train.py) and `rcpipe tune` optimises it (search.py)
 RANK_METRIC = "rank"
-# the data RANK_METRIC is measured on, as tune/<variant>.yaml's header names it
-RANK_DATA = ("the held-out training articles prepare set aside (data.heldout), never trained "
-             "on; the dev set when prepare held none out")
+def rank_data(heldout_source: str | None) -> str:
+    """The data RANK_METRIC was measured on, as tune/<variant>.yaml's header names it:
+    prepare's held-out questions (their source), else dev (worker.scores)."""
+    if heldout_source is None:
+        return "the dev set (data.dev_file): prepare held nothing out"
+    return f"the held-out questions ({heldout_source}, data.heldout), never trained on"
 
 
 def read_meta(checkpoint: Path) -> dict[str, Any]:

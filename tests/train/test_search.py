@@ -40,7 +40,11 @@ def test_a_search_writes_the_best_as_a_params_layer_and_resumes(prepared_here) -
         assert [c[1] for c in row["curve"]] == sorted(c[1] for c in row["curve"])
     assert any(row["status"] == "finished" and row["steps"] == 6 for row in table["rows"])
     text = layout.tune_params("bidaf").read_text()
-    assert text.startswith("# rcpipe tune bidaf") and "dev" in text.splitlines()[1]
+    header = text.splitlines()
+    assert header[0].startswith("# rcpipe tune bidaf")
+    # ranked on prepare's held-out questions (the synthetic train set holds one article out)
+    assert "held-out questions (heldout" in header[1] and summary["data"] in header[1]
+    assert f"--params {cfg.source} --params {layout.tune_params('bidaf')}" in header[2]
     layer = yaml.safe_load(text)
     assert set(layer) == {"models"} and set(layer["models"]["bidaf"]) == {"optim", "dropout"}
     tuned = load_config([cfg.source, layout.tune_params("bidaf")])

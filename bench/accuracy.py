@@ -103,7 +103,7 @@ def ensemble(variants: list[str], runs: Path, params: Path, prepared: Path, test
     from rcpipe.data.squad import read_json
     from rcpipe.eval import metrics
     from rcpipe.eval.ensemble import majority_vote
-    from rcpipe.eval.predict import Split, heldout_then_dev
+    from rcpipe.eval.predict import Split, heldout_split, heldout_then_dev
     from rcpipe.eval.trained import model_from_payload, vocab_digest
 
     cfg = load_config(params, [f"data.out_dir={prepared}"])
@@ -111,8 +111,7 @@ def ensemble(variants: list[str], runs: Path, params: Path, prepared: Path, test
     dev = Split(SquadDataset.from_parquet(prepared / "dev.parquet", para_limit=limit),
                 read_json(test, str(test)))
     found = prepared_heldout(prepared)
-    heldout = Split(SquadDataset.from_parquet(found.parquet, para_limit=limit),
-                    read_json(found.doc, str(found.doc))) if found else None
+    heldout = heldout_split(found, limit) if found else None
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     nbests = []
     for v in variants:

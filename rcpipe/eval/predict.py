@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from rcpipe.data.dataset import SquadDataset, bucket_batches
+from rcpipe.data.heldout import PreparedHeldout
 from rcpipe.eval import metrics
 from rcpipe.eval.decode import best_span, predict_no_answer
 
@@ -124,6 +125,14 @@ class Split:
 
     dataset: SquadDataset
     doc: dict[str, Any]
+
+
+def heldout_split(found: PreparedHeldout, para_limit: int | None) -> Split:
+    """The held-out questions prepare set aside (data/heldout.py), as a Split to score."""
+    from rcpipe.data.squad import read_json
+
+    return Split(SquadDataset.from_parquet(found.parquet, para_limit=para_limit),
+                 read_json(found.doc, str(found.doc)))
 
 
 def heldout_then_dev(model: nn.Module, dev: Split, heldout: Split | None, source: str | None,

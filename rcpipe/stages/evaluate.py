@@ -70,10 +70,8 @@ def evaluate(cfg: Config, variant: str) -> dict[str, Any]:
 def _heldout(cfg: Config, v2: bool) -> tuple[Any, str | None]:
     """(the held-out Split, its source) for a v2.0 threshold to be chosen on, else
     (None, None); none prepared for one is the user's to fix, not a silent dev oracle."""
-    from rcpipe.data.dataset import SquadDataset
     from rcpipe.data.heldout import prepared_heldout
-    from rcpipe.data.squad import read_json
-    from rcpipe.eval.predict import Split
+    from rcpipe.eval.predict import heldout_split
 
     if not v2 or cfg.eval.na_threshold is not None:
         return None, None
@@ -83,8 +81,7 @@ def _heldout(cfg: Config, v2: bool) -> tuple[Any, str | None]:
                          "to choose the no-answer threshold on: prepare with "
                          "data.heldout.fraction > 0 or data.heldout.file, or set "
                          "eval.na_threshold")
-    data = SquadDataset.from_parquet(found.parquet, para_limit=cfg.train.dev_para_limit)
-    return Split(data, read_json(found.doc, str(found.doc))), found.source
+    return heldout_split(found, cfg.train.dev_para_limit), found.source
 
 
 def _chosen_on(cfg: Config, source: str | None) -> str | None:

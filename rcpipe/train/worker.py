@@ -32,7 +32,7 @@ from rcpipe.config import Config
 from rcpipe.data.dataset import Batch, SquadDataset, ahead, bucket_batches
 from rcpipe.data.heldout import prepared_heldout
 from rcpipe.eval.metrics import headline
-from rcpipe.eval.predict import Split
+from rcpipe.eval.predict import Split, heldout_split
 from rcpipe.eval.trained import model_payload
 from rcpipe.models import ModelInputs, build_model
 from rcpipe.train.checkpoint import META, MODEL, RANK_METRIC, STATE
@@ -346,9 +346,7 @@ class Worker:
     def _heldout(self) -> Split | None:
         """The held-out Split, read once (rank 0 alone evaluates)."""
         if self.heldout is not None and self.heldout_split is None:
-            data = SquadDataset.from_parquet(self.heldout.parquet,
-                                             para_limit=self.cfg.train.dev_para_limit)
-            self.heldout_split = Split(data, json.loads(self.heldout.doc.read_text()))
+            self.heldout_split = heldout_split(self.heldout, self.cfg.train.dev_para_limit)
         return self.heldout_split
 
     def _rank0_verdicts(self, stop: bool, decay: bool) -> tuple[bool, bool]:

@@ -1,0 +1,108 @@
+"""Benchmark: where an exported graph's time goes, op type by op type (onnxruntime's own
+profiler), beside the eager forward on the same batch, on the same CPU threads.
+
+    .venv/bin/python bench/onnx_ops.py --workdir RUN --variant qanet [--batch 16]
+
+RUN holds params.yaml, its prepared data and models/<variant>/model.onnx (`rcpipe export`;
+bench/export_latency.py and bench/serve.py leave one there). The batch is the dev set's
+first ``--batch`` questions, as the service's batcher would form it at ``--max-batch``.
+Median of ``--repeats`` forwards after one warm-up, each runtime. Writes
+bench/out/onnx_ops-<variant>.json: both forward times and each op type's share of the
+graph's kernel time (what a faster graph would have to shrink).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "bench" / "out"
+
+
+def median_ms(forward: Any, repeats: int) -> float:
+    forward()  # warm-up: first-call allocations and onnxruntime's kernel choices
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        forward()
+        times.append(time.perf_counter() - t0)
+    return round(1000 * float(np.median(times)), 1)
+
+
+def op_shares(profile: Path, runs: int) -> list[dict[str, Any]]:
+    """Each op type's kernel time per forward and share, largest first."""
+    total, count = collections.Counter(), collections.Counter()
+    for event in json.loads(profile.read_text()):
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+            op = event["args"]["op_name"]
+            total[op] += event["dur"]  # microseconds
+            count[op] += 1
+    whole = sum(total.values()) or 1
+    return [{"op": op, "ms": round(us / 1000 / runs, 1), "share": round(us / whole, 3),
+             "nodes": count[op] // runs} for op, us in total.most_common()]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workdir", type=Path, required=True)
+    ap.add_argument("--params", type=Path, default=Path("params.yaml"))
+    ap.add_argument("--variant", default="qanet")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1, help="torch's and onnxruntime's")
+    args = ap.parse_args()
+    os.chdir(args.workdir)
+
+    import onnxruntime as ort
+    import torch
+
+    from rcpipe.config import load_config
+    from rcpipe.data.dataset import SquadDataset
+    from rcpipe.eval.export import INPUTS, ONNX
+    from rcpipe.eval.trained import load_model
+
+    torch.set_num_threads(args.threads)
+    cfg = load_config(args.params)
+    dev = SquadDataset.from_parquet(cfg.data.out_dir / "dev.parquet")
+    batch = dev.collate(list(range(args.batch)))
+    model = load_model(cfg, args.variant)[0].eval()
+    with torch.no_grad():
+        eager = median_ms(lambda: model(batch), args.repeats)
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = args.threads, 1
+    options.enable_profiling = True
+    options.profile_file_prefix = str(Path(tempfile.mkdtemp()) / "ort")
+    session = ort.InferenceSession(str(Path("models") / args.variant / ONNX), options,
+                                   providers=["CPUExecutionProvider"])
+    names = {i.name for i in session.get_inputs()}
+    feeds = {k: getattr(batch, k).numpy() for k in INPUTS if k in names}
+    exported = median_ms(lambda: session.run(None, feeds), args.repeats)
+    ops = op_shares(Path(session.end_profiling()), args.repeats + 1)
+
+    report = {"variant": args.variant, "batch": list(batch.cc.shape), "threads": args.threads,
+              "eager_ms": eager, "exported_ms": exported,
+              "versions": {"torch": torch.__version__, "onnxruntime": ort.__version__},
+              "ops": ops}
+    print(f"{args.variant}, batch {tuple(batch.cc.shape)} (B, Lc, chars): eager {eager} ms, "
+          f"exported {exported} ms a forward")
+    for row in ops[:12]:
+        print(f"  {row['op']:<22} {row['ms']:8.1f} ms {100 * row['share']:5.1f}%  "
+              f"({row['nodes']} nodes)")
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / f"onnx_ops-{args.variant}.json"
+    path.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"-> {path}")
+
+
+if __name__ == "__main__":
+    main()

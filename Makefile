@@ -15,11 +15,6 @@ LOCAL_TORCH := $(firstword $(wildcard $(WHEELS)/torch-$(LOCKED_TORCH)+cpu-$(PY_T
 
 .PHONY: setup test demo up down lint clean browser
 PREFECT_PORT ?= 4200
-# pytest workers for make test: much of the suite waits on servers and subprocesses, so two
-# workers on a 2-core machine take about 0.7-0.8 of one worker's time (three were slower
-# still, and a deployment test failed under their load). --dist loadfile: a file's tests stay
-# on one worker, in order, so its module fixtures (a dvc repro, a Prefect stack) run once.
-TEST_WORKERS ?= 2
 
 setup: $(BIN)/rcpipe
 
@@ -46,9 +41,7 @@ browser:
 
 test: setup
 	$(BIN)/ruff check .
-	@# one torch/OpenMP thread a process: two workers with two threads each on two cores
-	@# spin against each other (the model tests took 5x as long)
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest
 
 demo: setup
 	$(BIN)/python -m flows.demo

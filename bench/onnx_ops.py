@@ -5,7 +5,7 @@ profiler), beside the eager forward on the same batch, on the same CPU threads.
 
 RUN holds params.yaml, its prepared data and models/<variant>/model.onnx (`rcpipe export`;
 bench/export_latency.py and bench/serve.py leave one there). The batch is the dev set's
-first ``--batch`` questions, as the service's batcher would form it at ``--max-batch``.
+first ``--batch`` questions, as the service's batcher forms one (its --max-batch).
 Median of ``--repeats`` forwards after one warm-up, each runtime. Writes
 bench/out/onnx_ops-<variant>.json: both forward times and each op type's share of the
 graph's kernel time (what a faster graph would have to shrink).
@@ -62,12 +62,12 @@ def main() -> None:
     args = ap.parse_args()
     os.chdir(args.workdir)
 
-    import onnxruntime as ort
+    import onnxruntime
     import torch
 
     from rcpipe.config import load_config
     from rcpipe.data.dataset import SquadDataset
-    from rcpipe.eval.export import INPUTS, ONNX
+    from rcpipe.eval.export import load_onnx
     from rcpipe.eval.trained import load_model
 
     torch.set_num_threads(args.threads)
@@ -78,20 +78,14 @@ def main() -> None:
     with torch.no_grad():
         eager = median_ms(lambda: model(batch), args.repeats)
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = args.threads, 1
-    options.enable_profiling = True
-    options.profile_file_prefix = str(Path(tempfile.mkdtemp()) / "ort")
-    session = ort.InferenceSession(str(Path("models") / args.variant / ONNX), options,
-                                   providers=["CPUExecutionProvider"])
-    names = {i.name for i in session.get_inputs()}
-    feeds = {k: getattr(batch, k).numpy() for k in INPUTS if k in names}
-    exported = median_ms(lambda: session.run(None, feeds), args.repeats)
-    ops = op_shares(Path(session.end_profiling()), args.repeats + 1)
+    # the service's own forward (load_onnx: the graph checked against its record), profiled
+    graph = load_onnx(args.variant, args.threads, str(Path(tempfile.mkdtemp()) / "ort"))
+    exported = median_ms(lambda: graph(batch), args.repeats)
+    ops = op_shares(Path(graph.session.end_profiling()), args.repeats + 1)
 
     report = {"variant": args.variant, "batch": list(batch.cc.shape), "threads": args.threads,
               "eager_ms": eager, "exported_ms": exported,
-              "versions": {"torch": torch.__version__, "onnxruntime": ort.__version__},
+              "versions": {"torch": torch.__version__, "onnxruntime": onnxruntime.__version__},
               "ops": ops}
     print(f"{args.variant}, batch {tuple(batch.cc.shape)} (B, Lc, chars): eager {eager} ms, "
           f"exported {exported} ms a forward")

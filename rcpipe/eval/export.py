@@ -147,7 +147,7 @@ class OnnxForward(nn.Module):
     """An exported graph run by onnxruntime, in a model's place: ``forward(batch)`` returns
     the SpanLogits the eager model would (CPU; ``threads`` intra-op threads, one inter-op)."""
 
-    def __init__(self, graph: bytes, threads: int = 1) -> None:
+    def __init__(self, graph: bytes, threads: int = 1, profile: str | None = None) -> None:
         super().__init__()
         import onnxruntime as ort
 
@@ -155,6 +155,8 @@ class OnnxForward(nn.Module):
         options.intra_op_num_threads = threads  # 0: onnxruntime's default (every core)
         options.inter_op_num_threads = 1
         options.log_severity_level = 3  # errors only
+        if profile:  # each node's time, in a JSON file under this prefix (bench/onnx_ops.py)
+            options.enable_profiling, options.profile_file_prefix = True, profile
         self.session = ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
         # an input the forward never reads is not in the graph
         self.inputs = [i.name for i in self.session.get_inputs()]
@@ -224,7 +226,7 @@ def export_record(name: str, variant: str, source: Path, graph: bytes,
                          "onnxruntime": onnxruntime.__version__}}
 
 
-def load_onnx(name: str, threads: int = 1) -> OnnxForward:
+def load_onnx(name: str, threads: int = 1, profile: str | None = None) -> OnnxForward:
     """The exported graph of ``name`` (a variant or a package directory), refused unless
     model.onnx is the file export.json records and was exported from the weights there now."""
     source, where = locations(name)
@@ -247,7 +249,7 @@ def load_onnx(name: str, threads: int = 1) -> OnnxForward:
         raise InputError(graph_file, "", f"refused: exported from other weights than "
                          f"{source}; run {export} again")
     try:
-        return OnnxForward(graph, threads)
+        return OnnxForward(graph, threads, profile)
     except Exception as e:  # noqa: BLE001 - whatever onnxruntime cannot load, one refusal
         reason = " ".join(str(e).split())[:160]
         raise InputError(graph_file, "", f"refused: onnxruntime cannot load it ({reason})"

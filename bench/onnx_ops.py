@@ -9,6 +9,11 @@ first ``--batch`` questions, as the service's batcher forms one (its --max-batch
 Median of ``--repeats`` forwards after one warm-up, each runtime. Writes
 bench/out/onnx_ops-<variant>.json: both forward times and each op type's share of the
 graph's kernel time (what a faster graph would have to shrink).
+
+``--int8 OPS`` adds a third arm: the same graph with onnxruntime's dynamic int8
+quantization of the op types OPS (``MatMul``, or ``all`` for every type it quantizes),
+timed the same way, and how often its argmax start/end agree with the fp32 graph's. It
+is not a shipped runtime, only the measurement of whether one would be faster.
 """
 
 from __future__ import annotations
@@ -51,6 +56,25 @@ def op_shares(profile: Path, runs: int) -> list[dict[str, Any]]:
              "nodes": count[op] // runs} for op, us in total.most_common()]
 
 
+def int8_arm(graph: Any, batch: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """The exported graph dynamically quantized to int8 (weights int8, activations
+    quantized per batch), timed as the others, and its agreement with the fp32 graph."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from rcpipe.eval.export import ONNX, OnnxForward, locations
+
+    ops = None if args.int8 == "all" else args.int8.split(",")
+    target = Path(tempfile.mkdtemp()) / "model.int8.onnx"
+    quantize_dynamic(locations(args.variant)[1] / ONNX, target, weight_type=QuantType.QInt8,
+                     op_types_to_quantize=ops)
+    quantized = OnnxForward(target.read_bytes(), args.threads)
+    ms = median_ms(lambda: quantized(batch), args.repeats)
+    fp32, int8 = graph(batch), quantized(batch)
+    agree = ((fp32.start.argmax(-1) == int8.start.argmax(-1))
+             & (fp32.end.argmax(-1) == int8.end.argmax(-1))).float().mean()
+    return {"ops": args.int8, "ms": ms, "agree": round(float(agree), 3)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workdir", type=Path, required=True)
@@ -59,6 +83,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1, help="torch's and onnxruntime's")
+    ap.add_argument("--int8", help="also time dynamic int8 quantization of these op types "
+                    "(comma-separated, or all)")
     args = ap.parse_args()
     os.chdir(args.workdir)
 
@@ -89,6 +115,10 @@ def main() -> None:
               "ops": ops}
     print(f"{args.variant}, batch {tuple(batch.cc.shape)} (B, Lc, chars): eager {eager} ms, "
           f"exported {exported} ms a forward")
+    if args.int8:
+        report["int8"] = int8_arm(graph, batch, args)
+        print(f"  int8 ({args.int8}): {report['int8']['ms']} ms a forward, argmax start/end "
+              f"agree with fp32 on {report['int8']['agree']:.0%} of the questions")
     for row in ops[:12]:
         print(f"  {row['op']:<22} {row['ms']:8.1f} ms {100 * row['share']:5.1f}%  "
               f"({row['nodes']} nodes)")

@@ -294,6 +294,7 @@ class Trained:
     cfg: Config
     data: SynthData
     variants: tuple[str, ...]
+    summary: dict[str, Any]  # what stages.train returned for bidaf
 
 
 def save_untrained_model(cfg: Config, variant: str, no_answer: bool = False) -> Path:
@@ -334,12 +335,12 @@ def trained(tmp_path_factory: pytest.TempPathFactory, synth_v1: SynthData,
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
         stages.prepare(cfg)
-        stages.train(cfg, "bidaf")
+        summary = stages.train(cfg, "bidaf")
         save_untrained_model(cfg, "qanet")
         for v in variants:
             stages.evaluate(cfg, v)
         stages.ensemble(cfg, [Path(f"predictions/{v}.nbest.json") for v in variants])
-    return Trained(root, cfg, synth_v1, variants)
+    return Trained(root, cfg, synth_v1, variants, summary)
 
 
 # A run long enough to be interrupted mid-training and resumed: tests/train/test_cluster.py

@@ -19,6 +19,9 @@ RAY = str(Path(sys.executable).parent / "ray")
 # detect a lost node in ~3 s instead of ~30 s (Ray's defaults suit real networks)
 FAST_FAILURE = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3",
                 "RAY_health_check_timeout_ms": "1000"}
+# Ray Train's controller polls its workers as on rcpipe's local Ray (train/cluster.py's
+# LOCAL_RAY_ENV): a job's end is seen within 0.2 s, not 2 s
+FAST_POLL = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"}
 
 
 def free_port() -> int:
@@ -56,7 +59,7 @@ def node_env(extra: dict[str, str]) -> dict[str, str]:
     """This environment, Ray's token auth off (a stray ~/.ray/auth_token would turn it on),
     rcpipe's command on PATH for job entrypoints, and ``extra``."""
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-           **FAST_FAILURE, **extra}
+           **FAST_FAILURE, **FAST_POLL, **extra}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.pop("RAY_ADDRESS", None)
     return env

@@ -72,7 +72,7 @@ def test_deployment_run_train_all_local_completes_with_every_metric(
         [stack._prefect(), "deployment", "run", "train-all/local",
          "--param", f"params={params}", "--param", f"workdir={work}",
          "--param", "synth_data=false", "--param", f"variants={json.dumps(VOTERS)}",
-         "--watch", "--watch-timeout", "1200"],
+         "--watch", "--watch-interval", "1", "--watch-timeout", "1200"],
         env=env, capture_output=True, text=True, timeout=1300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "Completed" in run.stdout
@@ -156,7 +156,7 @@ def test_a_deployment_run_loses_the_training_node_and_finishes_as_undisturbed(
              "--param", "synth_data=false", "--param", f'variants=["{variant}"]',
              "--param", f"ray_address={jobs_api}",
              "--param", "storage_path=s3://rcpipe-test/deploy",
-             "--watch", "--watch-timeout", "900"],
+             "--watch", "--watch-interval", "1", "--watch-timeout", "900"],
             env=stack.server_env(tmp_path / "client", str(prefect_stack["api_url"])),
             capture_output=True, text=True, timeout=1000)
         killer.join(timeout=60)

@@ -1,7 +1,8 @@
 """`rcpipe train` (and `rcpipe evaluate` of what it trained) end to end on tiny synthetic data.
 
-Each Ray Train job costs ~20 s of start-up on 2 cores, so the contract files are checked
-here for one recurrent and one convolutional variant (the other three: rnet_mult in
+Each Ray Train job costs ~15 s of start-up on 2 cores, so the contract files are checked
+here for one recurrent and one convolutional variant: bidaf as the session's `trained` run
+(tests/conftest.py) made it, qanet trained here (the other three: rnet_mult in
 tests/stages/test_evaluate.py's v2.0 test, all five through `rcpipe train` in
 tests/integration/test_dvc_s3.py).
 """
@@ -9,6 +10,7 @@ tests/integration/test_dvc_s3.py).
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,7 @@ from rcpipe import stages
 from rcpipe.config import VARIANTS
 from rcpipe.errors import InputError
 from rcpipe.eval.metrics import score
-from tests.conftest import TINY_MODEL, SynthData, questions_of
+from tests.conftest import TINY_MODEL, SynthData, Trained, questions_of
 
 pytestmark = pytest.mark.usefixtures("local_ray")
 
@@ -36,6 +38,13 @@ def _config(make_config, data: SynthData, **train):  # noqa: ANN001, ANN202
 def _train_then_evaluate_writes_the_contract_files(cfg, variant: str, synth_v1: SynthData
                                                    ) -> dict:  # noqa: ANN001
     summary = stages.train(cfg, variant)
+    _the_contract_files(cfg, variant, summary, synth_v1)
+    return summary
+
+
+def _the_contract_files(cfg, variant: str, summary: dict, synth_v1: SynthData
+                        ) -> None:  # noqa: ANN001
+    """What `rcpipe train` left (``summary``: what it returned), then `rcpipe evaluate`'s."""
     on_disk = json.loads(Path(f"models/{variant}/summary.json").read_text())
     assert on_disk == summary
     assert summary["world_size"] == 1 and summary["resumed_from_step"] == 0
@@ -55,7 +64,6 @@ def _train_then_evaluate_writes_the_contract_files(cfg, variant: str, synth_v1: 
     # the metrics file holds exactly what the official computation gives for the predictions
     assert json.loads(Path(f"metrics/{variant}.json").read_text()) == result
     assert result == score(synth_v1.dev_doc, preds)
-    return summary
 
 
 def _a_model_of_another_vocabulary_is_refused(cfg, variant: str) -> None:  # noqa: ANN001
@@ -67,14 +75,16 @@ def _a_model_of_another_vocabulary_is_refused(cfg, variant: str) -> None:  # noq
         stages.evaluate(cfg, variant)
 
 
-# Each Ray Train job costs ~20 s on 2 cores: bidaf's contract here, qanet's (the same config
-# trained once) in the test below, which goes on to skip and resume that run
-@pytest.mark.slow
-def test_train_then_evaluate_writes_the_contract_files(
-        make_config, synth_v1: SynthData) -> None:  # noqa: ANN001
-    cfg = _config(make_config, synth_v1)
-    stages.prepare(cfg)
-    _train_then_evaluate_writes_the_contract_files(cfg, "bidaf", synth_v1)
+def test_train_then_evaluate_writes_the_contract_files(trained: Trained, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """bidaf's contract on the session's run (no second Ray Train job for it), copied: the
+    vocabulary is changed below. qanet's in the test after, which trains its own run."""
+    run = tmp_path / "run"
+    shutil.copytree(trained.root, run)
+    monkeypatch.chdir(run)
+    data = trained.cfg.data.model_copy(update={"out_dir": run / "data" / "prepared"})
+    cfg = trained.cfg.model_copy(update={"data": data})
+    _the_contract_files(cfg, "bidaf", trained.summary, trained.data)
     # the model is refused once the prepared vocabulary is not the one it was trained on
     _a_model_of_another_vocabulary_is_refused(cfg, "bidaf")
 
@@ -104,30 +114,6 @@ def test_an_unknown_variant_is_an_input_error(
     cfg = _config(make_config, synth_v1)
     with pytest.raises(InputError, match="unknown variant"):
         stages.train(cfg, "lstm")
-
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.mark.slow
-def test_rcpipe_train_with_the_shipped_params_yaml_trains_the_paper_model(
-        prepared, tmp_path: Path) -> None:  # noqa: ANN001
-    """qanet could not start from params.yaml (hidden 75 with 8 heads); only the data, the
-    device, the workers and the steps are overridden here: the rest is the paper."""
-    from rcpipe import cli
-
-    data = prepared.data
-    with pytest.raises(SystemExit) as done:
-        cli.main(["train", "qanet", "--params", str(ROOT / "params.yaml"),
-                  "--set", f"data.train_file={data.train}", "--set", f"data.dev_file={data.dev}",
-                  "--set", f"data.out_dir={prepared.out_dir}", "--set", "data.word_vectors=null",
-                  "--set", f"data.cache_dir={tmp_path / 'cache'}", "--set", "train.device=cpu",
-                  "--set", "train.num_workers=1", "--set", "train.max_steps=2"])
-    assert done.value.code in (0, None)
-    summary = json.loads((tmp_path / "models/qanet/summary.json").read_text())
-    assert summary["steps"] == 2 and summary["world_size"] == 1
-    saved = __import__("torch").load(tmp_path / "models/qanet/model.pt", weights_only=True)
-    assert saved["model_config"]["hidden"] == 128 and saved["model_config"]["heads"] == 8
 
 
 def test_more_workers_than_the_machine_has_is_refused_at_once(

@@ -54,6 +54,9 @@ def test_every_variant_trains_from_params_yaml_without_ray_spacy_or_prefect(
     for v in VARIANTS:
         assert (tmp_path / v / "model.pt").is_file() and (tmp_path / v / "summary.json").is_file()
         assert len(list((tmp_path / v).glob("step-*"))) == 1
+    # qanet once could not start from params.yaml (hidden 75 with 8 heads): the paper's now
+    saved = torch.load(tmp_path / "qanet" / "model.pt", weights_only=True)
+    assert saved["model_config"]["hidden"] == 128 and saved["model_config"]["heads"] == 8
 
 
 def test_a_local_run_resumes_from_its_latest_checkpoint_and_keeps_the_best(

@@ -66,6 +66,8 @@ def train(variant: str, params: Path, prepared: Path, train_file: Path, test: Pa
     sets = [f"data.train_file={train_file}", f"data.dev_file={test}",
             f"data.out_dir={prepared}", f"data.cache_dir={prepared.parent / 'cache'}",
             "data.word_vectors=null", "train.num_workers=1", "train.epochs=1000",
+            # the budget is minutes: params.demo.yaml's fixed steps a variant must not cap it
+            f"models.{variant}.max_steps=0",
             f"train.max_minutes={args.minutes}", f"models.{variant}.max_minutes={args.minutes}",
             f"train.eval_every={args.eval_every}", f"train.device={args.device}",
             f"train.threads={args.threads}", *args.set]

@@ -190,20 +190,44 @@ class TrialLines:
             def __init__(self) -> None:
                 self.done = 0
                 self.held: dict[str, list[Any]] = {}  # trial id -> its placement groups
+                self.ended: set[str] = set()
+                self.drained = 0.0  # when the queue was last read (monotonic seconds)
 
-            def _release(self, trial: Any) -> None:
-                """Remove the ended trial's placement groups (see _recorder)."""
+            def _drain(self) -> None:
+                """Read the queue; remove every placement group of a trial that ended.
+
+                A stopped trial's controller may still see its workers go (their group
+                removed) and start a new group before it dies itself: that group comes in
+                after the trial ended, so it is removed here, not kept for ever."""
+                self.drained = time.monotonic()
                 while True:
                     try:
                         trial_id, pg = groups.get_nowait()
                     except Empty:
                         break
                     self.held.setdefault(trial_id, []).append(pg)
-                for pg in self.held.pop(trial.trial_id, []):
-                    try:
-                        remove_placement_group(pg)
-                    except Exception:  # noqa: BLE001, S110 - removed already by Train
-                        pass
+                for trial_id in self.ended & set(self.held):
+                    for pg in self.held.pop(trial_id):
+                        try:
+                            remove_placement_group(pg)
+                        except Exception:  # noqa: BLE001, S110 - removed already by Train
+                            pass
+
+            def _release(self, trial: Any) -> None:
+                """Remove the ended trial's placement groups (see _recorder)."""
+                self.ended.add(trial.trial_id)
+                self._drain()
+
+            def release_all(self) -> None:
+                """After the search: every trial ended, every placement group goes."""
+                self.ended |= set(self.held)
+                self._drain()
+                self.ended |= set(self.held)  # those read just now
+                self._drain()
+
+            def on_step(self, iteration: int, trials: list[Any], **info: Any) -> None:
+                if time.monotonic() - self.drained > 1.0:  # a queue read a second at most
+                    self._drain()
 
             def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any,
                                   **info: Any) -> None:
@@ -274,6 +298,7 @@ def run(cfg: Config, variant: str, inputs: ModelInputs, dev_doc: dict[str, Any],
                                       callbacks=[lines]))
     t0 = time.perf_counter()
     grid = tuner.fit()
+    lines.release_all()  # (a failed search ends its Ray job, which removes them all)
     ended = grid.num_terminated + grid.num_errors == len(grid)
     log.info("tune %s: search %s after %.1f min", variant, "done" if ended else
              "interrupted (the same command resumes it)", (time.perf_counter() - t0) / 60)

@@ -43,14 +43,15 @@ def test_every_variant_trains_from_params_yaml_without_ray_spacy_or_prefect(
         cfg = load_config({str(ROOT / "params.yaml")!r}, {paper_overrides(prepared, 2)!r})
         for v in {list(VARIANTS)!r}:
             s = train_local(cfg, v, __import__("pathlib").Path({str(tmp_path)!r}) / v)
-            print(json.dumps({{k: s[k] for k in ("variant", "steps", "device")}}))
+            print(json.dumps({{k: s[k] for k in ("variant", "steps", "device", "world_size")}}))
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     summaries = [json.loads(line) for line in out.stdout.splitlines()]
     assert [s["variant"] for s in summaries] == list(VARIANTS)
-    assert all(s["steps"] == 2 and s["device"] == "cpu" for s in summaries)
+    assert all(s["steps"] == 2 and s["device"] == "cpu" and s["world_size"] == 1
+               for s in summaries)
     for v in VARIANTS:
         assert (tmp_path / v / "model.pt").is_file() and (tmp_path / v / "summary.json").is_file()
         assert len(list((tmp_path / v).glob("step-*"))) == 1

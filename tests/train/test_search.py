@@ -17,6 +17,16 @@ SPACE = {"optim": {"choice": [{"name": "adam", "lr": 0.01}, {"name": "adam", "lr
          "dropout": {"uniform": [0.0, 0.2]}}
 
 
+def _every_cpu_is_free_again() -> None:
+    """No trial's placement group outlives the search (the next job would wait for it)."""
+    import ray
+
+    deadline = time.monotonic() + 15
+    while ray.available_resources().get("CPU", 0) < ray.cluster_resources()["CPU"]:
+        assert time.monotonic() < deadline, ray.available_resources()
+        time.sleep(0.2)
+
+
 @pytest.mark.usefixtures("local_ray")
 def test_a_search_writes_the_best_as_a_params_layer_and_resumes(prepared_here) -> None:  # noqa: ANN001
     cfg = prepared_here(train={"batch_size": 16, "epochs": 5},
@@ -31,6 +41,7 @@ def test_a_search_writes_the_best_as_a_params_layer_and_resumes(prepared_here) -
     t0 = time.perf_counter()
     summary = stages.tune(cfg, "bidaf")
     print(f"search: {time.perf_counter() - t0:.1f} s")
+    _every_cpu_is_free_again()
     assert summary["trials"] == 2 and summary["metric"] == "rank"
     table = json.loads(layout.tune_trials("bidaf").read_text())
     assert len(table["rows"]) == 2

@@ -23,7 +23,8 @@ FAST_FAILURE = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_
                 "RAY_health_check_timeout_ms": "1000"}
 # Ray Train's controller polls its workers as on rcpipe's local Ray (train/cluster.py's
 # LOCAL_RAY_ENV): a job's end is seen sooner than at Ray's 2 s
-FAST_POLL = {k: LOCAL_RAY_ENV[k] for k in ("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S",)}
+POLL = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+FAST_POLL = {POLL: LOCAL_RAY_ENV[POLL]}
 
 
 def free_port() -> int:

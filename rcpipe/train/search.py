@@ -193,8 +193,9 @@ class TrialLines:
                 self.ended: set[str] = set()
                 self.drained = 0.0  # when the queue was last read (monotonic seconds)
 
-            def _drain(self) -> None:
-                """Read the queue; remove every placement group of a trial that ended.
+            def _drain(self, every: bool = False) -> None:
+                """Read the queue; remove every placement group of a trial that ended
+                (``every``: of every trial, the search being over).
 
                 A stopped trial's controller may still see its workers go (their group
                 removed) and start a new group before it dies itself: that group comes in
@@ -206,7 +207,7 @@ class TrialLines:
                     except Empty:
                         break
                     self.held.setdefault(trial_id, []).append(pg)
-                for trial_id in self.ended & set(self.held):
+                for trial_id in set(self.held) if every else self.ended & set(self.held):
                     for pg in self.held.pop(trial_id):
                         try:
                             remove_placement_group(pg)
@@ -220,10 +221,7 @@ class TrialLines:
 
             def release_all(self) -> None:
                 """After the search: every trial ended, every placement group goes."""
-                self.ended |= set(self.held)
-                self._drain()
-                self.ended |= set(self.held)  # those read just now
-                self._drain()
+                self._drain(every=True)
 
             def on_step(self, iteration: int, trials: list[Any], **info: Any) -> None:
                 if time.monotonic() - self.drained > 1.0:  # a queue read a second at most

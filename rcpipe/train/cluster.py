@@ -13,10 +13,11 @@ task run) and the result back to rcpipe.stages, which writes the files.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ from rcpipe.errors import InputError
 from rcpipe.models import ModelInputs
 from rcpipe.train.checkpoint import RANK_METRIC
 from rcpipe.train.worker import Job, Worker
+
+log = logging.getLogger(__name__)
 
 RUN_NAME = "checkpoints"  # RunConfig.name: the run's folder under the storage path
 
@@ -122,6 +125,11 @@ LOCAL_RAY_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
 _joined: str | None = None  # the address of the cluster this process joined; None: local
 
 
+# What ray.init raises when its raylet has not registered within Ray's fixed 30 s
+# (ray/_private/node.py): seen on a 2-core machine busy with other Ray and Prefect start-ups
+NODE_STARTUP_TIMEOUT = "timed out during startup"
+
+
 def start_local_ray(num_cpus: int | None = None) -> None:
     """ray.init of a local cluster; its processes inherit LOCAL_RAY_ENV (unless set)."""
     import ray
@@ -129,9 +137,25 @@ def start_local_ray(num_cpus: int | None = None) -> None:
     global _joined
     for key, value in LOCAL_RAY_ENV.items():
         os.environ.setdefault(key, value)
-    ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
-             logging_level="WARNING", log_to_driver=False)
+    start_once_more_if_slow(lambda: ray.init(
+        num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
+        logging_level="WARNING", log_to_driver=False), ray.shutdown)
     _joined = None
+
+
+def start_once_more_if_slow(start: Callable[[], Any], stop: Callable[[], Any]) -> None:
+    """``start()``; when the node did not come up in Ray's time (a busy machine, not a
+    broken setup: the same start passes when the load has passed), ``stop()`` what it left
+    and start once more, with a line saying so. Any other error is raised as it is."""
+    try:
+        start()
+    except Exception as e:  # noqa: BLE001 - ray.init raises a bare Exception for this
+        if NODE_STARTUP_TIMEOUT not in str(e):
+            raise
+        log.warning("the local Ray did not start within Ray's 30 s (a busy machine?): "
+                    "starting it once more")
+        stop()
+        start()
 
 
 def joined() -> str | None:

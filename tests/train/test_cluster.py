@@ -136,3 +136,31 @@ def test_no_credential_travels_with_the_checkpoint_filesystem(
     for secret in ("AKIAEXAMPLEKEYID0001", "example/secret", "example-session-token"):
         assert secret.encode() not in shipped
     assert b"127.0.0.1:9" in shipped  # the endpoint does travel: it is no secret
+
+
+def test_a_local_ray_that_did_not_come_up_in_time_is_started_once_more(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """ray.init's own words when its raylet has not registered in 30 s (a busy machine):
+    stopped and started again, with a line; any other failure, or a second timeout, raised.
+    (Checked once against a real ray.init whose node check was held back for 31 s.)"""
+    from rcpipe.train.cluster import NODE_STARTUP_TIMEOUT, start_once_more_if_slow
+
+    calls: list[str] = []
+
+    def start_failing(times: int, message: str):  # noqa: ANN202
+        def start() -> None:
+            calls.append("start")
+            if calls.count("start") <= times:
+                raise Exception(f"The current node {message}.")  # as ray.init raises it
+        return start
+
+    with caplog.at_level("WARNING"):
+        start_once_more_if_slow(start_failing(1, NODE_STARTUP_TIMEOUT),
+                                lambda: calls.append("stop"))
+    assert calls == ["start", "stop", "start"]
+    assert "starting it once more" in caplog.text
+    for times, message in ((2, NODE_STARTUP_TIMEOUT), (1, "has no CPUs")):
+        calls.clear()
+        with pytest.raises(Exception, match=message):
+            start_once_more_if_slow(start_failing(times, message), lambda: calls.append("stop"))
+        assert calls.count("start") == (2 if message == NODE_STARTUP_TIMEOUT else 1)

@@ -234,6 +234,8 @@ def main() -> None:
                                 "epochs": s["epochs"], "examples_per_s": s["examples_per_s"],
                                 "history": s["history"]}
         if len(args.variants) > 1:
+            if args.threads:  # beside another bench, torch's default threads would spin
+                torch.set_num_threads(args.threads)
             r["ensemble"] = ensemble(args.variants, runs, params, prepared, test)
         result["versions"][version] = r
         print(f"  v{version}: checkpoints and no-answer thresholds tuned on {r['tuned_on']}")

@@ -196,6 +196,8 @@ def main() -> None:
     work = args.out / "accuracy" / args.preset
     import torch
 
+    if args.threads:  # the ensemble runs here: beside another bench, torch's default would spin
+        torch.set_num_threads(args.threads)
     device = ("cuda" if torch.cuda.is_available() and args.device != "cpu" else "cpu")
     name = torch.cuda.get_device_name() if device == "cuda" else \
         f"{os.cpu_count()}-core CPU, {args.threads} thread(s) a variant"
@@ -234,8 +236,6 @@ def main() -> None:
                                 "epochs": s["epochs"], "examples_per_s": s["examples_per_s"],
                                 "history": s["history"]}
         if len(args.variants) > 1:
-            if args.threads:  # beside another bench, torch's default threads would spin
-                torch.set_num_threads(args.threads)
             r["ensemble"] = ensemble(args.variants, runs, params, prepared, test)
         result["versions"][version] = r
         print(f"  v{version}: checkpoints and no-answer thresholds tuned on {r['tuned_on']}")

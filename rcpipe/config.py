@@ -16,10 +16,12 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    SerializerFunctionWrapHandler,
     ValidationError,
     ValidationInfo,
     create_model,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -426,6 +428,18 @@ class _Search(Section):
     def of(self, variant: str) -> VariantSearch:
         result: VariantSearch = getattr(self, variant)
         return result
+
+    @model_serializer(mode="wrap")
+    def _left_out_stays_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A default dimension the params left out is written as null, so that a dumped
+        config (`rcpipe config`, the params a Ray job runs) loads as the same search
+        rather than with the default's dimension back."""
+        data: dict[str, Any] = handler(self)
+        for variant in VARIANTS:
+            space = data[variant]["space"]
+            data[variant]["space"] = space | {k: None for k in REGISTRY[variant].space
+                                              if k not in space}
+        return data
 
 
 SearchConfig = create_model(

@@ -7,7 +7,7 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from rcpipe.config import Config, load_config, parse_override
+from rcpipe.config import Config, effective_yaml, load_config, parse_override
 from rcpipe.errors import InputError
 from tests.conftest import write_params
 
@@ -407,6 +407,17 @@ def test_a_search_space_lays_the_params_over_the_variants_default(tmp_path: Path
     for variant in REGISTRY:  # every default names the asked-for dimensions
         assert {"dropout", "word_dropout", "optim.ema_decay"} <= set(
             cfg.tune.of(variant).space)
+
+
+def test_a_left_out_dimension_stays_out_of_the_dumped_config(tmp_path: Path) -> None:
+    """The params a Ray job runs (and `rcpipe config` prints) are the dump: loaded again
+    they are the same search, not the default's dimension back."""
+    cfg = load_config(_minimal(tmp_path), ["tune.bidaf.space={hidden: null}"])
+    dumped = tmp_path / "dumped.yaml"
+    dumped.write_text(effective_yaml(cfg))
+    again = load_config(dumped)
+    assert "hidden" not in again.tune.of("bidaf").space
+    assert again.tune == cfg.tune
 
 
 @pytest.mark.parametrize(("space", "location", "what"), [

@@ -1,16 +1,24 @@
 """`rcpipe tune` on a real local Ray (2 CPUs): ASHA over two tiny trials, each a Ray Train
-job under Tune; the best as a params layer; a re-run resumes instead of searching again."""
+job under Tune; the best as a params layer; a re-run resumes instead of searching again.
+Through a real head's Jobs API, the search as a Ray job on the cluster; fractional GPUs
+planned on a Ray that declares one GPU."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 import yaml
 
 from rcpipe import layout, stages
 from rcpipe.config import load_config
+from tests import ray_nodes
 from tests.conftest import TINY_MODEL
 
 SPACE = {"optim": {"choice": [{"name": "adam", "lr": 0.01}, {"name": "adam", "lr": 0.001}]},
@@ -92,3 +100,64 @@ def test_a_search_that_cannot_run_here_fails_before_any_trial(
     assert err.value.location == key, err.value.line()
     assert time.perf_counter() - t0 < 10
     assert not layout.tune_run(variant).joinpath("search").exists()
+
+
+@pytest.mark.integration
+def test_a_search_through_the_jobs_api_runs_on_the_cluster_and_writes_its_layer_here(
+        prepared_here, tmp_path_factory: pytest.TempPathFactory) -> None:  # noqa: ANN001
+    """`rcpipe tune` at a cluster's Jobs API: the search is a Ray job on the head (the
+    real `rcpipe tune`, joining the head's Ray), the layer lands in the submitting
+    directory (the file system the cluster shares), and the submitter reports it."""
+    from ray.job_submission import JobSubmissionClient
+
+    from rcpipe.train.job_runs import default_run, run_jobs
+
+    short = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))  # Ray's sockets: <= 107 bytes
+    head, _, url = ray_nodes.start_head(short / "head", ray_nodes.node_env({}), cpus=2)
+    try:
+        cfg = prepared_here(train={"batch_size": 16, "epochs": 5, "ray_address": url,
+                                   "device": "cpu"},
+                            models={"bidaf": TINY_MODEL},
+                            tune={"trials": 1, "max_steps": 4, "eval_every": 2,
+                                  "grace_steps": 2,
+                                  "bidaf": {"space": SPACE | {"hidden": None,
+                                                              "optim.ema_decay": None,
+                                                              "word_dropout": None}}})
+        t0 = time.perf_counter()
+        summary = stages.tune(cfg, "bidaf")
+        print(f"search through the Jobs API: {time.perf_counter() - t0:.1f} s")
+        run = default_run(Path.cwd().resolve(), None)
+        jobs = [(a, j.status) for a, j in run_jobs(JobSubmissionClient(url), run,
+                                                   "tune-bidaf")]
+    finally:
+        ray_nodes.stop_all([head])
+    assert jobs == [(1, "SUCCEEDED")]  # one Ray job: rcpipe-<run>-tune-bidaf-1
+    assert summary["trials"] == 1 and summary["finished"]
+    # the job ran these params: the dimensions they left out stayed out
+    layer = yaml.safe_load(layout.tune_params("bidaf").read_text())
+    assert set(layer["models"]["bidaf"]) == {"optim", "dropout"}
+    [row] = json.loads(layout.tune_trials("bidaf").read_text())["rows"]
+    assert row["status"] == "finished" and row["steps"] == 4
+
+
+PLAN = """
+import json, sys, ray
+from rcpipe.config import load_config
+from rcpipe.train import search
+ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, logging_level="ERROR")
+p = search.plan(load_config(sys.argv[1]), "bidaf")
+print(json.dumps(p.__dict__))
+"""
+
+
+def test_trials_share_a_gpu_by_the_fraction_asked(make_config, synth_v1) -> None:  # noqa: ANN001
+    """tune.gpus_per_trial 0.5 on a Ray of one GPU (a real Ray declaring one; no CUDA is
+    needed to plan): two trials at once, each worker holding half the GPU."""
+    cfg = make_config(synth_v1, tune={"trials": 4, "max_steps": 4, "gpus_per_trial": 0.5,
+                                      "cpus_per_trial": 1})
+    done = subprocess.run([sys.executable, "-c", PLAN, str(cfg.source)], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "RAY_ADDRESS": ""})
+    assert done.returncode == 0, done.stderr[-2000:]
+    plan = json.loads(done.stdout.strip().splitlines()[-1])
+    assert plan["concurrent"] == 2  # 4 CPUs fit 4 trials, the one GPU two halves
+    assert plan["gpus_per_worker"] == 0.5 and plan["cpus_per_worker"] == 1

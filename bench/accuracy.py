@@ -92,19 +92,18 @@ def tuned_layer(tuned: Path | None, variant: str) -> list[str]:
     return ["--params", str(layer)] if layer and layer.is_file() else []
 
 
-def ensemble(variants: list[str], runs: Path, params: Path, prepared: Path, test: Path
-             ) -> dict[str, Any]:
-    """The majority vote of every variant's best model, scored on the test articles: each
-    voter answers at its no-answer threshold chosen on the held-out slice, as `rcpipe
-    evaluate` and `rcpipe ensemble` do (the test articles tune nothing)."""
+def best_answers(variants: list[str], runs: Path, params: Path, prepared: Path, test: Path
+                 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """({variant: its Evaluation on the test articles}, the test file's SQuAD JSON): each
+    variant's best model (runs/<variant>/model.pt) answering at its no-answer threshold
+    chosen on the held-out slice, as `rcpipe evaluate` does (the test articles tune nothing).
+    """
     import torch
 
     from rcpipe.config import load_config
     from rcpipe.data.dataset import SquadDataset
     from rcpipe.data.heldout import prepared_heldout
     from rcpipe.data.squad import read_json
-    from rcpipe.eval import metrics
-    from rcpipe.eval.ensemble import majority_vote
     from rcpipe.eval.predict import Split, heldout_split, heldout_then_dev
     from rcpipe.eval.trained import model_from_payload, vocab_digest
 
@@ -115,16 +114,30 @@ def ensemble(variants: list[str], runs: Path, params: Path, prepared: Path, test
     found = prepared_heldout(prepared)
     heldout = heldout_split(found, limit) if found else None
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    nbests = []
+    answers = {}
     for v in variants:
         saved = torch.load(runs / v / "model.pt", map_location="cpu", weights_only=True)
         model, _ = model_from_payload(saved, v, vocab_digest(prepared))
-        ev, _ = heldout_then_dev(model.to(device), dev, heldout,
-                                 found.source if found else None, device,
-                                 cfg.eval.max_answer_len)
-        nbests.append(ev.nbest)
-    voted = majority_vote(nbests)
-    return metrics.score(dev.doc, {q: e["text"] for q, e in voted.items()})
+        answers[v], _ = heldout_then_dev(model.to(device), dev, heldout,
+                                         found.source if found else None, device,
+                                         cfg.eval.max_answer_len)
+    return answers, dev.doc
+
+
+def voted(answers: dict[str, Any]) -> dict[str, str]:
+    """The majority vote of the variants' answers (best_answers), question -> text."""
+    from rcpipe.eval.ensemble import majority_vote
+
+    return {q: e["text"] for q, e in majority_vote([a.nbest for a in answers.values()]).items()}
+
+
+def ensemble(variants: list[str], runs: Path, params: Path, prepared: Path, test: Path
+             ) -> dict[str, Any]:
+    """The majority vote of every variant's best model, scored on the test articles."""
+    from rcpipe.eval import metrics
+
+    answers, doc = best_answers(variants, runs, params, prepared, test)
+    return metrics.score(doc, voted(answers))
 
 
 def abstain_all(test: Path) -> float | None:

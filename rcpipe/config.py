@@ -395,10 +395,16 @@ class _Search(Section):
     max_steps: int = Field(0, ge=0, description="a trial's steps at most (ASHA's max_t); "
                            "0: the variant's own step limit (models.<v>.max_steps, else "
                            "train.max_steps)")
+    max_minutes: float = Field(0, ge=0, description="a trial's training minutes at most, "
+                               "instead of steps (ASHA on the minutes each trial reports): "
+                               "settings compared at the time a run will have, a smaller "
+                               "model's extra steps counted; 0: a step budget")
     eval_every: int = Field(0, ge=0, description="steps between a trial's scores (ASHA "
                             "decides at them); 0: train.eval_every, else max_steps / 8")
     grace_steps: int = Field(0, ge=0, description="steps every trial gets before ASHA may "
                              "stop it; 0: a quarter of max_steps")
+    grace_minutes: float = Field(0, ge=0, description="with max_minutes: the minutes every "
+                                 "trial gets before ASHA may stop it; 0: a quarter of them")
     reduction_factor: float = Field(3, gt=1, description="ASHA: 1 / this of the trials "
                                     "at a rung go on to the next")
     cpus_per_trial: float = Field(0, ge=0, description="Ray CPUs of a trial's Train workers "

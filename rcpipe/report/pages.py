@@ -143,7 +143,8 @@ def search_section(search: dict[str, Any], rows: list[dict[str, Any]], png: byte
     header = list(dict.fromkeys(k for r in rows for k in r))
     return (f"<h2>Settings search: {escape(search['variant'])}</h2>"
             f'<p class="note">{len(rows)} trials, {search["minutes"]} minutes, up to '
-            f"{search['max_steps']} steps each (ASHA stops the trailing ones); "
+            f"{escape(search.get('budget') or str(search['max_steps']) + ' steps')} each "
+            "(ASHA stops the trailing ones); "
             f"{escape(search['metric'])} on {escape(search['data'])}. The best trial's "
             f"settings: <code>{escape(search['layer'])}</code>; data: "
             f"<code>{escape(csv_name)}</code></p>"

@@ -199,10 +199,11 @@ def _setting(value: Any) -> str:
 
 def trial_rows(search: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per trial of tune/<variant>.trials.json, best first: its id, status, steps
-    trained, best score (and its step), then one column per searched setting."""
+    and training minutes, best score (and its step), then one column per searched setting."""
     keys = list(dict.fromkeys(k for t in search["rows"] for k in t["settings"]))
     ordered = sorted(search["rows"], key=lambda t: (t["best"] is None, -(t["best"] or 0)))
     return [{"trial": t["id"], "status": t["status"], "steps": t["steps"],
+             "minutes": round(t.get("minutes", 0.0), 2),  # (none in a search from before)
              "best": None if t["best"] is None else round(t["best"], 2),
              "best_step": t["best_step"],
              **{k: _setting(t["settings"][k]) if k in t["settings"] else "" for k in keys}}

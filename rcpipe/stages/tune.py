@@ -72,10 +72,10 @@ def tune(cfg: Config, variant: str, force: bool = False, run: str | None = None,
         plan = search.plan(cfg, variant)
         _check_same_search(storage, digest, force)
         trials, ended = search.run(cfg, variant, inputs, dev_doc, paths, storage, plan)
-    return _write(cfg, variant, trials, plan.max_steps, digest, ended)
+    return _write(cfg, variant, trials, plan, digest, ended)
 
 
-def _write(cfg: Config, variant: str, trials: list[dict[str, Any]], max_steps: int,
+def _write(cfg: Config, variant: str, trials: list[dict[str, Any]], plan: Any,
            digest: str, ended: bool) -> dict[str, Any]:
     """The layer and the trials' file; an interrupted search (``ended`` False) writes them
     too, from the trials so far, marked unfinished: the next run resumes it."""
@@ -95,7 +95,7 @@ def _write(cfg: Config, variant: str, trials: list[dict[str, Any]], max_steps: i
     held = prepared_heldout(Path(cfg.data.out_dir))
     data = rank_data(held.source if held else None)
     header = (f"# rcpipe tune {variant}, {when}: the best of {len(trials)} trials (ASHA on "
-              f"Ray Tune, up to {max_steps} steps each, {finished} ran them all)\n"
+              f"Ray Tune, up to {plan.budget} each, {finished} ran them all)\n"
               f"# is trial {best['id']}: {RANK_METRIC} {best['best']:.2f} at step "
               f"{best['best_step']}, measured on {data}.\n"
               f"# Train with it: rcpipe train {variant} --params {cfg.source} --params "
@@ -105,7 +105,8 @@ def _write(cfg: Config, variant: str, trials: list[dict[str, Any]], max_steps: i
     layout.write(layout.tune_params(variant),
                  header + yaml.safe_dump(layer, sort_keys=False, default_flow_style=False))
     summary = {"variant": variant, "when": when, "metric": RANK_METRIC, "data": data,
-               "minutes": round(seconds / 60, 2), "max_steps": max_steps,
+               "minutes": round(seconds / 60, 2), "budget": plan.budget,
+               "max_steps": int(plan.max_t) if plan.attr == "step" else 0,
                "trials": len(trials), "finished": ended, "digest": digest,
                "best": {k: best[k] for k in ("id", "best", "best_step", "settings")},
                "layer": str(layout.tune_params(variant))}

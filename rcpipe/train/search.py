@@ -41,29 +41,45 @@ TRIAL_RESOURCES = {"CPU": 0, "memory": 2**20}
 
 @dataclass(frozen=True)
 class Plan:
-    """What a search runs: each trial's budget, ASHA's rungs, the resources of a trial."""
+    """What a search runs: each trial's budget (``max_t`` of ``attr``, the steps or the
+    training minutes a trial reports), ASHA's first rung, the resources of a trial."""
 
-    max_steps: int
+    attr: str  # "step" or "minutes": what ASHA counts a trial's progress in
+    max_t: float
+    grace: float
     eval_every: int
-    grace_steps: int
     cpus_per_worker: float
     gpus_per_worker: float
     concurrent: int
 
+    @property
+    def budget(self) -> str:
+        """A trial's budget in words: "300 steps", "3 minutes"."""
+        return f"{self.max_t:g} {'steps' if self.attr == 'step' else 'minutes'}"
+
 
 def plan(cfg: Config, variant: str) -> Plan:
     """The search's plan on the cluster this process joined; a search that cannot run here
-    (no step budget, more GPUs or CPUs a trial than a node has) fails now, in one line."""
+    (no budget, more GPUs or CPUs a trial than a node has) fails now, in one line.
+
+    A budget in minutes (tune.max_minutes) ranks settings by what they reach in the time a
+    run will have, as bench/accuracy.py compares them: a smaller model's extra steps count.
+    A budget in steps ranks them at equal steps, the same on any machine."""
     import ray
 
     t, s = cfg.train, cfg.tune
     steps = s.max_steps or cfg.models.steps(variant, t.max_steps)
-    if not steps:
-        raise InputError(cfg.source, "tune.max_steps", "a search needs a step budget per "
-                         f"trial (ASHA's max_t): set tune.max_steps or models.{variant}."
-                         "max_steps")
+    if not (s.max_minutes or steps):
+        raise InputError(cfg.source, "tune.max_steps", "a search needs a budget per trial "
+                         "(ASHA's max_t): set tune.max_minutes, tune.max_steps or models."
+                         f"{variant}.max_steps")
     every = s.eval_every or t.eval_every or max(1, steps // 8)
-    grace = min(steps, s.grace_steps or max(every, steps // 4))
+    if s.max_minutes:
+        attr, max_t = "minutes", s.max_minutes
+        grace = min(max_t, s.grace_minutes or max_t / 4)
+    else:
+        attr, max_t = "step", steps
+        grace = min(steps, s.grace_steps or max(every, steps // 4))
     cpus_trial = s.cpus_per_trial or (t.cpus_per_worker or 1) * t.num_workers
     have = ray.cluster_resources()
     cpus, gpus = have.get("CPU", 0), have.get("GPU", 0)
@@ -79,7 +95,7 @@ def plan(cfg: Config, variant: str) -> Plan:
     fit = int(cpus // cpus_trial) if cpus_trial else s.trials
     if s.gpus_per_trial:
         fit = min(fit, int(gpus // s.gpus_per_trial + 1e-9))
-    return Plan(steps, every, grace, cpus_trial / t.num_workers,
+    return Plan(attr, max_t, grace, every, cpus_trial / t.num_workers,
                 s.gpus_per_trial / t.num_workers,
                 min(s.trials, s.max_concurrent or max(1, fit)))
 
@@ -111,7 +127,9 @@ def trial_config(cfg: Config, variant: str, sample: dict[str, Any], p: Plan) -> 
         section, path = ("train", key[6:]) if key.startswith("train.") else \
             ("models", f"{variant}.{key}")
         data[section] = lay(data[section], path, sample[key])
-    own = {"max_steps": p.max_steps}
+    # the budget is the variant's own limit (a variant's max_steps would cap the minutes)
+    own = {"max_steps": 0, "max_minutes": p.max_t} if p.attr == "minutes" else \
+        {"max_steps": int(p.max_t)}
     data["models"] = lay(data["models"], variant, own)
     data["train"] |= {"eval_every": p.eval_every, "cpus_per_worker": p.cpus_per_worker,
                       "threads": cfg.train.threads or max(1, math.floor(p.cpus_per_worker))}
@@ -181,7 +199,7 @@ def trial(sample: dict[str, Any], *, base: dict[str, Any], variant: str, p: Plan
 class TrialLines:
     """A line per finished trial with its score (Tune's callback, on the driver)."""
 
-    def __new__(cls, variant: str, trials: int, max_steps: int, groups: Any) -> Any:
+    def __new__(cls, variant: str, trials: int, p: Plan, groups: Any) -> Any:
         from ray.tune import Callback
         from ray.util.placement_group import remove_placement_group
         from ray.util.queue import Empty
@@ -230,8 +248,8 @@ class TrialLines:
             def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any,
                                   **info: Any) -> None:
                 self._release(trial)
-                step = (trial.last_result or {}).get("step", 0)
-                self._line(trial, "finished" if step >= max_steps else "stopped by ASHA")
+                self._line(trial, "finished" if ran_it_all(trial.last_result or {}, p)
+                           else "stopped by ASHA")
 
             def on_trial_error(self, iteration: int, trials: list[Any], trial: Any,
                                **info: Any) -> None:
@@ -272,15 +290,15 @@ def run(cfg: Config, variant: str, inputs: ModelInputs, dev_doc: dict[str, Any],
         refs={"inputs": ray.put(inputs), "dev_doc": ray.put(dev_doc)}, storage=storage,
         groups={"queue": groups}), TRIAL_RESOURCES)
     experiment = f"{path}/{EXPERIMENT}"
-    lines = TrialLines(variant, cfg.tune.trials, p.max_steps, groups)
+    lines = TrialLines(variant, cfg.tune.trials, p, groups)
     if tune.Tuner.can_restore(experiment, storage_filesystem=filesystem):
         log.info("tune %s: resuming the search at %s", variant, experiment)
         tuner = tune.Tuner.restore(experiment, trainable, resume_unfinished=True,
                                    resume_errored=True, storage_filesystem=filesystem)
     else:
-        log.info("tune %s: %d trials, %d at once, up to %d steps each (ASHA: grace %d, "
-                 "1/%g go on), run storage %s", variant, cfg.tune.trials, p.concurrent,
-                 p.max_steps, p.grace_steps, cfg.tune.reduction_factor, experiment)
+        log.info("tune %s: %d trials, %d at once, up to %s each (ASHA: grace %g, 1/%g go "
+                 "on), run storage %s", variant, cfg.tune.trials, p.concurrent, p.budget,
+                 p.grace, cfg.tune.reduction_factor, experiment)
         tuner = tune.Tuner(
             trainable, param_space=param_space(cfg, variant),
             tune_config=tune.TuneConfig(
@@ -288,8 +306,8 @@ def run(cfg: Config, variant: str, inputs: ModelInputs, dev_doc: dict[str, Any],
                 trial_dirname_creator=_trial_dir,
                 search_alg=BasicVariantGenerator(random_state=cfg.tune.seed,
                                                  max_concurrent=p.concurrent),
-                scheduler=ASHAScheduler(time_attr="step", max_t=p.max_steps,
-                                        grace_period=p.grace_steps,
+                scheduler=ASHAScheduler(time_attr=p.attr, max_t=p.max_t,
+                                        grace_period=p.grace,
                                         reduction_factor=cfg.tune.reduction_factor)),
             run_config=tune.RunConfig(name=EXPERIMENT, storage_path=path,
                                       storage_filesystem=filesystem, verbose=0,
@@ -300,29 +318,38 @@ def run(cfg: Config, variant: str, inputs: ModelInputs, dev_doc: dict[str, Any],
     ended = grid.num_terminated + grid.num_errors == len(grid)
     log.info("tune %s: search %s after %.1f min", variant, "done" if ended else
              "interrupted (the same command resumes it)", (time.perf_counter() - t0) / 60)
-    return trials_table(grid, p.max_steps), ended
+    return trials_table(grid, p), ended
 
 
-def trials_table(grid: Any, max_steps: int) -> list[dict[str, Any]]:
+def ran_it_all(last: dict[str, Any], p: Plan) -> bool:
+    """Whether a trial's last report is at its budget's end (else ASHA stopped it); a
+    time budget ends at the first evaluation past it."""
+    return float(last.get(p.attr, 0)) >= p.max_t * (0.99 if p.attr == "minutes" else 1)
+
+
+def trials_table(grid: Any, p: Plan) -> list[dict[str, Any]]:
     """Each trial of a ResultGrid: id, settings, status, best score and its step, steps
-    trained, and its curve: (seconds since the search began, step, score) per report."""
+    (and training minutes) trained, and its curve: (seconds since the search began, step,
+    score) per report."""
     frames = [(r, r.metrics_dataframe) for r in grid]
     starts = [f["timestamp"].min() for _, f in frames if f is not None and len(f)]
     began = min(starts) if starts else 0
     rows = []
     for result, frame in frames:
         curve: list[list[float]] = []
+        last: dict[str, Any] = {}
         if frame is not None and RANK_METRIC in frame:
             frame = frame.dropna(subset=[RANK_METRIC])
             curve = [[float(t - began), int(step), float(score)] for t, step, score in
                      zip(frame["timestamp"], frame["step"], frame[RANK_METRIC], strict=True)]
+            last = frame.iloc[-1].to_dict() if len(frame) else {}
         best = max(curve, key=lambda c: c[2], default=None)
-        last_step = curve[-1][1] if curve else 0
         status = "failed" if result.error is not None else \
-            "finished" if last_step >= max_steps else "stopped"
+            "finished" if ran_it_all(last, p) else "stopped"
         rows.append({"id": (result.metrics or {}).get("trial_id", Path(result.path).name),
                      "settings": dict(result.config),
-                     "status": status, "steps": last_step,
+                     "status": status, "steps": curve[-1][1] if curve else 0,
+                     "minutes": float(last.get("minutes") or 0.0),  # (NaN: not reported)
                      "best": best[2] if best else None, "best_step": best[1] if best else None,
                      "curve": curve})
     return sorted(rows, key=lambda r: r["id"])

@@ -336,8 +336,10 @@ class Worker:
             self._decay_lr()
         with tempfile.TemporaryDirectory() as tmp:
             self._write(Path(tmp), rngs, digests, em, f1)
+            # "minutes": training time so far, a time-budgeted search's clock (train/search.py)
             self.session.report({"step": run.step, "epoch": run.epoch, "dev_em": em,
-                                 "dev_f1": f1, RANK_METRIC: rank}, Path(tmp), name)
+                                 "dev_f1": f1, RANK_METRIC: rank,
+                                 "minutes": run.history[-1]["minutes"]}, Path(tmp), name)
         # the curve's point, once its checkpoint is stored (train/progress.py logs and draws it)
         self.session.progress({"eval": run.history[-1] | {
             "checkpoint": name, "resumed_from_step": run.resumed_from_step}})

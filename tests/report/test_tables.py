@@ -104,8 +104,9 @@ def test_a_search_table_is_best_first_and_its_curve_never_falls() -> None:
     from rcpipe.report.tables import best_so_far, trial_rows
 
     search = {"variant": "bidaf", "metric": "rank", "data": "the held-out articles", "minutes": 0.1,
-              "max_steps": 6, "layer": "tune/bidaf.yaml", "rows": [
-                  {"id": "a_0", "status": "stopped", "steps": 2, "best": 10.0, "best_step": 2,
+              "budget": "6 steps", "max_steps": 6, "layer": "tune/bidaf.yaml", "rows": [
+                  {"id": "a_0", "status": "stopped", "steps": 2, "minutes": 0.011, "best": 10.0,
+                   "best_step": 2,
                    "settings": {"optim": {"name": "adam", "lr": 0.01}, "dropout": 0.1234567},
                    "curve": [[0.0, 2, 10.0]]},
                   {"id": "a_1", "status": "finished", "steps": 6, "best": 30.0, "best_step": 4,
@@ -117,6 +118,7 @@ def test_a_search_table_is_best_first_and_its_curve_never_falls() -> None:
     assert [r["trial"] for r in rows] == ["a_1", "a_0", "a_2"]
     assert rows[1]["optim"] == "name=adam lr=0.01" and rows[1]["dropout"] == "0.1235"
     assert rows[2]["optim"] == ""  # a setting the trial never got
+    assert rows[1]["minutes"] == 0.01 and rows[0]["minutes"] == 0.0  # none: from before
     curve = best_so_far(search)
     assert [p["best"] for p in curve] == [10.0, 10.0, 30.0, 30.0]
     assert [p["minutes"] for p in curve] == [0.0, round(1 / 60, 3), 0.05, 0.1]
@@ -124,3 +126,4 @@ def test_a_search_table_is_best_first_and_its_curve_never_falls() -> None:
     assert png.startswith(b"\x89PNG")
     html = pages.search_section(search, rows, png, "tune_bidaf.csv")
     assert "Settings search: bidaf" in html and "tune/bidaf.yaml" in html
+    assert "up to 6 steps each" in html

@@ -442,9 +442,10 @@ class _Search(Section):
         rather than with the default's dimension back."""
         data: dict[str, Any] = handler(self)
         for variant in VARIANTS:
-            space = data[variant]["space"]
-            data[variant]["space"] = space | {k: None for k in REGISTRY[variant].space
-                                              if k not in space}
+            if "space" in data.get(variant, {}):  # (a dump may leave sections out)
+                space = data[variant]["space"]
+                data[variant]["space"] = space | {k: None for k in REGISTRY[variant].space
+                                                  if k not in space}
         return data
 
 

@@ -18,7 +18,7 @@ import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -26,6 +26,9 @@ from rcpipe import layout
 from rcpipe.config import Config, space_values
 from rcpipe.errors import InputError
 from rcpipe.stages.io import load_dataset
+
+if TYPE_CHECKING:  # the stages load no training code until a search runs
+    from rcpipe.train.search import Plan
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +78,7 @@ def tune(cfg: Config, variant: str, force: bool = False, run: str | None = None,
     return _write(cfg, variant, trials, plan, digest, ended)
 
 
-def _write(cfg: Config, variant: str, trials: list[dict[str, Any]], plan: Any,
+def _write(cfg: Config, variant: str, trials: list[dict[str, Any]], plan: Plan,
            digest: str, ended: bool) -> dict[str, Any]:
     """The layer and the trials' file; an interrupted search (``ended`` False) writes them
     too, from the trials so far, marked unfinished: the next run resumes it."""

@@ -75,6 +75,10 @@ def plan(cfg: Config, variant: str) -> Plan:
                          f"{variant}.max_steps")
     every = s.eval_every or t.eval_every or max(1, steps // 8)
     if s.max_minutes:
+        if not (s.eval_every or t.eval_every):  # steps // 8 means nothing in minutes
+            raise InputError(cfg.source, "tune.eval_every", "a budget in minutes needs the "
+                             "steps between a trial's scores (ASHA decides at them): set "
+                             "tune.eval_every or train.eval_every")
         attr, max_t = "minutes", s.max_minutes
         grace = min(max_t, s.grace_minutes or max_t / 4)
     else:

@@ -86,6 +86,7 @@ def test_a_search_writes_the_best_as_a_params_layer_and_resumes(prepared_here) -
     ("bidaf", {"max_steps": 4, "gpus_per_trial": 0.5}, "tune.gpus_per_trial"),
     ("bidaf", {"max_steps": 4, "cpus_per_trial": 3}, "tune.cpus_per_trial"),
     ("bidaf", {"max_steps": 0}, "tune.max_steps"),
+    ("bidaf", {"max_minutes": 1}, "tune.eval_every"),  # no steps between scores
     ("qanet", {"max_steps": 4, "qanet": {"space": {"hidden": {"choice": [8, 9]}}}},
      "tune.qanet.space.hidden"),  # 9 is not divisible by the 2 heads: it cannot build
 ])

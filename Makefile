@@ -16,7 +16,8 @@ LOCAL_TORCH := $(firstword $(wildcard $(WHEELS)/torch-$(LOCKED_TORCH)+cpu-$(PY_T
 .PHONY: setup test demo up down lint clean browser
 PREFECT_PORT ?= 4200
 # pytest workers for make test (pytest-xdist): the suite waits much of its time on Ray,
-# Prefect and dvc start-ups, so two workers on 2 cores took 666-679 s on clean clones against 992 s on one.
+# Prefect and dvc start-ups, so two workers on 2 cores took 666-679 s on clean clones against
+# 992 s on one (790-821 s since the searches through a Jobs API and with a GPU joined).
 # --dist loadfile: a file's tests stay on one worker, in order, so its module fixtures (a
 # dvc repro, a Prefect stack) run once. TEST_WORKERS=0: one process, no xdist.
 TEST_WORKERS ?= 2

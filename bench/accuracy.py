@@ -24,6 +24,7 @@ SQuAD dev scores.
 the outputs ``tuned``: run it beside a default run of the same minutes. A layer must come
 from a search on the same training file, whose trials were ranked on its held-out slice,
 so the test articles choose nothing (the search's cost is its own `tune/<v>.trials.json`).
+bench/paired.py then says whether the two runs differ beyond chance, question by question.
 """
 
 from __future__ import annotations

@@ -73,15 +73,16 @@ def plan(cfg: Config, variant: str) -> Plan:
         raise InputError(cfg.source, "tune.max_steps", "a search needs a budget per trial "
                          "(ASHA's max_t): set tune.max_minutes, tune.max_steps or models."
                          f"{variant}.max_steps")
-    every = s.eval_every or t.eval_every or max(1, steps // 8)
+    every = s.eval_every or t.eval_every
     if s.max_minutes:
-        if not (s.eval_every or t.eval_every):  # steps // 8 means nothing in minutes
+        if not every:  # a step budget's default, steps // 8, means nothing in minutes
             raise InputError(cfg.source, "tune.eval_every", "a budget in minutes needs the "
                              "steps between a trial's scores (ASHA decides at them): set "
                              "tune.eval_every or train.eval_every")
         attr, max_t = "minutes", s.max_minutes
         grace = min(max_t, s.grace_minutes or max_t / 4)
     else:
+        every = every or max(1, steps // 8)
         attr, max_t = "step", steps
         grace = min(steps, s.grace_steps or max(every, steps // 4))
     cpus_trial = s.cpus_per_trial or (t.cpus_per_worker or 1) * t.num_workers

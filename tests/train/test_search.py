@@ -23,6 +23,9 @@ from tests.conftest import TINY_MODEL
 
 SPACE = {"optim": {"choice": [{"name": "adam", "lr": 0.01}, {"name": "adam", "lr": 0.001}]},
          "dropout": {"uniform": [0.0, 0.2]}}
+# bidaf's search over SPACE alone: the default space's other dimensions left out
+BIDAF_SPACE = {"bidaf": {"space": SPACE | {"hidden": None, "optim.ema_decay": None,
+                                           "word_dropout": None}}}
 
 
 def _every_cpu_is_free_again() -> None:
@@ -42,10 +45,7 @@ def test_a_search_writes_the_best_as_a_params_layer_and_resumes(prepared_here) -
                         # one at a time: the second trial needs the CPU the first one's
                         # workers held (search._recorder: released when a trial ends)
                         tune={"trials": 2, "max_concurrent": 1, "max_steps": 6,
-                              "eval_every": 2, "grace_steps": 2,
-                              "bidaf": {"space": SPACE | {"hidden": None,
-                                                          "optim.ema_decay": None,
-                                                          "word_dropout": None}}})
+                              "eval_every": 2, "grace_steps": 2, **BIDAF_SPACE})
     t0 = time.perf_counter()
     summary = stages.tune(cfg, "bidaf")
     print(f"search: {time.perf_counter() - t0:.1f} s")
@@ -121,9 +121,7 @@ def test_a_search_through_the_jobs_api_runs_on_the_cluster_and_writes_its_layer_
                                    "device": "cpu"},
                             models={"bidaf": TINY_MODEL},
                             tune={"trials": 1, "max_minutes": 0.05, "eval_every": 10,
-                                  "bidaf": {"space": SPACE | {"hidden": None,
-                                                              "optim.ema_decay": None,
-                                                              "word_dropout": None}}})
+                                  **BIDAF_SPACE})
         t0 = time.perf_counter()
         summary = stages.tune(cfg, "bidaf")
         print(f"search through the Jobs API: {time.perf_counter() - t0:.1f} s")

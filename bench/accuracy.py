@@ -25,6 +25,12 @@ the outputs ``tuned``: run it beside a default run of the same minutes. A layer 
 from a search on the same training file, whose trials were ranked on its held-out slice,
 so the test articles choose nothing (the search's cost is its own `tune/<v>.trials.json`).
 bench/paired.py then says whether the two runs differ beyond chance, question by question.
+
+``--seeds N`` trains every variant N times, with ``train.seed`` = the preset's seed, + 1, ...
+(each seed's run under ``<tag>/seed-<S>/``, its ensemble its own): a short run's F1 moves by
+points with the seed, so each figure is printed and written as mean [min, max] over the
+seeds (``runs`` in the JSON holds each seed's), and bench/paired.py pairs two such runs seed
+by seed.
 """
 
 from __future__ import annotations
@@ -62,9 +68,9 @@ def _sets(sets: list[str]) -> list[str]:
 
 
 def train(variant: str, params: Path, prepared: Path, train_file: Path, test: Path,
-          run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
+          run_dir: Path, args: argparse.Namespace, seed: int) -> dict[str, Any]:
     """One variant for ``args.minutes`` in its own process; its summary (with the curve)."""
-    sets = [f"data.train_file={train_file}", f"data.dev_file={test}",
+    sets = [f"train.seed={seed}", f"data.train_file={train_file}", f"data.dev_file={test}",
             f"data.out_dir={prepared}", f"data.cache_dir={prepared.parent / 'cache'}",
             "data.word_vectors=null", "train.num_workers=1", "train.epochs=1000",
             # the budget is minutes: params.demo.yaml's fixed steps a variant must not cap it
@@ -83,7 +89,7 @@ def train(variant: str, params: Path, prepared: Path, train_file: Path, test: Pa
                               env=env)
     if done.returncode != 0:
         raise RuntimeError(f"{variant}: training failed, see {log}")
-    print(f"  {variant}: {done.stdout.strip()}", flush=True)
+    print(f"  {variant} (seed {seed}): {done.stdout.strip()}", flush=True)
     return json.loads((run_dir / "summary.json").read_text())
 
 
@@ -150,23 +156,93 @@ def abstain_all(test: Path) -> float | None:
     return 100.0 * sum(1 for qa in qas if qa.get("is_impossible")) / len(qas)
 
 
-def plot(result: dict[str, Any], path: Path) -> None:
+def runs_dir(tag: str, seed: int, seeds: int) -> Path:
+    """Where a run's variants train, under the version's folder: ``<tag>/`` (``runs/``
+    untagged) for one seed, ``<tag>/seed-<S>/`` for each of several."""
+    base = Path(tag or "runs")
+    return base / f"seed-{seed}" if seeds > 1 else base
+
+
+def one_seed(seed: int, params: Path, prepared: Path, train_file: Path, test: Path,
+             runs: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Every variant trained with ``train.seed=seed`` for the minutes, then the ensemble:
+    {wall_minutes, variants: {v: scores and curve}, ensemble}."""
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(args.lanes) as pool:
+        futures = {v: pool.submit(train, v, params, prepared, train_file, test, runs / v,
+                                  args, seed) for v in args.variants}
+        summaries = {v: f.result() for v, f in futures.items()}
+    r: dict[str, Any] = {"wall_minutes": (time.perf_counter() - t0) / 60, "variants": {}}
+    for v, s in summaries.items():
+        # test scores of the checkpoint ranked best on the held-out slice, v2.0 at the
+        # threshold chosen there (the summary's "dev" is the test file here)
+        r["variants"][v] = {"best_test_f1": s["best_dev_f1"], "best_test_em": s["best_dev_em"],
+                            "best_heldout_f1": s.get("best_heldout_f1"),
+                            "best_step": s["best_step"], "steps": s["steps"],
+                            "epochs": s["epochs"], "examples_per_s": s["examples_per_s"],
+                            "history": s["history"]}
+    if len(args.variants) > 1:
+        r["ensemble"] = ensemble(args.variants, runs, params, prepared, test)
+    return r
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """A figure over seeds: its mean, lowest and highest."""
+    return {"mean": sum(values) / len(values), "min": min(values), "max": max(values)}
+
+
+def over_seeds(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The seeds' runs summed up: each variant's (and the ensemble's) test F1 and EM, held-out
+    F1 and steps as mean, min and max over the seeds."""
+    first = next(iter(runs.values()))
+    out: dict[str, Any] = {"variants": {
+        v: {key: spread([r["variants"][v][key] for r in runs.values()])
+            for key in ("best_test_f1", "best_test_em", "best_heldout_f1", "steps")
+            if first["variants"][v].get(key) is not None}
+        for v in first["variants"]}}
+    if "ensemble" in first:
+        out["ensemble"] = {key: spread([r["ensemble"][key] for r in runs.values()])
+                           for key in ("f1", "exact_match" if "exact_match" in
+                                       first["ensemble"] else "exact")}
+    return out
+
+
+def spread_line(s: dict[str, float]) -> str:
+    return f"{s['mean']:6.2f}" + (f" [{s['min']:.2f}, {s['max']:.2f}]"
+                                  if s["max"] > s["min"] else "")
+
+
+def panels(count: int, width: float, height: float) -> tuple[Any, list[Any]]:
+    """A figure of ``count`` panels side by side (matplotlib without a screen)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig, axes = plt.subplots(1, count, figsize=(width * count, height), squeeze=False,
+                             layout="constrained")
+    return fig, list(axes[0])
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib.pyplot as plt
+
     versions = list(result["versions"])
-    fig, axes = plt.subplots(1, len(versions), figsize=(6 * len(versions), 4.2),
-                             squeeze=False, layout="constrained")
-    for ax, version in zip(axes[0], versions, strict=True):
+    fig, axes = panels(len(versions), 6, 4.2)
+    for ax, version in zip(axes, versions, strict=True):
         r = result["versions"][version]
-        for v, s in r["variants"].items():
-            ax.plot([h["minutes"] for h in s["history"]], [h["f1"] for h in s["history"]],
-                    marker=".", label=f"{v} (best {s['best_test_f1']:.1f})")
+        for i, (v, s) in enumerate(r["variants"].items()):
+            for j, run in enumerate(r["runs"].values()):  # a line per seed, a colour a variant
+                h = run["variants"][v]["history"]
+                ax.plot([p["minutes"] for p in h], [p["f1"] for p in h], marker=".",
+                        color=f"C{i}", alpha=1.0 if j == 0 else 0.5,
+                        label=f"{v} (best {spread_line(s['best_test_f1']).strip()})"
+                        if j == 0 else None)
         if "ensemble" in r:
-            ax.scatter([result["minutes"]], [r["ensemble"]["f1"]], marker="*", s=160,
-                       color="black", zorder=5, label=f"ensemble {r['ensemble']['f1']:.1f}")
+            f1s = [run["ensemble"]["f1"] for run in r["runs"].values()]
+            ax.scatter([result["minutes"]] * len(f1s), f1s, marker="*", s=160,
+                       color="black", zorder=5,
+                       label=f"ensemble {spread_line(r['ensemble']['f1']).strip()}")
         if r.get("abstain_all_f1") is not None:
             ax.axhline(r["abstain_all_f1"], color="grey", linestyle=":",
                        label=f"answer nothing {r['abstain_all_f1']:.1f}")
@@ -199,6 +275,8 @@ def main() -> None:
     ap.add_argument("--tag", default="", help="a name for this run's outputs (ablations)")
     ap.add_argument("--tuned", type=Path, help="a folder of `rcpipe tune` layers "
                     "(<variant>.yaml): each variant trains with its own (tag: tuned)")
+    ap.add_argument("--seeds", type=int, default=1, help="train every variant with this many "
+                    "seeds (train.seed, train.seed + 1, ...): figures as mean [min, max]")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
     args = ap.parse_args()
     args.tag = args.tag or ("tuned" if args.tuned else "")
@@ -208,6 +286,10 @@ def main() -> None:
     args.eval_every = args.eval_every or (50 if cpu else 200)
     params = PRESETS[args.preset]
     work = args.out / "accuracy" / args.preset
+    from rcpipe.config import load_config
+
+    base = load_config(params, args.set).train.seed
+    seeds = list(range(base, base + args.seeds))
     import torch
 
     if args.threads:  # the ensemble runs here: beside another bench, torch's default would spin
@@ -216,6 +298,7 @@ def main() -> None:
     name = torch.cuda.get_device_name() if device == "cuda" else \
         f"{os.cpu_count()}-core CPU, {args.threads} thread(s) a variant"
     result: dict[str, Any] = {"preset": args.preset, "minutes": args.minutes, "device": name,
+                              "seeds": seeds,
                               "lanes": args.lanes, "sets": args.set, "versions": {},
                               "tuned": {v: str(args.tuned / f"{v}.yaml") for v in args.variants
                                         if tuned_layer(args.tuned, v)}}
@@ -224,40 +307,28 @@ def main() -> None:
         test = args.split / f"test-v{version}.json"
         prepared = work / f"v{version}" / "prepared"
         prepare(params, train_file, test, prepared, [])
-        runs = work / f"v{version}" / (args.tag or "runs")
-        print(f"v{version}: {len(args.variants)} variants, {args.minutes} min each, "
-              f"{args.lanes} at a time on {name}", flush=True)
-        t0 = time.perf_counter()
-        with ThreadPoolExecutor(args.lanes) as pool:
-            futures = {v: pool.submit(train, v, params, prepared, train_file, test, runs / v,
-                                      args) for v in args.variants}
-            summaries = {v: f.result() for v, f in futures.items()}
         held = json.loads((prepared / "meta.json").read_text()).get("heldout")
         r: dict[str, Any] = {
-            "wall_minutes": (time.perf_counter() - t0) / 60,
-            "abstain_all_f1": abstain_all(test), "variants": {},
+            "abstain_all_f1": abstain_all(test), "seeds": seeds,
             # what the test articles are not used for: the held-out slice of the training
             # articles ranks checkpoints and (v2.0) chooses the no-answer threshold
             "tuned_on": f"held-out slice of {train_file.name}: {held['articles']} articles, "
                         f"{held['questions']} questions (data.heldout)" if held else
-                        "the test articles (nothing held out: data.heldout.fraction 0)"}
-        for v, s in summaries.items():
-            # test scores of the checkpoint ranked best on the held-out slice, v2.0 at the
-            # threshold chosen there (the summary's "dev" is the test file here)
-            r["variants"][v] = {"best_test_f1": s["best_dev_f1"], "best_test_em": s["best_dev_em"],
-                                "best_heldout_f1": s.get("best_heldout_f1"),
-                                "best_step": s["best_step"], "steps": s["steps"],
-                                "epochs": s["epochs"], "examples_per_s": s["examples_per_s"],
-                                "history": s["history"]}
-        if len(args.variants) > 1:
-            r["ensemble"] = ensemble(args.variants, runs, params, prepared, test)
+                        "the test articles (nothing held out: data.heldout.fraction 0)",
+            "runs": {}}
+        print(f"v{version}: {len(args.variants)} variants x {len(seeds)} seed(s), "
+              f"{args.minutes} min each, {args.lanes} at a time on {name}", flush=True)
+        for seed in seeds:
+            runs = work / f"v{version}" / runs_dir(args.tag, seed, len(seeds))
+            r["runs"][str(seed)] = one_seed(seed, params, prepared, train_file, test, runs,
+                                            args)
+        r |= over_seeds(r["runs"])
         result["versions"][version] = r
         print(f"  v{version}: checkpoints and no-answer thresholds tuned on {r['tuned_on']}")
         for v, s in r["variants"].items():
-            print(f"  v{version} {v:<15} test F1 {s['best_test_f1']:6.2f} (step "
-                  f"{s['best_step']}, {s['epochs']} epochs)")
+            print(f"  v{version} {v:<15} test F1 {spread_line(s['best_test_f1'])}")
         if "ensemble" in r:
-            print(f"  v{version} {'ensemble':<15} test F1 {r['ensemble']['f1']:6.2f}")
+            print(f"  v{version} {'ensemble':<15} test F1 {spread_line(r['ensemble']['f1'])}")
     stem = f"accuracy{'-' + args.tag if args.tag else ''}"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")

@@ -2,6 +2,7 @@
 processes beside it, a fresh directory; timed, with every variant's steps and scores.
 
     .venv/bin/python bench/demo_under_load.py [--burners 2] [--set key=value ...]
+    .venv/bin/python bench/demo_under_load.py --burners 0 --seeds 42 43 44   # README's table
 
 ``--burners N`` starts N CPU-bound processes first (each stops by itself after
 ``--burn-minutes``, and all are killed when the demo ends); ``--burners 0`` is the idle run.
@@ -9,7 +10,10 @@ The demo (`python -m flows.demo --workdir DIR`) runs with PREFECT_HOME in a new 
 directory (no database yet: its first run migrates one) and analytics off. Prints the
 Prefect start-up figures (the migration's seconds from the demo's own line, against
 Prefect's 20 s start-up limit), the demo's minutes, and per variant its steps,
-examples/s and dev EM/F1; writes bench/out/demo_under_load.json.
+examples/s and dev EM/F1; writes bench/out/demo_under_load.json. ``--seeds S ...`` runs the
+demo once per seed (``train.seed``; 42 is `make demo`'s own), one after another, each in a
+fresh directory and PREFECT_HOME, and ends with every model's dev F1 as mean [min, max]
+over the seeds: the README's demo table.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SPIN = "import sys, time\nend = time.time() + float(sys.argv[1])\nwhile time.time() < end: pass"
@@ -64,19 +69,14 @@ def variant_rows(work: Path) -> dict[str, dict[str, float]]:
     return rows
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--burners", type=int, default=2, help="CPU-bound processes beside it")
-    ap.add_argument("--burn-minutes", type=float, default=60,
-                    help="each burner stops by itself after this long")
-    ap.add_argument("--set", dest="sets", action="append", default=[])
-    args = ap.parse_args()
+def one_demo(args: argparse.Namespace, sets: list[str]) -> dict[str, Any]:
+    """The demo once, in a fresh directory and PREFECT_HOME, with the burners beside it."""
     base = Path(tempfile.mkdtemp(prefix="rcpipe-demo-under-load-"))
     work, home = base / "work", base / "prefect-home"
     burners = [subprocess.Popen([sys.executable, "-c", SPIN, str(args.burn_minutes * 60)])
                for _ in range(args.burners)]
     try:
-        code, out, wall = run_demo(work, home, args.sets)
+        code, out, wall = run_demo(work, home, sets)
     finally:
         for p in burners:
             p.kill()
@@ -84,7 +84,7 @@ def main() -> None:
     migration = re.search(r"Prefect's database ready in (\d+) s", out)
     result = {"burners": args.burners, "cpus": os.cpu_count(), "exit_code": code,
               "wall_s": round(wall, 1), "migration_s": int(migration[1]) if migration else None,
-              "prefect_startup_limit_s": 20, "sets": args.sets, "dir": str(base),
+              "prefect_startup_limit_s": 20, "sets": sets, "dir": str(base),
               "variants": variant_rows(work) if code == 0 else {}}
     print(f"\n{args.burners} burner(s) on {os.cpu_count()} CPUs: exit {code}, "
           f"{wall / 60:.1f} min; Prefect's database migrated in "
@@ -93,11 +93,50 @@ def main() -> None:
     for v, r in result["variants"].items():
         print(f"{v:<15} {r.get('steps', ''):>6} {r.get('best_step', ''):>7} "
               f"{r.get('examples_per_s', ''):>6} {r['em']:>6.1f} {r['f1']:>6.1f}")
+    return result
+
+
+def over_seeds(runs: dict[int, dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Each model's dev F1 and EM over the seeds' demos: mean, min and max."""
+    models = next(iter(runs.values()))["variants"]
+    table = {}
+    for m in models:
+        f1s = [r["variants"][m]["f1"] for r in runs.values()]
+        ems = [r["variants"][m]["em"] for r in runs.values()]
+        table[m] = {"f1_mean": sum(f1s) / len(f1s), "f1_min": min(f1s), "f1_max": max(f1s),
+                    "em_mean": sum(ems) / len(ems)}
+    return table
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--burners", type=int, default=2, help="CPU-bound processes beside it")
+    ap.add_argument("--burn-minutes", type=float, default=60,
+                    help="each burner stops by itself after this long")
+    ap.add_argument("--set", dest="sets", action="append", default=[])
+    ap.add_argument("--seeds", nargs="*", type=int, default=[],
+                    help="one demo per train.seed, one after another; a mean [min, max] table")
+    args = ap.parse_args()
+    if not args.seeds:
+        result = one_demo(args, args.sets)
+    else:
+        runs = {s: one_demo(args, [*args.sets, f"train.seed={s}"]) for s in args.seeds}
+        failed = [s for s, r in runs.items() if r["exit_code"] != 0]
+        result = {"seeds": args.seeds, "runs": runs,
+                  "exit_code": runs[failed[0]]["exit_code"] if failed else 0,
+                  "wall_s": [r["wall_s"] for r in runs.values()],
+                  "over_seeds": {} if failed else over_seeds(runs)}
+        print(f"\n{len(args.seeds)} seeds {args.seeds}: minutes "
+              + ", ".join(f"{r['wall_s'] / 60:.1f}" for r in runs.values()))
+        print(f"{'model':<15} {'dev F1 mean [min, max]':>24} {'EM mean':>8}")
+        for m, r in result["over_seeds"].items():
+            print(f"{m:<15} {r['f1_mean']:>8.1f} [{r['f1_min']:.1f}, {r['f1_max']:.1f}]"
+                  f"{r['em_mean']:>8.1f}")
     out_file = ROOT / "bench" / "out" / "demo_under_load.json"
     out_file.parent.mkdir(parents=True, exist_ok=True)
     out_file.write_text(json.dumps(result, indent=1) + "\n")
     print(f"-> {out_file}")
-    sys.exit(code)
+    sys.exit(result["exit_code"])
 
 
 if __name__ == "__main__":

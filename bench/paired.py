@@ -6,7 +6,11 @@ default by 0.4" says nothing until the spread is known. For each variant both ru
 best models answer the test articles again (each at its no-answer threshold chosen on the
 held-out slice, as the bench scored them), and rcpipe.eval.compare gives B's F1 minus A's
 with a 95% interval from a bootstrap over the test paragraphs; the ensembles of each run too.
-Nothing is chosen here: it only reads the two runs. Writes
+Nothing is chosen here: it only reads the two runs. Runs of several seeds (bench/accuracy.py
+``--seeds N``: ``<tag>/seed-<S>/``) are paired seed by seed: the line gives the seed-averaged
+difference with its paragraph interval, each seed pair's difference (their range is the
+seed spread, which the bootstrap does not see) and the verdict (rcpipe.eval.compare:
+``gain`` or ``loss`` only when the interval leaves out 0 and every seed pair agrees). Writes
 ``OUT/accuracy-paired-A-B.json`` and prints a line per variant.
 
     .venv/bin/python bench/paired.py --preset cpu --versions 1.1 --out OUT s3default s3tuned
@@ -22,23 +26,39 @@ from typing import Any
 from accuracy import PRESETS, ROOT, SPLIT, best_answers, voted
 
 
+def seed_runs(a: Path, b: Path) -> list[tuple[Path, Path]]:
+    """The two runs' folders seed by seed: ``seed-<S>/`` both have, else the runs whole."""
+    seeds = sorted(d.name for d in a.glob("seed-*") if (b / d.name).is_dir())
+    return [(a / s, b / s) for s in seeds] or [(a, b)]
+
+
 def compare(a: Path, b: Path, params: Path, prepared: Path, test: Path) -> dict[str, Any]:
     """{variant (and "ensemble"): the paired difference B - A} for the variants both ran."""
     from dataclasses import asdict
 
-    from rcpipe.eval.compare import paired_difference
+    from rcpipe.eval.compare import seeded_difference
 
-    variants = sorted(v.parent.name for v in a.glob("*/model.pt")
-                      if (b / v.parent.name / "model.pt").is_file())
+    pairs = seed_runs(a, b)
+    variants = sorted(v.parent.name for v in pairs[0][0].glob("*/model.pt")
+                      if all((x / v.parent.name / "model.pt").is_file()
+                             for pair in pairs for x in pair))
     if not variants:
         raise SystemExit(f"error: {a} and {b}: no variant trained in both")
-    answers_a, doc = best_answers(variants, a, params, prepared, test)
-    answers_b, _ = best_answers(variants, b, params, prepared, test)
-    pairs = {v: (answers_a[v].predictions, answers_b[v].predictions) for v in variants}
-    if len(variants) > 1:
-        pairs["ensemble"] = (voted(answers_a), voted(answers_b))
-    found = {name: paired_difference(doc, pa, pb) for name, (pa, pb) in pairs.items()}
-    return {name: asdict(d) | {"line": d.line()} for name, d in found.items()}
+    sides: dict[str, tuple[list[dict[str, str]], list[dict[str, str]]]] = {
+        name: ([], []) for name in [*variants, *(["ensemble"] if len(variants) > 1 else [])]}
+    for run_a, run_b in pairs:
+        for side, run in enumerate((run_a, run_b)):
+            answers, doc = best_answers(variants, run, params, prepared, test)
+            for v in variants:
+                sides[v][side].append(answers[v].predictions)
+            if "ensemble" in sides:
+                sides["ensemble"][side].append(voted(answers))
+    found = {name: seeded_difference(doc, pa, pb) for name, (pa, pb) in sides.items()}
+    return {name: {"seeds": [p[0].name for p in pairs] if len(pairs) > 1 else [],
+                   "mean": asdict(d.mean), "per_seed": [asdict(x) for x in d.per_seed],
+                   "seed_range": d.seed_range, "verdict": d.verdict(),
+                   "line": d.line() if len(pairs) > 1 else d.mean.line()}
+            for name, d in found.items()}
 
 
 def main() -> None:

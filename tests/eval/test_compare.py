@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from rcpipe.eval import metrics
-from rcpipe.eval.compare import paired_difference
+from rcpipe.eval.compare import paired_difference, seeded_difference
 
 
 def _doc(paragraphs: int, per: int, version: str = "1.1") -> dict[str, Any]:
@@ -65,3 +65,33 @@ def test_a_question_without_an_answer_scores_zero_and_v2_empty_answers_count() -
     d = paired_difference(doc, a, b)
     assert d.f1_a == pytest.approx(metrics.score(doc, a)["f1"]) == pytest.approx(5.0)
     assert d.diff == pytest.approx(-5.0)
+
+
+def test_over_seeds_the_mean_is_the_seed_averaged_f1_and_the_range_each_pairs() -> None:
+    doc = _doc(40, 4)
+    a = [_right(doc, {f"{p}-0" for p in range(0, 10)}), _right(doc, {f"{p}-0" for p in range(20)})]
+    b = [_right(doc, {f"{p}-0" for p in range(40)}), _right(doc, {f"{p}-1" for p in range(30)})]
+    d = seeded_difference(doc, a, b)
+    singles = [paired_difference(doc, x, y) for x, y in zip(a, b, strict=True)]
+    assert [s.diff for s in d.per_seed] == [s.diff for s in singles]
+    assert d.mean.f1_a == pytest.approx((singles[0].f1_a + singles[1].f1_a) / 2)
+    assert d.mean.f1_b == pytest.approx((singles[0].f1_b + singles[1].f1_b) / 2)
+    assert d.seed_range == (pytest.approx(6.25), pytest.approx(18.75))
+    assert d.verdict() == "gain" and "2 seeds" in d.line()
+
+
+def test_a_gain_one_seed_pair_contradicts_is_chance() -> None:
+    doc = _doc(40, 4)
+    a = [_right(doc, set()), _right(doc, {f"{p}-0" for p in range(40)})]
+    # seed 1: every paragraph better (+25); seed 2: 4 paragraphs worse (-2.5)
+    b = [_right(doc, {f"{p}-0" for p in range(40)}), _right(doc, {f"{p}-0" for p in range(4, 40)})]
+    d = seeded_difference(doc, a, b)
+    assert d.mean.low > 0  # the averaged answers alone would call it a gain
+    assert d.seed_range[0] < 0 < d.seed_range[1]
+    assert d.verdict() == "chance"
+
+
+def test_seeds_must_pair_up() -> None:
+    doc = _doc(4, 2)
+    with pytest.raises(ValueError, match="same number of seeds"):
+        seeded_difference(doc, [_right(doc, set())], [])

@@ -54,7 +54,7 @@ def setup(work: Path, sets: list[str]) -> None:
 def curve(work: Path, variant: str, seed: int, steps: int, args: argparse.Namespace
           ) -> list[dict[str, Any]]:
     """One run's dev curve: [{step, f1, em}] every ``eval_every`` steps up to ``steps``."""
-    run_dir = work / "runs" / f"{variant}-seed{seed}"
+    run_dir = work / "runs" / (args.tag or "default") / f"{variant}-seed{seed}"
     sets = [f"train.seed={seed}", f"models.{variant}.max_steps={steps}",
             f"train.eval_every={args.eval_every}", "train.threads=1",
             # steps, not minutes, end the run: a loaded machine gets the same curve
@@ -128,6 +128,8 @@ def main() -> None:
     ap.add_argument("--lanes", type=int, default=2)
     ap.add_argument("--set", dest="sets", action="append", default=[])
     ap.add_argument("--workdir", type=Path, help="reuse a directory (default: a fresh one)")
+    ap.add_argument("--tag", default="", help="a name for this run's runs and outputs "
+                    "(demo_seeds-<tag>.json): another setting in the same directory")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
     args = ap.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="rcpipe-demo-seeds-"))
@@ -162,10 +164,10 @@ def main() -> None:
                  if at_demo else "not scored")
         print(f"{v:<15} {demo_steps[v]:>10} {there:>28} {flat if flat else 'never':>15}")
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "demo_seeds.json"
-    path.write_text(json.dumps(result, indent=1) + "\n")
-    plot(result, args.out / "demo_seeds.png")
-    print(f"-> {path}, {args.out / 'demo_seeds.png'}")
+    stem = f"demo_seeds{'-' + args.tag if args.tag else ''}"
+    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+    plot(result, args.out / f"{stem}.png")
+    print(f"-> {args.out / stem}.json, .png")
 
 
 if __name__ == "__main__":

@@ -57,8 +57,9 @@ def curve(work: Path, variant: str, seed: int, steps: int, args: argparse.Namesp
     run_dir = work / "runs" / (args.tag or "default") / f"{variant}-seed{seed}"
     sets = [f"train.seed={seed}", f"models.{variant}.max_steps={steps}",
             f"train.eval_every={args.eval_every}", "train.threads=1",
-            # steps, not minutes, end the run: a loaded machine gets the same curve
-            f"models.{variant}.max_minutes=600", "train.max_minutes=600", *args.sets]
+            # steps, not minutes or epochs, end the run: a loaded machine gets the same curve
+            f"models.{variant}.max_minutes=600", "train.max_minutes=600", "train.epochs=1000",
+            *args.sets]
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with run_dir.with_suffix(".log").open("w") as log:

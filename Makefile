@@ -13,7 +13,7 @@ LOCKED_TORCH := $(shell sed -n '/^name = "torch"$$/{n;s/^version = "\(.*\)"$$/\1
 PY_TAG := $(shell $(PYTHON) -c 'import sys; print("cp%d%d" % sys.version_info[:2])' 2>/dev/null)
 LOCAL_TORCH := $(firstword $(wildcard $(WHEELS)/torch-$(LOCKED_TORCH)+cpu-$(PY_TAG)-*.whl))
 
-.PHONY: setup test demo up down lint clean browser
+.PHONY: setup test demo up down lint clean browser gpu-kit
 PREFECT_PORT ?= 4200
 # pytest workers for make test (pytest-xdist): the suite waits much of its time on Ray,
 # Prefect and dvc start-ups, so two workers on 2 cores took 666-679 s on clean clones against
@@ -61,6 +61,11 @@ up: setup
 
 down:
 	$(BIN)/python -m flows.stack down
+
+# gpu-kit/ (ignored): what a bare GPU box lacks, carried into device calls (bench/gpu/README.md).
+# It needs the registry and ../shared/data/squad-split, so no test or CI target runs it
+gpu-kit: setup
+	$(BIN)/python bench/gpu/build.py
 
 lint: setup
 	$(BIN)/ruff check .

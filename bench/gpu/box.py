@@ -1,0 +1,87 @@
+"""The GPU box's Python, as the kit sees it: what its image holds, what the kit adds, and a
+stand-in for it here (a Python that cannot import anything else) for the CPU dry run.
+
+The image's packages were read off a machine running it on 2026-11-17
+(/work/.library/device/KINDS.md): Python 3.12 with torch, numpy, pyarrow, PyYAML, rich and
+typer, and no spaCy, Prefect, DVC, boto3, Ray or pydantic.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+from pathlib import Path
+
+IMAGE = frozenset("""
+absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch
+build certifi charset-normalizer chex click cloudpickle cmake colorama contourpy coverage
+cuda-bindings cuda-core cuda-pathfinder cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn
+einops equinox etils execnet filelock flatbuffers flax fonttools formulaic frozenlist fsspec
+gpytorch grpcio h11 h5py hf-xet httpcore httpx huggingface-hub humanize hypothesis idna imageio
+iniconfig interface-meta jax jax-cuda13-pjrt jax-cuda13-plugin jaxlib jaxtyping jinja2 joblib
+kiwisolver lazy-loader lightning lightning-utilities linear-operator lineax llvmlite lxml
+markdown markdown-it-py markupsafe matplotlib mdurl meson ml-dtypes mpi4py mpmath msgpack
+multidict multipledispatch mypy-extensions nanobind narwhals networkx ninja numba numba-cuda
+numpy numpyro nvidia-cublas nvidia-cuda-cupti nvidia-cuda-nvrtc nvidia-cuda-runtime
+nvidia-cudnn-cu13 nvidia-cufft nvidia-cufile nvidia-curand nvidia-cusolver nvidia-cusparse
+nvidia-cusparselt-cu13 nvidia-ml-py nvidia-nccl-cu13 nvidia-nvjitlink nvidia-nvshmem-cu13
+nvidia-nvtx onnx onnx-ir onnxruntime onnxscript opencv-python-headless optax opt-einsum
+opt-einsum-fx optimistix orbax-checkpoint packaging pandas pathspec patsy peft pillow pip
+pluggy portalocker prometheus-client propcache protobuf psutil pyarrow pybind11 py-cpuinfo
+pygments pyparsing pyproject-hooks pyre-extensions pytest pytest-benchmark pytest-cov
+pytest-mock pytest-timeout pytest-xdist python-dateutil pytorch-lightning pyyaml regex requests
+rich sacrebleu safetensors scikit-build-core scikit-image scikit-learn scipy seaborn
+sentencepiece sentence-transformers setuptools shellingham simplejson six sortedcontainers
+statsmodels sympy tabulate tensorboard tensorboard-data-server tensorstore threadpoolctl
+tifffile tiktoken timm tokenizers toolz torch torchaudio torchdiffeq torch-geometric
+torchmetrics torchvision tqdm transformers treescope triton typer typing-extensions
+typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp
+""".split())
+
+# what `import rcpipe.train.local` and `import ray.train.torch` need that the image lacks:
+# pydantic and its parts, Ray's jsonschema and its parts (dvclive, for the live curve, is
+# left out: it pulls in DVC; without it the curve is written at the end only). The image
+# has typing-extensions, but pydantic-core wants a recent one: the lock's travels too
+WHEELS = ("pydantic", "pydantic-core", "annotated-types", "typing-inspection",
+          "typing-extensions", "jsonschema", "jsonschema-specifications", "referencing",
+          "rpds-py")
+RAY = "ray"  # its own part of the kit: one wheel larger than a call carries
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def missing_modules() -> set[str]:
+    """The top-level modules installed here whose distributions the box would not have (in
+    neither its image nor the kit; rcpipe itself travels as the working tree)."""
+    there = {_norm(n) for n in (*IMAGE, *WHEELS, RAY, "rcpipe")}
+    return {module for module, dists in importlib.metadata.packages_distributions().items()
+            if module.isidentifier() and not any(_norm(d) in there for d in dists)}
+
+
+BLOCKER = '''"""Imports as on the GPU box: what it would lack is not found (bench/gpu/box.py)."""
+import importlib.abc
+import sys
+
+MISSING = frozenset({missing!r})
+
+
+class _Box(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in MISSING:
+            raise ModuleNotFoundError(f"No module named {{name!r}} (not on the GPU box)",
+                                      name=name)
+
+
+sys.meta_path.insert(0, _Box())
+'''
+
+
+def stand_in(folder: Path) -> Path:
+    """A sitecustomize.py in ``folder``: a Python with ``folder`` first on PYTHONPATH (and
+    each child started with that environment) imports only what the box would have."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "sitecustomize.py"
+    path.write_text(BLOCKER.format(missing=sorted(missing_modules())))
+    return path

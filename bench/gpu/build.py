@@ -1,0 +1,185 @@
+"""Build the GPU kit: one ignored folder, gpu-kit/, holding what a bare GPU box lacks.
+
+The box (bench/gpu/README.md) has Python 3.12, torch with CUDA, numpy, pyarrow, PyYAML, rich
+and typer, and no registry, spaCy, Ray or pydantic. The kit carries:
+
+  gpu-kit/base/     every call: the article split prepared at params.yaml's sizes (v1.1 and
+                    v2.0 Parquet, no word vectors) with each test file, the wheels the box
+                    lacks (pydantic and its parts, jsonschema and its parts for Ray), and
+                    manifest.json (versions, sizes, the Ray archive's sha256)
+  gpu-kit/ray-<i>/  one part each of Ray's cp312 wheel, unpacked and recompressed (tar.xz):
+                    the wheel (~76 MiB) alone is over a call's 64 MiB, so its parts arrive
+                    in separate calls and the box joins them on its disk
+
+Versions are uv.lock's, and the Ray wheel is checked against the lock's sha256. The build
+needs the registry and /work/shared (spaCy prepares here): `make gpu-kit`, never the tests.
+
+    .venv/bin/python bench/gpu/build.py [--split DIR] [--kit gpu-kit] [--parts 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import lzma
+import math
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import tomllib
+import zipfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.accuracy import SPLIT, prepare  # noqa: E402 - the repo root first
+from bench.gpu.box import RAY, WHEELS  # noqa: E402
+
+MiB = 2**20
+CALL_LIMIT = 64 * MiB  # what one device call carries: working tree + carried paths
+VERSIONS = ("1.1", "2.0")
+# the box: CPython 3.12 on x86-64 Linux (pip matches each manylinux tag exactly)
+PLATFORM = ["--python-version", "3.12", "--implementation", "cp",
+            *[a for p in ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64",
+                          "manylinux2014_x86_64") for a in ("--platform", p)]]
+
+
+def locked(lock: Path = ROOT / "uv.lock") -> dict[str, dict[str, Any]]:
+    """uv.lock's packages by name: {name: its [[package]] table}; a name locked at two
+    versions (by Python marker) keeps the later, the one for 3.12."""
+    return {p["name"]: p for p in tomllib.loads(lock.read_text())["package"]}
+
+
+def download(names: list[str], lock: dict[str, dict[str, Any]], dest: Path) -> list[Path]:
+    """Each package's cp312 manylinux (or pure) wheel at its locked version, no dependencies."""
+    dest.mkdir(parents=True, exist_ok=True)
+    pins = [f"{n}=={lock[n]['version']}" for n in names]
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                    "--only-binary=:all:", *PLATFORM, "-d", str(dest), *pins], check=True)
+    return sorted(dest.glob("*.whl"))
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(MiB):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def check_locked_hash(wheel: Path, package: dict[str, Any]) -> None:
+    """The downloaded wheel is the one uv.lock names, byte for byte."""
+    want = {w["url"].rsplit("/", 1)[1]: w["hash"] for w in package.get("wheels", [])}
+    if want.get(wheel.name) != f"sha256:{sha256(wheel)}":
+        raise SystemExit(f"{wheel.name}: not the wheel uv.lock pins")
+
+
+def pack(tree: Path, archive: Path, parts: int, out_dirs: list[Path]) -> list[Path]:
+    """``tree`` as one tar.xz (Python's lzma reads it on the box: no zstd needed there), cut
+    into ``parts`` pieces, piece i in out_dirs[i]; the pieces joined in order are the archive."""
+    with lzma.open(archive, "wb", preset=9) as xz, tarfile.open(fileobj=xz, mode="w") as tar:
+        for path in sorted(tree.iterdir()):
+            tar.add(path, arcname=path.name)  # file modes kept: Ray's gcs_server, raylet run
+    size = archive.stat().st_size
+    step = math.ceil(size / parts)
+    written = []
+    with archive.open("rb") as f:
+        for i, out in enumerate(out_dirs[:parts]):
+            out.mkdir(parents=True, exist_ok=True)
+            piece = out / f"{archive.name}.{i + 1}"
+            piece.write_bytes(f.read(step))
+            written.append(piece)
+    return written
+
+
+def ray_parts(lock: dict[str, dict[str, Any]], kit: Path, parts: int) -> dict[str, Any]:
+    """Ray's locked cp312 wheel, checked, unpacked and packed into ``parts`` pieces."""
+    with tempfile.TemporaryDirectory(prefix="gpu-kit-ray-") as tmp:
+        wheel, = download([RAY], lock, Path(tmp) / "whl")
+        check_locked_hash(wheel, lock[RAY])
+        tree = Path(tmp) / "tree"
+        with zipfile.ZipFile(wheel) as z:
+            for info in z.infolist():  # zipfile drops the file modes: put them back
+                z.extract(info, tree)
+                if mode := info.external_attr >> 16:
+                    (tree / info.filename).chmod(mode & 0o777)
+        archive = Path(tmp) / f"{wheel.name.removesuffix('.whl')}.tar.xz"
+        pieces = pack(tree, archive, parts, [kit / f"ray-{i + 1}" for i in range(parts)])
+        return {"wheel": wheel.name, "wheel_bytes": wheel.stat().st_size,
+                "archive": archive.name, "archive_bytes": archive.stat().st_size,
+                "archive_sha256": sha256(archive),
+                "parts": [str(p.relative_to(kit.parent)) for p in pieces]}
+
+
+def size_of(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() \
+        else path.stat().st_size
+
+
+def working_tree_bytes() -> int:
+    """What a device call sends besides the carried paths: tracked and untracked files git
+    does not ignore."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                             "--exclude-standard"], cwd=ROOT, capture_output=True,
+                            check=True).stdout.split(b"\0")
+    return sum((ROOT / p.decode()).stat().st_size for p in listed
+               if p and (ROOT / p.decode()).is_file())
+
+
+def calls(kit: Path, parts: list[str]) -> list[dict[str, Any]]:
+    """Each call's carry (bench/gpu/README.md's plan: base always, Ray's first part in call
+    1, the rest in call 2) and its bytes with the working tree."""
+    tree = working_tree_bytes()
+    base, ray = f"{kit.name}/base", [str(Path(p).parent) for p in parts]
+    carries = [[base, *ray[:1]], [base, *ray[1:]], [base]]
+    out = []
+    for i, paths in enumerate(carries, 1):
+        total = tree + sum(size_of(kit.parent / p) for p in paths)
+        out.append({"call": i, "carry": paths, "bytes": total, "mib": round(total / MiB, 1)})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--split", type=Path, default=SPLIT,
+                    help="folder of train-v<V>.json and test-v<V>.json")
+    ap.add_argument("--kit", type=Path, default=ROOT / "gpu-kit")
+    ap.add_argument("--params", type=Path, default=ROOT / "params.yaml")
+    ap.add_argument("--parts", type=int, default=2, help="pieces of Ray's archive (calls)")
+    args = ap.parse_args()
+    kit, base = args.kit.resolve(), args.kit.resolve() / "base"
+    lock = locked()
+    data: dict[str, Any] = {}
+    for version in VERSIONS:  # spaCy runs here: the box gets Parquet files
+        out = base / f"v{version}"
+        test = args.split / f"test-v{version}.json"
+        prepare(args.params, args.split / f"train-v{version}.json", test, out / "prepared", [])
+        shutil.copyfile(test, out / "test.json")  # the dev file: scored, never tuned on
+        shutil.rmtree(out / "cache", ignore_errors=True)  # prepare's cache: not needed there
+        data[version] = {"bytes": size_of(out),
+                         "meta": json.loads((out / "prepared" / "meta.json").read_text())}
+    shutil.rmtree(base / "wheels", ignore_errors=True)
+    wheels = download(list(WHEELS), lock, base / "wheels")
+    for old in kit.glob("ray-*"):
+        shutil.rmtree(old)
+    ray = ray_parts(lock, kit, args.parts)
+    manifest = {"params": str(args.params.relative_to(ROOT)), "split": str(args.split),
+                "data": data, "wheels": {w.name: w.stat().st_size for w in wheels},
+                "ray": ray, "calls": calls(kit, ray["parts"])}
+    (base / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    for name, path in [("base", base), *((p, kit.parent / p) for p in ray["parts"])]:
+        print(f"{name:<40} {size_of(path) / MiB:7.1f} MiB")
+    for c in manifest["calls"]:
+        print(f"call {c['call']}: working tree + {' + '.join(c['carry'])} = {c['mib']} MiB")
+    if over := [c for c in manifest["calls"] if c["bytes"] > CALL_LIMIT]:
+        raise SystemExit(f"over a call's 64 MiB: {over}")
+    print(f"-> {kit}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,572 @@
+"""The GPU kit's runner: each device call runs one call's steps on the box (bench/gpu/README.md).
+
+    python3 bench/gpu/run.py [options] 1|2|3|all|STEP...      (bash bench/gpu/run.sh does it)
+
+Steps, each writing <step>.json to --out ($OUT on the box) and logging to call-<n>.log:
+  setup     the kit's wheels into <state>/site; Ray's archive once all its parts arrived
+  train     every variant of every --versions trained at once on the one device, each a
+            detached process (python -m rcpipe.train.local, setsid: it outlives the call)
+  audit     bench/train_speed.py --audit, one variant a process: graphs, breaks, kernels
+  ray       `rcpipe train qanet` as a Ray Train job (NCCL on CUDA, one worker), killed with
+            SIGKILL after its first checkpoint and run again: it resumes from there
+  wait      until the trainings end (or the call's --budget is near)
+  evaluate  each variant's best model at its held-out threshold, the ensemble (bench/accuracy.py)
+  speed     bench/train_speed.py fp32 (TF32) and bf16, one variant a process
+  compiled  the Worker's TrainStep with train.compile off, default and reduce-overhead, on
+            train.buckets' batches collated ahead as the Worker feeds them
+The box's state (installed site, Ray's parts, runs) lives in --state, which outlives the calls
+while the machine stays warm. ``--device cpu`` with a tiny kit goes through every step with
+no GPU (tests/bench/test_gpu_kit.py): compiled uses the aot_eager backend there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+VARIANTS = ("bidaf", "bidaf_selfattn", "rnet", "rnet_mult", "qanet")
+# the compiled steps, most wanted first: the time guard drops the tail
+COMPILE_ORDER = ("qanet", "rnet_mult", "bidaf", "bidaf_selfattn", "rnet")
+CALLS = {"1": ("setup", "train", "audit"),
+         "2": ("setup", "ray", "wait", "evaluate"),
+         "3": ("setup", "wait", "evaluate", "speed", "compiled"),
+         "all": ("setup", "train", "audit", "ray", "wait", "evaluate", "speed", "compiled")}
+
+
+@dataclass
+class Kit:
+    args: argparse.Namespace
+    started: float = field(default_factory=time.monotonic)
+    steps: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def state(self) -> Path:
+        return self.args.state
+
+    @property
+    def site(self) -> Path:
+        return self.args.state / "site"
+
+    def left(self) -> float:
+        """Seconds of this call's budget left."""
+        return self.args.budget - (time.monotonic() - self.started)
+
+    def prepared(self, version: str) -> Path:
+        return self.args.kit / "base" / f"v{version}" / "prepared"
+
+    def test_file(self, version: str) -> Path:
+        return self.args.kit / "base" / f"v{version}" / "test.json"
+
+    def data_sets(self, version: str) -> list[str]:
+        """The overrides every run on one version shares: the kit's Parquet, its test file as
+        the dev set (scored, never tuned on), no word vectors, this device, one process."""
+        return [f"data.out_dir={self.prepared(version)}",
+                f"data.dev_file={self.test_file(version)}",
+                f"data.cache_dir={self.state / 'cache'}", "data.word_vectors=null",
+                f"train.device={self.args.device}", "train.num_workers=1", *self.args.set]
+
+    def env(self, threads: int = 0) -> dict[str, str]:
+        """A child's environment (main put the kit's site and the repo on PYTHONPATH)."""
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if threads:
+            env["OMP_NUM_THREADS"] = str(threads)
+        return env
+
+    def write(self, name: str, data: dict[str, Any]) -> Path:
+        """<name>.json in --out (what comes back) and in the state (what later calls read)."""
+        text = json.dumps(data, indent=1) + "\n"
+        for d in (self.args.out, self.state):
+            d.mkdir(parents=True, exist_ok=True)
+            (d / f"{name}.json").write_text(text)
+        return self.args.out / f"{name}.json"
+
+
+def log(*parts: Any) -> None:
+    print(time.strftime("%H:%M:%S"), *parts, flush=True)
+
+
+def python(kit: Kit, *argv: str, timeout: float | None = None, threads: int = 0,
+           cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """A child Python on the kit's path, its output in the call's log."""
+    return subprocess.run([sys.executable, *argv], env=kit.env(threads), cwd=cwd or ROOT,
+                          timeout=timeout, text=True, check=False)
+
+
+def params_args(kit: Kit) -> list[str]:
+    return ["--params", str(kit.args.params)]
+
+
+def set_args(sets: list[str]) -> list[str]:
+    return [a for s in sets for a in ("--set", s)]
+
+
+# ----------------------------------------------------------------------------- setup
+
+def setup(kit: Kit) -> dict[str, Any]:
+    """Install what the kit carries (once per box) and say what the box is."""
+    base = kit.args.kit / "base"
+    manifest = json.loads((base / "manifest.json").read_text())
+    kit.site.mkdir(parents=True, exist_ok=True)
+    wheels = sorted((base / "wheels").glob("*.whl"))
+    done = kit.state / "wheels.installed"
+    if wheels and not done.exists():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                        "--no-compile", "--no-cache-dir", "--upgrade", "--target",
+                        str(kit.site), *map(str, wheels)], check=True)
+        done.write_text("\n".join(w.name for w in wheels))
+    ray = ray_archive(kit, manifest.get("ray"))
+    importlib.invalidate_caches()  # the site's new packages, for this process's later steps
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return {"python": sys.version.split()[0], "torch": torch.__version__,
+            "cuda": torch.version.cuda, "device": kit.args.device,
+            "gpu": torch.cuda.get_device_name() if cuda else None, "cpus": os.cpu_count(),
+            "wheels": [w.name for w in wheels], "ray": ray, "kit_calls": manifest.get("calls")}
+
+
+def ray_archive(kit: Kit, ray: dict[str, Any] | None) -> str:
+    """Keep each part of Ray's archive that arrived on the box's disk; with every part there,
+    join them, check the archive's sha256 and unpack it into the site."""
+    if not ray:
+        return "not in the kit"
+    unpacked = kit.state / "ray.unpacked"
+    if unpacked.exists():
+        return "installed"
+    parts_dir = kit.state / "ray-parts"
+    parts_dir.mkdir(parents=True, exist_ok=True)
+    for rel in ray["parts"]:
+        here = kit.args.kit.parent / rel
+        if here.is_file() and not (parts_dir / here.name).exists():
+            tmp = parts_dir / f".{here.name}"
+            tmp.write_bytes(here.read_bytes())
+            tmp.replace(parts_dir / here.name)  # a part is on the disk whole or not at all
+    names = [Path(rel).name for rel in ray["parts"]]
+    have = [n for n in names if (parts_dir / n).exists()]
+    if len(have) < len(names):
+        return f"{len(have)} of {len(names)} parts on the box"
+    archive = kit.state / ray["archive"]
+    digest = hashlib.sha256()
+    with archive.open("wb") as out:
+        for n in names:
+            data = (parts_dir / n).read_bytes()
+            digest.update(data)
+            out.write(data)
+    if digest.hexdigest() != ray["archive_sha256"]:
+        raise RuntimeError(f"{archive.name}: the joined parts are not the built archive")
+    with tarfile.open(archive, "r:xz") as tar:
+        tar.extractall(kit.site, filter="data")
+    archive.unlink()
+    unpacked.write_text(ray["wheel"])
+    return "installed"
+
+
+# ------------------------------------------------------------------ trainings (detached)
+
+def train(kit: Kit) -> dict[str, Any]:
+    """Every variant of every version at once on the one device, each its own session."""
+    a = kit.args
+    runs = []
+    threads = max(1, (os.cpu_count() or 1) // (len(a.variants) * len(a.versions)))
+    for version in a.versions:
+        for v in a.variants:
+            run_dir = kit.state / "runs" / f"v{version}" / v
+            run_dir.parent.mkdir(parents=True, exist_ok=True)
+            budget = ([f"train.max_steps={a.train_steps}", f"models.{v}.max_steps={a.train_steps}",
+                       "train.max_minutes=0"] if a.train_steps else
+                      [f"train.max_minutes={a.minutes}", f"models.{v}.max_minutes={a.minutes}",
+                       f"models.{v}.max_steps=0", "train.max_steps=0"])
+            argv = [sys.executable, "-m", "rcpipe.train.local", v, *params_args(kit),
+                    "--run-dir", str(run_dir),
+                    *set_args([*kit.data_sets(version), *budget, "train.epochs=1000",
+                               f"train.eval_every={a.eval_every}", f"train.threads={threads}"])]
+            with run_dir.with_suffix(".log").open("w") as f:
+                proc = subprocess.Popen(argv, cwd=ROOT, env=kit.env(threads), stdout=f,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        start_new_session=True)
+            runs.append({"version": version, "variant": v, "pid": proc.pid,
+                         "run_dir": str(run_dir), "log": str(run_dir.with_suffix(".log"))})
+            log(f"train v{version} {v}: pid {proc.pid}")
+    return {"started": time.time(), "minutes": 0 if a.train_steps else a.minutes,
+            "steps": a.train_steps, "threads": threads, "eval_every": a.eval_every,
+            "params": str(a.params), "runs": runs}
+
+
+def alive(pid: int) -> bool:
+    """Whether the process runs (a zombie, ended but not reaped, does not)."""
+    try:
+        import psutil
+
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except Exception:  # noqa: BLE001 - psutil.NoSuchProcess, or no psutil: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return False
+        return True
+
+
+def trainings(kit: Kit) -> dict[str, Any] | None:
+    path = kit.state / "trainings.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def wait(kit: Kit) -> dict[str, Any]:
+    """Until every training has ended, or until the call must keep --reserve seconds."""
+    started = trainings(kit)
+    if started is None:
+        raise RuntimeError(f"no trainings on this box ({kit.state}): the machine was given "
+                           "back since call 1?")
+    while True:
+        running = [r for r in started["runs"] if alive(r["pid"])]
+        if not running or kit.left() < kit.args.reserve:
+            break
+        log(f"wait: {len(running)} training(s) running, {kit.left():.0f} s of the call left")
+        time.sleep(min(30.0, max(1.0, kit.left() - kit.args.reserve)))
+    for r in started["runs"]:
+        done = (Path(r["run_dir"]) / "summary.json").is_file()
+        r["status"] = "running" if alive(r["pid"]) else "done" if done else "failed"
+        if r["status"] == "failed":
+            log(f"{r['variant']} v{r['version']} failed:\n" + tail(Path(r["log"])))
+    return {"runs": started["runs"],
+            "minutes_since_start": (time.time() - started["started"]) / 60}
+
+
+def tail(path: Path, chars: int = 3000) -> str:
+    return path.read_text(errors="replace")[-chars:] if path.is_file() else ""
+
+
+def evaluate(kit: Kit) -> dict[str, Any]:
+    """Per version: each variant's training summary and its best model's test scores at the
+    no-answer threshold chosen on the held-out slice, then their majority-vote ensemble."""
+    from bench.accuracy import abstain_all, best_answers, voted
+    from rcpipe.eval import metrics
+
+    started = trainings(kit)
+    if started is None:
+        raise RuntimeError("no trainings on this box: nothing to evaluate")
+    if running := [f"{r['variant']} v{r['version']}" for r in started["runs"]
+                   if alive(r["pid"])]:
+        raise RuntimeError(f"still training: {', '.join(running)} (a later call evaluates)")
+    out: dict[str, Any] = {"minutes": started["minutes"], "steps": started["steps"],
+                           "eval_every": started["eval_every"], "versions": {}}
+    for version in sorted({r["version"] for r in started["runs"]}):
+        runs_dir = kit.state / "runs" / f"v{version}"
+        summaries = {r["variant"]: json.loads(s.read_text()) for r in started["runs"]
+                     if r["version"] == version
+                     and (s := Path(r["run_dir"]) / "summary.json").is_file()}
+        test = kit.test_file(version)
+        r: dict[str, Any] = {"abstain_all_f1": abstain_all(test), "variants": {},
+                             "missing": sorted({x["variant"] for x in started["runs"]
+                                                if x["version"] == version} - set(summaries))}
+        if summaries:
+            answers, doc = best_answers(list(summaries), runs_dir, kit.args.params,
+                                        kit.prepared(version), test)
+            for v, s in summaries.items():
+                res = answers[v].result
+                r["variants"][v] = {
+                    "test_f1": res["f1"], "test_em": res.get("exact_match", res.get("exact")),
+                    "na_threshold": answers[v].na_threshold,
+                    "best_heldout_f1": s.get("best_heldout_f1"), "best_step": s["best_step"],
+                    "steps": s["steps"], "train_minutes": s["train_seconds"] / 60,
+                    "examples_per_s": s["examples_per_s"], "device": s["device"]}
+            if len(summaries) > 1:
+                r["ensemble"] = metrics.score(doc, voted(answers))
+        out["versions"][version] = r
+        for v, s in r["variants"].items():
+            log(f"v{version} {v:<15} test F1 {s['test_f1']:6.2f} ({s['steps']} steps)")
+        if "ensemble" in r:
+            log(f"v{version} {'ensemble':<15} test F1 {r['ensemble']['f1']:6.2f}")
+    return out
+
+
+# ------------------------------------------------------------------- Ray Train job
+
+def _checkpointed(checkpoints: Path) -> bool:
+    """Whether Ray Train's controller registered a reported checkpoint (not only files)."""
+    try:
+        return "step-" in (checkpoints / "checkpoint_manager_snapshot.json").read_text()
+    except OSError:
+        return False
+
+
+def ray(kit: Kit) -> dict[str, Any]:
+    """`rcpipe train qanet`, a Ray Train job with one worker (NCCL on CUDA), killed with
+    SIGKILL (driver, its local Ray and the worker) once a checkpoint is registered, then the
+    same command again: Ray Train resumes the run from that checkpoint."""
+    try:
+        import ray as _  # noqa: F401 - only whether it is there
+    except ImportError:
+        return {"status": "open", "why": "no Ray on this box yet (its parts still arriving)"}
+    a, variant = kit.args, "qanet"
+    work = kit.state / "ray-job"
+    subprocess.run(["rm", "-rf", str(work)], check=True)
+    work.mkdir(parents=True)
+    sets = [*kit.data_sets(a.versions[0]), f"train.max_steps={a.ray_steps}",
+            f"models.{variant}.max_steps={a.ray_steps}", "train.max_minutes=0",
+            "train.epochs=1000", f"train.eval_every={a.ray_eval_every}", "train.max_failures=0"]
+    argv = [sys.executable, "-m", "rcpipe", "train", variant, *params_args(kit), *set_args(sets)]
+    logs = work / "first.log", work / "resumed.log"
+    t0 = time.monotonic()
+    with logs[0].open("w") as f:
+        proc = subprocess.Popen(argv, cwd=work, env=kit.env(), stdout=f,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    checkpoints = work / "models" / variant / "checkpoints"
+    while not _checkpointed(checkpoints):
+        if proc.poll() is not None or kit.left() < a.reserve:
+            os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
+            raise RuntimeError("no checkpoint before the kill:\n" + tail(logs[0]))
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver, its Ray cluster and the worker
+    proc.wait()
+    killed_after = time.monotonic() - t0
+    log(f"ray: killed after {killed_after:.0f} s, checkpoint registered; resuming")
+    with logs[1].open("w") as f:
+        done = subprocess.run(argv, cwd=work, env=kit.env(), stdout=f, stderr=subprocess.STDOUT,
+                              timeout=max(1.0, kit.left() - a.reserve), check=False)
+    if done.returncode != 0:
+        raise RuntimeError("the resumed job failed:\n" + tail(logs[1]))
+    s = json.loads((work / "models" / variant / "summary.json").read_text())
+    return {"status": "done", "variant": variant, "steps": s["steps"],
+            "resumed_from_step": s["resumed_from_step"], "world_size": s["world_size"],
+            "device": s["device"], "backend": "nccl" if s["device"].startswith("cuda") else "gloo",
+            "examples_per_s": s["examples_per_s"], "killed_after_s": round(killed_after, 1),
+            "wall_s": round(time.monotonic() - t0, 1), "best_dev_f1": s["best_dev_f1"]}
+
+
+# --------------------------------------------------------------------------- speed
+
+def audit(kit: Kit) -> dict[str, Any]:
+    """bench/train_speed.py --audit, one variant a process (its compile state its own)."""
+    return _per_variant(kit, "audit", ["--audit"], "train_audit.json")
+
+
+def speed(kit: Kit) -> dict[str, Any]:
+    """bench/train_speed.py in fp32 (TF32 on CUDA) and bf16 (CUDA only), one variant a process:
+    a variant that runs past the call's time leaves the others' figures."""
+    a = kit.args
+    return _per_variant(kit, "speed", ["--modes", "fp32", "bf16", "--steps", str(a.speed_steps),
+                                       "--repeats", str(a.speed_repeats),
+                                       "--warmup", str(a.speed_warmup)], "train_speed.json")
+
+
+def _per_variant(kit: Kit, name: str, extra: list[str], written: str) -> dict[str, Any]:
+    a = kit.args
+    out: dict[str, Any] = {"results": {}, "skipped": {}}
+    for v in a.variants:
+        if kit.left() < a.reserve:
+            out["skipped"][v] = "the call's time"
+            continue
+        d = kit.state / name / v
+        done = python(kit, "bench/train_speed.py", "--prepared", str(kit.prepared(a.versions[0])),
+                      *params_args(kit), *set_args(kit.data_sets(a.versions[0])),
+                      "--devices", a.device, "--batch", str(a.batch), "--variants", v, *extra,
+                      "--out", str(d / "train_speed.json"),
+                      timeout=max(1.0, kit.left() - a.reserve / 2))
+        if done.returncode != 0 or not (d / written).is_file():
+            out["skipped"][v] = f"failed (exit {done.returncode}), see the log"
+            continue
+        got = json.loads((d / written).read_text())
+        out |= {k: got[k] for k in ("batch", "device", "mean_context_tokens", "buckets")
+                if k in got}
+        out["results"][v] = got["results"][v] if name == "audit" else \
+            got["devices"][a.device]["results"][v]
+        out["device"] = got.get("device") or got["devices"][a.device]["name"]
+    return out
+
+
+def compiled(kit: Kit) -> dict[str, Any]:
+    """Examples/s of the Worker's TrainStep with train.compile off, default and
+    reduce-overhead (TF32, EMA, fused Adam with a tensor lr) on train.buckets' batches."""
+    import torch
+
+    from bench.train_speed import device_name
+    from rcpipe.config import load_config
+
+    a = kit.args
+    cfg = load_config(a.params, kit.data_sets(a.versions[0]))
+    device = torch.device(a.device)
+    modes = ["off", "default", "reduce-overhead"]
+    backend = "inductor" if device.type == "cuda" else "aot_eager"  # CPU: a check, not a speed
+    out: dict[str, Any] = {"device": device_name(device, torch.get_num_threads()),
+                           "backend": backend, "batch": a.batch, "steps": a.speed_steps,
+                           "repeats": a.speed_repeats, "results": {}, "skipped": {}}
+    for v in [v for v in COMPILE_ORDER if v in a.variants]:
+        if kit.left() < a.compile_reserve:
+            out["skipped"][v] = "the call's time"
+            continue
+        out["results"][v] = {}
+        for mode in modes:
+            t0 = time.perf_counter()
+            r = time_step(v, cfg, kit.prepared(a.versions[0]), device, mode, backend, a)
+            r["wall_s"] = time.perf_counter() - t0
+            out["results"][v][mode] = r
+            log(f"compiled {v:<15} {mode:<16} {r['examples_per_s']:9.1f} ex/s "
+                f"(warm-up {r['warmup_s']:.0f} s)")
+    return out
+
+
+def time_step(variant: str, cfg: Any, prepared: Path, device: Any, mode: str, backend: str,
+              a: argparse.Namespace) -> dict[str, Any]:
+    """One variant's step as the Worker takes it (TrainStep over batches collated ahead),
+    every bucket shape compiled (and captured) in the warm-up, then timed runs."""
+    import statistics
+    from itertools import cycle, islice
+
+    import torch
+
+    from bench.train_speed import _sync, gpu_busy
+    from rcpipe.data.dataset import SquadDataset, ahead
+    from rcpipe.eval.trained import prepared_inputs
+    from rcpipe.models import build_model
+    from rcpipe.train.audit import epoch_shapes
+    from rcpipe.train.loop import EMA, TrainStep, make_optimizer
+    from rcpipe.train.worker import mixed_precision, train_batches
+
+    torch._dynamo.reset()
+    mcfg, b = cfg.models.of(variant), cfg.train.buckets
+    data = SquadDataset.from_parquet(prepared / "train.parquet",
+                                     buckets=(b.context, b.question) if b else None)
+    epoch = train_batches(data, a.batch, seed=0, world=1)
+    torch.manual_seed(0)
+    model = build_model(variant, mcfg, prepared_inputs(prepared, cfg.data.word_dim)).to(device)
+    optimizer, scheduler = make_optimizer(model, mcfg.optim, lr_tensor=mode != "off")
+    ema = EMA(model, mcfg.optim.ema_decay) if mcfg.optim.ema_decay else None
+    step = TrainStep(model, optimizer, scheduler, mcfg.optim.grad_clip, ema, compile=mode,
+                     backend=backend)
+    first = {}  # a batch of each padded shape, three times: compile, warm, capture
+    for indices in epoch:
+        first.setdefault((len(indices), *data.padded_shape(indices)), indices)
+    feed = cycle(epoch)
+
+    def run(batches: Any) -> int:
+        seen = 0
+        pinned = device.type == "cuda"
+        for batch in ahead(data.collate(i).pin() if pinned else data.collate(i)
+                           for i in batches):
+            step(batch.to(device, non_blocking=True) if pinned else batch.to(device))
+            seen += a.batch
+        _sync(device)
+        return seen
+
+    with mixed_precision(device, cfg.train.tf32):
+        t0 = time.perf_counter()
+        run([i for i in first.values() for _ in range(3)])
+        warmup_s = time.perf_counter() - t0
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        rates = []
+        for _ in range(a.speed_repeats):
+            t0 = time.perf_counter()
+            rates.append(run(islice(feed, a.speed_steps)) / (time.perf_counter() - t0))
+        r: dict[str, Any] = {"examples_per_s": statistics.median(rates),
+                             "step_ms": 1000 * a.batch / statistics.median(rates),
+                             "runs_examples_per_s": rates, "warmup_s": warmup_s,
+                             "shapes": len(epoch_shapes(data, epoch))}
+        if device.type == "cuda":
+            r["peak_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+            r["gpu_busy"] = gpu_busy(lambda n: run(islice(feed, n)), device,
+                                     min(a.speed_steps, 10))
+    return r
+
+
+# ----------------------------------------------------------------------------- main
+
+STEPS: dict[str, Callable[[Kit], dict[str, Any]]] = {
+    "setup": setup, "train": train, "audit": audit, "ray": ray, "wait": wait,
+    "evaluate": evaluate, "speed": speed, "compiled": compiled}
+
+
+def run_step(kit: Kit, name: str) -> None:
+    if name == "evaluate" and (kit.state / "accuracy.json").is_file():
+        kit.steps[name] = {"ok": True, "note": "evaluated in an earlier call"}
+        return
+    t0 = time.monotonic()
+    log(f"== {name} ({kit.left():.0f} s of the call left)")
+    try:
+        result = STEPS[name](kit)
+        kit.write({"train": "trainings", "evaluate": "accuracy"}.get(name, name), result)
+        kit.steps[name] = {"ok": True}
+    except Exception as e:  # noqa: BLE001 - one step's failure must not cost the others
+        traceback.print_exc()
+        sys.stdout.flush()
+        kit.steps[name] = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:2000]}"}
+        if name == "setup":
+            raise
+    kit.steps[name]["seconds"] = round(time.monotonic() - t0, 1)
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("steps", nargs="+", choices=[*CALLS, *STEPS], metavar="CALL|STEP",
+                    help=f"a call ({', '.join(CALLS)}) or steps ({', '.join(STEPS)})")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--kit", type=Path, default=ROOT / "gpu-kit")
+    ap.add_argument("--state", type=Path, default=Path("/tmp/rcpipe-kit"))
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or
+                                                     ROOT / "bench" / "out" / "gpu"))
+    ap.add_argument("--params", type=Path, default=ROOT / "params.yaml")
+    ap.add_argument("--set", action="append", default=[], help="a params override, repeatable")
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    ap.add_argument("--versions", nargs="+", default=["1.1"], choices=["1.1", "2.0"])
+    ap.add_argument("--minutes", type=float, default=12.0, help="training minutes a variant")
+    ap.add_argument("--train-steps", type=int, default=0, help="steps instead of minutes")
+    ap.add_argument("--eval-every", type=int, default=200, help="steps between checkpoints")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--speed-steps", type=int, default=20)
+    ap.add_argument("--speed-repeats", type=int, default=3)
+    ap.add_argument("--speed-warmup", type=int, default=5)
+    ap.add_argument("--ray-steps", type=int, default=200)
+    ap.add_argument("--ray-eval-every", type=int, default=50)
+    ap.add_argument("--budget", type=float, default=555.0,
+                    help="seconds this call may run (a device call: 600 at most)")
+    ap.add_argument("--reserve", type=float, default=45.0,
+                    help="seconds a step leaves for the ones after it")
+    ap.add_argument("--compile-reserve", type=float, default=150.0,
+                    help="no variant's compiled steps begin with less of the call left")
+    args = ap.parse_args(argv)
+    args.params, args.kit, args.state, args.out = (
+        p.resolve() for p in (args.params, args.kit, args.state, args.out))
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    call = args.steps[0] if len(args.steps) == 1 and args.steps[0] in CALLS else "steps"
+    steps = [s for x in args.steps for s in CALLS.get(x, (x,))]
+    site = args.state / "site"
+    site.mkdir(parents=True, exist_ok=True)  # a missing path entry would be cached as such
+    sys.path[:0] = [str(site), str(ROOT)]  # setup's wheels and Ray, rcpipe and bench/
+    os.environ["PYTHONPATH"] = os.pathsep.join(  # every child: Ray's workers too
+        filter(None, [str(site), str(ROOT), os.environ.get("PYTHONPATH")]))
+    kit = Kit(args)
+    log(f"call {call}: {' '.join(steps)} on {args.device}; kit {args.kit}, state {args.state}")
+    try:
+        for name in steps:
+            run_step(kit, name)
+    finally:
+        kit.write(f"call-{call}", {"call": call, "device": args.device, "steps": kit.steps,
+                                   "seconds": round(time.monotonic() - kit.started, 1)})
+    failed = [s for s, r in kit.steps.items() if not r["ok"]]
+    log(f"call {call} done in {time.monotonic() - kit.started:.0f} s"
+        + (f"; failed: {', '.join(failed)}" if failed else ""))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -93,5 +93,5 @@ def test_the_demo_trains_a_fixed_number_of_steps_per_variant() -> None:
         # the epochs must not end the run first (that would depend on nothing, but the
         # preset would then say more steps than it trains)
         assert steps <= cfg.train.epochs * steps_per_epoch, v
-        # a safety net far above the 2-4 minutes a variant takes on 2 idle cores
+        # a safety net far above the 1-3 minutes a variant takes on an idle core
         assert minutes == 0 or minutes >= 8, f"{v}: {minutes} min for {steps} steps"

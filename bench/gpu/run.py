@@ -26,7 +26,6 @@ import hashlib
 import importlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import tarfile
@@ -133,7 +132,8 @@ def setup(kit: Kit) -> dict[str, Any]:
     import torch
 
     cuda = torch.cuda.is_available()
-    return {"python": sys.version.split()[0], "torch": torch.__version__,
+    return {"params": kit.args.params.name, "python": sys.version.split()[0],
+            "torch": torch.__version__,
             "cuda": torch.version.cuda, "device": kit.args.device,
             "gpu": torch.cuda.get_device_name() if cuda else None, "cpus": os.cpu_count(),
             "wheels": [w.name for w in wheels], "ray": ray, "kit_calls": manifest.get("calls")}
@@ -304,6 +304,26 @@ def _checkpointed(checkpoints: Path) -> bool:
         return False
 
 
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process and every process under it at once, as a lost machine would: the
+    driver, its local Ray (GCS, raylet) and the Ray Train worker, which Ray starts in process
+    groups of their own (killing the driver's group alone lets the worker train on for a
+    moment, long enough to finish a short run)."""
+    import psutil
+
+    procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=30)
+
+
+def steps_saved(checkpoints: Path) -> list[int]:
+    return sorted(int(d.name.removeprefix("step-")) for d in checkpoints.glob("step-*"))
+
+
 def ray(kit: Kit) -> dict[str, Any]:
     """`rcpipe train qanet`, a Ray Train job with one worker (NCCL on CUDA), killed with
     SIGKILL (driver, its local Ray and the worker) once a checkpoint is registered, then the
@@ -329,20 +349,27 @@ def ray(kit: Kit) -> dict[str, Any]:
     checkpoints = work / "models" / variant / "checkpoints"
     while not _checkpointed(checkpoints):
         if proc.poll() is not None or kit.left() < a.reserve:
-            os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
+            kill_tree(proc.pid) if proc.poll() is None else None
             raise RuntimeError("no checkpoint before the kill:\n" + tail(logs[0]))
         time.sleep(0.5)
-    os.killpg(proc.pid, signal.SIGKILL)  # the driver, its Ray cluster and the worker
+    kill_tree(proc.pid)
     proc.wait()
-    killed_after = time.monotonic() - t0
-    log(f"ray: killed after {killed_after:.0f} s, checkpoint registered; resuming")
+    killed_after, saved = time.monotonic() - t0, steps_saved(checkpoints)
+    log(f"ray: killed after {killed_after:.0f} s, checkpoints {saved}; resuming")
     with logs[1].open("w") as f:
-        done = subprocess.run(argv, cwd=work, env=kit.env(), stdout=f, stderr=subprocess.STDOUT,
-                              timeout=max(1.0, kit.left() - a.reserve), check=False)
-    if done.returncode != 0:
+        again = subprocess.Popen(argv, cwd=work, env=kit.env(), stdout=f,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        again.wait(timeout=max(1.0, kit.left() - a.reserve))
+    except subprocess.TimeoutExpired:
+        kill_tree(again.pid)
+        raise RuntimeError("the resumed job ran past the call's time:\n" + tail(logs[1])) from None
+    if again.returncode != 0:
         raise RuntimeError("the resumed job failed:\n" + tail(logs[1]))
     s = json.loads((work / "models" / variant / "summary.json").read_text())
-    return {"status": "done", "variant": variant, "steps": s["steps"],
+    resumed = 0 < s["resumed_from_step"] < s["steps"] == a.ray_steps
+    return {"status": "done" if resumed else "not resumed", "variant": variant,
+            "steps": s["steps"], "checkpoints_at_kill": saved,
             "resumed_from_step": s["resumed_from_step"], "world_size": s["world_size"],
             "device": s["device"], "backend": "nccl" if s["device"].startswith("cuda") else "gloo",
             "examples_per_s": s["examples_per_s"], "killed_after_s": round(killed_after, 1),
@@ -406,7 +433,7 @@ def compiled(kit: Kit) -> dict[str, Any]:
     out: dict[str, Any] = {"device": device_name(device, torch.get_num_threads()),
                            "backend": backend, "batch": a.batch, "steps": a.speed_steps,
                            "repeats": a.speed_repeats, "results": {}, "skipped": {}}
-    for v in [v for v in COMPILE_ORDER if v in a.variants]:
+    for v in [v for v in COMPILE_ORDER if v in (a.compile_variants or a.variants)]:
         if kit.left() < a.compile_reserve:
             out["skipped"][v] = "the call's time"
             continue
@@ -531,6 +558,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--speed-steps", type=int, default=20)
     ap.add_argument("--speed-repeats", type=int, default=3)
     ap.add_argument("--speed-warmup", type=int, default=5)
+    ap.add_argument("--compile-variants", nargs="+", choices=VARIANTS,
+                    help="the compiled step's variants (default --variants)")
     ap.add_argument("--ray-steps", type=int, default=200)
     ap.add_argument("--ray-eval-every", type=int, default=50)
     ap.add_argument("--budget", type=float, default=555.0,

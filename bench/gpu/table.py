@@ -63,7 +63,8 @@ def num(x: float | None, fmt: str = ",.0f") -> str:
 
 def speed_table(r: dict[str, Any]) -> list[str]:
     speed, comp, audit = (r.get(k, {}) for k in ("speed", "compiled", "audit"))
-    lines = [f"Training examples/s at `params.yaml` sizes, batch {speed.get('batch', 32)}: "
+    params = r.get("setup", {}).get("params", "params.yaml")
+    lines = [f"Training examples/s at `{params}` sizes, batch {speed.get('batch', 32)}: "
              "bench/train_speed.py in fp32 (TF32 on CUDA) and bf16, and the Worker's step "
              f"(`TrainStep`, {comp.get('backend', 'inductor')}) with `train.compile` off, "
              "default and reduce-overhead on `train.buckets`' batches; the audit's counts "
@@ -181,7 +182,8 @@ def targets(r: dict[str, Any]) -> list[tuple[str, str, str]]:
     if v1 and v1["variants"]:
         best_v, best = max(v1["variants"].items(), key=lambda kv: kv[1]["test_f1"])
         rows.append(("v1.1 best single >= 45 F1 (<= 15 min a variant)",
-                     f"{best['test_f1']:.2f} (`{best_v}`, {acc['minutes']:g} min)",
+                     f"{best['test_f1']:.2f} (`{best_v}`, "
+                     + (f"{acc['minutes']:g} min)" if acc["minutes"] else f"{acc['steps']} steps)"),
                      verdict(best["test_f1"] >= 45 and in_time if gpu else None)))
     else:
         rows.append(("v1.1 best single >= 45 F1 (<= 15 min a variant)", "-", OPEN))

@@ -400,11 +400,16 @@ def _per_variant(kit: Kit, name: str, extra: list[str], written: str) -> dict[st
             out["skipped"][v] = "the call's time"
             continue
         d = kit.state / name / v
-        done = python(kit, "bench/train_speed.py", "--prepared", str(kit.prepared(a.versions[0])),
-                      *params_args(kit), *set_args(kit.data_sets(a.versions[0])),
-                      "--devices", a.device, "--batch", str(a.batch), "--variants", v, *extra,
-                      "--out", str(d / "train_speed.json"),
-                      timeout=max(1.0, kit.left() - a.reserve / 2))
+        try:
+            done = python(kit, "bench/train_speed.py", "--prepared",
+                          str(kit.prepared(a.versions[0])), *params_args(kit),
+                          *set_args(kit.data_sets(a.versions[0])), "--devices", a.device,
+                          "--batch", str(a.batch), "--variants", v, *extra,
+                          "--out", str(d / "train_speed.json"),
+                          timeout=max(1.0, kit.left() - a.reserve / 2))
+        except subprocess.TimeoutExpired:
+            out["skipped"][v] = "ran past the call's time"
+            continue
         if done.returncode != 0 or not (d / written).is_file():
             out["skipped"][v] = f"failed (exit {done.returncode}), see the log"
             continue
@@ -414,6 +419,7 @@ def _per_variant(kit: Kit, name: str, extra: list[str], written: str) -> dict[st
         out["results"][v] = got["results"][v] if name == "audit" else \
             got["devices"][a.device]["results"][v]
         out["device"] = got.get("device") or got["devices"][a.device]["name"]
+        kit.write(name, out)  # so far: a call stopped at its limit keeps what was measured
     return out
 
 
@@ -434,17 +440,22 @@ def compiled(kit: Kit) -> dict[str, Any]:
                            "backend": backend, "batch": a.batch, "steps": a.speed_steps,
                            "repeats": a.speed_repeats, "results": {}, "skipped": {}}
     for v in [v for v in COMPILE_ORDER if v in (a.compile_variants or a.variants)]:
-        if kit.left() < a.compile_reserve:
-            out["skipped"][v] = "the call's time"
-            continue
-        out["results"][v] = {}
         for mode in modes:
+            if kit.left() < a.compile_reserve:  # a compile cannot be stopped once begun
+                out["skipped"][f"{v} {mode}"] = "the call's time"
+                continue
             t0 = time.perf_counter()
-            r = time_step(v, cfg, kit.prepared(a.versions[0]), device, mode, backend, a)
+            try:
+                r = time_step(v, cfg, kit.prepared(a.versions[0]), device, mode, backend, a)
+            except Exception as e:  # noqa: BLE001 - one mode failing leaves the others
+                traceback.print_exc()
+                out["skipped"][f"{v} {mode}"] = f"{type(e).__name__}: {str(e)[:300]}"
+                continue
             r["wall_s"] = time.perf_counter() - t0
-            out["results"][v][mode] = r
+            out["results"].setdefault(v, {})[mode] = r
             log(f"compiled {v:<15} {mode:<16} {r['examples_per_s']:9.1f} ex/s "
                 f"(warm-up {r['warmup_s']:.0f} s)")
+            kit.write("compiled", out)
     return out
 
 

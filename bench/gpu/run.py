@@ -26,6 +26,7 @@ import hashlib
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -177,9 +178,18 @@ def ray_archive(kit: Kit, ray: dict[str, Any] | None) -> str:
 
 # ------------------------------------------------------------------ trainings (detached)
 
+class NotYet(Exception):
+    """A step whose inputs are not ready in this call: a later call runs it."""
+
+
 def train(kit: Kit) -> dict[str, Any]:
-    """Every variant of every version at once on the one device, each its own session."""
+    """Every variant of every version at once on the one device, each its own session
+    (a fresh start: an earlier call's runs and their evaluation are removed)."""
     a = kit.args
+    if (before := trainings(kit)) and any(alive(r["pid"]) for r in before["runs"]):
+        raise RuntimeError("trainings of an earlier call still run on this box")
+    shutil.rmtree(kit.state / "runs", ignore_errors=True)
+    (kit.state / "accuracy.json").unlink(missing_ok=True)
     runs = []
     threads = max(1, (os.cpu_count() or 1) // (len(a.variants) * len(a.versions)))
     for version in a.versions:
@@ -233,7 +243,7 @@ def wait(kit: Kit) -> dict[str, Any]:
                            "back since call 1?")
     while True:
         running = [r for r in started["runs"] if alive(r["pid"])]
-        if not running or kit.left() < kit.args.reserve:
+        if not running or kit.left() < 2 * kit.args.reserve:  # time left to evaluate
             break
         log(f"wait: {len(running)} training(s) running, {kit.left():.0f} s of the call left")
         time.sleep(min(30.0, max(1.0, kit.left() - kit.args.reserve)))
@@ -261,7 +271,7 @@ def evaluate(kit: Kit) -> dict[str, Any]:
         raise RuntimeError("no trainings on this box: nothing to evaluate")
     if running := [f"{r['variant']} v{r['version']}" for r in started["runs"]
                    if alive(r["pid"])]:
-        raise RuntimeError(f"still training: {', '.join(running)} (a later call evaluates)")
+        raise NotYet(f"still training: {', '.join(running)}; a later call evaluates")
     out: dict[str, Any] = {"minutes": started["minutes"], "steps": started["steps"],
                            "eval_every": started["eval_every"], "versions": {}}
     for version in sorted({r["version"] for r in started["runs"]}):
@@ -334,7 +344,7 @@ def ray(kit: Kit) -> dict[str, Any]:
         return {"status": "open", "why": "no Ray on this box yet (its parts still arriving)"}
     a, variant = kit.args, "qanet"
     work = kit.state / "ray-job"
-    subprocess.run(["rm", "-rf", str(work)], check=True)
+    shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     sets = [*kit.data_sets(a.versions[0]), f"train.max_steps={a.ray_steps}",
             f"models.{variant}.max_steps={a.ray_steps}", "train.max_minutes=0",
@@ -540,6 +550,9 @@ def run_step(kit: Kit, name: str) -> None:
         result = STEPS[name](kit)
         kit.write({"train": "trainings", "evaluate": "accuracy"}.get(name, name), result)
         kit.steps[name] = {"ok": True}
+    except NotYet as e:
+        log(f"{name}: {e}")
+        kit.steps[name] = {"ok": True, "note": str(e)}
     except Exception as e:  # noqa: BLE001 - one step's failure must not cost the others
         traceback.print_exc()
         sys.stdout.flush()

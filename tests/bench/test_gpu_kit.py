@@ -96,6 +96,8 @@ def test_the_kit_runs_every_step_on_the_cpu(tmp_path: Path, prepared: Prepared) 
 
     assert read(out1, "setup")["ray"] == "1 of 2 parts on the box"
     assert read(out2, "setup")["ray"] == "installed"
+    # the stand-in held: the trainings ran without dvclive, as on the box
+    assert "not on the GPU box" in (tmp_path / "state/runs/v1.1/qanet.log").read_text()
     assert (tmp_path / "state" / "site" / "kitprobe" / "__init__.py").is_file()
     for out, steps in ((out1, {"setup", "train", "audit"}),
                        (out2, {"setup", "ray", "wait", "evaluate"}),
@@ -134,3 +136,37 @@ def test_the_kit_runs_every_step_on_the_cpu(tmp_path: Path, prepared: Prepared) 
     assert "resumed from step" in text
     assert "| QANet >= 2,000 training examples/s |" in text
     assert "every target stays open" in text and "| met |" not in text
+
+
+def test_the_table_weighs_gpu_figures_against_the_targets() -> None:
+    """On a GPU each target is met or not met where measured, open where not."""
+    from bench.gpu.table import render, targets
+
+    def rate(x: float, **more: float) -> dict:
+        return {"examples_per_s": x, "step_ms": 32000 / x} | more
+
+    r = {"setup": {"gpu": "NVIDIA H100 80GB HBM3", "device": "cuda", "torch": "2.11.0",
+                   "cuda": "13.0", "python": "3.12.3", "cpus": 16, "params": "params.yaml"},
+         "speed": {"batch": 32, "results": {
+             "qanet": {"fp32": rate(1500.0, gpu_busy=0.8, peak_mib=9000.0),
+                       "bf16": rate(1800.0)},
+             "rnet": {"fp32": rate(400.0)}, "rnet_mult": {"fp32": rate(1700.0)}}},
+         "compiled": {"backend": "inductor", "results": {
+             "qanet": {"off": rate(1600.0), "reduce-overhead": rate(2400.0)}}},
+         "accuracy": {"minutes": 12, "steps": 0, "versions": {"1.1": {
+             "abstain_all_f1": None, "ensemble": {"f1": 51.0, "exact_match": 40.0},
+             "variants": {"qanet": {"test_f1": 44.0, "test_em": 33.0, "steps": 9000},
+                          "bidaf": {"test_f1": 46.5, "test_em": 35.0, "steps": 7000}}}}}}
+    assert [s for _, _, s in targets(r)] == [
+        "met",        # QANet 2,400 ex/s (reduce-overhead)
+        "met",        # 2,400 / 400 = 6x
+        "not met",    # 1,700 / 400 = 4.25x
+        "not met",    # bf16 1.2x
+        "met",        # 80% busy
+        "met",        # bidaf 46.5 in 12 minutes
+        "met",        # ensemble 51
+        "open"]       # no v2.0
+    text = render(r)
+    assert text.startswith("GPU kit results on NVIDIA H100 80GB HBM3")
+    assert "| QANet >= 2,000 training examples/s | 2,400 ex/s (step reduce-overhead) | met |" \
+        in text

@@ -227,6 +227,8 @@ class Worker:
             torch.set_rng_state(rngs[self.rank].cpu())
         self.run = RunState(**{k: saved[k] for k in RESUMED})
         self.run.resumed_from_step, self.run.before = self.run.step, self.run.elapsed
+        # the step resumed from is saved: an epoch's end there must not save it again
+        self.run.saved_step = self.run.step
 
     def epoch(self) -> bool:
         """Train the rest of the current epoch; True when a step or time limit stopped it."""

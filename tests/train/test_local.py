@@ -79,6 +79,24 @@ def test_a_local_run_resumes_from_its_latest_checkpoint_and_keeps_the_best(
     assert again["best_heldout_f1"] == max(h["heldout_f1"] for h in again["history"])
 
 
+def test_a_run_resumed_from_an_epochs_last_step_does_not_save_that_step_again(
+        prepared: Prepared, tmp_path: Path) -> None:
+    """A checkpoint at an epoch's last step is written once; resumed from it, the run must
+    not write it again at that epoch's end (a NaN loss, and two records of one folder that
+    Ray Train then prunes from under itself)."""
+    base = [f"data.out_dir={prepared.out_dir}", f"data.train_file={prepared.data.train}",
+            f"data.dev_file={prepared.data.dev}", "train.batch_size=64", "train.eval_every=1",
+            *(f"models.bidaf.{k}={v}" for k, v in TINY_MODEL.items())]
+    params = prepared.cfg.source
+    first = train_local(load_config(params, [*base, "train.epochs=1"]), "bidaf", tmp_path)
+    end = first["steps"]  # the epoch's last step, checkpointed by eval_every and the epoch end
+    again = train_local(load_config(params, [*base, "train.epochs=2",
+                                             f"train.max_steps={end + 1}"]), "bidaf", tmp_path)
+    steps = [h["step"] for h in again["history"]]
+    assert again["resumed_from_step"] == end and steps == [*range(1, end + 2)]
+    assert all(h["loss"] == h["loss"] for h in again["history"])  # no NaN
+
+
 def test_one_process_trains_alone(prepared: Prepared, tmp_path: Path) -> None:
     from rcpipe.errors import InputError
 

@@ -28,12 +28,11 @@ TRAIN_STEPS, RAY_STEPS = 4, 30
 
 
 def mid_epoch_every(prepared: Prepared, batch: int, steps: int) -> int:
-    """A checkpoint interval none of whose steps up to ``steps`` is an epoch's last: a run
-    resumed from an eval_every checkpoint taken at an epoch's last step saves that step's
-    checkpoint a second time (RunState.saved_step is not restored by Worker.resume), and Ray
-    Train, holding two results for one directory, fails the run once it prunes one of them
-    ("Path not found"). The box's Ray job (200 steps, every 50, ~250-step epochs) is clear of
-    it; this keeps the dry run's kill, which lands where it lands, clear of it too."""
+    """A checkpoint interval none of whose steps up to ``steps`` is an epoch's last, as on the
+    box (200 steps, every 50, ~250-step epochs). Chosen while a run resumed from such a step
+    saved it a second time (Worker.resume did not restore saved_step; fixed, and tested in
+    tests/train/test_local.py), kept so the kill, which lands where it lands, resumes from a
+    mid-epoch checkpoint as the box's does."""
     from rcpipe.data.dataset import SquadDataset
     from rcpipe.train.worker import train_batches
 

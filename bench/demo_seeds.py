@@ -32,16 +32,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from accuracy import panels
+from accuracy import _sets, panels
 
 from rcpipe.config import VARIANTS, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = ROOT / "params.demo.yaml"
-
-
-def _sets(sets: list[str]) -> list[str]:
-    return [a for s in sets for a in ("--set", s)]
 
 
 def setup(work: Path, sets: list[str]) -> None:

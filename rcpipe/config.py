@@ -176,6 +176,9 @@ class TrainConfig(Section):
     storage_path: str | None = Field(None, description="checkpoint storage, a directory or "
                                      "s3://bucket/prefix; None: models/ here")
     max_failures: int = Field(2, ge=0, description="restarts of a run whose worker died")
+    keep_runs: int = Field(2, ge=1, description="training runs of a variant whose "
+                           "checkpoints are kept (the newest; each run is keyed on what "
+                           "it was trained from: rcpipe/runs.py)")
     patience: int = Field(0, ge=0, description="early stopping: stop after this many dev "
                           "evaluations without a better F1; 0: never")
     tf32: bool = Field(True, description="TF32 matmuls and convolutions on CUDA (fp32 "

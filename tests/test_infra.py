@@ -15,12 +15,13 @@ import json
 import re
 import shlex
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
 import pytest
 import yaml
 
+from rcpipe import layout
 from rcpipe.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -337,6 +338,123 @@ def test_prefect_template_is_a_kubernetes_job_next_to_the_ray_cluster() -> None:
     assert {m["mountPath"] for m in container["volumeMounts"]} >= {"/app/data"}
 
 
+# --------------------------------- where a Ray job writes is where the flow-run pod reads
+
+GPU_POOL = "rcpipe-gpu"  # the work pool of base-job-template.json (infra/prefect/README.md)
+
+
+def output_folders() -> set[str]:
+    """Every top-level folder a run writes, relative to its working directory: each path
+    rcpipe.layout names (found in the module, so a folder added there later is checked
+    too) and the params' data folders (prepare's data.out_dir, fetch's data.cache_dir)."""
+    cfg = load_config(REPO / "params.yaml")
+    paths = [v for v in vars(layout).values() if isinstance(v, PurePath)]
+    paths += [cfg.data.out_dir, cfg.data.cache_dir]
+    assert not [p for p in paths if p.is_absolute()], "layout's paths are relative"
+    return {p.parts[0] for p in paths}
+
+
+def run_storage_folders() -> set[str]:
+    """Where Ray Train workers read and write by the driver's paths: the prepared data, and
+    a run's storage without train.storage_path (a training's, a search's)."""
+    cfg = load_config(REPO / "params.yaml")
+    return {layout.model_dir("v").parts[0], layout.tune_run("v").parts[0],
+            cfg.data.out_dir.parts[0]}
+
+
+def pods_workdir() -> PurePosixPath:
+    """Where the pods' relative paths resolve: the flow-run pod's working directory (the
+    pull step of every deployment in the pool), which a Ray job's driver changes into
+    (rcpipe/train/jobs.py, entrypoint); the image's WORKDIR, where a RayJob's entrypoint
+    starts."""
+    dirs = {step["directory"] for d in load(REPO / "prefect.yaml")["deployments"]
+            if d["work_pool"]["name"] == GPU_POOL for entry in d.get("pull", [])
+            for name, step in entry.items()
+            if name == "prefect.deployments.steps.set_working_directory"}
+    workdirs = {rest for word, rest in dockerfile_instructions(DOCKERFILE.read_text())
+                if word == "WORKDIR"}
+    assert len(dirs) == 1 and dirs == workdirs, (dirs, workdirs)
+    return PurePosixPath(dirs.pop())
+
+
+def flow_run_pod(template: dict[str, Any]) -> dict[str, Any]:
+    """The flow-run pod's spec as the worker fills the template, with the variables'
+    defaults (no deployment of the pool overrides the claim)."""
+    defaults = {k: v.get("default") for k, v in template["variables"]["properties"].items()}
+
+    def fill(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: fill(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [fill(v) for v in node]
+        if isinstance(node, str) and (m := PLACEHOLDER.fullmatch(node)):
+            return defaults.get(m[2])
+        return node
+
+    return fill(template["job_configuration"]["job_manifest"])["spec"]["template"]["spec"]
+
+
+def volume_place(pod: dict[str, Any], path: PurePosixPath) -> tuple[str, str] | None:
+    """(claim, path inside it) where ``path`` lands in the pod's main container, through the
+    deepest mount above it; None where no persistent volume holds it (the container's own
+    file system, an emptyDir): what is written there is the pod's alone."""
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"]
+              for v in pod.get("volumes", []) if "persistentVolumeClaim" in v}
+    above = [m for m in pod["containers"][0].get("volumeMounts", [])
+             if path.is_relative_to(m["mountPath"])]
+    if not above:
+        return None
+    mount = max(above, key=lambda m: len(PurePosixPath(m["mountPath"]).parts))
+    if mount["name"] not in claims:
+        return None
+    inside = PurePosixPath(mount.get("subPath", "")) / path.relative_to(mount["mountPath"])
+    return claims[mount["name"]], str(inside)
+
+
+def unshared_outputs(cluster: dict[str, Any], template: dict[str, Any] | None,
+                     workdir: PurePosixPath) -> list[str]:
+    """Each output folder the Ray head does not keep on a volume, or, with the flow-run
+    pod's ``template``, does not share with that pod (the same claim and subPath); and each
+    folder a Ray worker reads or writes by the driver's path elsewhere than the head."""
+    groups = pods(cluster)
+    head = groups.pop("head")
+    flow = flow_run_pod(template) if template is not None else None
+    problems = []
+    for folder in sorted(output_folders()):
+        written = volume_place(head, workdir / folder)
+        read = volume_place(flow, workdir / folder) if flow is not None else written
+        if written is None or written != read:
+            problems.append(f"{folder}/: the head's {written}, the flow-run pod's {read}")
+    for group, pod in groups.items():
+        for folder in sorted(run_storage_folders()):
+            place = volume_place(pod, workdir / folder)
+            if place is None or place != volume_place(head, workdir / folder):
+                problems.append(f"{folder}/: worker group {group}'s {place}")
+    return problems
+
+
+def test_every_output_a_ray_job_writes_is_where_the_flow_run_pod_reads() -> None:
+    """`rcpipe train` and `rcpipe tune` through the Jobs API run their driver on the head,
+    in the flow-run pod's directory: models/<variant>/, tune/<variant>.yaml and every other
+    output folder must be the same folder of the same volume in both pods."""
+    folders = output_folders()
+    assert {"data", "models", "predictions", "metrics", "reports", "explanations",
+            "packages", "tune"} <= folders, folders
+    assert unshared_outputs(load(RAYCLUSTER), load(JOB_TEMPLATE), pods_workdir()) == []
+
+
+def test_a_rayjob_keeps_every_output_on_the_volume() -> None:
+    """A RayJob's cluster is deleted a minute after its entrypoint (run in the image's
+    WORKDIR) ends: what it wrote must be on the volume, and at raycluster.yaml's places."""
+    job, workdir = load(RAYJOB), pods_workdir()
+    assert entrypoint_commands(job["spec"]["entrypoint"])[0] == ["cd", str(workdir)]
+    assert unshared_outputs(job, None, workdir) == []
+    head, cluster_head = pods(job)["head"], pods(load(RAYCLUSTER))["head"]
+    for folder in output_folders():
+        assert volume_place(head, workdir / folder) == \
+            volume_place(cluster_head, workdir / folder), folder
+
+
 # ---------------------------------------------------------------------- Dockerfile
 
 
@@ -435,6 +553,45 @@ def test_checks_reject_broken_copies() -> None:
     env = {"env": [{"name": "AWS_SECRET_ACCESS_KEY", "value": "x"}]}
     assert secrets_in_doc(env) == ["env AWS_SECRET_ACCESS_KEY has a literal value"]
     assert secrets_in_doc({"kind": "Secret", "stringData": {"k": "v"}})
+
+
+def test_the_shared_paths_check_rejects_broken_copies(monkeypatch: pytest.MonkeyPatch) -> None:
+    workdir = pods_workdir()
+
+    def without(pod: dict[str, Any], folder: str) -> None:
+        for container in pod["containers"]:
+            container["volumeMounts"] = [m for m in container["volumeMounts"]
+                                         if m["mountPath"] != str(workdir / folder)]
+
+    template = load(JOB_TEMPLATE)  # the flow-run pod reads no tune/ of the volume
+    without(template["job_configuration"]["job_manifest"]["spec"]["template"]["spec"], "tune")
+    assert unshared_outputs(load(RAYCLUSTER), template, workdir) == [
+        "tune/: the head's ('rcpipe-data', 'tune'), the flow-run pod's None"]
+
+    cluster = load(RAYCLUSTER)  # the head writes tune/ into its own container
+    without(pods(cluster)["head"], "tune")
+    assert unshared_outputs(cluster, load(JOB_TEMPLATE), workdir) == [
+        "tune/: the head's None, the flow-run pod's ('rcpipe-data', 'tune')",
+        "tune/: worker group gpu-4x's ('rcpipe-data', 'tune')"]
+
+    cluster = load(RAYCLUSTER)  # mounted in both, but another folder of the volume
+    mount = next(m for m in pods(cluster)["head"]["containers"][0]["volumeMounts"]
+                 if m["mountPath"] == str(workdir / "models"))
+    mount["subPath"] = "models-head"
+    problems = unshared_outputs(cluster, load(JOB_TEMPLATE), workdir)
+    assert problems[0] == \
+        "models/: the head's ('rcpipe-data', 'models-head'), the flow-run pod's " \
+        "('rcpipe-data', 'models')"
+    assert len(problems) == 2 and problems[1].startswith("models/: worker group gpu-4x")
+
+    job = load(RAYJOB)  # a worker writes checkpoints of an S3-less run into its own pod
+    without(pods(job)["gpu-4x"], "tune")
+    assert unshared_outputs(job, None, workdir) == ["tune/: worker group gpu-4x's None"]
+
+    # a folder layout names later is checked without a word here
+    monkeypatch.setattr(layout, "PLOTS", Path("plots"), raising=False)
+    assert unshared_outputs(load(RAYCLUSTER), load(JOB_TEMPLATE), workdir) == [
+        "plots/: the head's None, the flow-run pod's None"]
 
 
 # ------------------------------------------------- DVC: the remote and the nightly's workspace

@@ -6,7 +6,10 @@ resumes an interrupted one (rcpipe.stages.tune). The best settings land in
 tune/<variant>.yaml, a params layer: `train-all` with `overrides`, or `rcpipe train V
 --params params.yaml --params tune/V.yaml`, trains with them.
 
-Run it as a deployment (`prefect deployment run tune/local`, see prefect.yaml) or directly:
+Run it on the GPU cluster as the deployment `tune/cluster` (prefect.yaml, the only one of
+this flow: `prefect deployment run tune/cluster --param 'variants=["bidaf"]'`), where each
+search is a Ray job on the head that writes tune/ on the volume the flow-run pod shares
+(infra/prefect/README.md), or here, directly:
 `python -m flows.tune --params params.demo.yaml --variants bidaf --synth`.
 """
 

@@ -2,8 +2,10 @@
 
 Every task is one call into rcpipe.stages, so `dvc repro`, the CLI and this flow run the
 same code. A re-run skips what is done: prepare when its output matches the params and
-inputs, variants whose training finished; an interrupted variant resumes from its
-checkpoint (rcpipe.stages.train). Variants train concurrently when the Ray cluster has room
+inputs, a variant whose model finished training from the same inputs (its fingerprint,
+rcpipe/fingerprints.py), evaluate, ensemble and report when what they read is unchanged;
+an interrupted variant resumes from its checkpoint, a variant whose inputs changed trains
+anew (rcpipe.stages.train). Variants train concurrently when the Ray cluster has room
 for more than one job, one after another otherwise. rcpipe's log lines (each stage's, and
 a training run's progress and dev evaluations) show in the Prefect UI under the task run
 that logged them (flows/logs.py).
@@ -147,8 +149,12 @@ def _run(params_path: Path, sets: list[str], variants: list[str], synth_data: bo
         timed("synth", synth, cfg)
     timed("prepare", prepare, cfg)
 
-    with _cluster(cfg, len(variants)) as slots:
-        get_run_logger().info("train: %d variant(s), %d at a time", len(variants), slots)
+    # a night whose variants are all trained from these inputs starts no Ray
+    stale = [v for v in variants if not stages.trained_is_current(cfg, v)]
+    with _cluster(cfg, len(variants), bool(stale)) as slots:
+        get_run_logger().info("train: %d variant(s) to train, %d at a time (%s trained "
+                              "from these inputs already)", len(stale), slots,
+                              ", ".join(sorted(set(variants) - set(stale))) or "none")
         try:
             scores, failed = timed("train+evaluate", _train_and_evaluate, cfg,
                                    list(variants), slots, run)
@@ -173,8 +179,9 @@ def _run(params_path: Path, sets: list[str], variants: list[str], synth_data: bo
 
 
 @contextlib.contextmanager
-def _cluster(cfg: Config, variants: int) -> Iterator[int]:
-    """The Ray that trains, and how many variants go to it at once.
+def _cluster(cfg: Config, variants: int, needed: bool = True) -> Iterator[int]:
+    """The Ray that trains, and how many variants go to it at once (none started when
+    nothing is to be trained: each variant's task then finds its model current).
 
     Through the Jobs API every variant is submitted at once: Ray queues the jobs that do not
     fit yet, and an autoscaling cluster grows to its maximum for them (the GPUs it has now
@@ -183,7 +190,7 @@ def _cluster(cfg: Config, variants: int) -> Iterator[int]:
     from rcpipe.train.cluster import jobs_that_fit, ray_cluster
     from rcpipe.train.jobs import jobs_api_address
 
-    if jobs_api_address(cfg):
+    if jobs_api_address(cfg) or not needed:
         yield variants
         return
     with ray_cluster(cfg.train.ray_address):  # one Ray for every variant's job

@@ -73,7 +73,8 @@ Variant = Annotated[str, typer.Argument(help=", ".join(VARIANTS))]
 
 @app.command()
 def train(variant: Variant, params: Params = None, set_: Sets = None,
-          force: Annotated[bool, typer.Option(help="train again even if finished")] = False,
+          force: Annotated[bool, typer.Option(help="train anew even if the model in place "
+                                                   "was trained from these inputs")] = False,
           run_name: Annotated[str | None, typer.Option(
               help="Jobs API: the run whose Ray job this is; the same name follows its "
                    "unfinished job instead of submitting another (default: the directory "
@@ -99,10 +100,15 @@ def tune(variant: Variant, params: Params = None, set_: Sets = None,
     stages.tune(_config(params, set_), variant, force=force, run=run_name, detach=detach)
 
 
+Redo = Annotated[bool, typer.Option(
+    "--force", help="do it again even if its inputs are those its outputs were made from")]
+
+
 @app.command()
-def evaluate(variant: Variant, params: Params = None, set_: Sets = None) -> None:
+def evaluate(variant: Variant, params: Params = None, set_: Sets = None,
+             force: Redo = False) -> None:
     """Predict the dev split with a trained variant; predictions/ and metrics/ files."""
-    stages.evaluate(_config(params, set_), variant)
+    stages.evaluate(_config(params, set_), variant, force=force)
 
 
 @app.command()
@@ -125,9 +131,10 @@ def ensemble(
     ),
     params: Params = None,
     set_: Sets = None,
+    force: Redo = False,
 ) -> None:
     """Majority vote on the answer text across models (tie: highest single-voter prob)."""
-    stages.ensemble(_config(params, set_), inputs, out)
+    stages.ensemble(_config(params, set_), inputs, out, force=force)
 
 
 # ------------------------------------------------------- DVC: fetch, version (dvc.yaml)
@@ -186,9 +193,10 @@ def report(
     out: Annotated[Path, typer.Option(help="report directory")] = Path("reports"),
     params: Params = None,
     set_: Sets = None,
+    force: Redo = False,
 ) -> None:
     """Evaluation report of the run (HTML, PNG, CSV) from predictions/, metrics/, the dev set."""
-    stages.report(_config(params, set_), out)
+    stages.report(_config(params, set_), out, force=force)
 
 
 @app.command()

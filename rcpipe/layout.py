@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-MODELS = Path("models")  # models/<variant>/: checkpoints/, model.pt, summary.json, ...
+MODELS = Path("models")  # models/<variant>/: runs/, runs.json, model.pt, summary.json, ...
 PREDICTIONS = Path("predictions")  # <model>.json (official format), <model>.nbest.json
 METRICS = Path("metrics")  # <model>.json (official keys), <model>.by_type.json
 REPORTS = Path("reports")  # rcpipe report
@@ -23,6 +23,9 @@ ENSEMBLE = "ensemble"  # the majority vote's name among the models
 LIVE = "live"  # models/<variant>/live/: the dev curve as training writes it (dvclive's files)
 MODEL = "model.pt"  # a trained model (eval/trained.py): in models/<variant>/ and checkpoints
 NA_THRESHOLD = "na_threshold.json"  # beside model.pt: the no-answer threshold evaluate chose
+SUMMARY = "summary.json"  # beside model.pt: the finished run's facts and fingerprint
+RUNS = "runs"  # models/<variant>/runs/<run>/: each keyed run's Ray Train storage (train/runs.py)
+STAMPS = Path(".rcpipe/stamps")  # <stage>.json: the inputs its outputs were made from
 
 
 def model_dir(variant: str) -> Path:
@@ -35,6 +38,25 @@ def model_file(variant: str) -> Path:
 
 def na_threshold_file(variant: str) -> Path:
     return model_dir(variant) / NA_THRESHOLD
+
+
+def summary_file(variant: str) -> Path:
+    return model_dir(variant) / SUMMARY
+
+
+def runs_dir(variant: str) -> Path:
+    """Where a variant's runs keep their checkpoints, without train.storage_path."""
+    return model_dir(variant) / RUNS
+
+
+def runs_record(variant: str) -> Path:
+    """The variant's runs, oldest first: name, fingerprint, started, finished."""
+    return model_dir(variant) / f"{RUNS}.json"
+
+
+def stamp(stage: str) -> Path:
+    """What a stage's outputs were made from (rcpipe/fingerprints.py: Stamp)."""
+    return STAMPS / f"{stage}.json"
 
 
 def package_dir(variant: str) -> Path:

@@ -14,12 +14,12 @@ from rcpipe.stages.package import package
 from rcpipe.stages.predict import predict, serve
 from rcpipe.stages.report import report
 from rcpipe.stages.scoring import ensemble, score
-from rcpipe.stages.train import train
+from rcpipe.stages.train import train, trained_is_current
 from rcpipe.stages.tune import tune
 
 __all__ = [
     "ensemble", "evaluate", "load_dataset", "prepare", "prepared_is_current", "read_mapping",
-    "score", "synth", "train", "tune", "write_json",
+    "score", "synth", "train", "trained_is_current", "tune", "write_json",
     "explain", "report",
     "export", "package", "predict", "serve",
 ]

@@ -6,11 +6,14 @@ predictions/<variant>.json, predictions/<variant>.nbest.json, metrics/<variant>.
 metrics/<variant>.by_type.json and models/<variant>/na_threshold.json. SQuAD v2.0's
 no-answer threshold is chosen on <data.out_dir>/heldout.parquet (data.heldout), or fixed by
 eval.na_threshold, never on dev. No training code is imported: dvc.yaml's evaluate stages
-do not run again when only training changed.
+do not run again when only training changed. Nor does this command: when the model, the
+prepared dev and held-out files, the dev set and the settings it reads are those its
+outputs were made from (rcpipe/fingerprints.py: Stamp), it says so and does nothing.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import Any
@@ -18,16 +21,18 @@ from typing import Any
 from rcpipe import layout
 from rcpipe.config import Config
 from rcpipe.errors import InputError
+from rcpipe.fingerprints import Stamp, source_identity
 from rcpipe.stages.io import load_dataset, write_json
 
 log = logging.getLogger(__name__)
 
 
-def evaluate(cfg: Config, variant: str) -> dict[str, Any]:
+def evaluate(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
     """Predict the dev set with the saved model; write predictions, nbest and metrics, and
     (SQuAD v2.0) the no-answer threshold, which predict and serve then use: eval.na_threshold
     if set, else the one best on the held-out questions prepare set aside (data.heldout),
-    never dev's own (reported beside the headline as the oracle)."""
+    never dev's own (reported beside the headline as the oracle). Unchanged inputs: the
+    metrics already written (``force``: evaluate anyway)."""
     import torch
 
     from rcpipe.data.dataset import SquadDataset
@@ -35,6 +40,14 @@ def evaluate(cfg: Config, variant: str) -> dict[str, Any]:
     from rcpipe.eval.predict import Split, heldout_then_dev
     from rcpipe.eval.trained import device_of, length_prior, load_model
 
+    stamp = _stamp(cfg, variant)
+    outputs = [layout.predictions(variant), layout.nbest(variant), layout.metrics(variant),
+               layout.by_type(variant), layout.na_threshold_file(variant)]
+    if not force and stamp.is_current(outputs):
+        log.info("evaluate %s: the model, data and settings are those of %s; nothing to do",
+                 variant, layout.metrics(variant))
+        kept: dict[str, Any] = json.loads(layout.metrics(variant).read_text())
+        return kept
     device = device_of(cfg)
     model, _ = load_model(cfg, variant)
     model.to(device)
@@ -58,6 +71,7 @@ def evaluate(cfg: Config, variant: str) -> dict[str, Any]:
     write_json(layout.na_threshold_file(variant), {
         "na_threshold": ev.na_threshold, "fixed": cfg.eval.na_threshold is not None,
         "source": chosen, "chosen_on": _chosen_on(cfg, chosen)})
+    stamp.keep()
     em, f1 = metrics.headline(ev.result)
     at = f" at no-answer threshold {ev.na_threshold:.3g} (chosen on {chosen}; dev's own " \
          f"best, the oracle: F1 {ev.result['oracle']['best_f1']:.2f})" \
@@ -65,6 +79,17 @@ def evaluate(cfg: Config, variant: str) -> dict[str, Any]:
     log.info("evaluate %s: EM %.2f F1 %.2f on %d dev questions%s (%.1fs)", variant, em, f1,
              len(preds), at, time.perf_counter() - t0)
     return ev.result
+
+
+def _stamp(cfg: Config, variant: str) -> Stamp:
+    """What evaluate reads: dvc.yaml's evaluate stage lists the same."""
+    out = cfg.data.out_dir
+    return Stamp.of(f"evaluate-{variant}", [layout.model_file(variant), out / "vocab.json",
+                                            out / "dev.parquet", out / "heldout.parquet"],
+                    {"models": {variant: cfg.models.of(variant).model_dump(mode="json")},
+                     "eval": cfg.eval.model_dump(mode="json"),
+                     "train": {"dev_para_limit": cfg.train.dev_para_limit},
+                     "dev_file": source_identity(cfg.data.dev_file)})
 
 
 def _heldout(cfg: Config, v2: bool) -> tuple[Any, str | None]:

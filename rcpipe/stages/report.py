@@ -11,7 +11,8 @@ evaluated, and the length buckets a numeric min_words for the x axis), by_type/<
 file per model) and everything in report.json. Where a settings search ran here
 (tune/<variant>.trials.json, `rcpipe tune`), its trials' table and best-score-by-minutes
 curve too: tune_<variant>.csv and .png. dvc.yaml's `report` stage owns the whole
-directory, so nothing else writes there.
+directory, so nothing else writes there. When every file it reads and the dev set are
+those the report was made from (rcpipe/fingerprints.py: Stamp), nothing is done.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 from rcpipe import layout
 from rcpipe.config import VARIANTS, Config
 from rcpipe.errors import InputError
+from rcpipe.fingerprints import Stamp, source_identity
 from rcpipe.stages.io import load_dataset, read_mapping, write_json
 
 log = logging.getLogger(__name__)
@@ -43,11 +45,20 @@ def evaluated_models() -> list[str]:
     return [m for m in (*VARIANTS, layout.ENSEMBLE) if layout.predictions(m).is_file()]
 
 
-def report(cfg: Config, out: Path = layout.REPORTS) -> dict[str, Any]:
-    """Write the report; returns {"html": path, "files": [every file written]}."""
+def report(cfg: Config, out: Path = layout.REPORTS, force: bool = False) -> dict[str, Any]:
+    """Write the report; returns {"html": path, "files": [every file written]} (unchanged
+    inputs: the report in place, "files" empty; ``force``: write it anyway)."""
     from rcpipe.eval import metrics
     from rcpipe.report import pages, plots, tables
 
+    models = evaluated_models()
+    read = [p for m in models for p in (layout.predictions(m), layout.metrics(m))]
+    stamp = Stamp.of("report", read + [layout.tune_trials(v) for v in VARIANTS],
+                     {"dev_file": source_identity(cfg.data.dev_file), "out": str(out)})
+    if not force and models and stamp.is_current([out / "report.html", out / "report.json"]):
+        log.info(f"report: the scores and predictions are those of {out / 'report.html'}; "
+                 "nothing to do")
+        return {"html": str(out / "report.html"), "files": []}
     models, preds, scores = _read_run()
     doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir)
     version = metrics.dataset_version(doc)
@@ -108,6 +119,7 @@ def report(cfg: Config, out: Path = layout.REPORTS) -> dict[str, Any]:
         "agreement": None if agreement is None else {"models": models, "matrix": agreement[1]},
         "tune": trials})
     written.append(out / "report.json")
+    stamp.keep()
     log.info(f"report: {len(models)} model(s) on {len(qids)} dev questions -> "
              f"{out / 'report.html'}")
     return {"html": str(out / "report.html"), "files": [str(p) for p in written]}

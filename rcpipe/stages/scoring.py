@@ -10,6 +10,7 @@ from typing import Any
 from rcpipe import layout
 from rcpipe.config import VARIANTS, Config
 from rcpipe.errors import InputError
+from rcpipe.fingerprints import Stamp, source_identity
 from rcpipe.stages.io import load_dataset, read_mapping, write_json
 
 log = logging.getLogger(__name__)
@@ -46,14 +47,16 @@ def score(dataset: str, predictions: Path, na_prob_file: Path | None = None,
 
 
 def ensemble(cfg: Config, inputs: list[Path] | None = None,
-             out: Path = layout.predictions(layout.ENSEMBLE)) -> dict[str, Any]:
+             out: Path = layout.predictions(layout.ENSEMBLE), force: bool = False
+             ) -> dict[str, Any]:
     """Majority vote over the variants' nbest files; score it against data.dev_file.
 
     SQuAD v2.0: each voter's answer is already given at its own no-answer threshold, chosen
     on the held-out questions (`rcpipe evaluate`), "" when it abstained, and the vote takes
     "" like any text: the voted answers are scored as they are (na_threshold_source
     "voters"), with no threshold of the ensemble's own; the walk over the voters' mean
-    na_prob on dev is reported only as the "oracle"."""
+    na_prob on dev is reported only as the "oracle". When the voters' files and the dev set
+    are those the outputs were made from, nothing is done (``force``: vote anyway)."""
     from rcpipe.eval import ensemble as vote
     from rcpipe.eval import metrics
 
@@ -62,6 +65,14 @@ def ensemble(cfg: Config, inputs: list[Path] | None = None,
         if not inputs:
             raise InputError("predictions/", "", "no <variant>.nbest.json to ensemble; run "
                              "`rcpipe evaluate VARIANT` first or pass --inputs")
+    name = out.name.removesuffix(".json")
+    stamp = Stamp.of(f"ensemble-{name}", inputs,
+                     {"dev_file": source_identity(cfg.data.dev_file), "out": str(out)})
+    outputs = [out, out.with_suffix(".nbest.json"), layout.metrics(name), layout.by_type(name)]
+    if not force and stamp.is_current(outputs):
+        log.info(f"ensemble: the voters and the dev set are those of {out}; nothing to do")
+        kept: dict[str, Any] = json.loads(layout.metrics(name).read_text())
+        return kept
     nbests = [_read_nbest(p) for p in inputs]
     voted = vote.majority_vote(nbests)
     write_json(out, vote.predictions_from(voted))
@@ -76,9 +87,9 @@ def ensemble(cfg: Config, inputs: list[Path] | None = None,
         raise InputError(cfg.data.dev_file, "", str(e)) from None
     if na is not None:
         result = metrics.at_threshold(result, None, "voters") | {"voters": _sources(inputs)}
-    name = out.name.removesuffix(".json")
     write_json(layout.metrics(name), result)
     write_json(layout.by_type(name), metrics.breakdown(doc, preds, na))
+    stamp.keep()
     log.info(f"ensemble of {len(inputs)} models -> {out}: "
              + ", ".join(f"{k} {v:.2f}" for k, v in result.items() if k in _HEADLINE))
     return result

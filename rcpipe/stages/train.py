@@ -1,9 +1,17 @@
 """`rcpipe train VARIANT`: a Ray Train job (or a Ray job on a cluster's head, train/jobs.py).
 
-Layout (the command contract): models/<variant>/checkpoints/step-<n>/ (Ray Train's run
-storage: the best K by dev F1 and the latest; or under train.storage_path, e.g. S3),
-models/<variant>/model.pt (the best weights by dev F1, EMA weights where the variant keeps
-an EMA), models/<variant>/summary.json and metrics.json (the dev curve, at the end),
+A run is keyed on what it is trained from (rcpipe/fingerprints.py: the prepared data's
+digests, the variant's settings, rcpipe's version): the finished model of the same
+fingerprint means nothing to do; an unfinished run of it is resumed; anything else is a
+new run from step 0, announced with what changed. The last finished model stays in place
+until the new run finishes.
+
+Layout (the command contract): models/<variant>/runs/run-<12 hex>/step-<n>/ (a run's Ray
+Train storage: the best K by held-out F1 and the latest; or under train.storage_path, e.g.
+S3), models/<variant>/runs.json (the runs and their fingerprints; the newest
+train.keep_runs keep their checkpoints), models/<variant>/model.pt (the finished run's
+best weights, EMA weights where the variant keeps an EMA), models/<variant>/summary.json
+(with the run's fingerprint) and metrics.json (the dev curve, at the end),
 models/<variant>/live/ (the same curve as it happens: dvclive's files). Messages go to the
 ``rcpipe.stages.train`` and ``rcpipe.train.progress`` loggers. Training code is imported
 inside the functions: `rcpipe predict` and the service import the stages but not rcpipe.train.
@@ -13,16 +21,16 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rcpipe import layout
+from rcpipe import fingerprints, layout
 from rcpipe.config import Config
 from rcpipe.console import shared_progress
 from rcpipe.errors import InputError, RunError
+from rcpipe.fingerprints import Fingerprint
 from rcpipe.stages.io import load_dataset
 
 if TYPE_CHECKING:  # heavy (torch): imported where they are used
@@ -30,6 +38,7 @@ if TYPE_CHECKING:  # heavy (torch): imported where they are used
 
     from rcpipe.models import ModelInputs
     from rcpipe.train.progress import ProgressLog
+    from rcpipe.train.runs import Runs
 
 log = logging.getLogger(__name__)
 
@@ -45,34 +54,39 @@ def _model_inputs(cfg: Config) -> ModelInputs:
 
 def train(cfg: Config, variant: str, force: bool = False, run: str | None = None,
           detach: bool = False) -> dict[str, Any]:
-    """Train one variant as a Ray Train job; resume from its latest checkpoint if any.
+    """Train one variant as a Ray Train job, keyed on its inputs (see above).
 
-    ``force`` starts over: the local checkpoints and summary are removed first. Through a
-    cluster's Jobs API, ``run`` names the run whose Ray job this is (one job per run and
-    variant) and ``detach`` leaves the job running if the submitter is interrupted
+    ``force`` trains anew even when the finished model has these inputs: this fingerprint's
+    checkpoints are removed first (the model in place stays until the new one finishes).
+    Through a cluster's Jobs API, ``run`` names the run whose Ray job this is (one job per
+    run and variant) and ``detach`` leaves the job running if the submitter is interrupted
     (rcpipe.train.job_runs).
     """
     from rcpipe.train import cluster
     from rcpipe.train.checkpoint import RANK_METRIC, finish_run, read_meta
     from rcpipe.train.jobs import jobs_api_address
+    from rcpipe.train.runs import Runs, run_name
 
     cfg.models.of(variant)  # an unknown variant is the user's mistake, found before Ray starts
     cluster.check_train_v2()  # before anything is deleted, loaded or started
-    if jobs_api_address(cfg):  # the run is a Ray job on the cluster's head
-        return _train_as_job(cfg, variant, force, run, detach)
-    out = layout.model_dir(variant)
-    summary_path = out / "summary.json"
-    if force:
-        cluster.forget_run(*cluster.storage(cfg, variant, out))
-        shutil.rmtree(out, ignore_errors=True)
-    if (done := _finished(summary_path)) is not None:
-        log.info("train %s: already finished (%s); nothing to do", variant, summary_path)
-        return done
     inputs = _model_inputs(cfg)
+    key = fingerprints.training(cfg, variant)
+    if not force and (done := _finished(variant, key)) is not None:
+        log.info("train %s: already finished with these inputs (%s); nothing to do", variant,
+                 layout.summary_file(variant))
+        return done
+    if jobs_api_address(cfg):  # the run is a Ray job on the cluster's head
+        return _train_as_job(cfg, variant, key, force, run, detach)
     _check_model_config(cfg, variant, inputs)
+    runs, name = Runs(variant), run_name(key)
+    path, filesystem = cluster.storage(cfg, variant, layout.runs_dir(variant))
+    log.info("train %s: %s", variant, _why(variant, key, runs, name, force))
+    if force or (runs.get(name) or {}).get("finished"):  # a finished run's storage is spent
+        cluster.forget_run(path, filesystem, name)
+    runs.started(name, key)
     dev_doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir)
     t0 = time.perf_counter()
-    result = _fit(cfg, variant, inputs, dev_doc, out)
+    result = _fit(cfg, variant, inputs, dev_doc, path, filesystem, name)
     if result.checkpoint is None:
         raise InputError(cfg.data.out_dir / "train.parquet", "",
                          "training produced no checkpoint (no batch to train on?)")
@@ -80,13 +94,66 @@ def train(cfg: Config, variant: str, force: bool = False, run: str | None = None
         meta = read_meta(Path(d))
     best = result.get_best_checkpoint(RANK_METRIC, "max") or result.checkpoint
     with best.as_directory() as d:
-        # "finished": asked for again, the run is done (_finished)
-        return finish_run(variant, out, meta, Path(d), time.perf_counter() - t0,
-                          checkpoints=result.path, finished=True)
+        # "finished" and the fingerprint: asked for again, the run is done (_finished)
+        summary = finish_run(variant, layout.model_dir(variant), meta, Path(d),
+                             time.perf_counter() - t0, checkpoints=result.path,
+                             finished=True, run=name, fingerprint=key.as_dict())
+    runs.finished(name)
+    for old in runs.stale(cfg.train.keep_runs, name):  # train.keep_runs: the newest kept
+        cluster.forget_run(path, filesystem, old)
+        runs.drop(old)
+    return summary
+
+
+def trained_is_current(cfg: Config, variant: str) -> bool:
+    """Whether the model in place finished training from cfg's inputs: `train` would do
+    nothing (the flow starts no Ray for such a variant)."""
+    if not (cfg.data.out_dir / "train.parquet").is_file():
+        return False
+    return _finished(variant, fingerprints.training(cfg, variant)) is not None
+
+
+def _why(variant: str, key: Fingerprint, runs: Runs, name: str, force: bool) -> str:
+    """The one line that says why this run trains: resumed, or anew and what changed."""
+    if force:
+        return f"--force: training anew ({name})"
+    if (found := runs.get(name)) is not None and not found.get("finished"):
+        return f"resuming {name}, whose inputs are these, from its latest checkpoint"
+    summary = _summary(variant)
+    if summary is not None and "fingerprint" not in summary:
+        return f"the model in place was trained before runs were keyed on their inputs; " \
+               f"training anew ({name})"
+    before = summary or runs.latest()
+    if before is None:
+        return f"first run ({name})"
+    what = key.changes(Fingerprint.from_dict(before["fingerprint"]))
+    return f"{what or 'the last run did not finish'}; training anew ({name})"
+
+
+def _summary(variant: str) -> dict[str, Any] | None:
+    """summary.json of the model in place, or None."""
+    path = layout.summary_file(variant)
+    if not path.is_file():
+        return None
+    try:
+        summary = json.loads(path.read_text())
+    except ValueError:
+        return None  # half a file from an older version's crash: trained anew
+    return summary if isinstance(summary, dict) else None
+
+
+def _finished(variant: str, key: Fingerprint) -> dict[str, Any] | None:
+    """The summary of the model in place when it finished training with ``key``'s inputs."""
+    summary = _summary(variant)
+    if summary is None or not summary.get("finished"):
+        return None
+    kept = summary.get("fingerprint")
+    same = isinstance(kept, dict) and Fingerprint.from_dict(kept).digest == key.digest
+    return summary if same else None
 
 
 def _fit(cfg: Config, variant: str, inputs: ModelInputs, dev_doc: dict[str, Any],
-         out: Path) -> Any:
+         path: str, filesystem: Any, name: str) -> Any:
     """The Ray Train job, to its end; Ray Train's Result. A checkpoint store that fails
     mid-run is one RunError line, not Ray's traceback."""
     from rcpipe.eval.trained import vocab_digest
@@ -101,14 +168,13 @@ def _fit(cfg: Config, variant: str, inputs: ModelInputs, dev_doc: dict[str, Any]
                   train_path=str(prepared / "train.parquet"),
                   dev_path=str(prepared / "dev.parquet"),
                   vocab_sha256=vocab_digest(cfg.data.out_dir))
-        path, filesystem = cluster.storage(cfg, variant, out)
-        log.info("train %s: Ray Train job of %d worker(s), run storage %s%s", variant,
-                 cfg.train.num_workers, "s3://" if filesystem is not None else "", path)
+        log.info("train %s: Ray Train job of %d worker(s), run storage %s%s/%s", variant,
+                 cfg.train.num_workers, "s3://" if filesystem is not None else "", path, name)
         shown = ProgressLog(variant, layout.live_dir(variant))  # lines, the live dev curve
         with shared_progress() as bar:
             task = bar.add_task(f"train {variant}", total=cfg.train.epochs)
             try:
-                result = cluster.fit(job, inputs, dev_doc, cfg, path, filesystem,
+                result = cluster.fit(job, inputs, dev_doc, cfg, path, filesystem, name,
                                      lambda message: _show(bar, task, shown, message))
             except Exception as e:
                 if (why := cluster.storage_failure(e)) is None:
@@ -119,25 +185,17 @@ def _fit(cfg: Config, variant: str, inputs: ModelInputs, dev_doc: dict[str, Any]
     return result
 
 
-def _finished(summary_path: Path) -> dict[str, Any] | None:
-    """The summary of a run that finished, or None."""
-    if not summary_path.is_file():
-        return None
-    summary: dict[str, Any] = json.loads(summary_path.read_text())
-    return summary if summary.get("finished") else None
-
-
-def _train_as_job(cfg: Config, variant: str, force: bool, run: str | None,
+def _train_as_job(cfg: Config, variant: str, key: Fingerprint, force: bool, run: str | None,
                   detach: bool) -> dict[str, Any]:
     """`rcpipe train` in a Ray job (rcpipe.train.jobs); its summary, from the shared disk."""
     from rcpipe.train.jobs import submit_train
 
     # the job's log lines go to rcpipe.train.jobs' log
     submit_train(cfg, variant, force, run=run, detach=detach)
-    summary_path = layout.model_dir(variant) / "summary.json"
-    if (summary := _finished(summary_path)) is None:
-        raise InputError(summary_path, "", "the Ray job finished but this directory has no "
-                         "summary: it must be on the file system the cluster's nodes share")
+    if (summary := _finished(variant, key)) is None:
+        raise InputError(layout.summary_file(variant), "", "the Ray job finished but this "
+                         "directory has no summary of these inputs' run: it must be on the "
+                         "file system the cluster's nodes share")
     return summary
 
 

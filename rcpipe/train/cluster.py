@@ -3,8 +3,9 @@
 Every Ray Train worker runs ``train_worker``: a ``Worker`` (worker.py, the same run a plain
 process makes without Ray) in a ``RaySession``, which gives it its rank, device and DDP
 wrapper, and persists each checkpoint through ``ray.train.report`` into RunConfig's
-storage: ``models/<variant>/checkpoints`` or ``s3://...``. Running the same job again finds
-that storage and resumes from the latest checkpoint; FailureConfig restarts a worker group
+storage: ``models/<variant>/runs/<run>`` or ``s3://.../<variant>/<run>``, the run named
+after what it is trained from (train/runs.py). Running the same job again finds that
+storage and resumes from the latest checkpoint; FailureConfig restarts a worker group
 that died the same way. The driver side (``fit``) hands rank 0's progress messages, as
 they come, to a callback on the calling thread (rcpipe.stages.train: the bar, and
 train/progress.py's log lines and live dev curve; so in a Prefect task they land in that
@@ -33,7 +34,7 @@ from rcpipe.train.worker import Job, Worker
 
 log = logging.getLogger(__name__)
 
-RUN_NAME = "checkpoints"  # RunConfig.name: the run's folder under the storage path
+RUN_NAME = "checkpoints"  # RunConfig.name of a search's trials (train runs: train/runs.py)
 
 
 # ---------------------------------------------------------------- worker side
@@ -313,12 +314,13 @@ def storage_failure(error: BaseException) -> str | None:
     return None
 
 
-def forget_run(storage_path: str, filesystem: Any) -> None:
-    """Delete a run's checkpoints (``rcpipe train --force``), wherever they are stored."""
+def forget_run(storage_path: str, filesystem: Any, name: str = RUN_NAME) -> None:
+    """Delete a run's checkpoints (``rcpipe train --force``, an old run pruned), wherever
+    they are stored."""
     from pyarrow import fs
 
     filesystem = filesystem or fs.LocalFileSystem()
-    run = f"{storage_path}/{RUN_NAME}"
+    run = f"{storage_path}/{name}"
     if filesystem.get_file_info(run).type != fs.FileType.NotFound:
         filesystem.delete_dir(run)
 
@@ -347,8 +349,9 @@ def make_trainer(job: Job, cfg: Config, refs: dict[str, Any], storage_path: str,
 
 
 def fit(job: Job, inputs: ModelInputs, dev_doc: dict[str, Any], cfg: Config,
-        storage_path: str, filesystem: Any, on_progress: Any) -> Any:
-    """Run the TorchTrainer to the end; ``on_progress(message)`` sees rank 0's messages.
+        storage_path: str, filesystem: Any, name: str, on_progress: Any) -> Any:
+    """Run the TorchTrainer of run ``name`` to the end (resuming it where its storage holds
+    checkpoints); ``on_progress(message)`` sees rank 0's messages.
 
     Returns Ray Train's Result (its checkpoints live in the run's storage).
     """
@@ -361,7 +364,8 @@ def fit(job: Job, inputs: ModelInputs, dev_doc: dict[str, Any], cfg: Config,
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     progress = Queue(maxsize=10_000, actor_options={"num_cpus": 0, "scheduling_strategy": here})
     trainer = make_trainer(job, cfg, {"inputs": ray.put(inputs), "dev_doc": ray.put(dev_doc),
-                                      "progress": progress}, storage_path, filesystem)
+                                      "progress": progress}, storage_path, filesystem,
+                           name)
     outcome: dict[str, Any] = {}
 
     def run() -> None:

@@ -42,7 +42,9 @@ def digests(root: Path) -> dict[str, str]:
     found = {}
     for top in OUTPUTS:
         for path in sorted((root / top).rglob("*")):
-            if path.is_file() and "checkpoints" not in path.parts and path.name != ".gitignore":
+            # not Ray's checkpoints (runs/) and the record of them: not versioned
+            if path.is_file() and "runs" not in path.parts and \
+                    path.name not in {".gitignore", "runs.json"}:
                 found[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
     return found
 
@@ -145,7 +147,7 @@ def test_a_changed_variants_params_retrain_only_that_variant(project: Path) -> N
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["models"]["qanet"]["hidden"] = 12
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    assert list((project / "models/qanet/checkpoints").glob("step-*"))  # the old params' run
+    assert list((project / "models/qanet/runs").glob("run-*/step-*"))  # the old params' run
     status = json.loads(sh(project, "dvc", "status", "--json").stdout)
     assert set(status) == {"train@qanet", "evaluate@qanet"}, status  # both list models.qanet
     before = digests(project)

@@ -113,7 +113,7 @@ def _lose_the_training_node(s3: Any, head: ray_nodes.Node, second: ray_nodes.Nod
     """After the first checkpoint: free the head, SIGKILL the second node's raylet; then time
     until a new training worker (the restarted group's, on the head) runs."""
     deadline = time.monotonic() + 400
-    while not (steps := _checkpoints(s3, f"deploy/{RESUMED_VARIANT}/checkpoints/")):
+    while not (steps := _checkpoints(s3, f"deploy/{RESUMED_VARIANT}/run-")):
         if time.monotonic() > deadline:
             return
         time.sleep(0.2)

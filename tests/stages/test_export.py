@@ -30,7 +30,7 @@ def run(trained: Trained, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the trained run's models/ (the fixture is read-only), bidaf exported there."""
     root = tmp_path_factory.mktemp("export-run")
     shutil.copytree(trained.root / "models" / "bidaf", root / "models" / "bidaf",
-                    ignore=shutil.ignore_patterns("checkpoints", "live"))
+                    ignore=shutil.ignore_patterns("runs", "live"))
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
         record = stages.export(trained.cfg, "bidaf")

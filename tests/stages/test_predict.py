@@ -99,7 +99,7 @@ def test_a_model_file_that_is_not_what_the_params_say_is_refused(
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
     shutil.copytree(trained.root / "models" / "bidaf", "models/bidaf",
-                    ignore=shutil.ignore_patterns("checkpoints"))
+                    ignore=shutil.ignore_patterns("runs"))
     params = str(trained.root / "params.yaml")
     ask = ["predict", "--params", params, "--model", "bidaf", "--context", "c", "--question", "q"]
 

@@ -51,7 +51,7 @@ def _the_contract_files(cfg, variant: str, summary: dict, synth_v1: SynthData
     assert summary["steps"] > 0 and summary["examples_per_s"] > 0
     assert summary["device"] == "cpu"
     assert Path(f"models/{variant}/model.pt").is_file()
-    assert list(Path(f"models/{variant}/checkpoints").glob("step-*/model.pt"))
+    assert list(Path(f"models/{variant}/runs").glob("run-*/step-*/model.pt"))
 
     result = stages.evaluate(cfg, variant)
     preds = json.loads(Path(f"predictions/{variant}.json").read_text())
@@ -90,22 +90,47 @@ def test_train_then_evaluate_writes_the_contract_files(trained: Trained, tmp_pat
 
 
 @pytest.mark.slow
-def test_finished_run_is_not_retrained_and_resume_continues(
-        make_config, synth_v1: SynthData) -> None:  # noqa: ANN001
+def test_a_run_is_keyed_on_its_inputs_skipped_resumed_or_trained_anew(
+        make_config, synth_v1: SynthData, caplog: pytest.LogCaptureFixture) -> None:  # noqa: ANN001
+    """Same inputs and finished: nothing to do; same and unfinished: resumed; other
+    settings: a new run from step 0 beside the old one, the old model in place until it
+    finishes, and only train.keep_runs runs kept."""
     cfg = _config(make_config, synth_v1)
     stages.prepare(cfg)
     first = _train_then_evaluate_writes_the_contract_files(cfg, "qanet", synth_v1)
     mtime = Path("models/qanet/model.pt").stat().st_mtime_ns
-    again = stages.train(cfg, "qanet")
+    with caplog.at_level("INFO", logger="rcpipe.stages.train"):
+        again = stages.train(cfg, "qanet")
     assert again == first
     assert Path("models/qanet/model.pt").stat().st_mtime_ns == mtime
-    # a run that stopped before finishing (no summary) resumes from its last checkpoint
+    assert "already finished with these inputs" in caplog.text
+
+    # killed before its end (no summary; the record says unfinished): the same command
+    # resumes the same run from its last checkpoint
     Path("models/qanet/summary.json").unlink()
-    longer = _config(make_config, synth_v1, epochs=2)
-    resumed = stages.train(longer, "qanet")
-    assert resumed["resumed_from_step"] == first["steps"]
-    assert resumed["steps"] == 2 * first["steps"]
-    assert resumed["epochs"] == 2
+    saved = {p: p.stat().st_mtime_ns for p in Path("models/qanet/runs").glob("*/step-*/*")}
+    record = Path("models/qanet/runs.json")
+    runs = json.loads(record.read_text())["runs"]
+    record.write_text(json.dumps({"runs": [r | {"finished": None} for r in runs]}))
+    caplog.clear()
+    with caplog.at_level("INFO", logger="rcpipe.stages.train"):
+        resumed = stages.train(cfg, "qanet")
+    assert f"resuming {first['run']}" in caplog.text
+    assert resumed["run"] == first["run"] and resumed["steps"] == first["steps"]
+    # it was at its last step already: no step trained again, no checkpoint rewritten
+    assert {p: p.stat().st_mtime_ns for p in Path("models/qanet/runs").glob("*/step-*/*")} \
+        == saved
+
+    # other settings: a new run from step 0, said in one line; one run kept
+    longer = _config(make_config, synth_v1, epochs=2, keep_runs=1)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="rcpipe.stages.train"):
+        anew = stages.train(longer, "qanet")
+    assert "settings changed (train.epochs 1 -> 2); training anew" in caplog.text
+    assert anew["run"] != first["run"] and anew["resumed_from_step"] == 0
+    assert anew["steps"] == 2 * first["steps"] and anew["epochs"] == 2
+    assert [p.name for p in Path("models/qanet/runs").iterdir()] == [anew["run"]]
+    assert [r["name"] for r in json.loads(record.read_text())["runs"]] == [anew["run"]]
     _a_model_of_another_vocabulary_is_refused(longer, "qanet")
 
 
@@ -129,7 +154,7 @@ def test_more_workers_than_the_machine_has_is_refused_at_once(
     assert time.perf_counter() - t0 < 30
     assert err.value.file == cfg.source and err.value.location == "train.num_workers"
     assert "2 CPU(s)" in err.value.what and "at most 2" in err.value.what
-    assert not Path("models/bidaf/checkpoints").exists()  # no job was started
+    assert not Path("models/bidaf/runs").exists()  # no job was started
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a GPU")

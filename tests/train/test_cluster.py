@@ -35,8 +35,13 @@ def _registered_checkpoint(checkpoints: Path) -> bool:
         return False
 
 
+def _run_dir(variant: str) -> Path:
+    """The variant's one keyed run (train/runs.py), or where it will be once it starts."""
+    return next(Path(f"models/{variant}/runs").glob("run-*"), Path("no-run-yet"))
+
+
 def _metas(variant: str) -> list[dict]:
-    found = sorted(Path(f"models/{variant}/checkpoints").glob("step-*/meta.json"))
+    found = sorted(_run_dir(variant).glob("step-*/meta.json"))
     return [json.loads(p.read_text()) for p in found]
 
 
@@ -68,7 +73,7 @@ def test_failure_config_restarts_a_run_whose_worker_died(prepared_here) -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not killed:
             workers = ray_nodes.train_workers(psutil.Process())  # local_ray's
-            if workers and _registered_checkpoint(Path("models/bidaf/checkpoints")):
+            if workers and _registered_checkpoint(_run_dir("bidaf")):
                 workers[0].kill()  # SIGKILL, as an OOM killer or a lost node would
                 killed.append(workers[0].pid)
             time.sleep(0.2)
@@ -97,12 +102,11 @@ def test_kill_9_then_the_same_command_resumes_to_the_same_dev_f1(
                        "dev_file": str(prepared.data.dev), "out_dir": str(prepared.out_dir)},
                  train=RESUMED_TRAIN | {"max_failures": 0},
                  models={variant: TINY_MODEL})
-    checkpoints = crashed / f"models/{variant}/checkpoints"
     log = (tmp_path / "crashed.log").open("w")
     proc = subprocess.Popen(_train_command(crashed), cwd=crashed, start_new_session=True,
                             stdout=log, stderr=log)
     deadline = time.monotonic() + 180
-    while not _registered_checkpoint(checkpoints):
+    while not any(map(_registered_checkpoint, (crashed / f"models/{variant}/runs").glob("*"))):
         assert proc.poll() is None and time.monotonic() < deadline, \
             "no checkpoint came: " + (tmp_path / "crashed.log").read_text()[-3000:]
         time.sleep(0.2)

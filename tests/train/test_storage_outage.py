@@ -1,7 +1,7 @@
 """Checkpoints on S3 (loopback): the store goes away in the middle of a run: a clear error,
 no checkpoint left half-written in the run's record, and the same command, once the store
-is back, resumes and finishes; a run that lost its machine resumes from the store, and
---force forgets the stored run."""
+is back, resumes and finishes; a run of other inputs is stored beside it, and --force
+forgets the stored run."""
 
 from __future__ import annotations
 
@@ -74,17 +74,22 @@ def test_the_store_goes_down_mid_run_a_rerun_finishes_and_runs_resume_from_it(
     print(f"\nstore stopped after checkpoint {written[-1]}; the rerun resumed from step "
           f"{summary['resumed_from_step']}")
 
-    # the run lives on the store: its checkpoints there, nothing local but the model
+    # the run lives on the store, named after its inputs: its checkpoints there, nothing
+    # local but the model and the record of runs
+    def stored_runs() -> set[str]:
+        return {k.split("/")[2] for k in steps() if "/step-" in k}
+
     keys = set(steps())
-    assert "runs/bidaf/checkpoints/step-00000020/model.pt" in keys
-    assert "runs/bidaf/checkpoints/step-00000020/state.pt" in keys
-    assert not Path("models/bidaf/checkpoints").exists()
-    Path("models/bidaf/summary.json").unlink()  # as if the machine were lost mid-run
+    (name,) = stored_runs()
+    assert name == summary["run"] and name.startswith("run-")
+    assert f"runs/bidaf/{name}/step-00000020/model.pt" in keys
+    assert f"runs/bidaf/{name}/step-00000020/state.pt" in keys
+    assert not Path("models/bidaf/runs").exists()
     longer = make_config(synth_v1, train=train | {"max_steps": 24},
                          models={"bidaf": TINY_MODEL})
-    resumed = stages.train(longer, "bidaf")
-    assert resumed["resumed_from_step"] == summary["steps"] == 20
-    assert resumed["steps"] == 24
+    anew = stages.train(longer, "bidaf")  # other inputs: another run beside the first
+    assert anew["resumed_from_step"] == 0 and anew["steps"] == 24 and anew["run"] != name
+    assert stored_runs() == {name, anew["run"]}  # train.keep_runs: 2
 
     again = stages.train(longer, "bidaf", force=True)  # --force forgets the S3 run too
     assert again["resumed_from_step"] == 0 and again["steps"] == 24

@@ -1,0 +1,159 @@
+"""What a stage's outputs were made from, as digests: work whose inputs did not change is
+not done again, and work whose inputs changed is never skipped.
+
+A training run is keyed on its fingerprint (`training`): the prepared data it reads (each
+file's sha256), the settings that change what it learns (the variant's effective config,
+the train.* and eval.* keys, data.word_dim) and rcpipe's version. rcpipe.stages.train
+trains anew when it differs from the finished model's, resumes a run of the same
+fingerprint, and does nothing when the finished model has it. evaluate, ensemble and report
+keep a stamp (`Stamp`): the digest of the files and settings they read, written after
+their outputs, so a run killed before the end leaves the old stamp and the next one redoes
+the work.
+
+Settings that only say where or how fast to run are not part of any key (`UNKEYED`, the
+keys dvc.yaml leaves out of the train stage's params too): a cluster run may set them
+without training again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rcpipe import __version__, layout
+from rcpipe.config import Config
+
+# train.* keys that change where or how fast a run goes, not what it learns
+UNKEYED = frozenset({"device", "threads", "cpus_per_worker", "ray_address", "storage_path",
+                     "max_failures", "keep_checkpoints", "keep_runs"})
+# the prepared files a training run reads (dev.parquet ranks checkpoints only when prepare
+# held nothing out, and is keyed only then: see `training`)
+TRAINING_FILES = ("train.parquet", "heldout.parquet", "vocab.json", "word_emb.npy")
+
+_digests: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> sha256: read once
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file's bytes (remembered while its size and modification time hold)."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _digests:
+        h = hashlib.sha256()
+        with path.open("rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        _digests[key] = h.hexdigest()
+    return _digests[key]
+
+
+def source_identity(uri: str) -> str:
+    """A data source as a key: a local file by its digest, a URL by itself (the download
+    cache holds one version per URL)."""
+    path = Path(uri)
+    return file_digest(path) if "://" not in uri and path.is_file() else uri
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}: settings as the dotted keys `--set` takes."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping) and value:
+            flat |= flatten(value, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """files: name -> sha256; settings: dotted key -> value; rcpipe: the version."""
+
+    files: Mapping[str, str]
+    settings: Mapping[str, Any]
+    rcpipe: str = __version__
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"files": dict(self.files), "settings": dict(self.settings),
+                "rcpipe": self.rcpipe}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Fingerprint:
+        return cls(dict(d.get("files", {})), dict(d.get("settings", {})),
+                   str(d.get("rcpipe", "")))
+
+    @property
+    def digest(self) -> str:
+        blob = json.dumps(self.as_dict(), sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def changes(self, before: Fingerprint | None) -> str | None:
+        """What differs from ``before``, in one phrase for people; None when nothing does."""
+        if before is None:
+            return "no finished run"
+        said = []
+        if files := _differing(before.files, self.files):
+            said.append(f"training data changed ({', '.join(files)})")
+        if keys := _differing(before.settings, self.settings):
+            shown = [f"{k} {before.settings.get(k, '(unset)')} -> "
+                     f"{self.settings.get(k, '(unset)')}" for k in keys[:3]]
+            more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
+            said.append(f"settings changed ({', '.join(shown)}{more})")
+        if before.rcpipe != self.rcpipe:
+            said.append(f"rcpipe changed ({before.rcpipe or '?'} -> {self.rcpipe})")
+        return "; ".join(said) or None
+
+
+def _differing(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+
+
+def training(cfg: Config, variant: str) -> Fingerprint:
+    """The fingerprint of training ``variant`` on cfg's prepared data with cfg's settings."""
+    out = cfg.data.out_dir
+    names = list(TRAINING_FILES)
+    if not (out / "heldout.parquet").is_file():
+        names.append("dev.parquet")  # checkpoints are then ranked on dev
+    files = {n: file_digest(out / n) for n in names if (out / n).is_file()}
+    settings = flatten({
+        "models": {variant: cfg.models.of(variant).model_dump(mode="json")},
+        "train": cfg.train.model_dump(mode="json", exclude=set(UNKEYED)),
+        "eval": cfg.eval.model_dump(mode="json"),  # dev and held-out scoring pick the best
+        "data": {"word_dim": cfg.data.word_dim},
+    })
+    return Fingerprint(files, settings)
+
+
+# ------------------------------------------------------------------------------------ stamps
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """A stage's inputs, kept at layout.stamp(name) after its outputs are written."""
+
+    name: str  # e.g. "evaluate-bidaf"
+    fingerprint: Fingerprint
+
+    @classmethod
+    def of(cls, name: str, files: Iterable[Path], settings: Mapping[str, Any]) -> Stamp:
+        """The stamp of reading ``files`` (missing ones count as missing) with ``settings``."""
+        digests = {str(p): file_digest(p) if p.is_file() else "missing" for p in files}
+        return cls(name, Fingerprint(digests, flatten(settings)))
+
+    def is_current(self, outputs: Iterable[Path]) -> bool:
+        """Whether the kept stamp is this one and every output is in place."""
+        if not all(p.is_file() for p in outputs):
+            return False
+        try:
+            kept = json.loads(layout.stamp(self.name).read_text())
+        except (OSError, ValueError):
+            return False
+        return isinstance(kept, dict) and kept.get("digest") == self.fingerprint.digest
+
+    def keep(self) -> None:
+        """Record the stamp: call after the outputs are written."""
+        layout.write_json(layout.stamp(self.name),
+                          {"digest": self.fingerprint.digest} | self.fingerprint.as_dict())

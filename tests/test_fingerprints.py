@@ -1,0 +1,80 @@
+"""rcpipe/fingerprints.py: what keys a training run and a stage's stamp, and the one line
+that says what changed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rcpipe import fingerprints, layout
+from rcpipe.config import TrainConfig, load_config
+from rcpipe.fingerprints import Fingerprint, Stamp
+from tests.conftest import write_params
+
+
+def _cfg(tmp_path: Path, **sections):  # noqa: ANN003, ANN202
+    out = tmp_path / "prepared"
+    out.mkdir(exist_ok=True)
+    for name in ("train.parquet", "vocab.json", "dev.parquet"):
+        if not (out / name).exists():
+            (out / name).write_bytes(name.encode())
+    return load_config(write_params(tmp_path / "params.yaml", data={
+        "train_file": "t.json", "dev_file": "d.json", "out_dir": str(out)} | sections.pop(
+        "data", {}), **sections))
+
+
+def test_same_inputs_same_key_and_what_changed_is_named(tmp_path: Path) -> None:
+    base = fingerprints.training(_cfg(tmp_path), "bidaf")
+    assert fingerprints.training(_cfg(tmp_path), "bidaf") == base
+    assert base.changes(base) is None
+    assert base.changes(None) == "no finished run"
+
+    (tmp_path / "prepared" / "train.parquet").write_bytes(b"more articles")
+    new_data = fingerprints.training(_cfg(tmp_path), "bidaf")
+    assert new_data.digest != base.digest
+    assert new_data.changes(base) == "training data changed (train.parquet)"
+
+    lr = fingerprints.training(_cfg(tmp_path, models={"bidaf": {"optim": {"lr": 0.25}}},
+                                    train={"epochs": 3}), "bidaf")
+    said = lr.changes(new_data)
+    assert said is not None and said.startswith("settings changed (")
+    assert "models.bidaf.optim.lr 0.5 -> 0.25" in said and "train.epochs 1 -> 3" in said
+
+    older = Fingerprint.from_dict(base.as_dict() | {"rcpipe": "0.0.9"})
+    assert f"rcpipe changed (0.0.9 -> {base.rcpipe})" in (base.changes(older) or "")
+
+
+def test_where_and_how_fast_do_not_key_a_run_and_other_variants_do_not(tmp_path: Path) -> None:
+    base = fingerprints.training(_cfg(tmp_path), "bidaf")
+    elsewhere = _cfg(tmp_path, train={"device": "cpu", "threads": 1, "keep_runs": 5,
+                                      "storage_path": "s3://b/p", "max_failures": 0,
+                                      "keep_checkpoints": 4, "cpus_per_worker": 1},
+                     models={"qanet": {"hidden": 8}}, data={"workers": 1})
+    assert fingerprints.training(elsewhere, "bidaf") == base
+    assert fingerprints.UNKEYED < set(TrainConfig.model_fields)  # each names a real key
+
+
+def test_checkpoints_ranked_on_dev_key_dev_only_then(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path)
+    assert "dev.parquet" in fingerprints.training(cfg, "bidaf").files  # nothing held out
+    (tmp_path / "prepared" / "heldout.parquet").write_bytes(b"held")
+    files = fingerprints.training(cfg, "bidaf").files
+    assert "dev.parquet" not in files and "heldout.parquet" in files
+
+
+def test_a_stamp_is_current_only_with_its_outputs_and_the_same_inputs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    read, made = tmp_path / "in.json", tmp_path / "out.json"
+    read.write_text("1")
+    stamp = Stamp.of("stage", [read], {"k": 1})
+    assert not stamp.is_current([made])  # never kept
+    made.write_text("x")
+    stamp.keep()
+    assert layout.stamp("stage").is_file() and stamp.is_current([made])
+    assert not Stamp.of("stage", [read], {"k": 2}).is_current([made])
+    read.write_text("22")
+    assert not Stamp.of("stage", [read], {"k": 1}).is_current([made])
+    made.unlink()
+    assert not stamp.is_current([made])

@@ -102,6 +102,7 @@ def train_all(
     storage_path: str | None = None,
     version: bool = False,
     run_name: str | None = None,
+    min_gain: float | None = None,
 ) -> dict[str, Any]:
     """Train and evaluate ``variants``, ensemble them, report.
 
@@ -113,12 +114,14 @@ def train_all(
     train.storage_path; version: afterwards commit the DVC state, push it to the DVC
     remote and run the champion gate (flows/version.py; the workdir must be the DVC
     workspace and params its params.yaml); run_name: through a Jobs API, the run whose Ray
-    jobs these are (default: this flow run's id), as `rcpipe train --run-name`.
+    jobs these are (default: this flow run's id), as `rcpipe train --run-name`; min_gain:
+    the champion gate's version.min_gain (F1 points the interval's lower end must clear).
     """
     params_path = Path(params).resolve()
     sets = list(overrides or [])
     sets += [f"train.ray_address={ray_address}"] if ray_address else []
     sets += [f"train.storage_path={storage_path}"] if storage_path else []
+    sets += [f"version.min_gain={min_gain}"] if min_gain is not None else []
     if workdir:
         Path(workdir).mkdir(parents=True, exist_ok=True)
     # back to the caller's directory afterwards: an in-process run (make demo, tests) must

@@ -1,8 +1,9 @@
 """The train-all flow's last step with ``version=True``: one task over rcpipe.stages.version.
 
 It commits the run's DVC state, pushes data and models to the DVC remote and runs the
-champion gate (see rcpipe/stages/version.py); the decision and its reason become a Prefect
-artifact, so a scheduled run says why it kept or replaced the champion.
+champion gate (see rcpipe/stages/version.py and gate.py); the decision, with the paired
+interval it rests on and the gate set it was measured on, becomes a Prefect artifact, so a
+scheduled run says why it kept or replaced the champion.
 """
 
 from __future__ import annotations
@@ -32,8 +33,33 @@ def version_run(cfg: Config, params: str, overrides: list[str], variants: list[s
     get_run_logger().info("version %s: %s: %s", run, verdict, record["reason"])
     create_markdown_artifact(
         key="train-all-version", description="DVC version and champion gate of this run",
-        markdown=(f"# Version {run}\n\n**{verdict}**: {record['reason']}\n\n"
-                  f"- dvc.lock: `{record['dvc_lock']}`\n- git commit: "
-                  f"`{record['git_commit'] or '(no git checkout)'}`\n"
-                  f"- record: `{record['record']}`\n"))
+        markdown=decision_markdown(record))
     return record
+
+
+def _f1(x: float | None) -> str:
+    return "" if x is None else f"{x:.2f}"
+
+
+def decision_markdown(record: dict[str, Any]) -> str:
+    """The version and the gate's decision: candidate and champion F1 on the gate set, the
+    difference with its interval, the gate set and its sha256."""
+    gate = record["gate"]
+    verdict = "promoted" if record["promoted"] else "kept the champion"
+    lines = [f"# Version {record['run']}", "", f"**{verdict}**: {record['reason']}", ""]
+    rows = [("candidate", gate["candidate"])] + \
+        ([("champion", gate["champion"])] if gate["champion"] else [])
+    lines += ["| | model | run | gate F1 |", "|---|---|---|---|"]
+    lines += [f"| {who} | {m['model']} | {m['run']} | {_f1(m['f1'])} |" for who, m in rows]
+    if gate["diff"] is not None:
+        lines += ["", f"candidate - champion: **{gate['diff']:+.2f} F1** "
+                      f"[{gate['low']:+.2f}, {gate['high']:+.2f}] ({gate['level']:.0%}, "
+                      f"paragraph bootstrap); promoted only when the lower end is above "
+                      f"min_gain {gate['min_gain']:.2f}"]
+    s = gate["set"]
+    lines += ["", f"- gate set: {s['source']} `{s['uri']}` ({gate['questions']} questions, "
+                  f"{gate['paragraphs']} paragraphs), sha256 `{s['sha256']}`",
+              f"- dvc.lock: `{record['dvc_lock']}`",
+              f"- git commit: `{record['git_commit'] or '(no git checkout)'}`",
+              f"- record: `{record.get('record', '')}`", ""]
+    return "\n".join(lines)

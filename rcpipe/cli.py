@@ -153,7 +153,11 @@ def version(
     variant: Annotated[list[str] | None, typer.Option(
         help="a variant the run trained (repeatable); default: all five")] = None,
     promote: Annotated[bool, typer.Option(
-        help="move the champion to this run if its dev F1 beats the champion's")] = False,
+        help="the champion gate: move the champion to this run's best model on the gate "
+             "set if its paired F1 gain's 95% interval lies above version.min_gain")] = False,
+    min_gain: Annotated[float | None, typer.Option(
+        help="F1 points the interval's lower end must clear (default: version.min_gain)")
+                        ] = None,
     remote: Annotated[str | None, typer.Option(help="DVC remote (default: core.remote)")
                       ] = None,
     tries: Annotated[int, typer.Option(min=1, help="dvc push attempts")] = 3,
@@ -169,7 +173,8 @@ def version(
                          "params layer over it cannot be versioned (merge the layer into "
                          "params.yaml)")
     record = version_run(_config(files, set_), variant or list(VARIANTS), params=files[0],
-                         overrides=set_ or [], remote=remote, promote=promote, tries=tries)
+                         overrides=set_ or [], remote=remote, promote=promote,
+                         min_gain=min_gain, tries=tries)
     print(json.dumps(record))
 
 

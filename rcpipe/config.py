@@ -457,6 +457,18 @@ SearchConfig = create_model(
     **{v: (VariantSearch, VariantSearch()) for v in VARIANTS})
 
 
+class VersionConfig(Section):
+    """The champion gate of `rcpipe version --promote` (and the nightly flow): the run's best
+    model on the gate set replaces the champion only when the paired interval of its F1
+    minus the champion's, both answering the same questions, lies above ``min_gain``."""
+
+    min_gain: float = Field(0.0, ge=0, description="F1 points the 95% interval's lower end "
+                            "must clear (0: any gain beyond chance)")
+    gate_file: str | None = Field(None, description="a SQuAD JSON (path, URL, s3://) the "
+                                  "gate answers; None: the prepared held-out questions. "
+                                  "Never data.dev_file, which reports")
+
+
 class Config(Section):
     data: DataConfig
     synth: SynthConfig = SynthConfig()
@@ -464,6 +476,7 @@ class Config(Section):
     eval: EvalConfig = EvalConfig()
     models: ModelsConfig = Field(default_factory=ModelsConfig)
     tune: SearchConfig = Field(default_factory=SearchConfig)
+    version: VersionConfig = VersionConfig()
     _source: str = PrivateAttr("params")
 
     @model_validator(mode="after")

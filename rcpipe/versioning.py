@@ -2,8 +2,9 @@
 
 rcpipe.stages.version does the I/O (dvc and git commands, the records on the remote); what
 to commit, whether a run's --set overrides leave dvc.lock truthful, whether a failed push is
-worth retrying and whether a new model replaces the champion are decided here, from plain
-data, so each rule is tested without a remote.
+worth retrying, which of a run's models stands for it and whether it replaces the champion
+(its paired F1 difference on the gate set, beyond chance) are decided here, from plain data,
+so each rule is tested without a remote.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from rcpipe.config import VARIANTS
+from rcpipe.eval.compare import PairedDifference
 from rcpipe.eval.metrics import headline
 
 # ---------------------------------------------------------------------------- what to commit
@@ -99,10 +101,12 @@ def classify_failure(output: str) -> Failure:
 
 # ---------------------------------------------------------------------------- champion gate
 
+LEVEL = 0.95  # the paired interval's level: promote when its lower end clears min_gain
+
 
 @dataclass(frozen=True)
 class Score:
-    """One model's dev score, and what makes two scores comparable."""
+    """One model of a run and its dev score (what the run reports; the gate never reads it)."""
 
     model: str  # a variant or "ensemble"
     f1: float
@@ -119,36 +123,97 @@ class Score:
                    str(d["run"]))
 
 
-def best_score(metrics: Mapping[str, Mapping[str, Any]], dev_sha256: str, run: str) -> Score:
-    """The run's candidate: its model with the highest dev F1 (ties: the first listed)."""
-    if not metrics:
-        raise ValueError("no scores: nothing was evaluated")
-    model, result = max(metrics.items(), key=lambda kv: kv[1]["f1"])  # max keeps the first
-    em, f1 = headline(result)
+def dev_score(metrics: Mapping[str, Mapping[str, Any]], model: str, dev_sha256: str,
+              run: str) -> Score:
+    """``model``'s dev score among the run's ``metrics`` (model -> official result)."""
+    em, f1 = headline(metrics[model])
     return Score(model, f1, em, dev_sha256, run)
+
+
+@dataclass(frozen=True)
+class GateSet:
+    """The questions candidate and champion both answer: the same from night to night
+    while their file is, never the dev set that reports."""
+
+    source: str  # "heldout" (data.heldout's slice), "file:<uri>" (data.heldout.file) or
+    #              "version.gate_file"
+    uri: str  # the SQuAD file read
+    sha256: str  # of its bytes: a champion's stored answers count only on the same set
+    questions: int
+    paragraphs: int
+
+    def line(self) -> str:
+        return (f"{self.source} ({self.questions} questions, {self.paragraphs} paragraphs, "
+                f"sha256 {self.sha256[:12]})")
+
+
+def pick_candidate(gate_f1: Mapping[str, float]) -> str:
+    """The run's candidate: its model (a variant or the ensemble) with the highest F1 on the
+    gate set (ties: the first listed). The dev set reports and chooses nothing; choosing the
+    best of several on the questions the gate then judges it on flatters the winner (README,
+    "the champion")."""
+    if not gate_f1:
+        raise ValueError("no gate scores: nothing was evaluated")
+    return max(gate_f1, key=lambda m: gate_f1[m])  # max keeps the first of equals
 
 
 @dataclass(frozen=True)
 class Decision:
     promote: bool
     reason: str
+    # the candidate's gate F1 minus the champion's, paragraph-bootstrapped; None without one
+    interval: PairedDifference | None = None
 
 
-def decide(candidate: Score, champion: Score | None, min_gain: float = 0.0) -> Decision:
-    """Promote ``candidate`` only if its dev F1 beats the champion's by more than min_gain.
+def _named(s: Score) -> str:
+    return f"{s.model} (run {s.run})"
 
-    Scores on different dev sets are not comparable: the champion stays (a person may
-    promote by hand after checking).
-    """
-    new = f"{candidate.model} (run {candidate.run}) dev F1 {candidate.f1:.2f}"
+
+def decide(candidate: Score, champion: Score | None, interval: PairedDifference | None,
+           gate: GateSet, min_gain: float = 0.0) -> Decision:
+    """Promote ``candidate`` when there is no champion, or when the paired interval of its
+    gate-set F1 minus the champion's (both answering ``gate``) lies above ``min_gain``: its
+    lower end, not the point difference, must clear it, so two runs of the same settings,
+    whose difference is noise, leave the champion in place."""
+    if min_gain < 0:
+        raise ValueError(f"min_gain {min_gain} is below 0")
     if champion is None:
-        return Decision(True, f"{new}: no champion yet")
-    old = f"the champion {champion.model} (run {champion.run}) dev F1 {champion.f1:.2f}"
-    if champion.dev_sha256 != candidate.dev_sha256:
-        return Decision(False, f"{new}: not comparable with {old}, scored on another dev set "
-                               f"(sha256 {champion.dev_sha256[:12]}, now "
-                               f"{candidate.dev_sha256[:12]}); the champion stays")
-    if candidate.f1 > champion.f1 + min_gain:
-        return Decision(True, f"{new} beats {old}")
-    gain = f" by more than {min_gain:.2f}" if min_gain else ""
-    return Decision(False, f"{new} does not beat {old}{gain}; the champion stays")
+        return Decision(True, f"{_named(candidate)}: no champion yet; gate set {gate.line()}")
+    if interval is None:
+        raise ValueError("a champion to beat needs the paired interval")
+    d = interval
+    measured = (f"on the gate set {gate.line()}: gate F1 {d.f1_a:.2f} -> {d.f1_b:.2f}, "
+                f"{d.diff:+.2f} [{d.low:+.2f}, {d.high:+.2f}] ({d.level:.0%}, "
+                f"{d.paragraphs} paragraphs bootstrapped)")
+    if d.low > min_gain:
+        return Decision(True, f"{_named(candidate)} beats the champion {_named(champion)} "
+                              f"{measured}; the lower end is above min_gain {min_gain:.2f}", d)
+    return Decision(False, f"{_named(candidate)} does not beat the champion "
+                           f"{_named(champion)} beyond chance {measured}; the lower end is "
+                           f"not above min_gain {min_gain:.2f}: the champion stays", d)
+
+
+def not_compared(candidate: Score, champion: Score, why: str) -> Decision:
+    """The champion could not answer the gate set (``why``): it stays, and says so."""
+    return Decision(False, f"{_named(candidate)} is not compared with the champion "
+                           f"{_named(champion)}: {why}; the champion stays (delete "
+                           "rcpipe/champion.json on the remote to crown the next run)")
+
+
+def gate_record(decision: Decision, gate: GateSet, gate_f1: Mapping[str, float],
+                candidate: Score, champion: Score | None, min_gain: float) -> dict[str, Any]:
+    """What the version record, champion.json and the flow's artifact say of a decision."""
+    d = decision.interval
+    return {
+        "promoted": decision.promote, "reason": decision.reason, "set": asdict(gate),
+        "min_gain": min_gain, "level": d.level if d else LEVEL,
+        "f1": dict(gate_f1),  # every model of the run on the gate set
+        "candidate": {"model": candidate.model, "run": candidate.run,
+                      "f1": gate_f1[candidate.model]},
+        "champion": None if champion is None else {
+            "model": champion.model, "run": champion.run, "f1": d.f1_a if d else None},
+        "diff": d.diff if d else None, "low": d.low if d else None,
+        "high": d.high if d else None, "se": d.se if d else None,
+        "questions": d.questions if d else gate.questions,
+        "paragraphs": d.paragraphs if d else gate.paragraphs,
+    }

@@ -459,6 +459,8 @@ def test_v1_question_without_answers(workdir: Path,
          "'fixed'"),
         (["synth", "--set", "synth.seed"], {}, "error: --set: synth.seed: expected "),
         (["synth", "--params", "none.yaml"], {}, "error: none.yaml: "),
+        (["version"], {"version": {"min_gain": -0.5}}, "error: params.yaml: "
+         "version.min_gain: Input should be greater than or equal to 0"),
     ],
 )
 def test_bad_params(workdir: Path, call: Callable[..., tuple[int, str, str]], args: list[str],
@@ -496,6 +498,38 @@ def test_synth_refuses_remote_targets(workdir: Path,
     assert assert_one_line_error(err, "params") == \
         "error: params: data.dev_file: synth writes local files only"
     assert not (workdir / "data").exists()  # train.json was not written either
+
+
+def test_version_refuses_a_negative_min_gain_and_a_gate_file_that_is_not_squad(
+        workdir: Path, call: Callable[..., tuple[int, str, str]]) -> None:
+    """Each a located line and exit 2 before anything is committed or pushed (the remote
+    is named, never reached)."""
+    dvc = [sys.executable, "-m", "dvc"]
+    for cmd in (["init", "--no-scm", "-q"], ["remote", "add", "-d", "storage", "s3://b/p"]):
+        subprocess.run([*dvc, *cmd], cwd=workdir, check=True, capture_output=True)
+    (workdir / "dvc.yaml").write_text((Path(cli.__file__).parents[1] / "dvc.yaml").read_text())
+    assert call("synth")[0] == 0
+    code, _, err = call("version", "--promote", "--min-gain", "-1")
+    assert code == 2
+    assert assert_one_line_error(err, "min_gain").startswith("error: min_gain: -1: below 0")
+
+    def gate_error(gate_file: str) -> str:
+        """The one error line after fetch's log lines (the sources' digests)."""
+        code, _, err = call("version", "--promote", "--set", f"version.gate_file={gate_file}")
+        assert code == 2 and "Traceback" not in err
+        lines = [ln for ln in err.strip().splitlines() if " INFO rcpipe.stages.fetch: " not in ln]
+        assert len(lines) == 1, err
+        return lines[0]
+
+    (workdir / "gate.json").write_text('{"version": "1.1", "data": [\n  {"title": 3}]}')
+    assert gate_error("gate.json") == "error: gate.json: data[0].title: expected a string, " \
+        "got int"
+    assert gate_error("").startswith("error: params.yaml: version.gate_file: no gate set: "
+                                     "prepare held no questions out")  # nothing prepared
+    assert gate_error("data/synth/dev.json").startswith(
+        "error: params.yaml: version.gate_file: data/synth/dev.json holds data.dev_file's "
+        "questions (the same sha256)")
+    assert not (workdir / "dvc.lock").exists() and not (workdir / "data/prepared").exists()
 
 
 def test_the_readme_lists_every_command_and_no_other() -> None:

@@ -6,9 +6,12 @@ push` sends the data and models to the remote, and the run's record and dvc.lock
 the remote's objects (``<remote>/rcpipe/versions/<run>/``), with each evaluated variant's
 `rcpipe package` (``versions/<run>/packages/<variant>/``), so even a run whose workspace
 disappears (a pod) leaves a version anyone can `dvc pull` and models anyone can download.
-With ``promote`` the champion gate follows: rcpipe.versioning.decide compares the run's
-best dev F1 with ``<remote>/rcpipe/champion.json`` and moves that pointer (and the git tag
-``champion``) only when the new model wins; the pointer names the winner's package.
+With ``promote`` the champion gate follows (rcpipe/stages/gate.py): the run's models and
+the champion of ``<remote>/rcpipe/champion.json`` answer the same gate set (never the dev
+set), the run's best there is its candidate, and rcpipe.versioning.decide moves the pointer
+(and the git tag ``champion``) only when the paired interval of the candidate's F1 minus
+the champion's lies above ``version.min_gain``; the pointer names the winner's packages and
+the answers it gave, and the run's record holds the decision with its interval.
 
 A failed push is retried with backoff: the remote is content-addressed and an object
 appears only once uploaded whole, so a retry sends what is missing and nothing half-written
@@ -27,7 +30,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rcpipe import layout
 from rcpipe.config import VARIANTS, Config
@@ -35,12 +38,18 @@ from rcpipe.errors import InputError
 from rcpipe.eval.metrics import headline
 from rcpipe.versioning import (
     Score,
-    best_score,
     classify_failure,
     commit_targets,
     decide,
+    dev_score,
+    gate_record,
+    not_compared,
+    pick_candidate,
     untracked_overrides,
 )
+
+if TYPE_CHECKING:
+    from rcpipe.stages.gate import Gate
 
 log = logging.getLogger(__name__)
 LOCK = Path(".dvc/tmp/rcpipe-version.lock")
@@ -123,6 +132,33 @@ class Remote:
             raise InputError(url, "", f"cannot write: {str(e).splitlines()[0][:200]}") from None
         return url
 
+    def _parts(self, url: str) -> list[str]:
+        """The parts under ``<remote>/rcpipe/`` of a URL this remote wrote."""
+        head = f"{self.url}/{RECORDS}/"
+        if not url.startswith(head):
+            raise InputError(url, "", f"not under this remote's records ({head})")
+        return url.removeprefix(head).split("/")
+
+    def read_url(self, url: str) -> dict[str, Any] | None:
+        """read_json of a URL this remote wrote (None when it is gone)."""
+        return self.read_json(*self._parts(url))
+
+    def download(self, url: str, dest: Path) -> Path:
+        """Every file under the directory ``url`` (a package this remote holds) into
+        ``dest``."""
+        path, _ = self._where(*self._parts(url))
+        try:
+            files = list(self.fs.find(path))
+            for file in files:
+                target = dest / self.fs.relpath(file, path)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(self.fs.cat_file(file))
+        except Exception as e:  # noqa: BLE001 - s3fs/botocore raise many types
+            raise InputError(url, "", f"cannot read: {str(e).splitlines()[0][:200]}") from None
+        if not files:
+            raise InputError(url, "", "nothing there")
+        return dest
+
 
 def tracked_params(root: Path) -> dict[str, list[str]]:
     """stage address -> the params keys dvc.yaml lists for it (foreach resolved)."""
@@ -178,9 +214,14 @@ def _scores(targets: Sequence[str]) -> dict[str, dict[str, Any]]:
 def version(cfg: Config, variants: Sequence[str] = VARIANTS, *,
             params: Path = Path("params.yaml"), overrides: Sequence[str] = (),
             remote: str | None = None, promote: bool = False, run: str | None = None,
-            min_gain: float = 0.0, tries: int = 3, backoff: float = 2.0) -> dict[str, Any]:
-    """Version the outputs of a run of ``variants`` in the current directory (see above)."""
+            min_gain: float | None = None, tries: int = 3, backoff: float = 2.0
+            ) -> dict[str, Any]:
+    """Version the outputs of a run of ``variants`` in the current directory (see above);
+    ``min_gain`` None: ``version.min_gain``."""
+    import tempfile
+
     from rcpipe.stages.fetch import fetch
+    from rcpipe.stages.gate import gate_set
     from rcpipe.stages.report import report
 
     root = Path.cwd()
@@ -190,12 +231,16 @@ def version(cfg: Config, variants: Sequence[str] = VARIANTS, *,
     if Path(params).resolve() != (root / "params.yaml").resolve():
         raise InputError(params, "", "dvc.yaml records params.yaml: only a run of "
                                      "params.yaml can be versioned")
+    min_gain = cfg.version.min_gain if min_gain is None else min_gain
+    if min_gain < 0:
+        raise InputError("min_gain", f"{min_gain:g}", "below 0: a candidate must at least "
+                                                     "beat the champion beyond chance")
     try:
         targets = commit_targets(variants)
     except ValueError as e:
         raise InputError("variants", ",".join(variants), str(e)) from None
     run = run or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    with workspace_lock(root):
+    with workspace_lock(root), tempfile.TemporaryDirectory(prefix="rcpipe-version-") as tmp:
         where = Remote(root, remote)  # a missing remote fails before anything changes
         clashes = untracked_overrides(overrides, tracked_params(root))
         if clashes:
@@ -203,6 +248,8 @@ def version(cfg: Config, variants: Sequence[str] = VARIANTS, *,
             raise InputError("--set", item, f"dvc.yaml's {stage} tracks {key}: set it in "
                                             "params.yaml, or dvc.lock would misstate the run")
         manifest = fetch(cfg)  # the pinned checksums, and sources.json for the fetch stage
+        # a missing or malformed gate set, or the dev set named as one, fails before too
+        gate = gate_set(cfg, manifest["dev"]["sha256"]) if promote else None
         if "report" in targets:  # what dvc.lock records is this run's report
             report(cfg)
         committed = dvc(root, "commit", "--force", *targets)
@@ -213,49 +260,76 @@ def version(cfg: Config, variants: Sequence[str] = VARIANTS, *,
         git_commit = _git_commit(root, f"rcpipe version {run}: dvc.lock of "
                                        f"{', '.join(targets)}")
         push(root, targets, where, tries, backoff)
-        candidate = best_score(scores, manifest["dev"]["sha256"], run)
         lock_url = where.write((root / "dvc.lock").read_bytes(), "versions", run, "dvc.lock")
         record: dict[str, Any] = {
             "run": run, "targets": list(targets), "git_commit": git_commit,
-            "dvc_lock": lock_url, "candidate": candidate.as_dict(),
+            "dvc_lock": lock_url,
             "scores": {m: dict(zip(("em", "f1"), headline(s), strict=True))
                        for m, s in scores.items()},
         }
-        record["packages"] = {m: push_package(cfg, where, run, m) for m in scores
-                              if m in VARIANTS}
+        packages = {m: push_package(cfg, where, run, m, Path(tmp) / "packages" / m)
+                    for m in scores if m in VARIANTS}
+        record["packages"] = {m: url for m, (_, url) in packages.items()}
         log.info(f"version {run}: {len(targets)} stages committed and pushed to "
                  f"{where.url}, with {len(record['packages'])} package(s)")
-        if promote:
-            record |= _gate(root, where, candidate, record, min_gain)
+        if gate is not None:
+            local = {m: d for m, (d, _) in packages.items()}
+            record |= champion_gate(root, cfg, where, gate, record, scores, local,
+                                    manifest["dev"]["sha256"], min_gain, Path(tmp))
         record["record"] = where.write(json.dumps(record, indent=1).encode(), "versions", run,
                                        "version.json")
     return record
 
 
-def push_package(cfg: Config, where: Remote, run: str, variant: str) -> str:
-    """`rcpipe package` of ``variant`` beside the run's record on the remote
-    (``<remote>/rcpipe/versions/<run>/packages/<variant>/``): its URL."""
-    import tempfile
-
+def push_package(cfg: Config, where: Remote, run: str, variant: str, out: Path
+                 ) -> tuple[Path, str]:
+    """`rcpipe package` of ``variant`` into ``out`` and beside the run's record on the
+    remote (``<remote>/rcpipe/versions/<run>/packages/<variant>/``): (``out``, its URL)."""
     from rcpipe.stages.package import package
 
-    with tempfile.TemporaryDirectory(prefix="rcpipe-package-") as tmp:
-        out = package(cfg, variant, Path(tmp) / variant)
-        for file in sorted(out.iterdir()):
-            where.write(file.read_bytes(), "versions", run, "packages", variant, file.name)
-    return where._where("versions", run, "packages", variant)[1]
+    package(cfg, variant, out)
+    for file in sorted(out.iterdir()):
+        where.write(file.read_bytes(), "versions", run, "packages", variant, file.name)
+    return out, where._where("versions", run, "packages", variant)[1]
 
 
-def _gate(root: Path, where: Remote, candidate: Score, record: dict[str, Any],
-          min_gain: float) -> dict[str, Any]:
+def champion_gate(root: Path, cfg: Config, where: Remote, gate: Gate,
+                  record: dict[str, Any], scores: dict[str, dict[str, Any]],
+                  packages: dict[str, Path], dev_sha256: str, min_gain: float, tmp: Path
+                  ) -> dict[str, Any]:
+    """The champion gate of the run ``record`` describes (its run, dvc_lock, git_commit and
+    pushed packages): its models (``packages``, local; the ensemble when ``scores``, the
+    dev metrics, hold one) and the champion answer ``gate``; the candidate, the decision
+    and its interval, champion.json moved on a promotion."""
+    from rcpipe.eval.compare import paired_difference
+    from rcpipe.eval.trained import device_of
+    from rcpipe.stages.gate import answers, champion_answers, gate_f1, store_answers
+
+    run, device = record["run"], device_of(cfg)
+    found = answers(packages, gate, device, "ensemble" in scores)
+    f1 = gate_f1(gate, found)
+    candidate = dev_score(scores, pick_candidate(f1), dev_sha256, run)
+    answers_url = store_answers(where, run, gate, found)
     current = where.read_json("champion.json")
     champion = Score.from_dict(current["score"]) if current else None
-    decision = decide(candidate, champion, min_gain)
+    if current is None or champion is None:  # the first night: nothing to beat
+        decision = decide(candidate, None, None, gate.info, min_gain)
+    else:
+        theirs, how = champion_answers(where, current, champion, gate, tmp, device)
+        decision = not_compared(candidate, champion, how) if theirs is None else decide(
+            candidate, champion, paired_difference(gate.doc, theirs, found[candidate.model]),
+            gate.info, min_gain)
+    decided = gate_record(decision, gate.info, f1, candidate, champion, min_gain)
     if decision.promote:
+        members = [v for v in VARIANTS if v in packages] if candidate.model == "ensemble" \
+            else [candidate.model]
         where.write(json.dumps({"score": candidate.as_dict(), "dvc_lock": record["dvc_lock"],
                                 "git_commit": record["git_commit"],
                                 # the champion's package (an ensemble has none of its own)
                                 "package": record["packages"].get(candidate.model),
+                                # what answers for it: the package, or the ensemble's voters
+                                "packages": {v: record["packages"][v] for v in members},
+                                "answers": answers_url, "gate": decided,
                                 "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                              time.gmtime())},
                                indent=1).encode(), "champion.json")
@@ -263,4 +337,5 @@ def _gate(root: Path, where: Remote, candidate: Score, record: dict[str, Any],
             _git(root, "tag", "-f", "champion", record["git_commit"])
     log.info(f"champion: {'promoted' if decision.promote else 'kept'}: {decision.reason}")
     return {"promoted": decision.promote, "reason": decision.reason,
+            "candidate": candidate.as_dict(), "gate": decided, "gate_answers": answers_url,
             "champion_before": champion.as_dict() if champion else None}

@@ -1,0 +1,151 @@
+"""The champion gate's questions and answers, for `rcpipe version --promote`.
+
+The gate set is ``version.gate_file`` (a SQuAD file) or else the held-out questions prepare
+wrote (``<data.out_dir>/heldout.json``), never the dev set that reports. A run's models
+answer it through the packages the run pushes (`rcpipe package`: the weights, vocabulary
+and decoding a model is served with), the ensemble as the majority vote of every variant's
+package in registry order, as `rcpipe ensemble` votes. The champion answers the same
+questions: the answers its own night stored (``versions/<run>/gate.json``) when the gate
+set is byte for byte the one it answered then, else its packages, downloaded from the
+remote, answer the current set: new training data moves the held-out slice, and the two
+sides must still answer the same questions. rcpipe.versioning decides from the answers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rcpipe import layout
+from rcpipe.config import VARIANTS, Config
+from rcpipe.errors import InputError
+from rcpipe.versioning import GateSet, Score
+
+if TYPE_CHECKING:
+    import torch
+
+    from rcpipe.data.squad import SquadFile
+    from rcpipe.stages.version import Remote
+
+log = logging.getLogger(__name__)
+ENSEMBLE = layout.ENSEMBLE
+ANSWERS = "gate.json"  # versions/<run>/gate.json: the gate set and every model's answers
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The gate set: its record, its SQuAD JSON (for scoring) and the questions parsed."""
+
+    info: GateSet
+    doc: dict[str, Any]
+    squad: SquadFile
+
+
+def gate_set(cfg: Config, dev_sha256: str) -> Gate:
+    """``version.gate_file``, else the prepared held-out questions; a located InputError
+    when there is none, when the file is not SQuAD, or when it is the dev set."""
+    from rcpipe.data.heldout import prepared_heldout
+    from rcpipe.data.squad import fetch, parse_squad, read_json
+
+    uri = cfg.version.gate_file
+    if uri is not None:
+        path, source = fetch(uri, cfg.data.cache_dir), "version.gate_file"
+    else:
+        found = prepared_heldout(cfg.data.out_dir)
+        if found is None:
+            raise InputError(cfg.source, "version.gate_file", "no gate set: prepare held no "
+                             f"questions out in {cfg.data.out_dir} (data.heldout) and no "
+                             "gate file is named; name a SQuAD file no model trains on")
+        path, source, uri = found.doc, found.source, str(found.doc)
+    data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest == dev_sha256:
+        raise InputError(cfg.source, "version.gate_file", f"{uri} holds data.dev_file's "
+                         "questions (the same sha256): the dev set reports and decides "
+                         "nothing; name other questions")
+    doc = read_json(path, uri)
+    squad = parse_squad(doc, uri)  # answers required: the gate scores them
+    info = GateSet(source, uri, digest, len(squad.questions),
+                   sum(1 for a in doc["data"] for p in a["paragraphs"] if p["qas"]))
+    return Gate(info, doc, squad)
+
+
+def package_nbest(package: Path, gate: Gate, device: torch.device
+                  ) -> dict[str, dict[str, Any]]:
+    """qid -> {"text", "prob", "na_prob", ...}: the package answering the gate set as it
+    serves (its vocabulary, decoding and no-answer threshold)."""
+    from rcpipe.data.encode import TextEncoder
+    from rcpipe.eval.answer import Reader
+    from rcpipe.eval.package import load_package
+
+    pkg = load_package(package)
+    reader = Reader(TextEncoder.from_vocab(pkg.vocab, pkg.char_limit),
+                    {pkg.variant: pkg.model.to(device)}, device, pkg.max_answer_len,
+                    {pkg.variant: pkg.na_threshold}, pkg.para_limit,
+                    no_answer=pkg.inputs.no_answer, length_prior=pkg.length_prior)
+    return reader.answer_dataset(reader.encoder.squad(gate.squad, reader.para_limit),
+                                 pkg.variant)
+
+
+def answers(packages: Mapping[str, Path], gate: Gate, device: torch.device,
+            ensemble: bool) -> dict[str, dict[str, str]]:
+    """model -> (qid -> answer text) on the gate set: each variant's package, and with
+    ``ensemble`` the majority vote of all of them in registry order."""
+    from rcpipe.eval.ensemble import majority_vote
+
+    nbests = {v: package_nbest(packages[v], gate, device) for v in VARIANTS if v in packages}
+    found = {v: {q: a["text"] for q, a in n.items()} for v, n in nbests.items()}
+    if ensemble:
+        found[ENSEMBLE] = {q: a["text"] for q, a in majority_vote(list(nbests.values())).items()}
+    return found
+
+
+def gate_f1(gate: Gate, found: Mapping[str, Mapping[str, str]]) -> dict[str, float]:
+    """Each model's official F1 on the gate set."""
+    from rcpipe.eval.metrics import score
+
+    return {m: float(score(gate.doc, dict(a))["f1"]) for m, a in found.items()}
+
+
+def store_answers(where: Remote, run: str, gate: Gate,
+                  found: Mapping[str, Mapping[str, str]]) -> str:
+    """The run's answers beside its record, for the nights it is the champion: their URL."""
+    return where.write(json.dumps({"set": asdict(gate.info), "answers": found}).encode(),
+                       "versions", run, ANSWERS)
+
+
+def champion_answers(where: Remote, pointer: Mapping[str, Any], champion: Score, gate: Gate,
+                     tmp: Path, device: torch.device) -> tuple[dict[str, str] | None, str]:
+    """(the champion's answers on the gate set, how they were had), or (None, why not)."""
+    try:
+        stored = where.read_url(pointer["answers"]) if pointer.get("answers") else None
+    except InputError as e:  # gone, or on another remote: its packages may still answer
+        log.info(f"champion: its stored answers are out of reach ({e.line()[7:]})")
+        stored = None
+    if stored and stored.get("set", {}).get("sha256") == gate.info.sha256 and \
+            champion.model in stored.get("answers", {}):
+        return stored["answers"][champion.model], "its answers stored on this gate set"
+    # another gate set (new training data moved the held-out slice): its packages answer
+    packages = pointer.get("packages")
+    if packages is None:  # a pointer from before the gate: its night's record lists them
+        packages = (where.read_json("versions", champion.run, "version.json") or {}
+                    ).get("packages", {})
+    names = [v for v in VARIANTS if v in packages] if champion.model == ENSEMBLE \
+        else [champion.model]
+    missing = [v for v in names if not packages.get(v)]
+    if not names or missing:
+        return None, (f"no package of {', '.join(missing or ['its voters'])} on the remote "
+                      "to answer the gate set with")
+    try:
+        local = {v: where.download(packages[v], tmp / "champion" / v) for v in names}
+        found = answers(local, gate, device, champion.model == ENSEMBLE)
+    except InputError as e:
+        return None, f"its package could not answer the gate set ({e.line()[7:]})"
+    log.info(f"champion: {champion.model} (run {champion.run}) answered the gate set "
+             f"{gate.info.line()} with its package(s)")
+    return found[champion.model], "its package(s) answering this gate set"

@@ -266,12 +266,14 @@ def write(dataset: dict, path: Path) -> None:
     """Write ``dataset`` as JSON to ``path`` (gzip when it ends in .gz), creating parents.
 
     The gzip header's name and mtime are pinned: the same dataset, the same bytes (DVC hashes).
+    A file that holds these bytes already is left untouched, so its modification time says
+    nothing changed (prepare's fingerprint, a night with the same data).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = json.dumps(dataset).encode("utf-8")
     if path.name.endswith(".gz"):
-        with path.open("wb") as raw, gzip.GzipFile("", "wb", fileobj=raw, mtime=0) as gz:
-            gz.write(payload)
-    else:
-        path.write_bytes(payload)
+        payload = gzip.compress(payload, mtime=0)
+    if path.is_file() and path.stat().st_size == len(payload) and path.read_bytes() == payload:
+        return
+    path.write_bytes(payload)

@@ -84,6 +84,7 @@ def train(cfg: Config, variant: str, force: bool = False, run: str | None = None
     if force or (runs.get(name) or {}).get("finished"):  # a finished run's storage is spent
         cluster.forget_run(path, filesystem, name)
     runs.started(name, key)
+    stored = cluster.latest_step(path, filesystem, name)  # where a resumed run goes on from
     dev_doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir)
     t0 = time.perf_counter()
     result = _fit(cfg, variant, inputs, dev_doc, path, filesystem, name)
@@ -95,9 +96,13 @@ def train(cfg: Config, variant: str, force: bool = False, run: str | None = None
     best = result.get_best_checkpoint(RANK_METRIC, "max") or result.checkpoint
     with best.as_directory() as d:
         # "finished" and the fingerprint: asked for again, the run is done (_finished)
+        # a run resumed at its last step trains none and writes no checkpoint: its
+        # latest one's meta names the attempt before
+        resumed = stored if meta["step"] == stored else meta["resumed_from_step"]
         summary = finish_run(variant, layout.model_dir(variant), meta, Path(d),
                              time.perf_counter() - t0, checkpoints=result.path,
-                             finished=True, run=name, fingerprint=key.as_dict())
+                             finished=True, run=name, fingerprint=key.as_dict(),
+                             resumed_from_step=resumed)
     runs.finished(name)
     for old in runs.stale(cfg.train.keep_runs, name):  # train.keep_runs: the newest kept
         cluster.forget_run(path, filesystem, old)

@@ -325,6 +325,20 @@ def forget_run(storage_path: str, filesystem: Any, name: str = RUN_NAME) -> None
         filesystem.delete_dir(run)
 
 
+def latest_step(storage_path: str, filesystem: Any, name: str) -> int:
+    """The step of a run's newest stored checkpoint (step-<8 digits>/), 0 when none."""
+    from pyarrow import fs
+
+    filesystem = filesystem or fs.LocalFileSystem()
+    run = f"{storage_path}/{name}"
+    if filesystem.get_file_info(run).type == fs.FileType.NotFound:
+        return 0
+    found = filesystem.get_file_info(fs.FileSelector(run))
+    steps = [int(f.base_name[5:]) for f in found
+             if f.base_name.startswith("step-") and f.base_name[5:].isdigit()]
+    return max(steps, default=0)
+
+
 def make_trainer(job: Job, cfg: Config, refs: dict[str, Any], storage_path: str,
                  filesystem: Any, name: str = RUN_NAME, callbacks: tuple[Any, ...] = (),
                  gpus_per_worker: float = 0.0) -> Any:

@@ -327,3 +327,20 @@ def test_facts_per_paragraph_sets_the_passage_length() -> None:
     short, long = mean_sentences((2, 2)), mean_sentences((8, 8))
     assert short + 3 < long
     assert mean_sentences((2, 2)) >= 2  # distractor facts are still added
+
+
+@pytest.mark.parametrize("name", ["train.json", "train.json.gz"])
+def test_writing_the_same_dataset_again_leaves_the_file_untouched(tmp_path: Path,
+                                                                  name: str) -> None:
+    """A night that synthesises the same data must not look like new data to prepare,
+    whose fingerprint reads the file's size and modification time."""
+    path = tmp_path / name
+    synth.write(synth.generate(3, 2, 2, 2), path)
+    os.utime(path, ns=(1, 1))
+    synth.write(synth.generate(3, 2, 2, 2), path)
+    assert path.stat().st_mtime_ns == 1
+    synth.write(synth.generate(4, 2, 2, 2), path)  # other data: written
+    assert path.stat().st_mtime_ns != 1
+    opened = gzip.open(path) if name.endswith(".gz") else path.open("rb")
+    with opened as f:
+        assert json.loads(f.read()) == synth.generate(4, 2, 2, 2)

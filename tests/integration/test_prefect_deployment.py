@@ -1,4 +1,6 @@
-"""`prefect deployment run train-all/local` against a real Prefect server, worker and Ray.
+"""`prefect deployment run train-all/local` against a real Prefect server, worker and a Ray
+cluster of two nodes (the same deployment night after night, on the flow's own local Ray, is
+tests/integration/test_nights.py).
 
 The stack is the one `make up` starts (flows/stack.py), with a temporary PREFECT_HOME for
 the server and another for the client, on a free port of 127.0.0.1 (one stack for the
@@ -24,7 +26,6 @@ from typing import Any
 import pytest
 
 from flows import stack
-from rcpipe.config import VARIANTS
 from tests import ray_nodes
 from tests.conftest import (
     AWS_WORKER_ENV,
@@ -36,53 +37,6 @@ from tests.conftest import (
     questions_of,
     write_params,
 )
-
-# The deployment, its worker and the flow's local Ray do the same for any variant: two voters
-# (one recurrent, one convolutional) give every metric file and the ensemble. Every variant
-# trains through Ray Train in tests/integration/test_dvc_s3.py (`rcpipe train` per dvc.yaml
-# stage) and through the flow in-process in tests/flows/test_train_all.py; a Ray Train job
-# costs ~20 s of start-up on 2 cores, and five of them here took ~5 min of the suite.
-VOTERS = ["bidaf", "qanet"]
-
-
-def _default_variants(api_url: str) -> list[str]:
-    """The variants a `prefect deployment run train-all/local` with no --param trains, as the
-    Prefect API holds the deployment's parameter schema and parameters."""
-    from prefect import get_client
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as c:
-        deployment = c.read_deployment_by_name("train-all/local")
-    return deployment.parameters.get(
-        "variants", deployment.parameter_openapi_schema["properties"]["variants"]["default"])
-
-
-@pytest.mark.integration
-def test_deployment_run_train_all_local_completes_with_every_metric(
-        prefect_stack: dict, tmp_path: Path, synth_v1: SynthData) -> None:
-    assert _default_variants(str(prefect_stack["api_url"])) == list(VARIANTS)
-    params = write_params(tmp_path / "params.yaml",
-                          data={"train_file": str(synth_v1.train),
-                                "dev_file": str(synth_v1.dev)},
-                          train={"max_steps": 3, "batch_size": 8},
-                          models=dict.fromkeys(VOTERS, TINY_MODEL))
-    work = tmp_path / "work"
-    env = stack.server_env(tmp_path / "client", str(prefect_stack["api_url"]))
-    run = subprocess.run(
-        [stack._prefect(), "deployment", "run", "train-all/local",
-         "--param", f"params={params}", "--param", f"workdir={work}",
-         "--param", "synth_data=false", "--param", f"variants={json.dumps(VOTERS)}",
-         "--watch", "--watch-interval", "1", "--watch-timeout", "1200"],
-        env=env, capture_output=True, text=True, timeout=1300)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "Completed" in run.stdout
-    for name in (*VOTERS, "ensemble"):
-        result = json.loads((work / f"metrics/{name}.json").read_text())
-        assert set(result) == {"exact_match", "f1"}  # the official v1.1 keys
-        assert 0.0 <= result["f1"] <= 100.0
-        answers = json.loads((work / f"predictions/{name}.json").read_text())
-        assert len(answers) == len(questions_of(synth_v1.dev_doc))
-
 
 # the run tests/conftest.py's `undisturbed` trained, with the cluster's settings on top
 TRAIN = RESUMED_TRAIN | {"max_failures": 2, "cpus_per_worker": 1}

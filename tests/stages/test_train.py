@@ -116,7 +116,8 @@ def test_a_run_is_keyed_on_its_inputs_skipped_resumed_or_trained_anew(
     with caplog.at_level("INFO", logger="rcpipe.stages.train"):
         resumed = stages.train(cfg, "qanet")
     assert f"resuming {first['run']}" in caplog.text
-    assert resumed["run"] == first["run"] and resumed["steps"] == first["steps"]
+    assert resumed["run"] == first["run"]
+    assert resumed["resumed_from_step"] == resumed["steps"] == first["steps"]
     # it was at its last step already: no step trained again, no checkpoint rewritten
     assert {p: p.stat().st_mtime_ns for p in Path("models/qanet/runs").glob("*/step-*/*")} \
         == saved

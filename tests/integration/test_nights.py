@@ -1,0 +1,210 @@
+"""Scheduled retraining tested as nights: `prefect deployment run train-all/local` with
+version=True, on a real Prefect server and worker, the flow's local Ray and the S3 endpoint
+on loopback (the DVC remote), night after night in one DVC workspace:
+
+1. trains both voters, versions, crowns the first champion;
+2. nothing changed: trains nothing, evaluates nothing, in a fraction of night 1's time;
+   the champion stays;
+3. new training data (more articles), cancelled mid-training;
+4. the same data again: the cancelled night's checkpoints resume, the rest trains anew on
+   the new data, everything is evaluated again and the gate decides;
+5. one variant's params changed: only it trains.
+
+The voters are two (one recurrent, one convolutional): every variant's own path is
+covered by tests/integration/test_dvc_s3.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from flows import stack
+from rcpipe.config import VARIANTS
+from rcpipe.data import synth
+from tests.conftest import AWS_WORKER_ENV, SynthData, questions_of
+from tests.dvc_project import BUCKET, make_project
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+VOTERS = ["bidaf", "qanet"]
+PREFIX = "nights"
+# checkpoints every 4 steps of 24, so a cancelled night leaves some behind
+TRAIN = {"max_steps": 24, "eval_every": 4, "batch_size": 4, "epochs": 50}
+
+
+def _deployment_run(env: dict[str, str], work: Path, s3_env: dict[str, str],
+                    watch: bool = True) -> subprocess.CompletedProcess[str] | str:
+    """One night: the finished command (``watch``), else the started flow run's id."""
+    cmd = [stack._prefect(), "deployment", "run", "train-all/local",
+           "--param", f"params={work / 'params.yaml'}", "--param", f"workdir={work}",
+           "--param", f"variants={json.dumps(VOTERS)}", "--param", "version=true",
+           "--param", "synth_data=false",
+           "--job-variable", f"env={json.dumps(s3_env)}"]
+    if not watch:
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+        found = re.search(r"UUID:?\s*([0-9a-f-]{36})|id[^0-9a-f]*([0-9a-f-]{36})",
+                          out.stdout)
+        assert found, out.stdout
+        return found.group(1) or found.group(2)
+    return subprocess.run(cmd + ["--watch", "--watch-interval", "1", "--watch-timeout", "900"],
+                          env=env, capture_output=True, text=True, timeout=1000)
+
+
+def _night(env: dict[str, str], work: Path, s3_env: dict[str, str]) -> tuple[float, str]:
+    t0 = time.monotonic()
+    run = _deployment_run(env, work, s3_env)
+    assert isinstance(run, subprocess.CompletedProcess)
+    assert run.returncode == 0 and "Completed" in run.stdout, \
+        run.stdout[-3000:] + run.stderr[-3000:]
+    return time.monotonic() - t0, run.stdout
+
+
+def _decisions(s3: Any) -> list[dict[str, Any]]:
+    """Every night's version record on the remote, oldest first (run names are times)."""
+    listed = s3.list_objects_v2(Bucket=BUCKET, Prefix=f"{PREFIX}/rcpipe/versions/")
+    keys = sorted(o["Key"] for o in listed.get("Contents", [])
+                  if o["Key"].endswith("/version.json"))
+    return [json.loads(s3.get_object(Bucket=BUCKET, Key=k)["Body"].read()) for k in keys]
+
+
+def _champion(s3: Any) -> dict[str, Any]:
+    key = f"{PREFIX}/rcpipe/champion.json"
+    return json.loads(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+
+
+def _default_variants(api_url: str) -> list[str]:
+    """The variants a `prefect deployment run train-all/local` with no --param trains, as the
+    Prefect API holds the deployment's parameter schema and parameters."""
+    from prefect import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as c:
+        deployment = c.read_deployment_by_name("train-all/local")
+    return deployment.parameters.get(
+        "variants", deployment.parameter_openapi_schema["properties"]["variants"]["default"])
+
+
+def _summaries(work: Path) -> dict[str, dict[str, Any]]:
+    return {v: json.loads((work / f"models/{v}/summary.json").read_text()) for v in VOTERS}
+
+
+def _mtime(path: Path) -> int:
+    return path.stat().st_mtime_ns
+
+
+def test_four_nights_and_a_cancelled_one_train_only_what_changed(
+        prefect_stack: dict, tmp_path: Path, synth_v1: SynthData, s3: Any) -> None:
+    assert _default_variants(str(prefect_stack["api_url"])) == list(VARIANTS)
+    work = make_project(tmp_path / "work", synth_v1, prefix=PREFIX)
+    params = yaml.safe_load((work / "params.yaml").read_text())
+    params["train"] |= TRAIN
+    params["models"] = {v: params["models"][v] for v in VOTERS}
+    (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    env = stack.server_env(tmp_path / "client", str(prefect_stack["api_url"]))
+    s3_env = {**AWS_WORKER_ENV, "AWS_ENDPOINT_URL": s3.meta.endpoint_url}
+
+    # night 1: trains, versions, promotes
+    first_s, _ = _night(env, work, s3_env)
+    night1 = _summaries(work)
+    assert all(s["finished"] and s["resumed_from_step"] == 0 for s in night1.values())
+    (decided,) = _decisions(s3)
+    assert decided["promoted"] is True
+    champion = _champion(s3)
+    for name in (*VOTERS, "ensemble"):
+        result = json.loads((work / f"metrics/{name}.json").read_text())
+        assert set(result) == {"exact_match", "f1"}  # the official v1.1 keys
+        answers = json.loads((work / f"predictions/{name}.json").read_text())
+        assert len(answers) == len(questions_of(synth_v1.dev_doc))
+
+    # night 2: nothing changed: nothing trained or evaluated again; the champion stays
+    # (a run's summary holds its wall time; a stage's stamp is rewritten when it runs. The
+    # outputs' own times are DVC's: `dvc commit` links them from its cache again)
+    watched = [work / f".rcpipe/stamps/{s}.json" for s in
+               ("evaluate-bidaf", "evaluate-qanet", "ensemble-ensemble", "report")]
+    before = [_mtime(p) for p in watched]
+    second_s, _ = _night(env, work, s3_env)
+    assert _summaries(work) == night1
+    assert [_mtime(p) for p in watched] == before
+    decisions = _decisions(s3)
+    assert len(decisions) == 2 and decisions[-1]["promoted"] is False
+    assert _champion(s3) == champion
+    print(f"\nnight 2 (nothing changed) took {second_s:.0f} s, night 1 {first_s:.0f} s: "
+          f"{second_s / first_s:.2f}x")
+    assert second_s < 0.6 * first_s
+
+    # night 3: more training articles; cancelled once a variant has a checkpoint
+    train = json.loads((work / "data/synth/train.json").read_text())
+    more = synth.generate(11, 4, 3, 3, version="1.1", title_prefix="t-more")
+    synth.write({**train, "data": train["data"] + more["data"]}, work / "data/synth/train.json")
+    run_id = _deployment_run(env, work, s3_env, watch=False)
+    assert isinstance(run_id, str)
+    deadline = time.monotonic() + 400
+    while not _a_new_run_checkpointed(work, night1):
+        assert time.monotonic() < deadline, "night 3 never checkpointed a new run"
+        time.sleep(0.5)
+    subprocess.run([stack._prefect(), "flow-run", "cancel", run_id], env=env, check=True,
+                   capture_output=True, timeout=60)
+    _wait_until_final(env, run_id)
+    assert _summaries(work) == night1  # yesterday's models stay in place
+    assert len(_decisions(s3)) == 2 and _champion(s3) == champion
+
+    # night 4: the cancelled night's runs resume; every variant ends on the new data
+    _night(env, work, s3_env)
+    night4 = _summaries(work)
+    for v in VOTERS:
+        assert night4[v]["run"] != night1[v]["run"]  # trained anew on the new data
+        assert night4[v]["steps"] == TRAIN["max_steps"]
+    assert any(s["resumed_from_step"] > 0 for s in night4.values()), night4
+    assert all(_mtime(p) != t for p, t in zip(watched, before, strict=True))
+    decisions = _decisions(s3)
+    assert len(decisions) == 3 and isinstance(decisions[-1]["promoted"], bool)
+    assert decisions[-1]["reason"]
+
+    # night 5: qanet's params changed: qanet alone trains
+    params["models"]["qanet"]["hidden"] = 12
+    (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    _, out = _night(env, work, s3_env)
+    night5 = _summaries(work)
+    assert night5["bidaf"] == night4["bidaf"]
+    assert night5["qanet"]["run"] != night4["qanet"]["run"]
+    assert night5["qanet"]["resumed_from_step"] == 0
+    assert len(_decisions(s3)) == 4
+
+
+def _a_new_run_checkpointed(work: Path, before: dict[str, dict[str, Any]]) -> bool:
+    """Whether a variant's run other than ``before``'s has stored a checkpoint."""
+    old = {s["run"] for s in before.values()}
+    for run in work.glob("models/*/runs/run-*"):
+        snapshot = run / "checkpoint_manager_snapshot.json"  # Ray Train has registered it
+        try:
+            if run.name not in old and "step-" in snapshot.read_text():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _wait_until_final(env: dict[str, str], run_id: str, timeout: float = 120) -> None:
+    """Until the cancelled flow run is Cancelled (its process gone)."""
+    from prefect import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    deadline = time.monotonic() + timeout
+    with temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"]}), \
+            get_client(sync_client=True) as client:
+        while True:
+            state = client.read_flow_run(run_id).state
+            if state is not None and state.is_final():
+                assert state.is_cancelled(), state
+                return
+            assert time.monotonic() < deadline, f"still {state}"
+            time.sleep(1)

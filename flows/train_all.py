@@ -167,9 +167,11 @@ def _run(params_path: Path, sets: list[str], variants: list[str], synth_data: bo
             if not isinstance(e, Exception):
                 stop_followed(get_run_logger().warning)
             raise
-    if failed:
+    if failed:  # nothing is versioned: yesterday's models and champion stay
+        kept = "; nothing versioned, the champion stays" if version else ""
         raise RuntimeError(f"train-all: {len(failed)} variant(s) failed: "
-                           + "; ".join(f"{v}: {why[:300]}" for v, why in failed.items()))
+                           + "; ".join(f"{v}: {why[:300]}" for v, why in failed.items())
+                           + kept)
     if len(variants) > 1:
         scores["ensemble"] = timed("ensemble", ensemble, cfg, list(variants))
     report_html = timed("evaluation report", evaluation_report, cfg)

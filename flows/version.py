@@ -47,6 +47,14 @@ def decision_markdown(record: dict[str, Any]) -> str:
     gate = record["gate"]
     verdict = "promoted" if record["promoted"] else "kept the champion"
     lines = [f"# Version {record['run']}", "", f"**{verdict}**: {record['reason']}", ""]
+    if record.get("report_link") or record.get("nights_link"):
+        lines += [" · ".join(f"[{name}]({record[key]})" for name, key in
+                             (("this night's report", "report_link"),
+                              ("night after night", "nights_link")) if record.get(key)), ""]
+    lines += ["| model | dev EM | dev F1 |", "|---|---|---|"]
+    lines += [f"| {m} | {s['em']:.2f} | {s['f1']:.2f} |"
+              for m, s in record.get("scores", {}).items()]
+    lines += [""]
     rows = [("candidate", gate["candidate"])] + \
         ([("champion", gate["champion"])] if gate["champion"] else [])
     lines += ["| | model | run | gate F1 |", "|---|---|---|---|"]

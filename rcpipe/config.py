@@ -467,6 +467,9 @@ class VersionConfig(Section):
     gate_file: str | None = Field(None, description="a SQuAD JSON (path, URL, s3://) the "
                                   "gate answers; None: the prepared held-out questions. "
                                   "Never data.dev_file, which reports")
+    git_remote: str | None = Field("origin", description="the git remote each versioned "
+                                   "night's dvc.lock commit (and the champion tag) is pushed "
+                                   "to, when the workspace has it; None: kept local")
 
 
 class Config(Section):

@@ -179,3 +179,19 @@ def report_html(info: dict[str, Any], scores: list[dict[str, Any]], scores_png: 
                  _img(png, "agreement matrix")]
     body += list(searches)
     return _page("rcpipe evaluation report", "\n".join(body))
+
+
+def nights_html(rows: list[dict[str, Any]], models: list[str], png: bytes,
+                report_url: str | None) -> str:
+    """The nights page: each versioned night's dev F1 per model, the gate's decision and
+    the champion after it (tables.night_rows), and the chart."""
+    header = ["night", "promoted", "champion", *models]
+    link = f' This night\'s report: <a href="{escape(report_url)}">report.html</a>.' \
+        if report_url else ""
+    body = ["<h1>rcpipe: night after night</h1>",
+            f'<p class="note">{len(rows)} versioned night(s), from the records on the DVC '
+            "remote (<code>rcpipe/versions/&lt;run&gt;/version.json</code>); dev F1 reports, "
+            f"the gate decides on its own gate set (README, Versioning).{link}</p>",
+            _img(png, "dev F1 night after night"),
+            _table(header, [[r.get(k, "") for k in header] for r in reversed(rows)])]
+    return _page("rcpipe nights", "\n".join(body))

@@ -245,6 +245,32 @@ def search_png(variant: str, metric: str, points: list[dict[str, float]]) -> byt
     return _png(fig)
 
 
+@_plain_text
+def nights_png(rows: list[dict[str, Any]], models: list[str]) -> bytes:
+    """Each model's dev F1 night after night (tables.night_rows); a star on the champion's
+    point of each night, a ring where the gate promoted."""
+    fig = Figure(figsize=(max(6.0, 0.6 * len(rows) + 3.0), 3.4), layout="constrained")
+    ax = fig.subplots()
+    x = np.arange(len(rows))
+    for i, model in enumerate(models):
+        f1 = [r.get(model, np.nan) for r in rows]
+        ax.plot(x, f1, marker="o", ms=3, color=_model_colour(i, model), label=model)
+    for xi, r in enumerate(rows):
+        if r["champion"] in r:
+            ax.scatter([xi], [r[r["champion"]]], marker="*", s=140, color="#f2b701",
+                       edgecolors="black", linewidths=0.5, zorder=3,
+                       label="champion" if xi == 0 else None)
+            if r["promoted"]:
+                ax.scatter([xi], [r[r["champion"]]], s=260, facecolors="none",
+                           edgecolors="#b2182b", zorder=3)
+    ax.set_xticks(x, [r["night"][:15] for r in rows], rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel("dev F1")
+    ax.set_title("dev F1 night after night (star: the champion; ring: promoted)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _png(fig)
+
+
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#17becf")
 
 

@@ -220,3 +220,18 @@ def best_so_far(search: dict[str, Any]) -> list[dict[str, float]]:
         out.append({"minutes": round(seconds / 60, 3), "score": round(score, 4),
                     "best": round(best, 4)})
     return out
+
+
+def night_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per versioned night (its record on the remote, oldest first): each model's
+    dev F1 that night, whether the gate promoted, and the champion after the night (the
+    promoted candidate, else the one before)."""
+    rows, champion = [], None
+    for record in records:
+        if record.get("promoted"):
+            champion = (record.get("candidate") or {}).get("model", champion)
+        rows.append({"night": record["run"], "promoted": bool(record.get("promoted")),
+                     "champion": champion or "",
+                     **{m: round(float(s["f1"]), 2)
+                        for m, s in sorted(record.get("scores", {}).items())}})
+    return rows

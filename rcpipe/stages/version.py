@@ -11,7 +11,11 @@ the champion of ``<remote>/rcpipe/champion.json`` answer the same gate set (neve
 set), the run's best there is its candidate, and rcpipe.versioning.decide moves the pointer
 (and the git tag ``champion``) only when the paired interval of the candidate's F1 minus
 the champion's lies above ``version.min_gain``; the pointer names the winner's packages and
-the answers it gave, and the run's record holds the decision with its interval.
+the answers it gave, and the run's record holds the decision with its interval. Last
+(rcpipe/stages/nights.py): the night's commit and tag go to the git remote
+``version.git_remote`` when the workspace has one, and its report and the nights page (dev
+F1 per model over every recorded night, the champion marked) to
+``versions/<run>/report/``, with a presigned link the flow's artifact shows.
 
 A failed push is retried with backoff: the remote is content-addressed and an object
 appears only once uploaded whole, so a retry sends what is missing and nothing half-written
@@ -132,6 +136,25 @@ class Remote:
             raise InputError(url, "", f"cannot write: {str(e).splitlines()[0][:200]}") from None
         return url
 
+    def list(self, *parts: str) -> list[str]:
+        """The names directly under ``<remote>/rcpipe/<parts>`` (none when it is absent)."""
+        path, url = self._where(*parts)
+        try:
+            if not self.fs.exists(path):
+                return []
+            return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(path))
+        except Exception as e:  # noqa: BLE001
+            raise InputError(url, "", f"cannot list: {str(e).splitlines()[0][:200]}") from None
+
+    def link(self, seconds: int, *parts: str) -> str:
+        """A link a browser opens: presigned for ``seconds`` where the remote signs (S3),
+        else the remote's URL."""
+        path, url = self._where(*parts)
+        try:
+            return str(self.fs.sign(path, expiration=seconds))
+        except Exception:  # noqa: BLE001 - a local or HTTP remote does not sign
+            return url
+
     def _parts(self, url: str) -> list[str]:
         """The parts under ``<remote>/rcpipe/`` of a URL this remote wrote."""
         head = f"{self.url}/{RECORDS}/"
@@ -222,6 +245,7 @@ def version(cfg: Config, variants: Sequence[str] = VARIANTS, *,
 
     from rcpipe.stages.fetch import fetch
     from rcpipe.stages.gate import gate_set
+    from rcpipe.stages.nights import publish, push_commit
     from rcpipe.stages.report import report
 
     root = Path.cwd()
@@ -276,6 +300,9 @@ def version(cfg: Config, variants: Sequence[str] = VARIANTS, *,
             local = {m: d for m, (d, _) in packages.items()}
             record |= champion_gate(root, cfg, where, gate, record, scores, local,
                                     manifest["dev"]["sha256"], min_gain, Path(tmp))
+        record["git_push"] = push_commit(root, cfg.version.git_remote, record["git_commit"],
+                                         bool(record.get("promoted")))
+        record |= publish(where, record)  # the report and the nights page, on the remote
         record["record"] = where.write(json.dumps(record, indent=1).encode(), "versions", run,
                                        "version.json")
     return record

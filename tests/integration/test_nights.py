@@ -20,6 +20,7 @@ import json
 import re
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from flows import stack
 from rcpipe.config import VARIANTS
 from rcpipe.data import synth
 from tests.conftest import AWS_WORKER_ENV, SynthData, questions_of
-from tests.dvc_project import BUCKET, make_project
+from tests.dvc_project import BUCKET, make_project, sh
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -109,6 +110,10 @@ def test_four_nights_and_a_cancelled_one_train_only_what_changed(
     params["train"] |= TRAIN
     params["models"] = {v: params["models"][v] for v in VOTERS}
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    origin = tmp_path / "origin.git"  # the team's git remote: each night's commit goes there
+    sh(tmp_path, "git", "init", "-q", "--bare", str(origin))
+    sh(work, "git", "remote", "add", "origin", str(origin))
+    sh(work, "git", "push", "-q", "origin", "HEAD")
     env = stack.server_env(tmp_path / "client", str(prefect_stack["api_url"]))
     s3_env = {**AWS_WORKER_ENV, "AWS_ENDPOINT_URL": s3.meta.endpoint_url}
 
@@ -177,7 +182,31 @@ def test_four_nights_and_a_cancelled_one_train_only_what_changed(
     assert night5["bidaf"] == night4["bidaf"]
     assert night5["qanet"]["run"] != night4["qanet"]["run"]
     assert night5["qanet"]["resumed_from_step"] == 0
-    assert len(_decisions(s3)) == 4
+    decisions = _decisions(s3)
+    assert len(decisions) == 4
+    _nights_a_person_can_compare(work, origin, decisions)
+
+
+def _nights_a_person_can_compare(work: Path, origin: Path,
+                                 decisions: list[dict[str, Any]]) -> None:
+    """Every night's commit on the git remote (`dvc metrics diff` between two nights), its
+    report and the nights page behind a link a browser opens."""
+    pushed = set(sh(origin, "git", "log", "--format=%H").stdout.split())
+    assert all(d["git_push"]["pushed"] and d["git_commit"] in pushed for d in decisions)
+    assert len({d["git_commit"] for d in decisions}) == 3  # night 2 changed no dvc.lock
+    tagged = sh(origin, "git", "rev-list", "-n1", "champion").stdout.strip()
+    promoted = [d for d in decisions if d["promoted"]]
+    assert tagged == promoted[-1]["git_commit"]
+    # night 5 retrained qanet alone: its dev metrics moved, bidaf's did not
+    diff = json.loads(sh(work, "dvc", "metrics", "diff", "HEAD~1", "HEAD", "--json").stdout)
+    assert "metrics/qanet.json" in diff and "metrics/bidaf.json" not in diff
+
+    last = decisions[-1]
+    page = urllib.request.urlopen(last["nights_link"], timeout=30).read().decode()
+    assert last["nights_link"].startswith("http://127.0.0.1")  # presigned, not a pod's path
+    assert all(d["run"] in page for d in decisions) and "champion" in page
+    report = urllib.request.urlopen(last["report_link"], timeout=30).read().decode()
+    assert "rcpipe evaluation report" in report
 
 
 def _a_new_run_checkpointed(work: Path, before: dict[str, dict[str, Any]]) -> bool:

@@ -1,0 +1,111 @@
+"""A versioned night where people look: its report and the nights page on the DVC remote,
+and its git commit on the workspace's git remote.
+
+`rcpipe version` (and the nightly flow's version step) calls these after the champion gate:
+
+- ``publish``: the run's report (every file `rcpipe report` wrote under reports/) goes to
+  ``<remote>/rcpipe/versions/<run>/report/``, and beside it the nights page
+  (``nights.html``, ``nights.png``, ``nights.csv``): each model's dev F1 over every night the
+  remote holds a record of, the champion after each night marked; the latest page is also
+  ``<remote>/rcpipe/nights.html``. Links are presigned HTTPS URLs where the remote signs
+  (S3, a week), else the remote's own URL: never a path inside the pod that ran the night.
+- ``push_commit``: the night's dvc.lock commit and the ``champion`` tag to the git remote
+  ``version.git_remote`` when the workspace has it, so `dvc metrics diff` and `dvc exp show`
+  compare nights on any clone (`git fetch`, `dvc pull`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rcpipe import layout
+
+if TYPE_CHECKING:
+    from rcpipe.stages.version import Remote
+
+log = logging.getLogger(__name__)
+LINK_SECONDS = 7 * 24 * 3600  # a presigned link lasts a week: until the next weekly look
+
+
+def publish(where: Remote, record: dict[str, Any]) -> dict[str, Any]:
+    """The night's report and the nights page on the remote; their URLs and links."""
+    from rcpipe.report import pages, plots, tables
+
+    run = record["run"]
+    sent = {}
+    if layout.REPORTS.is_dir():
+        for file in sorted(p for p in layout.REPORTS.rglob("*") if p.is_file()):
+            name = file.relative_to(layout.REPORTS).as_posix()
+            sent[name] = where.write(file.read_bytes(), "versions", run, "report", name)
+    rows = tables.night_rows(_records(where, run) + [record])
+    models = sorted({k for r in rows for k in r} - {"night", "promoted", "champion"},
+                    key=lambda m: (m == "ensemble", m))
+    report_link = where.link(LINK_SECONDS, "versions", run, "report", "report.html") \
+        if "report.html" in sent else None
+    png = plots.nights_png(rows, models)
+    html = pages.nights_html(rows, models, png, report_link).encode()
+    out = {"report": sent.get("report.html"), "report_link": report_link}
+    for parts in (("versions", run, "report"), ()):  # this night's, and the latest
+        where.write(html, *parts, "nights.html")
+        where.write(png, *parts, "nights.png")
+        where.write(_csv(rows, ["night", "promoted", "champion", *models]), *parts,
+                    "nights.csv")
+    out["nights"] = where.write(html, "versions", run, "report", "nights.html")
+    out["nights_link"] = where.link(LINK_SECONDS, "versions", run, "report", "nights.html")
+    log.info(f"version {run}: report and nights page ({len(rows)} night(s)) -> "
+             f"{out['nights']}")
+    return out
+
+
+def _records(where: Remote, run: str) -> list[dict[str, Any]]:
+    """Every earlier night's record on the remote, oldest first (run names start with the
+    time); one that cannot be read is left out, and said."""
+    found = []
+    for name in where.list("versions"):
+        if name == run:
+            continue
+        try:
+            record = where.read_json("versions", name, "version.json")
+        except Exception as e:  # noqa: BLE001 - one bad record must not hide the others
+            log.warning(f"nights: versions/{name}/version.json left out: {e}")
+            continue
+        if record is not None and "scores" in record:
+            found.append(record)
+    return sorted(found, key=lambda r: r["run"])
+
+
+def _csv(rows: list[dict[str, Any]], header: list[str]) -> bytes:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=header, lineterminator="\n", restval="")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue().encode()
+
+
+def push_commit(root: Path, remote: str | None, commit: str | None, promoted: bool
+                ) -> dict[str, Any]:
+    """Push the night's commit (HEAD's branch) and, when promoted, the champion tag."""
+    if remote is None or commit is None:
+        return {"pushed": False, "why": "no git remote set" if commit else "no git commit"}
+    if _git(root, "remote", "get-url", remote).returncode != 0:
+        log.info(f"version: the workspace has no git remote {remote!r}: the night's commit "
+                 "stays here (version.git_remote)")
+        return {"pushed": False, "why": f"no git remote {remote!r}"}
+    refs = ["HEAD"] + (["+refs/tags/champion:refs/tags/champion"] if promoted else [])
+    done = _git(root, "push", "-q", remote, *refs)
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or ["git push failed"])[-1][:300]
+        log.warning(f"version: git push to {remote} failed ({why}); the night is on the DVC "
+                    "remote, its commit only here")
+        return {"pushed": False, "why": why}
+    return {"pushed": True, "remote": remote, "commit": commit}
+
+
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+

@@ -65,4 +65,6 @@ def report_link_markdown(html: str) -> str:
     path = Path(html).resolve()
     return (f"\n## Evaluation report\n\n[{path.name}]({path.as_uri()}): `{path}` (plots by "
             f"question type, answer and context length, model agreement; PNG and CSV files in "
-            f"`{path.parent}`)\n")
+            f"`{path.parent}`), on the machine that ran the flow; with `version=true` the "
+            f"night's report is on the DVC remote, linked from the `train-all-version` "
+            f"artifact\n")

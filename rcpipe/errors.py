@@ -22,6 +22,11 @@ class InputError(Exception):
         self.what = what
         super().__init__(self.line())
 
+    def __reduce__(self) -> tuple[type[InputError], tuple[str, str, str]]:
+        # rebuilt from its three parts: an error raised in a Ray worker reaches the driver
+        # whole (Exception's default pickling would call __init__ with one argument)
+        return type(self), (self.file, self.location, self.what)
+
     def line(self) -> str:
         parts = [self.file] + ([self.location] if self.location else []) + [self.what]
         return "error: " + ": ".join(parts)

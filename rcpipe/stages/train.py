@@ -182,6 +182,8 @@ def _fit(cfg: Config, variant: str, inputs: ModelInputs, dev_doc: dict[str, Any]
                 result = cluster.fit(job, inputs, dev_doc, cfg, path, filesystem, name,
                                      lambda message: _show(bar, task, shown, message))
             except Exception as e:
+                if (mistake := cluster.user_error(e)) is not None:
+                    raise mistake from None  # a worker found it: one line, as here
                 if (why := cluster.storage_failure(e)) is None:
                     raise
                 raise RunError(cfg.train.storage_path or path, "", f"the checkpoint store "

@@ -314,6 +314,23 @@ def storage_failure(error: BaseException) -> str | None:
     return None
 
 
+def user_error(error: BaseException) -> InputError | None:
+    """The InputError (or RunError) a Ray Train worker raised, when ``error`` is Ray's
+    report of that worker's failure: found in the failures Ray keeps per worker and in the
+    causes, so the driver says the user's one located line instead of Ray's traceback."""
+    seen: list[BaseException] = [error]
+    while seen:
+        e = seen.pop()
+        if isinstance(e, InputError):
+            return e
+        failures = getattr(e, "worker_failures", None)  # Train V2's WorkerGroupError
+        if isinstance(failures, dict):
+            seen += [f for f in failures.values() if isinstance(f, BaseException)]
+        seen += [c for c in (e.__cause__, e.__context__, getattr(e, "cause", None))
+                 if isinstance(c, BaseException)]
+    return None
+
+
 def forget_run(storage_path: str, filesystem: Any, name: str = RUN_NAME) -> None:
     """Delete a run's checkpoints (``rcpipe train --force``, an old run pruned), wherever
     they are stored."""

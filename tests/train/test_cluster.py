@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from rcpipe import stages
+from rcpipe.errors import InputError
 from tests import ray_nodes
 from tests.conftest import (
     RESUMED_TRAIN,
@@ -168,3 +169,18 @@ def test_a_local_ray_that_did_not_come_up_in_time_is_started_once_more(
         with pytest.raises(Exception, match=message):
             start_once_more_if_slow(start_failing(times, message), lambda: calls.append("stop"))
         assert calls.count("start") == (2 if message == NODE_STARTUP_TIMEOUT else 1)
+
+
+@pytest.mark.usefixtures("local_ray")
+def test_a_users_mistake_found_in_a_ray_train_worker_is_one_line_at_the_driver(
+        prepared_here) -> None:  # noqa: ANN001
+    """The worker reads dev.parquet (the driver does not): a broken one is found there, and
+    the driver says the worker's InputError, not Ray's WorkerGroupError traceback."""
+    cfg = prepared_here(train={"max_steps": 2, "batch_size": 8}, models={"bidaf": TINY_MODEL})
+    (cfg.data.out_dir / "dev.parquet").write_bytes(b"not parquet")
+    with pytest.raises(InputError) as found:
+        stages.train(cfg, "bidaf")
+    assert found.value.file == str((cfg.data.out_dir / "dev.parquet").resolve())
+    assert "not a readable Parquet file" in found.value.what
+    assert found.value.exit_code == 2 and "\n" not in found.value.line()
+    assert not Path("models/bidaf/summary.json").exists()

@@ -185,7 +185,7 @@ def nights_html(rows: list[dict[str, Any]], models: list[str], png: bytes,
                 report_url: str | None) -> str:
     """The nights page: each versioned night's dev F1 per model, the gate's decision and
     the champion after it (tables.night_rows), and the chart."""
-    header = ["night", "promoted", "champion", *models]
+    header = ["night", "promoted", "gate gain", "champion", *models]
     link = f' This night\'s report: <a href="{escape(report_url)}">report.html</a>.' \
         if report_url else ""
     body = ["<h1>rcpipe: night after night</h1>",

@@ -224,14 +224,18 @@ def best_so_far(search: dict[str, Any]) -> list[dict[str, float]]:
 
 def night_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per versioned night (its record on the remote, oldest first): each model's
-    dev F1 that night, whether the gate promoted, and the champion after the night (the
-    promoted candidate, else the one before)."""
+    dev F1 that night, whether the gate promoted, the candidate's gain over the champion on
+    the gate set with its 95% interval, and the champion after the night (the promoted
+    candidate, else the one before)."""
     rows, champion = [], None
     for record in records:
         if record.get("promoted"):
             champion = (record.get("candidate") or {}).get("model", champion)
+        gate = record.get("gate") or {}
+        gain = "" if gate.get("diff") is None else \
+            f"{gate['diff']:+.2f} [{gate['low']:+.2f}, {gate['high']:+.2f}]"
         rows.append({"night": record["run"], "promoted": bool(record.get("promoted")),
-                     "champion": champion or "",
+                     "champion": champion or "", "gate gain": gain,
                      **{m: round(float(s["f1"]), 2)
                         for m, s in sorted(record.get("scores", {}).items())}})
     return rows

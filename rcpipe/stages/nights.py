@@ -43,7 +43,8 @@ def publish(where: Remote, record: dict[str, Any]) -> dict[str, Any]:
             name = file.relative_to(layout.REPORTS).as_posix()
             sent[name] = where.write(file.read_bytes(), "versions", run, "report", name)
     rows = tables.night_rows(_records(where, run) + [record])
-    models = sorted({k for r in rows for k in r} - {"night", "promoted", "champion"},
+    models = sorted({k for r in rows for k in r} - {"night", "promoted", "champion",
+                                                    "gate gain"},
                     key=lambda m: (m == "ensemble", m))
     report_link = where.link(LINK_SECONDS, "versions", run, "report", "report.html") \
         if "report.html" in sent else None
@@ -53,7 +54,7 @@ def publish(where: Remote, record: dict[str, Any]) -> dict[str, Any]:
     for parts in (("versions", run, "report"), ()):  # this night's, and the latest
         where.write(html, *parts, "nights.html")
         where.write(png, *parts, "nights.png")
-        where.write(_csv(rows, ["night", "promoted", "champion", *models]), *parts,
+        where.write(_csv(rows, ["night", "promoted", "gate gain", "champion", *models]), *parts,
                     "nights.csv")
     out["nights"] = where.write(html, "versions", run, "report", "nights.html")
     out["nights_link"] = where.link(LINK_SECONDS, "versions", run, "report", "nights.html")

@@ -7,6 +7,7 @@ from rcpipe.report import pages, plots, tables
 
 def _record(run: str, promoted: bool, model: str, **f1: float) -> dict:
     return {"run": run, "promoted": promoted, "candidate": {"model": model},
+            "gate": {"diff": 1.5, "low": -0.25, "high": 3.0},
             "scores": {m: {"em": v - 5, "f1": v} for m, v in f1.items()}}
 
 
@@ -19,6 +20,7 @@ def test_the_champion_after_each_night_is_the_last_promoted_candidate() -> None:
     assert [r["champion"] for r in rows] == ["bidaf", "bidaf", "qanet"]
     assert [r["promoted"] for r in rows] == [True, False, True]
     assert rows[2]["qanet"] == 60.12
+    assert rows[1]["gate gain"] == "+1.50 [-0.25, +3.00]"  # the decision with its interval
 
 
 def test_the_page_lists_every_night_newest_first_with_its_chart() -> None:

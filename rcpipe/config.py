@@ -75,6 +75,40 @@ class Heldout(Section):
                              "instead of a slice: then every training article trains")
 
 
+class Window(Section):
+    """A context longer than a model reads at once is read as overlapping windows.
+
+    Answering (evaluate, predict, serve, explain): windows of ``length`` tokens, ``stride``
+    apart, the last one ending at the context's end; each window is answered and the best
+    span across them is the answer (README, "Long documents: windows"). Training (prepare):
+    a context over data.limits.para is windows of that many tokens, ``train_stride`` apart.
+    An answer of k tokens cut by a window's end is whole in the next window when the
+    windows share at least 2k - 1 tokens.
+    """
+
+    # 1,000: the papers' test-time limit (QANet's code; train.dev_para_limit's value), so
+    # no SQuAD paragraph is read differently from before windows
+    length: int = Field(1000, gt=0, description="answering: context tokens a model reads "
+                        "at once; a longer context is read as windows of this many")
+    # half the window: every token but the first and last 250 is read twice, and the
+    # window it is answered from has at least 250 tokens of context on each side of it
+    stride: int = Field(500, gt=0, description="answering: tokens from one window's start "
+                        "to the next's (each shares length - stride with the next)")
+    train_stride: int | None = Field(None, gt=0, description="training: tokens from one "
+                                     "window's start to the next's in a context over "
+                                     "data.limits.para; None: half of data.limits.para")
+    max_tokens: int = Field(20_000, gt=0, description="predict and serve refuse a context "
+                            "over this many tokens with one error (never a cut): it bounds "
+                            "what a request costs (20,000 tokens: 39 windows at 1,000/500)")
+
+    @model_validator(mode="after")
+    def _windows_overlap(self) -> Window:
+        if self.stride >= self.length:
+            raise ValueError(f"stride {self.stride} must be below length {self.length}: "
+                             "windows that do not overlap cut answers in two")
+        return self
+
+
 class DataConfig(Section):
     train_file: str = Field(description="SQuAD JSON: path, http(s) URL or s3:// URI; .json(.gz)")
     dev_file: str = Field(description="SQuAD JSON scored by evaluate; never filtered")
@@ -102,10 +136,23 @@ class DataConfig(Section):
     )
     limits: Limits = Limits()
     heldout: Heldout = Heldout()
+    window: Window = Window()
     workers: int = Field(2, ge=1, description="tokenizer processes (nlp.pipe n_process)")
     sha256: dict[str, str] = Field(
         default_factory=dict, description="source URI -> sha256 of its content: `rcpipe "
         "fetch` refuses a file that does not match (the official files' digests pinned)")
+
+    @model_validator(mode="after")
+    def _training_windows_overlap(self) -> DataConfig:
+        if self.window.train_stride is not None and \
+                self.window.train_stride >= self.limits.para:
+            raise ValueError(f"window.train_stride {self.window.train_stride} must be below "
+                             f"limits.para {self.limits.para}: training windows must overlap")
+        return self
+
+    def train_window(self) -> tuple[int, int]:
+        """(length, stride) of the windows a training context over limits.para becomes."""
+        return self.limits.para, self.window.train_stride or max(1, self.limits.para // 2)
 
 
 class SynthConfig(Section):

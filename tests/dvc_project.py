@@ -31,6 +31,7 @@ def tiny_params(dev_sha256: str) -> dict[str, Any]:
                  "word_dim": 16, "min_word_count": 1, "min_char_count": 1,
                  "missing_vectors": "unk", "answer_search_window": 64,
                  "heldout": {"fraction": 0.05, "seed": 0, "file": None},
+                 "window": {"length": 1000, "stride": 500, "train_stride": None},
                  "limits": {"para": 400, "question": 50, "answer": 30, "char": 16},
                  "workers": 1, "sha256": {"data/synth/dev.json": dev_sha256}},
         "train": {"num_workers": 1, "epochs": 1, "batch_size": 8, "seed": 42, "device": "cpu",

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import torch
 
 from rcpipe.data.schema import SCHEMA
+from rcpipe.data.windows import Windows
 from rcpipe.errors import InputError
 from rcpipe.models.batch import Batch
 
@@ -40,9 +41,11 @@ class _Ragged:
     def lengths(self) -> np.ndarray:
         return self._lengths
 
-    def fill(self, rows: np.ndarray, keep: np.ndarray, out: np.ndarray) -> None:
-        """out[b, :n] = the first n <= keep[b] values of row rows[b], every row at once."""
-        first = self.offsets[rows]  # (B,)
+    def fill(self, rows: np.ndarray, keep: np.ndarray, out: np.ndarray,
+             skip: np.ndarray | int = 0) -> None:
+        """out[b, :n] = the n <= keep[b] values of row rows[b] after its first skip[b],
+        every row at once."""
+        first = self.offsets[rows] + skip  # (B,)
         n = np.minimum(self.offsets[rows + 1] - first, keep)  # (B,)
         b_of, t_of = _spread(n)  # (T,) each value's batch row and position in it
         out[b_of, t_of] = self.values[first[b_of] + t_of]
@@ -62,10 +65,12 @@ class _Ragged2:
         lo, hi = self.outer[i], self.outer[i + 1]
         return [self.values[self.inner[t] : self.inner[t + 1]] for t in range(lo, hi)]
 
-    def tokens(self, rows: np.ndarray, keep: np.ndarray) -> CharTokens:
-        """The first keep[b] tokens of each row rows[b]: each one's batch row, position and
-        chars (where they start in ``values``, how many), for ``fill`` and the char width."""
-        first = self.outer[rows]  # (B,) the first token of each row
+    def tokens(self, rows: np.ndarray, keep: np.ndarray, skip: np.ndarray | int = 0
+               ) -> CharTokens:
+        """keep[b] tokens of each row rows[b] after its first skip[b]: each one's batch row,
+        position and chars (where they start in ``values``, how many), for ``fill`` and the
+        char width."""
+        first = self.outer[rows] + skip  # (B,) the first token read of each row
         n_tok = np.minimum(self.outer[rows + 1] - first, keep)  # (B,)
         b_of, t_of = _spread(n_tok)  # (T,) each token's batch row and position
         token = first[b_of] + t_of  # (T,) its index in the column
@@ -194,18 +199,32 @@ class SquadDataset:
         """(Lc, Lq) that ``collate(indices)`` pads to."""
         return self._padded(*self._lengths(np.asarray(indices, dtype=np.int64)))
 
-    def collate(self, indices: Sequence[int], char_limit: int | None = None) -> Batch:
+    def collate(self, indices: Sequence[int], char_limit: int | None = None,
+                windows: Windows | None = None) -> Batch:
         """Pad the rows to the longest in the batch, or to the bucket edge above it (at least
         1, so no tensor is empty), and every word to ``char_limit`` chars (default: the
         dataset's); without buckets, to the batch's longest word if that is shorter (the
         char encoders give the same output for any char padding: a CharGRU over fixed-width
-        words then runs no step that only pads)."""
-        char_limit = char_limit or self.char_limit
-        n = len(indices)
-        rows = np.asarray(indices, dtype=np.int64)  # (B,)
-        c_len, q_len = self._lengths(rows)  # (B,) each
+        words then runs no step that only pads).
+
+        With ``windows`` (data/windows.py) ``indices`` are windows: each is its row's tokens
+        from the window's start, its label counted from there (-1 unless the answer lies
+        whole in it), its id the row's.
+        """
+        w = np.asarray(indices, dtype=np.int64)  # (B,)
+        if windows is None:
+            rows, skip = w, 0
+            c_len, q_len = self._lengths(rows)  # (B,) each
+        else:
+            rows, skip = windows.row[w], windows.start[w]  # (B,) each
+            c_len, q_len = windows.length[w], self.qw.lengths()[rows]
+        return self._collate(rows, skip, c_len, q_len, char_limit or self.char_limit)
+
+    def _collate(self, rows: np.ndarray, skip: np.ndarray | int, c_len: np.ndarray,
+                 q_len: np.ndarray, char_limit: int) -> Batch:
+        n = len(rows)
         lc, lq = self._padded(c_len, q_len)
-        c_tok, q_tok = self.cc.tokens(rows, c_len), self.qc.tokens(rows, q_len)
+        c_tok, q_tok = self.cc.tokens(rows, c_len, skip), self.qc.tokens(rows, q_len)
         if self.buckets is None:
             longest = max(c_tok.n_chars.max(initial=0), q_tok.n_chars.max(initial=0))
             char_limit = max(1, min(char_limit, int(longest)))
@@ -213,18 +232,19 @@ class SquadDataset:
         qw = np.zeros((n, lq), dtype=np.int64)
         cc = np.zeros((n, lc, char_limit), dtype=np.int64)
         qc = np.zeros((n, lq, char_limit), dtype=np.int64)
-        self.cw.fill(rows, c_len, cw)
+        self.cw.fill(rows, c_len, cw, skip)
         self.qw.fill(rows, q_len, qw)
         self.cc.fill(c_tok, cc)
         self.qc.fill(q_tok, qc)
         y1, y2 = self.y1[rows].astype(np.int64), self.y2[rows].astype(np.int64)
-        # an answer cut off by para_limit has no label in the truncated context
-        outside = (y2 >= lc) | (y1 < 0)
+        y1, y2 = y1 - skip, y2 - skip  # (B,) counted from the window's first token
+        # an answer cut off by para_limit, or not whole in its window, has no label there
+        outside = (y2 >= c_len) | (y1 < 0)
         y1[outside], y2[outside] = -1, -1
         cw_t, qw_t = torch.from_numpy(cw), torch.from_numpy(qw)
         distinct = {} if self.buckets is not None else distinct_words(cc, qc)
         return Batch(
-            ids=[self.ids[i] for i in indices],
+            ids=[self.ids[i] for i in rows.tolist()],
             cw=cw_t,
             cc=torch.from_numpy(cc),
             qw=qw_t,

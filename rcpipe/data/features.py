@@ -19,23 +19,40 @@ from rcpipe.data.schema import IDS, SCHEMA
 from rcpipe.data.squad import SquadFile, check_answer
 from rcpipe.data.tokenize import Tokens, char_span_to_token_span
 from rcpipe.data.vocab import Vocab
+from rcpipe.data.windows import window_starts
 
 
 @dataclass(frozen=True)
 class Labelled:
-    """A question kept for a split, with its answer token span (-1, -1 when none)."""
+    """A row kept for a split: a question, with its answer token span (-1, -1 when none);
+    with ``window``, the row reads only the context's tokens [start, end) and its span is
+    counted from ``start`` (a training context over data.limits.para: data/windows.py)."""
 
     index: int  # into SquadFile.questions
     y1: int
     y2: int
+    window: tuple[int, int] | None = None
 
 
 def label_train(sq: SquadFile, ctx: list[Tokens], qs: list[Tokens], cfg: DataConfig
-                ) -> tuple[list[Labelled], Counter[str]]:
-    """Keep the questions a model can learn from; count every other one by its reason."""
+                ) -> tuple[list[Labelled], Counter[str], Counter[str]]:
+    """Keep the questions a model can learn from; count every other one by its reason.
+
+    A context over data.limits.para becomes windows of that many tokens
+    (DataConfig.train_window): each window holding the whole answer is a row trained on its
+    span; for SQuAD v2.0 each window holding none of it is a no-answer row (what the model
+    must say of a window without the answer: eval/windows.py takes the document's lowest
+    no-answer probability), for v1.1, whose models have no no-answer score, it is left out,
+    as is a window holding part of the answer. An unanswerable question's windows are all
+    no-answer rows. Returns (rows, dropped questions by reason, window counts: "questions"
+    read as windows, "rows" they gave, of which "no_answer", and "left_out" windows).
+    """
     kept: list[Labelled] = []
     dropped: Counter[str] = Counter()
+    windows: Counter[str] = Counter()
     lim = cfg.limits
+    length, stride = cfg.train_window()
+    v2 = "2.0" in sq.version
     for i, q in enumerate(sq.questions):
         context = sq.contexts[q.context_index]
         c_tok, q_tok = ctx[q.context_index], qs[i]
@@ -44,28 +61,54 @@ def label_train(sq: SquadFile, ctx: list[Tokens], qs: list[Tokens], cfg: DataCon
             reason = "blank_question"
         elif not context.strip() or not c_tok.words:
             reason = "empty_context"
-        elif len(c_tok.words) > lim.para:
-            reason = "context_too_long"
         elif len(q_tok.words) > lim.question:
             reason = "question_too_long"
         if reason:
             dropped[reason] += 1
             continue
+        n = len(c_tok.words)
         if q.is_impossible:
-            kept.append(Labelled(i, -1, -1))
-            continue
-        span = check_answer(context, q.answers[0], cfg.answer_search_window)
-        if isinstance(span, str):
-            dropped[span] += 1
-            continue
-        tok = char_span_to_token_span(c_tok, *span)
-        if tok is None:
-            dropped["answer_not_aligned"] += 1
-        elif tok[1] - tok[0] + 1 > lim.answer:
-            dropped["answer_too_long"] += 1
+            tok = (-1, -1)
         else:
+            span = check_answer(context, q.answers[0], cfg.answer_search_window)
+            if isinstance(span, str):
+                dropped[span] += 1
+                continue
+            found = char_span_to_token_span(c_tok, *span)
+            if found is None:
+                dropped["answer_not_aligned"] += 1
+                continue
+            if found[1] - found[0] + 1 > lim.answer:
+                dropped["answer_too_long"] += 1
+                continue
+            tok = found
+        if n <= lim.para:
             kept.append(Labelled(i, *tok))
-    return kept, dropped
+            continue
+        rows = window_rows(i, tok, window_starts(n, length, stride), length, v2)
+        if not any(r.y1 >= 0 for r in rows) and tok[0] >= 0:
+            dropped["answer_across_windows"] += 1  # no window holds it whole
+            continue
+        count = len(window_starts(n, length, stride))
+        windows.update(questions=1, rows=len(rows), left_out=count - len(rows),
+                       no_answer=sum(r.y1 < 0 for r in rows))
+        kept.extend(rows)
+    return kept, dropped, windows
+
+
+def window_rows(i: int, tok: tuple[int, int], starts: list[int], length: int, v2: bool
+                ) -> list[Labelled]:
+    """Question i's training rows over windows of ``length`` tokens at ``starts``, its
+    answer at tokens ``tok`` ((-1, -1): none) of the whole context (label_train's rule)."""
+    y1, y2 = tok
+    rows = []
+    for s in starts:
+        e = s + length
+        if y1 >= 0 and s <= y1 and y2 < e:  # the whole answer: its span, from s
+            rows.append(Labelled(i, y1 - s, y2 - s, (s, e)))
+        elif v2 and (y1 < 0 or y2 < s or y1 >= e):  # none of it: "no answer" here
+            rows.append(Labelled(i, -1, -1, (s, e)))
+    return rows
 
 
 def label_dev(sq: SquadFile, ctx: list[Tokens], cfg: DataConfig) -> list[Labelled]:
@@ -129,6 +172,11 @@ def build_table(sq: SquadFile, ctx: list[Tokens], qs: list[Tokens], rows: list[L
     pos = {c: i for i, c in enumerate(used)}
     gather = pa.array([pos[q.context_index] for q in questions], type=pa.int32())
     c_enc = {k: v.take(gather) for k, v in indexer.encode([ctx[c] for c in used]).items()}
+    if any(r.window is not None for r in rows):  # windows: each row its tokens alone
+        starts = np.array([r.window[0] if r.window else 0 for r in rows], dtype=np.int64)
+        ends = np.array([r.window[1] if r.window else len(ctx[q.context_index].words)
+                         for r, q in zip(rows, questions, strict=True)], dtype=np.int64)
+        c_enc = {k: slice_lists(v, starts, ends - starts) for k, v in c_enc.items()}
     q_enc = indexer.encode([qs[r.index] for r in rows])
     cols = {
         "id": [q.qid for q in questions],
@@ -147,6 +195,18 @@ def build_table(sq: SquadFile, ctx: list[Tokens], qs: list[Tokens], rows: list[L
         "answers": [[a.text for a in q.answers] for q in questions],
     }
     return pa.Table.from_pydict(cols, schema=SCHEMA)
+
+
+def slice_lists(column: pa.ListArray, starts: np.ndarray, lengths: np.ndarray
+                ) -> pa.ListArray:
+    """Row i of ``column`` cut to its items [starts[i], starts[i] + lengths[i])."""
+    offsets = column.offsets.to_numpy()[:-1] + starts  # (N,) where each row's cut begins
+    owner = np.repeat(np.arange(len(lengths)), lengths)  # (T,) each kept item's row
+    before = np.cumsum(lengths) - lengths  # (N,) items kept ahead of each row
+    take = offsets[owner] + np.arange(len(owner)) - before[owner]  # (T,) into the values
+    values = column.values.take(pa.array(take, type=pa.int64()))
+    new = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(new), values)
 
 
 def count_words(sq: SquadFile, ctx: list[Tokens], qs: list[Tokens]

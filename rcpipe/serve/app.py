@@ -1,7 +1,8 @@
 """The answer service: POST /answer, GET /models, GET /health, and the web page at GET /.
 
 Every failure a client can cause is a 4xx with a one-sentence ``detail``: a body over the
-size limit or a context/question over its character limit is 413, malformed JSON, a wrong
+size limit, a context/question over its character limit or a context over the answering
+function's token cap (``TooLarge``: data.window.max_tokens) is 413, malformed JSON, a wrong
 type, a missing or unknown field or an unknown model is 422. A full queue is 503 and a
 request the model did not reach in time is 504; the service itself keeps running.
 """
@@ -40,6 +41,11 @@ class Limits:
         return 6 * (self.max_context_chars + self.max_question_chars) + 4096
 
 
+class TooLarge(ValueError):
+    """What the answering function returns in place of an answer it refuses to compute (a
+    context over its token cap): the request gets 413 with this message."""
+
+
 class AnswerRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -59,14 +65,17 @@ class AnswerResponse(BaseModel):
     p_start: list[float] = Field(description="P(answer starts at token i)")
     p_end: list[float] = Field(description="P(answer ends at token i)")
     votes: int | None = Field(None, description="ensemble: models voting for the answer")
+    windows: int = Field(1, description="windows the context was read as (1: whole)")
+    window: int = Field(0, description="the window the answer came from (0: the first)")
     ms: float = Field(description="time in the service, milliseconds")
 
 
 def create_app(answer: AnswerFn, models: list[str], limits: Limits = Limits(),
                no_answer: bool = False) -> FastAPI:
     """The service over ``answer(pairs, model) -> [{"text", "start", "end", "prob",
-    "na_prob", "tokens", "p_start", "p_end"}]`` (eval.answer.Reader.answer_pairs with
-    token probabilities); ``models`` are the names it serves, the first is the default."""
+    "na_prob", "tokens", "p_start", "p_end", "windows", "window"} or TooLarge]``
+    (eval.answer.Reader.answer_pairs with token probabilities); ``models`` are the names it
+    serves, the first is the default."""
     batcher = Batcher(answer, limits.max_batch, limits.max_wait_ms, limits.max_pending)
 
     @asynccontextmanager
@@ -112,13 +121,17 @@ def create_app(answer: AnswerFn, models: list[str], limits: Limits = Limits(),
                                 headers={"Retry-After": "1"}) from None
         except TimeoutError:
             raise HTTPException(504, f"no answer within {limits.timeout_s:g} s") from None
+        except TooLarge as e:
+            raise HTTPException(413, str(e)) from None
         except Exception:  # logged by the batcher; the service goes on
             raise HTTPException(500, "the model failed on this request") from None
         return AnswerResponse(
             model=model, answer=found["text"], start=found["start"], end=found["end"],
             prob=found["prob"], na_prob=found["na_prob"], tokens=found["tokens"],
             p_start=_rounded(found["p_start"]), p_end=_rounded(found["p_end"]),
-            votes=found.get("votes"), ms=round(1000 * (time.perf_counter() - t0), 2))
+            votes=found.get("votes"), windows=found.get("windows", 1),
+            window=found.get("window", 0),
+            ms=round(1000 * (time.perf_counter() - t0), 2))
 
     return app
 

@@ -17,6 +17,11 @@ from rcpipe.stages.io import write_json
 
 log = logging.getLogger(__name__)
 
+# report.json's train "windows": questions whose context was over data.limits.para, the
+# rows their windows gave (of which no_answer: v2.0's windows without the answer) and the
+# windows left out (part of the answer; v1.1: none of it)
+WINDOW_COUNTS = ("questions", "rows", "no_answer", "left_out")
+
 # ------------------------------------------------------------------------------------ synth
 
 
@@ -66,7 +71,11 @@ def fingerprint(cfg: Config) -> str:
     # without vectors data.missing_vectors changes nothing: data prepared before it existed
     # stays current
     unused = set() if cfg.data.word_vectors else {"missing_vectors"}
-    data = cfg.data.model_dump(mode="json", exclude={"workers", "cache_dir", *unused})
+    # how contexts are read when answering (data.window's length, stride and cap) is not
+    # prepare's: only the training windows' stride shapes its rows
+    exclude: dict[str, Any] = {k: True for k in ("workers", "cache_dir", *unused)}
+    exclude["window"] = {"length": True, "stride": True, "max_tokens": True}
+    data = cfg.data.model_dump(mode="json", exclude=exclude)
     blob = json.dumps({"data": data, "inputs": inputs}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -110,7 +119,7 @@ def prepare(cfg: Config) -> dict[str, Any]:
         split_toks[name], toks = (toks[:n], toks[n:n + m]), toks[n + m:]
     (train_ctx, train_q), (dev_ctx, dev_q), (held_ctx, held_q) = split_toks.values()
 
-    kept, dropped = F.label_train(train, train_ctx, train_q, cfg.data)
+    kept, dropped, windows = F.label_train(train, train_ctx, train_q, cfg.data)
     dev_rows = F.label_dev(dev, dev_ctx, cfg.data)
     held_rows = F.label_dev(held.file, held_ctx, cfg.data)  # like dev: every question
     words, chars, emb, hits, trained = _vocabularies(cfg, (train, train_ctx, train_q),
@@ -127,9 +136,12 @@ def prepare(cfg: Config) -> dict[str, Any]:
     done("features")
     _write_prepared(d.out_dir, tables, words, chars, emb)
     _write_heldout(d.out_dir, held)
+    questions_kept = len({r.index for r in kept})
     report = {
-        "train": {"questions": len(train.questions), "kept": len(kept),
-                  "dropped": dict(sorted(dropped.items()))},
+        # kept counts questions; rows the Parquet's rows (a long context: a row a window)
+        "train": {"questions": len(train.questions), "kept": questions_kept,
+                  "dropped": dict(sorted(dropped.items())), "rows": len(kept),
+                  "windows": {k: windows[k] for k in WINDOW_COUNTS}},
         "dev": {"questions": len(dev.questions), "kept": len(dev_rows), "dropped": {}},
     }
     if held.source is not None:  # like dev, never dropped; meta.json says where from
@@ -150,8 +162,10 @@ def prepare(cfg: Config) -> dict[str, Any]:
         "seconds": round(seconds, 2),
         "phases": phases, "fingerprint": fingerprint(cfg)})
     tr, dv = report["train"], report["dev"]
+    read_as = f", {windows['questions']} read as {windows['rows']} windows" \
+        if windows["questions"] else ""
     log.info(
-        f"prepare: train {tr['kept']}/{tr['questions']} kept "
+        f"prepare: train {tr['kept']}/{tr['questions']} kept{read_as} "
         f"({sum(dropped.values())} dropped: {dict(dropped) or 'none'}), "
         f"dev {dv['kept']}/{dv['questions']}; {held.described()}; vocab {len(words)} "
         f"words, {len(chars)} chars; {seconds:.1f}s -> {d.out_dir}"

@@ -53,14 +53,13 @@ def evaluate(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
     model.to(device)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
-    limit = cfg.train.dev_para_limit
     doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir)
-    dev = Split(SquadDataset.from_parquet(cfg.data.out_dir / "dev.parquet", para_limit=limit),
-                doc)
+    # whole contexts, each longer one read as data.window's windows
+    dev = Split(SquadDataset.from_parquet(cfg.data.out_dir / "dev.parquet"), doc)
     heldout, source = _heldout(cfg, metrics.dataset_version(doc) == "2.0")
     t0 = time.perf_counter()
     ev, _ = heldout_then_dev(model, dev, heldout, source, device, cfg.eval.max_answer_len,
-                             cfg.eval.na_threshold, length_prior(cfg))
+                             cfg.eval.na_threshold, length_prior(cfg), cfg.data.window)
     preds = ev.predictions
     na = ev.na_probs if metrics.dataset_version(doc) == "2.0" else None
     write_json(layout.predictions(variant), preds)
@@ -76,8 +75,10 @@ def evaluate(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
     at = f" at no-answer threshold {ev.na_threshold:.3g} (chosen on {chosen}; dev's own " \
          f"best, the oracle: F1 {ev.result['oracle']['best_f1']:.2f})" \
         if ev.na_threshold is not None else ""
-    log.info("evaluate %s: EM %.2f F1 %.2f on %d dev questions%s (%.1fs)", variant, em, f1,
-             len(preds), at, time.perf_counter() - t0)
+    long = [v["windows"] for v in ev.nbest.values() if v["windows"] > 1]
+    read = f"; {len(long)} read as {sum(long)} windows (data.window)" if long else ""
+    log.info("evaluate %s: EM %.2f F1 %.2f on %d dev questions%s%s (%.1fs)", variant, em, f1,
+             len(preds), at, read, time.perf_counter() - t0)
     return ev.result
 
 
@@ -88,7 +89,8 @@ def _stamp(cfg: Config, variant: str) -> Stamp:
                                             out / "dev.parquet", out / "heldout.parquet"],
                     {"models": {variant: cfg.models.of(variant).model_dump(mode="json")},
                      "eval": cfg.eval.model_dump(mode="json"),
-                     "train": {"dev_para_limit": cfg.train.dev_para_limit},
+                     "window": {"length": cfg.data.window.length,
+                                "stride": cfg.data.window.stride},
                      "dev_file": source_identity(cfg.data.dev_file)})
 
 
@@ -106,7 +108,7 @@ def _heldout(cfg: Config, v2: bool) -> tuple[Any, str | None]:
                          "to choose the no-answer threshold on: prepare with "
                          "data.heldout.fraction > 0 or data.heldout.file, or set "
                          "eval.na_threshold")
-    return heldout_split(found, cfg.train.dev_para_limit), found.source
+    return heldout_split(found, None), found.source
 
 
 def _chosen_on(cfg: Config, source: str | None) -> str | None:

@@ -104,14 +104,17 @@ def _torch_reader(cfg: Config, names: list[str]) -> Reader:
         model, _ = load_model(cfg, v)
         models[v] = model.to(device).eval()
     thresholds = {v: na_threshold(cfg, v) for v in models}
-    return Reader(encoder, models, device, cfg.eval.max_answer_len, thresholds,
-                  cfg.train.dev_para_limit, no_answer="2.0" in meta["version"]["train"],
-                  length_prior=length_prior(cfg))
+    return Reader(encoder, models, device, cfg.eval.max_answer_len, thresholds, None,
+                  no_answer="2.0" in meta["version"]["train"],
+                  length_prior=length_prior(cfg), window=cfg.data.window,
+                  max_tokens=cfg.data.window.max_tokens)
 
 
 def _package_reader(cfg: Config, name: str, device: torch.device) -> Reader:
     """A Reader over the package at ``name`` (eval/package.py), answering under that name as
-    `rcpipe evaluate` answered for it; eval.na_threshold, if set, overrides its threshold."""
+    `rcpipe evaluate` answered for it; eval.na_threshold, if set, overrides its threshold.
+    A long context is read as data.window's windows (how a context is read is the
+    caller's, as --runtime is, not the package's: its recorded limit was the window)."""
     from rcpipe.data.encode import TextEncoder
     from rcpipe.eval.answer import Reader
     from rcpipe.eval.package import load_package
@@ -121,8 +124,8 @@ def _package_reader(cfg: Config, name: str, device: torch.device) -> Reader:
         else pkg.na_threshold
     return Reader(TextEncoder.from_vocab(pkg.vocab, pkg.char_limit),
                   {name: pkg.model.to(device)}, device, pkg.max_answer_len, {name: threshold},
-                  pkg.para_limit, no_answer=pkg.inputs.no_answer,
-                  length_prior=pkg.length_prior)
+                  None, no_answer=pkg.inputs.no_answer, length_prior=pkg.length_prior,
+                  window=cfg.data.window, max_tokens=cfg.data.window.max_tokens)
 
 
 def predict(cfg: Config, model: str = ENSEMBLE, question: str | None = None,
@@ -150,10 +153,13 @@ def predict(cfg: Config, model: str = ENSEMBLE, question: str | None = None,
         raise InputError(str(context_file or "predict"), "--context", "the context is empty")
     reader = load_reader(cfg, [model], runtime)
     found = reader.answer_pairs([(context, question)], model)[0]
+    if isinstance(found, Exception):  # eval.windows.TooLong: refused, never cut
+        raise InputError(str(context_file or "predict"), "--context", str(found))
     result = {"model": model, "answer": found["text"], "start": found["start"],
               "end": found["end"], "prob": found["prob"]}
     if reader.no_answer:
         result["na_prob"] = found["na_prob"]
+    result["windows"] = found["windows"]  # how many windows of the context were read
     return result
 
 
@@ -174,7 +180,9 @@ def _predict_file(cfg: Config, model: str, input_file: str, out: Path | None,
 
     sq = load_squad(input_file, cfg.data.cache_dir, require_answers=False)
     reader = load_reader(cfg, [model], runtime)
-    nbest = reader.answer_dataset(reader.encoder.squad(sq, reader.para_limit), model)
+    ds = reader.encoder.squad(sq, reader.para_limit)
+    _refuse_long(ds, sq, input_file, cfg.data.window)
+    nbest = reader.answer_dataset(ds, model)
     out = out or layout.PREDICTIONS / f"{model}.predict.json"
     nbest_path = out.with_suffix(".nbest.json")
     write_json(out, {q: v["text"] for q, v in nbest.items()})
@@ -183,7 +191,22 @@ def _predict_file(cfg: Config, model: str, input_file: str, out: Path | None,
     log.info(f"predict {model}: {len(nbest)} questions of {input_file} "
              f"({answered} answered) -> {out}, {nbest_path}")
     return {"model": model, "questions": len(nbest), "answered": answered,
+            "windows": sum(v["windows"] for v in nbest.values()),
             "predictions": str(out), "nbest": str(nbest_path)}
+
+
+def _refuse_long(ds: Any, sq: Any, input_file: str, window: Any) -> None:
+    """One located error for the first context over data.window.max_tokens: a file of
+    questions is refused whole rather than answered from part of a context."""
+    from rcpipe.data.windows import window_starts
+    from rcpipe.eval.windows import TooLong
+
+    lengths = ds.context_lengths()
+    for i, n in enumerate(lengths.tolist()):
+        if n > window.max_tokens:
+            where = sq.questions[i].location.rsplit(".qas[", 1)[0] + ".context"
+            windows = len(window_starts(n, window.length, window.stride))
+            raise InputError(input_file, where, str(TooLong(n, window.max_tokens, windows)))
 
 
 def serve_app(cfg: Config, models: list[str] | None = None, limits: Any = None,
@@ -195,7 +218,7 @@ def serve_app(cfg: Config, models: list[str] | None = None, limits: Any = None,
     threads, gives the throughput)."""
     import torch
 
-    from rcpipe.serve.app import Limits, create_app
+    from rcpipe.serve.app import Limits, TooLarge, create_app
 
     names = models or [ENSEMBLE]
     reader = load_reader(cfg, names, runtime, threads)
@@ -206,8 +229,10 @@ def serve_app(cfg: Config, models: list[str] | None = None, limits: Any = None,
         served += reader.models
     served = list(dict.fromkeys(served))
 
-    def answer(pairs: list[tuple[str, str]], model: str) -> list[dict[str, Any]]:
-        return reader.answer_pairs(pairs, model, token_probs=True)
+    def answer(pairs: list[tuple[str, str]], model: str) -> list[Any]:
+        # a context over data.window.max_tokens: 413 for that request alone
+        return [TooLarge(str(a)) if isinstance(a, Exception) else a
+                for a in reader.answer_pairs(pairs, model, token_probs=True)]
 
     return create_app(answer, served, limits or Limits(), no_answer=reader.no_answer)
 

@@ -21,9 +21,11 @@ CFG = DataConfig(train_file="train.json", dev_file="dev.json", answer_search_win
 CTX = "Ada Lovelace wrote the first program in 1843 for the engine."
 LONG = " ".join(["word"] * 30) + "."
 BLANK = "   "
+WINDOWS = ("windows",)
 
 # (qid, context, question, answer text, answer start, is_impossible, expected outcome)
-# outcome: a drop reason, or the answer's token span (y1, y2) when kept
+# outcome: a drop reason, the answer's token span (y1, y2) when kept, or WINDOWS: a context
+# over data.limits.para, kept as windows (test_a_long_context_trains_as_windows)
 RECORDS: list[tuple[str, str, str, str | None, int, bool, Any]] = [
     ("ok", CTX, "Who wrote the first program?", "Ada Lovelace", 0, False, (0, 1)),
     ("misplaced", CTX, "When was it written?", "1843", CTX.index("1843") - 5, False, (7, 7)),
@@ -33,8 +35,8 @@ RECORDS: list[tuple[str, str, str, str | None, int, bool, Any]] = [
     ("blank_q_impossible", CTX, "", None, 0, True, "blank_question"),
     ("empty_ctx", BLANK, "Who wrote it?", "x", 0, False, "empty_context"),
     ("empty_ctx_impossible", "", "Who wrote it?", None, 0, True, "empty_context"),
-    ("long_ctx", LONG, "Which word?", "word", 0, False, "context_too_long"),
-    ("long_ctx_impossible", LONG, "Which word?", None, 0, True, "context_too_long"),
+    ("long_ctx", LONG, "Which word?", "word", 0, False, WINDOWS),
+    ("long_ctx_impossible", LONG, "Which word?", None, 0, True, WINDOWS),
     ("long_q", CTX, "Who of all the people wrote the very first program?", "Ada", 0, False,
      "question_too_long"),
     ("start_past_end", CTX, "Who wrote?", "Ada", len(CTX) + 3, False,
@@ -72,27 +74,29 @@ def constructed() -> tuple[SquadFile, list[Tokens], list[Tokens]]:
 def test_label_train_drop_reasons(constructed: tuple[SquadFile, list[Tokens], list[Tokens]]
                                   ) -> None:
     sq, ctx, qs = constructed
-    kept, dropped = F.label_train(sq, ctx, qs, CFG)
+    kept, dropped, _ = F.label_train(sq, ctx, qs, CFG)
     expected_drops = Counter(o for *_, o in RECORDS if isinstance(o, str))
     assert dropped == expected_drops
-    assert {q.qid: (r.y1, r.y2) for r in kept for q in [sq.questions[r.index]]} == {
-        qid: o for qid, *_, o in RECORDS if not isinstance(o, str)}
-    assert len(kept) + sum(dropped.values()) == len(sq.questions)
+    assert {q.qid: (r.y1, r.y2) for r in kept if r.window is None
+            for q in [sq.questions[r.index]]} == {
+        qid: o for qid, *_, o in RECORDS if not isinstance(o, str) and o != WINDOWS}
+    assert len({r.index for r in kept}) + sum(dropped.values()) == len(sq.questions)
     assert [r.index for r in kept] == sorted(r.index for r in kept)  # file order
 
 
 def test_kept_spans_rejoin_to_the_answer(
         constructed: tuple[SquadFile, list[Tokens], list[Tokens]]) -> None:
     sq, ctx, qs = constructed
-    kept, _ = F.label_train(sq, ctx, qs, CFG)
+    kept, _, _ = F.label_train(sq, ctx, qs, CFG)
     for r in kept:
         q = sq.questions[r.index]
-        if q.is_impossible:
+        if q.is_impossible or r.y1 < 0:
             assert (r.y1, r.y2) == (-1, -1)
             continue
         t = ctx[q.context_index]
-        assert 0 <= r.y1 <= r.y2 < len(t.words)
-        text = sq.contexts[q.context_index][t.starts[r.y1] : t.ends[r.y2]]
+        skip, end = r.window or (0, len(t.words))
+        assert 0 <= r.y1 <= r.y2 < end - skip
+        text = sq.contexts[q.context_index][t.starts[skip + r.y1] : t.ends[skip + r.y2]]
         assert text == q.answers[0].text
 
 
@@ -101,9 +105,51 @@ def test_answer_not_aligned() -> None:
     sq = make_squad([("gap", "alpha beta", "Which?", "beta", 6, False, None)])
     ctx = [Tokens(["alpha"], [0], [5])]
     qs = [Tokens(["Which", "?"], [0, 5], [5, 6])]
-    kept, dropped = F.label_train(sq, ctx, qs, CFG)
+    kept, dropped, _ = F.label_train(sq, ctx, qs, CFG)
     assert kept == [] and dropped == Counter({"answer_not_aligned": 1})
     assert F.label_dev(sq, ctx, CFG) == [F.Labelled(0, -1, -1)]
+
+
+def test_a_long_context_trains_as_windows(
+        constructed: tuple[SquadFile, list[Tokens], list[Tokens]]) -> None:
+    # LONG is 31 tokens over a limit of 20: windows of 20 at most 10 apart, at 0, 5 and 11
+    sq, ctx, qs = constructed
+    kept, _, windows = F.label_train(sq, ctx, qs, CFG)
+    rows = {qid: [(r.window, r.y1, r.y2) for r in kept if sq.questions[r.index].qid == qid]
+            for qid in ("long_ctx", "long_ctx_impossible")}
+    # "word" at token 0: the first window trains on it; v2.0: the others are "no answer"
+    assert rows["long_ctx"] == [((0, 20), 0, 0), ((5, 25), -1, -1), ((11, 31), -1, -1)]
+    assert rows["long_ctx_impossible"] == [((0, 20), -1, -1), ((5, 25), -1, -1),
+                                           ((11, 31), -1, -1)]
+    assert windows == Counter(questions=2, rows=6, no_answer=5, left_out=0)
+
+
+def test_v1_windows_without_the_answer_are_left_out() -> None:
+    context = " ".join(f"w{i}" for i in range(40))
+    sq = make_squad([("mid", context, "Which?", "w14 w15", context.index("w14"), False, None)])
+    sq = SquadFile(sq.name, "1.1", sq.contexts, sq.titles, sq.questions)
+    ctx, qs = tokenize(sq.contexts), tokenize(["Which?"])
+    kept, dropped, windows = F.label_train(sq, ctx, qs, CFG)
+    # windows of 20 at 0, 10, 20 (stride 10): tokens 14-15 lie whole in the first two
+    assert [(r.window, r.y1, r.y2) for r in kept] == [((0, 20), 14, 15), ((10, 30), 4, 5)]
+    assert not dropped and windows == Counter(questions=1, rows=2, no_answer=0, left_out=1)
+
+
+def test_window_rows_hold_their_tokens() -> None:
+    context = " ".join(f"w{i}" for i in range(40))
+    sq = make_squad([("mid", context, "Which?", "w14 w15", context.index("w14"), False, None)])
+    ctx, qs = tokenize(sq.contexts), tokenize(["Which?"])
+    kept, _, _ = F.label_train(sq, ctx, qs, CFG)
+    table = F.build_table(sq, ctx, qs, kept, _indexer(sq, ctx, qs)).to_pylist()
+    assert len(table) == len(kept) == 3
+    for r, row in zip(kept, table, strict=True):
+        lo, hi = r.window or (0, 0)
+        assert row["context_starts"] == ctx[0].starts[lo:hi]
+        assert row["context_ends"] == ctx[0].ends[lo:hi]
+        assert len(row["context_word_ids"]) == len(row["context_char_ids"]) == hi - lo
+        if r.y1 >= 0:  # its span, counted in the window, is the answer's text
+            assert context[row["context_starts"][r.y1] : row["context_ends"][r.y2]] == \
+                "w14 w15"
 
 
 def test_label_dev_keeps_everything(constructed: tuple[SquadFile, list[Tokens], list[Tokens]]
@@ -129,7 +175,7 @@ def test_label_dev_huge_context() -> None:
     sq = make_squad([("huge", context, "", "w4321", start, False, None)])
     ctx = tokenize(sq.contexts)
     assert F.label_dev(sq, ctx, CFG) == [F.Labelled(0, 4321, 4321)]
-    kept, dropped = F.label_train(sq, ctx, tokenize([""]), CFG)
+    kept, dropped, _ = F.label_train(sq, ctx, tokenize([""]), CFG)
     assert kept == [] and dropped == Counter({"blank_question": 1})
 
 
@@ -144,7 +190,8 @@ def _indexer(sq: SquadFile, ctx: list[Tokens], qs: list[Tokens]) -> F.Indexer:
 def test_build_table_matches_schema(constructed: tuple[SquadFile, list[Tokens], list[Tokens]]
                                     ) -> None:
     sq, ctx, qs = constructed
-    kept, _ = F.label_train(sq, ctx, qs, CFG)
+    kept, _, _ = F.label_train(sq, ctx, qs, CFG)
+    kept = [r for r in kept if r.window is None]  # windows: test_window_rows_hold_their_tokens
     indexer = _indexer(sq, ctx, qs)
     table = F.build_table(sq, ctx, qs, kept, indexer)
     assert table.schema.equals(F.SCHEMA, check_metadata=True)
@@ -197,7 +244,8 @@ def test_every_question_accounted_for(prepared: Prepared) -> None:
         r = prepared.report[split]
         held = prepared.report["heldout"]["questions"] if split == "train" else 0
         assert r["questions"] == len(sq.questions) - held
-        assert table.num_rows == r["kept"] == r["questions"] - sum(r["dropped"].values())
+        assert table.num_rows == r.get("rows", r["kept"])  # no synthetic context is long
+        assert r["kept"] == r["questions"] - sum(r["dropped"].values())
         ids = table.column("id").to_pylist()
         assert len(set(ids)) == len(ids)
         if split == "dev":

@@ -106,14 +106,19 @@ def test_prepare_report_with_drops(make_config: MakeConfig, synth_v1: SynthData)
     cfg = make_config(synth_v1, data={"limits": {"para": 80, "question": 10, "answer": 2}})
     report = stages.prepare(cfg)
     train = report["train"]
-    assert set(train["dropped"]) <= {"context_too_long", "question_too_long", "answer_too_long"}
+    # a context over 80 tokens is read as windows, no longer dropped
+    assert set(train["dropped"]) <= {"question_too_long", "answer_too_long",
+                                     "answer_across_windows"}
     assert len(train["dropped"]) >= 2
+    windows = train["windows"]
+    assert windows["questions"] > 0 and windows["no_answer"] == 0  # v1.1: none
+    assert train["rows"] == train["kept"] - windows["questions"] + windows["rows"]
     assert list(train["dropped"]) == sorted(train["dropped"])
     assert train["questions"] == train["kept"] + sum(train["dropped"].values())
     assert report["dev"]["kept"] == report["dev"]["questions"]
     assert json.loads((cfg.data.out_dir / "report.json").read_text()) == report
     table = pq.read_table(cfg.data.out_dir / "train.parquet")
-    assert table.num_rows == train["kept"]
+    assert table.num_rows == train["rows"]
     y1, y2 = table.column("y1").to_numpy(), table.column("y2").to_numpy()
     assert table.num_rows > 0 and np.all((y2 - y1 >= 0) & (y2 - y1 < 2))  # answer limit 2
 

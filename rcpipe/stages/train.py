@@ -69,14 +69,17 @@ def train(cfg: Config, variant: str, force: bool = False, run: str | None = None
 
     cfg.models.of(variant)  # an unknown variant is the user's mistake, found before Ray starts
     cluster.check_train_v2()  # before anything is deleted, loaded or started
-    inputs = _model_inputs(cfg)
-    key = fingerprints.training(cfg, variant)
-    if not force and (done := _finished(variant, key)) is not None:
+    # the submitter of a Ray job may not see the prepared data: the job's driver checks it
+    key = fingerprints.training(cfg, variant) \
+        if (cfg.data.out_dir / "train.parquet").is_file() else None
+    if key is not None and not force and (done := _finished(variant, key)) is not None:
         log.info("train %s: already finished with these inputs (%s); nothing to do", variant,
                  layout.summary_file(variant))
         return done
     if jobs_api_address(cfg):  # the run is a Ray job on the cluster's head
         return _train_as_job(cfg, variant, key, force, run, detach)
+    inputs = _model_inputs(cfg)
+    key = key or fingerprints.training(cfg, variant)
     _check_model_config(cfg, variant, inputs)
     runs, name = Runs(variant), run_name(key)
     path, filesystem = cluster.storage(cfg, variant, layout.runs_dir(variant))
@@ -192,14 +195,15 @@ def _fit(cfg: Config, variant: str, inputs: ModelInputs, dev_doc: dict[str, Any]
     return result
 
 
-def _train_as_job(cfg: Config, variant: str, key: Fingerprint, force: bool, run: str | None,
-                  detach: bool) -> dict[str, Any]:
+def _train_as_job(cfg: Config, variant: str, key: Fingerprint | None, force: bool,
+                  run: str | None, detach: bool) -> dict[str, Any]:
     """`rcpipe train` in a Ray job (rcpipe.train.jobs); its summary, from the shared disk."""
     from rcpipe.train.jobs import submit_train
 
     # the job's log lines go to rcpipe.train.jobs' log
     submit_train(cfg, variant, force, run=run, detach=detach)
-    if (summary := _finished(variant, key)) is None:
+    summary = _finished(variant, key) if key is not None else _summary(variant)
+    if summary is None or not summary.get("finished"):
         raise InputError(layout.summary_file(variant), "", "the Ray job finished but this "
                          "directory has no summary of these inputs' run: it must be on the "
                          "file system the cluster's nodes share")

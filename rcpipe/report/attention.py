@@ -34,7 +34,7 @@ class Explanation:
     qid: str
     question: str
     context: str
-    passage: list[str]  # the passage tokens the model read (after dev_para_limit)
+    passage: list[str]  # the passage tokens the model read (its window's)
     question_tokens: list[str]
     maps: list[AttentionMap]
     p_start: np.ndarray  # (Lc,) the start pointer over the passage tokens
@@ -47,6 +47,12 @@ class Explanation:
     gold: list[str]
     gold_start: int = -1  # the first gold answer's tokens (-1: none, or cut off)
     gold_end: int = -1
+    # a long context read as windows (data.window): the passage, the views and the token
+    # positions above are those of window ``window`` (0 = the first) of ``windows``, whose
+    # first token is the context's token ``window_start``
+    window: int = 0
+    windows: int = 1
+    window_start: int = 0
 
     def of(self, kind: Kind) -> AttentionMap | None:
         return next((m for m in self.maps if m.spec.kind == kind), None)

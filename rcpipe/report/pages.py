@@ -105,6 +105,10 @@ def explain_html(ex: Explanation, png: bytes) -> str:
     gold = ", ".join(f"“{escape(g)}”" for g in ex.gold) or "(no answer)"
     na = f"; no-answer share: start {ex.p_start_na:.3f}, end {ex.p_end_na:.3f}" \
         if ex.p_start_na or ex.p_end_na else ""
+    if ex.windows > 1:  # a long context: which window answered
+        na += (f"<br>The passage is {ex.windows} overlapping windows (data.window); the "
+               f"answer and everything below come from window {ex.window + 1}, its tokens "
+               f"{ex.window_start + 1}-{ex.window_start + len(ex.passage)}")
     body = f"""<h1>{escape(ex.variant)}: what the model looked at</h1>
 <p><b>Question</b> <code>{escape(ex.qid)}</code></p>
 <p class="tokens">{question}</p>

@@ -5,7 +5,9 @@ a package directory given as --model (eval/package.py: refused unless its vocabu
 one dev.parquet was prepared with)
 and the question's row of <data.out_dir>/dev.parquet; writes explanations/<V>-<qid>.html
 (self-contained) and the PNG beside it (not under reports/: that is the report stage's DVC
-output). No training code is imported.
+output). A context longer than data.window's length is answered as evaluate answers it,
+across its windows, and the views are those of the window the answer came from (the page
+says which). No training code is imported.
 """
 
 from __future__ import annotations
@@ -36,9 +38,11 @@ def explain(cfg: Config, variant: str, qid: str, out: Path | None = None
     Returns (Explanation, html path); the PNG is the html path with suffix .png.
     """
     import numpy as np
+    import torch
 
     from rcpipe.data.dataset import SquadDataset, read_table
-    from rcpipe.eval.trained import load_model, na_threshold
+    from rcpipe.eval.predict import predict, windows_of
+    from rcpipe.eval.trained import length_prior, load_model, na_threshold
     from rcpipe.report import attention, pages, plots
     from rcpipe.report.explain import attention_maps, decode
 
@@ -66,29 +70,48 @@ def explain(cfg: Config, variant: str, qid: str, out: Path | None = None
     except ValueError:
         raise InputError(dev_path, "id", f"no dev question with id {qid!r}") from None
     model = pkg.model if pkg else load_model(cfg, variant)[0]
-    dev = SquadDataset(table, para_limit=cfg.train.dev_para_limit)
-    batch = dev.collate([i])
-    maps, log_p1, log_p2 = attention_maps(model, variant, batch)
+    dev = SquadDataset(table)  # the whole context, read as data.window's windows
     threshold = na_threshold(cfg, variant) if pkg is None else (
         cfg.eval.na_threshold if cfg.eval.na_threshold is not None else pkg.na_threshold)
-    start, end = decode(log_p1, log_p2, cfg.eval.max_answer_len, threshold)
+    windows = windows_of(dev, cfg.data.window)
+    own = np.flatnonzero(windows.row == i)  # (K,) the question's windows
+    w, span = int(own[0]), None
+    if len(own) > 1:  # the answer's window, chosen as evaluate chooses it
+        prior = pkg.length_prior if pkg else length_prior(cfg)
+        found = predict(model, dev, [own.tolist()], torch.device("cpu"),
+                        cfg.eval.max_answer_len, threshold, length_prior=prior,
+                        windows=windows)[qid]
+        w = int(own[found["window"]])
+        starts = dev.starts.row(i).tolist()
+        span = (starts.index(found["start"]), dev.ends.row(i).tolist().index(found["end"])) \
+            if found["text"] else (-1, -1)
+    first = int(windows.start[w])
+    batch = dev.collate([w], windows=windows)
+    maps, log_p1, log_p2 = attention_maps(model, variant, batch)
+    if span is None:
+        start, end = decode(log_p1, log_p2, cfg.eval.max_answer_len, threshold)
+    else:  # the document's answer, counted in its window
+        start, end = (span[0] - first, span[1] - first) if span[0] >= 0 else (-1, -1)
     n = int(batch.c_mask.sum())
     p1, p2 = log_p1.exp().double().numpy(), log_p2.exp().double().numpy()  # (1 + Lc,)
     question = table.column("question")[i].as_py()
     ex = attention.Explanation(
         variant=variant, qid=qid, question=question, context=table.column("context")[i].as_py(),
-        passage=[dev.answer_text(i, t, t) for t in range(n)],
+        passage=[dev.answer_text(i, first + t, first + t) for t in range(n)],
         question_tokens=_question_tokens(question, int(batch.q_mask.sum())),
         maps=maps, p_start=np.asarray(p1[1:]), p_end=np.asarray(p2[1:]),
         p_start_na=float(p1[0]), p_end_na=float(p2[0]), start=start, end=end,
-        answer=dev.answer_text(i, start, end) if start >= 0 else "",
+        answer=dev.answer_text(i, first + start, first + end) if start >= 0 else "",
         gold=table.column("answers")[i].as_py() or [],
-        gold_start=int(batch.y1[0]), gold_end=int(batch.y2[0]))
+        gold_start=int(batch.y1[0]), gold_end=int(batch.y2[0]),
+        window=int(windows.index[w]), windows=len(own), window_start=first)
     html_path = out or default_out(variant, qid)
     png = plots.explain_png(ex)
     layout.write(html_path.with_suffix(".png"), png)
     layout.write(html_path, pages.explain_html(ex, png).encode())
-    log.info(f"explain {variant} {qid}: “{ex.answer}” -> {html_path} "
+    where = f" from window {ex.window + 1} of {ex.windows} (tokens {first + 1}-{first + n})" \
+        if ex.windows > 1 else ""
+    log.info(f"explain {variant} {qid}: “{ex.answer}”{where} -> {html_path} "
              f"(+ {html_path.with_suffix('.png').name})")
     return ex, html_path
 

@@ -55,7 +55,9 @@ def test_predict_one_question_gives_evaluates_answer_and_its_span(in_run: Traine
         context = contexts[qa["id"]]
         for model, answers in nbest.items():
             got = stages.predict(in_run.cfg, model, qa["question"], context)
-            assert set(got) == {"model", "answer", "start", "end", "prob"}  # v1.1: no na_prob
+            # v1.1: no na_prob; windows: how many the context was read as (a paragraph: 1)
+            assert set(got) == {"model", "answer", "start", "end", "prob", "windows"}
+            assert got["windows"] == 1
             assert got["answer"] == answers[qa["id"]]["text"]
             assert context[got["start"] : got["end"]] == got["answer"]
             assert got["prob"] == pytest.approx(answers[qa["id"]]["prob"], rel=1e-5, abs=1e-9)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 
 def best_span(
@@ -12,10 +13,11 @@ def best_span(
     """The span (i, j) maximising p_start[i] * p_end[j] subject to i <= j < i + max_len.
 
     p_start and p_end are (B, L) probabilities with padding positions already 0. Returns
-    (start (B,), end (B,), prob (B,)), prob being p_start[start] * p_end[end]. Every pair is
-    scored at once as a (B, L, L) outer product, so memory grows with L**2 (fine for SQuAD
-    contexts of a few hundred tokens). Ties go to the earliest pair in row-major order
-    (smallest start, then smallest end), since torch.argmax returns the first maximum.
+    (start (B,), end (B,), prob (B,)), prob being p_start[start] * p_end[end]. Only the band
+    of allowed pairs is scored, as a (B, L, max_len) tensor of [b, i, k] = span (i, i + k),
+    so memory grows with L * max_len (a window of 1,000 tokens: 15,000 pairs, not a
+    million). Ties go to the earliest pair in row-major order (smallest start, then
+    smallest end), since torch.argmax returns the first maximum.
     ``length_prior`` (max_len,): the pair is chosen by p_start * p_end * prior[j - i]
     instead, and ``prob`` stays the pair's p_start * p_end.
     """
@@ -30,23 +32,24 @@ def best_span(
     if length == 0:
         raise ValueError("cannot pick a span from a zero-length context")
 
-    scores = p_start.unsqueeze(2) * p_end.unsqueeze(1)  # (B, L, L): [b, i, j] = start i, end j
-    ones = torch.ones(length, length, dtype=torch.bool, device=p_start.device)
-    band = ones.triu(0).tril(max_len - 1)  # (L, L): True where i <= j <= i + max_len - 1
-    # -inf rather than 0 outside the band, so an out-of-band pair can never tie with or beat
-    # an allowed one, whatever the inputs' sign.
-    scores = scores.masked_fill(~band, float("-inf"))  # (B, L, L)
-    flat = scores.reshape(batch, length * length)  # (B, L*L)
+    width = min(max_len, length)  # spans a start may have: ends i .. i + width - 1
+    ends = F.pad(p_end, (0, width - 1)).unfold(1, width, 1)  # (B, L, W): [b, i, k] = end i+k
+    scores = p_start.unsqueeze(2) * ends  # (B, L, W)
+    steps = torch.arange(length, device=p_start.device)
+    offsets = torch.arange(width, device=p_start.device)
+    inside = steps[:, None] + offsets[None, :] < length  # (L, W): the end is in the context
+    # -inf rather than 0 past the end, so such a pair can never tie with or beat an allowed
+    # one, whatever the inputs' sign.
+    scores = scores.masked_fill(~inside, float("-inf"))  # (B, L, W)
+    flat = scores.reshape(batch, length * width)  # (B, L*W)
     chooser = flat
     if length_prior is not None:
-        steps = torch.arange(length, device=p_start.device)
-        span_len = (steps[None, :] - steps[:, None]).clamp(0, max_len - 1)  # (L, L): j - i
-        prior = length_prior.to(scores.dtype)[span_len]  # (L, L)
-        chooser = (scores * prior).reshape(batch, length * length)  # (B, L*L)
+        prior = length_prior.to(scores.dtype)[:width]  # (W,): by span length - 1
+        chooser = (scores * prior).reshape(batch, length * width)  # (B, L*W)
     best = chooser.argmax(dim=1)  # (B,)
     prob = flat.gather(1, best.unsqueeze(1)).squeeze(1)  # (B,)
-    start = torch.div(best, length, rounding_mode="floor")  # (B,)
-    end = best % length  # (B,)
+    start = torch.div(best, width, rounding_mode="floor")  # (B,)
+    end = start + best % width  # (B,)
     return start, end, prob
 
 

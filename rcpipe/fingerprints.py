@@ -130,6 +130,15 @@ def training(cfg: Config, variant: str) -> Fingerprint:
 # ------------------------------------------------------------------------------------ stamps
 
 
+def _here(path: Path) -> str:
+    """A file's name in a stamp: relative to the run directory when inside it, so a run
+    directory moved or copied whole keeps its stamps."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return str(path.resolve())
+
+
 @dataclass(frozen=True)
 class Stamp:
     """A stage's inputs, kept at layout.stamp(name) after its outputs are written."""
@@ -140,7 +149,7 @@ class Stamp:
     @classmethod
     def of(cls, name: str, files: Iterable[Path], settings: Mapping[str, Any]) -> Stamp:
         """The stamp of reading ``files`` (missing ones count as missing) with ``settings``."""
-        digests = {str(p): file_digest(p) if p.is_file() else "missing" for p in files}
+        digests = {_here(p): file_digest(p) if p.is_file() else "missing" for p in files}
         return cls(name, Fingerprint(digests, flatten(settings)))
 
     def is_current(self, outputs: Iterable[Path]) -> bool:

@@ -356,8 +356,12 @@ def ray(kit: Kit) -> dict[str, Any]:
         proc = subprocess.Popen(argv, cwd=work, env=kit.env(), stdout=f,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
-    checkpoints = work / "models" / variant / "checkpoints"
-    while not _checkpointed(checkpoints):
+    runs = work / "models" / variant / "runs"  # the one run, named after its inputs
+
+    def run_dir() -> Path:
+        return next(runs.glob("run-*"), runs / "none-yet")
+
+    while not _checkpointed(checkpoints := run_dir()):
         if proc.poll() is not None or kit.left() < a.reserve:
             kill_tree(proc.pid) if proc.poll() is None else None
             raise RuntimeError("no checkpoint before the kill:\n" + tail(logs[0]))

@@ -35,21 +35,22 @@ def score(dataset: str, predictions: Path, na_prob_file: Path | None = None,
         missing = next((q for q in preds if q not in na_probs), None)
         if missing is not None:
             raise InputError(na_prob_file, json.dumps([missing]), "no probability for this id")
+    try:
+        result = metrics.score(doc, preds, na_probs, na_prob_thresh)
+    except ValueError as e:  # v2.0 predictions answering no question; a v1.1 question
+        # without answers or a dataset without questions (the official scripts crash on those)
+        culprit = predictions if "predictions" in str(e) else dataset
+        raise InputError(culprit, "", str(e)) from None
     qids = [qa["id"] for article in doc["data"] for p in article["paragraphs"]
             for qa in p["qas"]]
     matched = sum(q in preds for q in qids)
-    if qids and not matched:  # the wrong dataset or predictions file: not a score of 0
+    if not matched:  # the wrong dataset or predictions file: not a score of 0
         raise InputError(predictions, "", f"no id matches a question of {dataset} "
                          f"({len(preds)} predictions, {len(qids)} questions)")
     if matched < len(qids):
         log.warning(f"score: {matched} of {len(qids)} questions have a prediction; the "
                     f"other {len(qids) - matched} score 0, as the official script scores them")
-    try:
-        return metrics.score(doc, preds, na_probs, na_prob_thresh)
-    except ValueError as e:  # v2.0 predictions answering no question; a v1.1 question
-        # without answers or a dataset without questions (the official scripts crash on those)
-        culprit = predictions if "predictions" in str(e) else dataset
-        raise InputError(culprit, "", str(e)) from None
+    return result
 
 
 # --------------------------------------------------------------------------------- ensemble

@@ -63,7 +63,8 @@ def predict(model: nn.Module, dataset: SquadDataset, batches: Iterable[list[int]
     probs: dict[int, list[tuple[int, list[float], list[float]]]] = {}
     for indices in batches:
         batch = dataset.collate(indices, windows=windows).to(device)
-        log_p1, log_p2 = model(batch).log_probs()  # (B, 1 + Lc) each
+        logits = model(batch)
+        log_p1, log_p2 = logits.log_probs()  # (B, 1 + Lc) each
         p1, p2 = log_p1.exp(), log_p2.exp()
         w = torch.as_tensor(indices, dtype=torch.long)  # (B,)
         pos = torch.arange(p1.size(1) - 1)[None, :]  # (1, Lc)
@@ -73,11 +74,13 @@ def predict(model: nn.Module, dataset: SquadDataset, batches: Iterable[list[int]
         p_own = torch.where(own.to(p1.device), p1[:, 1:], 0.0)  # (B, Lc)
         start, end, prob = best_span(p_own, p2[:, 1:], max_answer_len, length_prior)
         na_prob = p1[:, 0] * p2[:, 0]  # (B,)
+        score = logits.start.float().gather(1, start[:, None])[:, 0] + \
+            logits.end.float().gather(1, end[:, None])[:, 0]  # (B,) across windows
         for b, i in enumerate(indices):
             row, first = int(windows.row[i]), int(windows.start[i])
             found.setdefault(row, []).append(Proposal(
                 int(windows.index[i]), first + int(start[b]), first + int(end[b]),
-                float(prob[b]), float(na_prob[b])))
+                float(prob[b]), float(na_prob[b]), float(score[b])))
             if token_probs:
                 lo, hi = int(windows.own_lo[i]), int(windows.own_hi[i])
                 probs.setdefault(row, []).append((int(windows.index[i]),

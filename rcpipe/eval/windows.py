@@ -5,8 +5,11 @@ it through eval/predict.py's ``predict``):
 
 - each window proposes its best span among those starting on a token it owns (the
   max-context rule), scored as a single window is: p_start * p_end;
-- the document's best span is the proposal with the highest probability (ties: the earlier
-  window);
+- the document's best span is the proposal with the highest score, its start logit plus
+  its end logit (ties: the earlier window): a window's probabilities are normalised over
+  that window alone, so a window without the answer still gives some span most of its
+  mass, while the logits say how good a span is whatever else the window holds (as
+  transformers' run_qa compares a document's features);
 - its no-answer probability is the lowest of its windows' (SQuAD v2.0): a window that does
   not hold the answer rightly says "no answer", so only the window most sure that the
   answer is there speaks for the document (as transformers' run_qa keeps the minimum null
@@ -32,6 +35,10 @@ class Proposal:
     end: int  # its last token (inclusive)
     prob: float  # p_start * p_end in that window
     na_prob: float  # the window's no-answer probability (0 for SQuAD v1.1 models)
+    # the span's start logit + end logit: comparable across windows, unlike ``prob``, which
+    # each window's softmax normalises over that window alone (within one window both
+    # rank the spans alike)
+    score: float = 0.0
 
 
 def choose(proposals: Sequence[Proposal]) -> tuple[Proposal, float]:
@@ -40,7 +47,7 @@ def choose(proposals: Sequence[Proposal]) -> tuple[Proposal, float]:
         raise ValueError("a document read as no window has no answer to choose")
     best = proposals[0]
     for p in proposals[1:]:
-        if p.prob > best.prob or (p.prob == best.prob and p.window < best.window):
+        if p.score > best.score or (p.score == best.score and p.window < best.window):
             best = p
     return best, min(p.na_prob for p in proposals)
 

@@ -57,10 +57,11 @@ def _context(words: int, at: int, filler: str = "w") -> tuple[str, str]:
 
 
 def test_choose_takes_the_best_span_and_the_lowest_no_answer() -> None:
-    props = [Proposal(0, 3, 4, 0.2, 0.9), Proposal(1, 40, 41, 0.5, 0.3),
-             Proposal(2, 80, 80, 0.5, 0.6)]
+    # by the span's logits, not its probability, which each window normalises alone
+    props = [Proposal(0, 3, 4, 0.9, 0.9, score=2.0), Proposal(1, 40, 41, 0.5, 0.3, score=7.0),
+             Proposal(2, 80, 80, 0.5, 0.6, score=7.0)]
     best, na = choose(props)
-    assert best == props[1] and na == 0.3  # a tie on prob goes to the earlier window
+    assert best == props[1] and na == 0.3  # a tie goes to the earlier window
     assert choose(props[:1]) == (props[0], 0.9)  # one window: its own, unchanged
     with pytest.raises(ValueError):
         choose([])

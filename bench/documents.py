@@ -1,0 +1,175 @@
+"""Benchmark: whole documents, read as windows against the old cut at train.dev_para_limit.
+
+The article split's test articles (`../shared/data/squad-split/test-v1.1.json`, 9 articles
+of SQuAD dev v1.1) with each article's paragraphs joined into one document (a blank line
+between them), every question keeping its gold answers at their shifted offsets. A model
+trained on the split's training articles answers them three ways, at params.yaml's sizes
+(data.window: 1,000 tokens, 500 apart; train.dev_para_limit 1,000):
+
+- ``paragraph``: each question in its own paragraph (the split as SQuAD gives it);
+- ``windows``: each question over its whole document, read as data.window's windows
+  (eval/answer.py's Reader, the path of predict and serve);
+- ``cut``: each question over its whole document cut at train.dev_para_limit tokens, as
+  predict and serve read it before windows.
+
+For each: F1/EM (the official script's), seconds per question (tokenizing, the forward
+passes and decoding, the Reader's batches of 64 windows) and windows per document. The
+model is bidaf trained with the CPU preset (params.demo.yaml's sizes) for ``--minutes``
+through `python -m rcpipe.train.local`, as bench/accuracy.py trains it (its best
+checkpoint, ranked on the held-out slice of the training articles; a model already there
+is reused); ``--model FILE`` takes a model.pt trained on the same prepared data instead.
+``--questions N`` answers N questions of each article, evenly spread over it (every one
+with 0): a question over a whole document costs all its windows. Quote as "article split
+of SQuAD dev, articles as documents".
+
+    .venv/bin/python bench/documents.py --minutes 5 --questions 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from accuracy import PRESETS, ROOT, SPLIT, prepare, train  # noqa: E402
+
+SEP = "\n\n"  # between an article's paragraphs in its document
+
+
+def as_documents(doc: dict[str, Any], questions: int) -> dict[str, Any]:
+    """Each article's paragraphs joined into one context, its questions' answers shifted;
+    only ``questions`` of each article's questions, evenly spread over it (0: all)."""
+    out = []
+    for article in doc["data"]:
+        context, qas = "", []
+        for p in article["paragraphs"]:
+            shift = len(context) + (len(SEP) if context else 0)
+            context = context + SEP + p["context"] if context else p["context"]
+            for qa in p["qas"]:
+                answers = [{"text": a["text"], "answer_start": a["answer_start"] + shift}
+                           for a in qa["answers"]]
+                for a in answers:
+                    assert context[a["answer_start"]:][: len(a["text"])] == a["text"]
+                qas.append({**qa, "answers": answers})
+        if questions and len(qas) > questions:  # spread over the document, not its start
+            qas = [qas[k * len(qas) // questions] for k in range(questions)]
+        out.append({"title": article["title"], "paragraphs": [{"context": context,
+                                                               "qas": qas}]})
+    return {"version": doc.get("version", "1.1"), "data": out}
+
+
+def only(doc: dict[str, Any], qids: set[str]) -> dict[str, Any]:
+    """``doc`` (paragraphs as SQuAD gives them) holding only the questions ``qids``."""
+    return {"version": doc.get("version", "1.1"), "data": [
+        {"title": a["title"], "paragraphs": [
+            {"context": p["context"], "qas": [qa for qa in p["qas"] if qa["id"] in qids]}
+            for p in a["paragraphs"]]} for a in doc["data"]]}
+
+
+def answer(reader: Any, doc: dict[str, Any], name: str) -> tuple[dict[str, Any], float]:
+    """(qid -> answer, seconds) for every question of ``doc``, tokenizing included."""
+    from rcpipe.data.squad import parse_squad
+
+    t0 = time.perf_counter()
+    ds = reader.encoder.squad(parse_squad(doc, name, require_answers=False), reader.para_limit)
+    found = reader.answer_dataset(ds, "bidaf")
+    return found, time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--split", type=Path, default=SPLIT)
+    ap.add_argument("--workdir", type=Path, default=ROOT / "bench" / "out" / "documents")
+    ap.add_argument("--minutes", type=float, default=4.0)
+    ap.add_argument("--questions", type=int, default=40,
+                    help="per article, spread over it; 0: all")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--model", type=Path, default=None, help="a trained bidaf model.pt")
+    ap.add_argument("--window", type=int, nargs=2, action="append", default=[],
+                    metavar=("LENGTH", "STRIDE"), help="also read the documents as windows "
+                    "of this shape (e.g. 400 200: the training length)")
+    args = ap.parse_args()
+
+    import torch
+
+    from rcpipe.config import Window, load_config
+    from rcpipe.data.encode import TextEncoder
+    from rcpipe.data.squad import read_json
+    from rcpipe.data.tokenize import tokenize
+    from rcpipe.data.windows import window_starts
+    from rcpipe.eval import metrics
+    from rcpipe.eval.answer import Reader
+    from rcpipe.eval.trained import model_from_payload, vocab_digest
+
+    torch.set_num_threads(args.threads)
+    train_file, test = args.split / "train-v1.1.json", args.split / "test-v1.1.json"
+    prepared = args.workdir / "prepared"
+    prepare(PRESETS["cpu"], train_file, test, prepared, [])
+    model_file = args.model
+    if model_file is None:
+        run = args.workdir / "bidaf"
+        if not (run / "model.pt").is_file():
+            ns = argparse.Namespace(minutes=args.minutes, eval_every=100, device="cpu",
+                                    threads=args.threads, set=[], tuned=None)
+            train("bidaf", PRESETS["cpu"], prepared, train_file, test, run, ns, seed=42)
+        model_file = run / "model.pt"
+    saved = torch.load(model_file, map_location="cpu", weights_only=True)
+    model, _ = model_from_payload(saved, "bidaf", vocab_digest(prepared))
+    model.eval()
+
+    big = load_config(ROOT / "params.yaml")  # params.yaml's window and dev_para_limit
+    small = load_config(PRESETS["cpu"])
+    meta = json.loads((prepared / "meta.json").read_text())
+    encoder = TextEncoder.from_vocab(json.loads((prepared / "vocab.json").read_text()),
+                                     meta["char_limit"])
+    cpu = torch.device("cpu")
+    windowed = Reader(encoder, {"bidaf": model}, cpu, small.eval.max_answer_len,
+                      window=big.data.window)
+    cut = Reader(encoder, {"bidaf": model}, cpu, small.eval.max_answer_len,
+                 para_limit=big.train.dev_para_limit)
+    whole = Reader(encoder, {"bidaf": model}, cpu, small.eval.max_answer_len)
+
+    source = read_json(test, str(test))
+    documents = as_documents(source, args.questions)
+    qids = {qa["id"] for a in documents["data"] for qa in a["paragraphs"][0]["qas"]}
+    paragraphs = only(source, qids)
+    rows = {}
+    readers = [("paragraph", whole, paragraphs), ("windows", windowed, documents),
+               ("cut", cut, documents)]
+    for length, stride in args.window:
+        shape = Window(length=length, stride=stride)
+        readers.append((f"windows {length}/{stride}", Reader(
+            encoder, {"bidaf": model}, cpu, small.eval.max_answer_len, window=shape),
+            documents))
+    for name, reader, doc in readers:
+        found, seconds = answer(reader, doc, name)
+        scores = metrics.score(doc, {q: v["text"] for q, v in found.items()})
+        past = [q for q, v in found.items() if v["windows"] > 1 and v["window"] > 0]
+        rows[name] = {"f1": scores["f1"], "em": scores["exact_match"],
+                      "questions": len(found), "seconds": round(seconds, 2),
+                      "s_per_question": seconds / len(found),
+                      "answers_past_the_first_window": len(past)}
+        print(f"{name:>16}: F1 {scores['f1']:.1f} EM {scores['exact_match']:.1f} on "
+              f"{len(found)} questions, {seconds / len(found) * 1000:.1f} ms a question",
+              flush=True)
+    contexts = [a["paragraphs"][0]["context"] for a in documents["data"]]
+    tokens = [len(t.words) for t in tokenize(contexts, quiet=True)]
+    w = big.data.window
+    windows = [len(window_starts(n, w.length, w.stride)) for n in tokens]
+    out = {"device": "cpu", "threads": args.threads, "model": str(model_file),
+           "window": big.data.window.model_dump(), "dev_para_limit": big.train.dev_para_limit,
+           "documents": len(contexts), "tokens_per_document": tokens,
+           "windows_per_document": windows, "rows": rows}
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    (args.workdir / "documents.json").write_text(json.dumps(out, indent=1))
+    print(f"{len(contexts)} documents of {min(tokens):,}-{max(tokens):,} tokens, "
+          f"{min(windows)}-{max(windows)} windows (mean {sum(windows) / len(windows):.1f}) "
+          f"-> {args.workdir / 'documents.json'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -120,6 +120,10 @@ def prepare(cfg: Config) -> dict[str, Any]:
     (train_ctx, train_q), (dev_ctx, dev_q), (held_ctx, held_q) = split_toks.values()
 
     kept, dropped, windows = F.label_train(train, train_ctx, train_q, cfg.data)
+    if not kept:  # nothing to train on is the user's to know now, not a model of nothing later
+        why = ", ".join(f"{n} {reason}" for reason, n in sorted(dropped.items()))
+        raise InputError(d.train_file, "", f"no usable training question ({len(train.questions)}"
+                         f" read{': ' + why if why else ''}); nothing was written")
     dev_rows = F.label_dev(dev, dev_ctx, cfg.data)
     held_rows = F.label_dev(held.file, held_ctx, cfg.data)  # like dev: every question
     words, chars, emb, hits, trained = _vocabularies(cfg, (train, train_ctx, train_q),

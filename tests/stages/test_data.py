@@ -123,6 +123,18 @@ def test_prepare_report_with_drops(make_config: MakeConfig, synth_v1: SynthData)
     assert table.num_rows > 0 and np.all((y2 - y1 >= 0) & (y2 - y1 < 2))  # answer limit 2
 
 
+def test_prepare_with_no_usable_training_question_is_an_error(
+        make_config: MakeConfig, synth_v1: SynthData) -> None:
+    """Every question over the limit once gave a 0-row train.parquet and success."""
+    cfg = make_config(synth_v1, data={"limits": {"question": 1}})
+    with pytest.raises(InputError) as err:
+        stages.prepare(cfg)
+    assert err.value.file == str(synth_v1.train)
+    assert "no usable training question" in err.value.what
+    assert "question_too_long" in err.value.what
+    assert not (cfg.data.out_dir / "train.parquet").exists()
+
+
 def test_prepare_v2_keeps_unanswerable(make_config: MakeConfig, synth_v2: SynthData) -> None:
     cfg = make_config(synth_v2)
     report = stages.prepare(cfg)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import csv
 import io
 import logging
-import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,12 +50,11 @@ def publish(where: Remote, record: dict[str, Any]) -> dict[str, Any]:
     png = plots.nights_png(rows, models)
     html = pages.nights_html(rows, models, png, report_link).encode()
     out = {"report": sent.get("report.html"), "report_link": report_link}
-    for parts in (("versions", run, "report"), ()):  # this night's, and the latest
-        where.write(html, *parts, "nights.html")
+    table = _csv(rows, ["night", "promoted", "gate gain", "champion", *models])
+    for parts in ((), ("versions", run, "report")):  # the latest, and this night's
+        out["nights"] = where.write(html, *parts, "nights.html")
         where.write(png, *parts, "nights.png")
-        where.write(_csv(rows, ["night", "promoted", "gate gain", "champion", *models]), *parts,
-                    "nights.csv")
-    out["nights"] = where.write(html, "versions", run, "report", "nights.html")
+        where.write(table, *parts, "nights.csv")
     out["nights_link"] = where.link(LINK_SECONDS, "versions", run, "report", "nights.html")
     log.info(f"version {run}: report and nights page ({len(rows)} night(s)) -> "
              f"{out['nights']}")
@@ -91,6 +89,7 @@ def _csv(rows: list[dict[str, Any]], header: list[str]) -> bytes:
 def push_commit(root: Path, remote: str | None, commit: str | None, promoted: bool
                 ) -> dict[str, Any]:
     """Push the night's commit (HEAD's branch) and, when promoted, the champion tag."""
+    from rcpipe.stages.version import _git  # the one git runner of versioning
     if remote is None or commit is None:
         return {"pushed": False, "why": "no git remote set" if commit else "no git commit"}
     if _git(root, "remote", "get-url", remote).returncode != 0:
@@ -105,8 +104,4 @@ def push_commit(root: Path, remote: str | None, commit: str | None, promoted: bo
                     "remote, its commit only here")
         return {"pushed": False, "why": why}
     return {"pushed": True, "remote": remote, "commit": commit}
-
-
-def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
 

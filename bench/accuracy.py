@@ -115,11 +115,10 @@ def best_answers(variants: list[str], runs: Path, params: Path, prepared: Path, 
     from rcpipe.eval.trained import model_from_payload, vocab_digest
 
     cfg = load_config(params, [f"data.out_dir={prepared}"])
-    limit = cfg.train.dev_para_limit
-    dev = Split(SquadDataset.from_parquet(prepared / "dev.parquet", para_limit=limit),
-                read_json(test, str(test)))
+    # whole contexts, a long one read as data.window's windows, as `rcpipe evaluate` reads
+    dev = Split(SquadDataset.from_parquet(prepared / "dev.parquet"), read_json(test, str(test)))
     found = prepared_heldout(prepared)
-    heldout = heldout_split(found, limit) if found else None
+    heldout = heldout_split(found, None) if found else None
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     answers = {}
     for v in variants:
@@ -127,7 +126,7 @@ def best_answers(variants: list[str], runs: Path, params: Path, prepared: Path, 
         model, _ = model_from_payload(saved, v, vocab_digest(prepared))
         answers[v], _ = heldout_then_dev(model.to(device), dev, heldout,
                                          found.source if found else None, device,
-                                         cfg.eval.max_answer_len)
+                                         cfg.eval.max_answer_len, window=cfg.data.window)
     return answers, dev.doc
 
 

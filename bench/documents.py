@@ -1,16 +1,16 @@
-"""Benchmark: whole documents, read as windows against the old cut at train.dev_para_limit.
+"""Benchmark: whole documents, read as windows against the old cut at 1,000 tokens.
 
 The article split's test articles (`../shared/data/squad-split/test-v1.1.json`, 9 articles
 of SQuAD dev v1.1) with each article's paragraphs joined into one document (a blank line
 between them), every question keeping its gold answers at their shifted offsets. A model
 trained on the split's training articles answers them three ways, at params.yaml's sizes
-(data.window: 1,000 tokens, 500 apart; train.dev_para_limit 1,000):
+(data.window: 1,000 tokens, 500 apart; the old cut: the window's length, 1,000):
 
 - ``paragraph``: each question in its own paragraph (the split as SQuAD gives it);
 - ``windows``: each question over its whole document, read as data.window's windows
   (eval/answer.py's Reader, the path of predict and serve);
-- ``cut``: each question over its whole document cut at train.dev_para_limit tokens, as
-  predict and serve read it before windows.
+- ``cut``: each question over its whole document cut at data.window.length tokens, as
+  predict and serve read it before windows (the old train.dev_para_limit).
 
 For each: F1/EM (the official script's), seconds per question (tokenizing, the forward
 passes and decoding, the Reader's batches of 64 windows) and windows per document. The
@@ -121,7 +121,7 @@ def main() -> None:
     model, _ = model_from_payload(saved, "bidaf", vocab_digest(prepared))
     model.eval()
 
-    big = load_config(ROOT / "params.yaml")  # params.yaml's window and dev_para_limit
+    big = load_config(ROOT / "params.yaml")  # params.yaml's window
     small = load_config(PRESETS["cpu"])
     meta = json.loads((prepared / "meta.json").read_text())
     encoder = TextEncoder.from_vocab(json.loads((prepared / "vocab.json").read_text()),
@@ -130,7 +130,7 @@ def main() -> None:
     windowed = Reader(encoder, {"bidaf": model}, cpu, small.eval.max_answer_len,
                       window=big.data.window)
     cut = Reader(encoder, {"bidaf": model}, cpu, small.eval.max_answer_len,
-                 para_limit=big.train.dev_para_limit)
+                 para_limit=big.data.window.length)
     whole = Reader(encoder, {"bidaf": model}, cpu, small.eval.max_answer_len)
 
     source = read_json(test, str(test))
@@ -161,7 +161,7 @@ def main() -> None:
     w = big.data.window
     windows = [len(window_starts(n, w.length, w.stride)) for n in tokens]
     out = {"device": "cpu", "threads": args.threads, "model": str(model_file),
-           "window": big.data.window.model_dump(), "dev_para_limit": big.train.dev_para_limit,
+           "window": big.data.window.model_dump(), "cut_at": big.data.window.length,
            "documents": len(contexts), "tokens_per_document": tokens,
            "windows_per_document": windows, "rows": rows}
     args.workdir.mkdir(parents=True, exist_ok=True)

@@ -77,14 +77,14 @@ def gate_answers(work: Path, models: dict[int, Path], sets: list[str]
     meta = json.loads((out / "meta.json").read_text())
     encoder = TextEncoder.from_vocab(json.loads((out / "vocab.json").read_text()),
                                      meta.get("char_limit", cfg.data.limits.char))
-    ds = encoder.squad(gate.squad, cfg.train.dev_para_limit)
+    ds = encoder.squad(gate.squad)
     found = {}
     for seed, path in models.items():
         saved = torch.load(path, map_location="cpu", weights_only=True)
         model, inputs = model_from_payload(saved, VARIANT, vocab_digest(out))
         reader = Reader(encoder, {VARIANT: model.eval()}, torch.device("cpu"),
-                        cfg.eval.max_answer_len, {VARIANT: None}, cfg.train.dev_para_limit,
-                        no_answer=inputs.no_answer)
+                        cfg.eval.max_answer_len, {VARIANT: None}, no_answer=inputs.no_answer,
+                        window=cfg.data.window)
         found[seed] = {q: a["text"] for q, a in reader.answer_dataset(ds, VARIANT).items()}
     return gate, found
 

@@ -86,7 +86,7 @@ class Window(Section):
     windows share at least 2k - 1 tokens.
     """
 
-    # 1,000: the papers' test-time limit (QANet's code; train.dev_para_limit's value), so
+    # 1,000: the papers' test-time limit (QANet's code; the old train.dev_para_limit), so
     # no SQuAD paragraph is read differently from before windows
     length: int = Field(1000, gt=0, description="answering: context tokens a model reads "
                         "at once; a longer context is read as windows of this many")
@@ -212,7 +212,6 @@ class TrainConfig(Section):
                                   "(the latest is always kept too, for resuming)")
     max_steps: int = Field(0, ge=0, description="stop after this many steps; 0: no limit")
     max_minutes: float = Field(0, ge=0, description="stop after this long; 0: no limit")
-    dev_para_limit: int = Field(1000, gt=0, description="dev context tokens fed to a model")
     threads: int = Field(0, ge=0, description="torch CPU threads per worker; 0: its CPU share")
     cpus_per_worker: float = Field(0, ge=0, description="Ray CPUs per worker; 0: the "
                                    "cluster's CPUs / num_workers on CPU, 1 with GPUs")

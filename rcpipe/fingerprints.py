@@ -3,12 +3,12 @@ not done again, and work whose inputs changed is never skipped.
 
 A training run is keyed on its fingerprint (`training`): the prepared data it reads (each
 file's sha256), the settings that change what it learns (the variant's effective config,
-the train.* and eval.* keys, data.word_dim) and rcpipe's version. rcpipe.stages.train
-trains anew when it differs from the finished model's, resumes a run of the same
-fingerprint, and does nothing when the finished model has it. evaluate, ensemble and report
-keep a stamp (`Stamp`): the digest of the files and settings they read, written after
-their outputs, so a run killed before the end leaves the old stamp and the next one redoes
-the work.
+the train.* and eval.* keys, data.word_dim, data.window's reading of a long dev context)
+and rcpipe's version. rcpipe.stages.train trains anew when it differs from the finished
+model's, resumes a run of the same fingerprint, and does nothing when the finished model
+has it. evaluate, ensemble and report keep a stamp (`Stamp`): the digest of the files and
+settings they read, written after their outputs, so a run killed before the end leaves the
+old stamp and the next one redoes the work.
 
 Settings that only say where or how fast to run are not part of any key (`UNKEYED`, the
 keys dvc.yaml leaves out of the train stage's params too): a cluster run may set them
@@ -122,7 +122,9 @@ def training(cfg: Config, variant: str) -> Fingerprint:
         "models": {variant: cfg.models.of(variant).model_dump(mode="json")},
         "train": cfg.train.model_dump(mode="json", exclude=set(UNKEYED)),
         "eval": cfg.eval.model_dump(mode="json"),  # dev and held-out scoring pick the best
-        "data": {"word_dim": cfg.data.word_dim},
+        # how the dev curve reads a long context: what the checkpoints are ranked on
+        "data": {"word_dim": cfg.data.word_dim, "window": {
+            "length": cfg.data.window.length, "stride": cfg.data.window.stride}},
     })
     return Fingerprint(files, settings)
 

@@ -50,7 +50,7 @@ class TextEncoder:
         """Every question of a SQuAD file, one row each, as prepare encodes the dev split.
 
         Answers, where the file has them, become span labels exactly as in dev.parquet;
-        ``para_limit`` truncates long contexts as evaluate does (train.dev_para_limit).
+        ``para_limit`` cuts long contexts (None: whole; readers read a long one as windows).
         """
         texts = sq.contexts + [q.question for q in sq.questions]
         toks = tokenize(texts, quiet=True)

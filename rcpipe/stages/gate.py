@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rcpipe import layout
-from rcpipe.config import VARIANTS, Config
+from rcpipe.config import VARIANTS, Config, Window
 from rcpipe.errors import InputError
 from rcpipe.versioning import GateSet, Score
 
@@ -44,6 +44,7 @@ class Gate:
     info: GateSet
     doc: dict[str, Any]
     squad: SquadFile
+    window: Window  # data.window: a long context read as windows, as the service reads it
 
 
 def gate_set(cfg: Config, dev_sha256: str) -> Gate:
@@ -72,7 +73,7 @@ def gate_set(cfg: Config, dev_sha256: str) -> Gate:
     squad = parse_squad(doc, uri)  # answers required: the gate scores them
     info = GateSet(source, uri, digest, len(squad.questions),
                    sum(1 for a in doc["data"] for p in a["paragraphs"] if p["qas"]))
-    return Gate(info, doc, squad)
+    return Gate(info, doc, squad, cfg.data.window)
 
 
 def package_nbest(package: Path, gate: Gate, device: torch.device
@@ -86,10 +87,9 @@ def package_nbest(package: Path, gate: Gate, device: torch.device
     pkg = load_package(package)
     reader = Reader(TextEncoder.from_vocab(pkg.vocab, pkg.char_limit),
                     {pkg.variant: pkg.model.to(device)}, device, pkg.max_answer_len,
-                    {pkg.variant: pkg.na_threshold}, pkg.para_limit,
-                    no_answer=pkg.inputs.no_answer, length_prior=pkg.length_prior)
-    return reader.answer_dataset(reader.encoder.squad(gate.squad, reader.para_limit),
-                                 pkg.variant)
+                    {pkg.variant: pkg.na_threshold}, no_answer=pkg.inputs.no_answer,
+                    length_prior=pkg.length_prior, window=gate.window)
+    return reader.answer_dataset(reader.encoder.squad(gate.squad), pkg.variant)
 
 
 def answers(packages: Mapping[str, Path], gate: Gate, device: torch.device,

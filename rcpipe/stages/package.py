@@ -64,7 +64,7 @@ def package(cfg: Config, variant: str, out: Path | None = None) -> Path:
         "data": {"version": meta["version"]["train"],
                  "limits": cfg.data.limits.model_dump(),
                  "char_limit": meta.get("char_limit", cfg.data.limits.char),
-                 "dev_para_limit": cfg.train.dev_para_limit, "sources": sources,
+                 "window": cfg.data.window.model_dump(), "sources": sources,
                  "questions": report},
         "decoding": {"max_answer_len": cfg.eval.max_answer_len,
                      "length_prior": None if prior is None else prior.tolist()},

@@ -135,7 +135,7 @@ def scores(model: nn.Module, dev: Split, heldout: Split | None, source: str | No
     with ema.applied(model) if ema is not None else nullcontext():
         ev, held = heldout_then_dev(model, dev, heldout, source, device,
                                     cfg.eval.max_answer_len, cfg.eval.na_threshold,
-                                    length_prior)
+                                    length_prior, cfg.data.window)
     by = held or ev
     return Scores(ev.result, held.result if held else None,
                   headline(by.result)[1] + 1e-4 * (by.span_f1 or 0.0))
@@ -197,8 +197,9 @@ class Worker:
         self.train_set = SquadDataset.from_parquet(
             Path(self.job.train_path),
             buckets=(buckets.context, buckets.question) if buckets else None)
-        self.dev_set = SquadDataset.from_parquet(Path(self.job.dev_path),
-                                                 para_limit=self.cfg.train.dev_para_limit)
+        # whole contexts, a long one read as data.window's windows, as `rcpipe evaluate`
+        # reads them: the checkpoints are ranked on what evaluation will score
+        self.dev_set = SquadDataset.from_parquet(Path(self.job.dev_path))
         # prepare's held-out questions, beside train.parquet: rank 0 ranks checkpoints on them
         self.heldout = prepared_heldout(Path(self.job.train_path).parent)
         self.heldout_split: Split | None = None
@@ -350,7 +351,7 @@ class Worker:
     def _heldout(self) -> Split | None:
         """The held-out Split, read once (rank 0 alone evaluates)."""
         if self.heldout is not None and self.heldout_split is None:
-            self.heldout_split = heldout_split(self.heldout, self.cfg.train.dev_para_limit)
+            self.heldout_split = heldout_split(self.heldout, None)
         return self.heldout_split
 
     def _rank0_verdicts(self, stop: bool, decay: bool) -> tuple[bool, bool]:

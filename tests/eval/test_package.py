@@ -35,7 +35,8 @@ def _write(prepared: Prepared, out: Path, variant: str = "qanet",
     model = build_model(variant, mc, inputs).eval()
     inputs_doc = {k: v for k, v in vars(inputs).items()} | {"vectors": None}
     config = {"variant": variant, "model_config": mc.model_dump(), "inputs": inputs_doc,
-              "data": {"version": "1.1", "char_limit": 16, "dev_para_limit": None},
+              "data": {"version": "1.1", "char_limit": 16,
+                       "window": {"length": 1000, "stride": 500}},
               "decoding": {"max_answer_len": 15, "length_prior": [0.5, 0.25, 0.25]}}
     files = package_files(config, model.state_dict(),
                           (prepared.out_dir / "vocab.json").read_bytes(), threshold, "# card\n")

@@ -122,9 +122,10 @@ def test_the_answer_past_token_1500_is_the_one_in_the_paragraph_alone(in_run: Ru
     assert document[got["start"] : got["end"]] == got["answer"]
     tokens = tokenize([document], quiet=True)[0]
     assert tokens.starts.index(got["start"]) > 1500 and got["windows"] == 3
-    # as it was before windows, cut at train.dev_para_limit, the model never saw it
+    # as it was before windows, cut at 1,000 tokens (the old train.dev_para_limit), the
+    # model never saw it
     cut = load_reader(in_run.cfg, ["bidaf"])
-    cut.para_limit, cut.window = in_run.cfg.train.dev_para_limit, None
+    cut.para_limit, cut.window = in_run.cfg.data.window.length, None
     before = cut.answer_pairs([(document, in_run.question)], "bidaf")[0]
     assert isinstance(before, dict) and before["end"] <= len(FILLER)
 

@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from rcpipe import reads
 from rcpipe.errors import InputError
 from rcpipe.variants import REGISTRY
 
@@ -117,7 +118,8 @@ class DataConfig(Section):
     word_vectors: str | None = Field(
         None, description="GloVe-format text (.txt/.txt.gz/.zip); None: trainable vectors"
     )
-    word_dim: int = Field(300, gt=0, description="word vector size (must match word_vectors)")
+    word_dim: int = Field(300, gt=0, le=8192, description="word vector size (must match "
+                          "word_vectors)")
     min_word_count: int = Field(1, ge=1, description="training count a word needs for the vocab")
     # unk by default: the QANet paper's, and the one setting under which the model's
     # trainable OOV vector learns. Each training occurrence of a word the vectors lack
@@ -276,19 +278,20 @@ class ModelConfig(Section):
     """One variant: its architecture (``Arch`` fields: they shape the weights) and how it
     trains (the rest). Fields a family does not use are ignored by its builder."""
 
-    # -- architecture
-    hidden: int = Arch(75, gt=0, description="d: RNN state / model width")
-    char_dim: int = Arch(8, gt=0, description="char embedding size")
-    char_hidden: int = Arch(100, gt=0, description="char CNN filters / char GRU state")
-    char_kernel: int = Arch(5, gt=0, description="char CNN width")
-    layers: int = Arch(3, gt=0, description="R-Net encoder BiGRU layers; BiDAF modeling")
-    highway_layers: int = Arch(2, ge=0)
-    heads: int = Arch(8, gt=0, description="QANet self-attention heads")
-    conv_kernel: int = Arch(7, gt=0, description="QANet embedding-encoder conv width")
-    emb_convs: int = Arch(4, gt=0, description="QANet convs per embedding-encoder block")
-    model_blocks: int = Arch(7, gt=0, description="QANet model-encoder blocks")
-    model_convs: int = Arch(2, gt=0, description="QANet convs per model-encoder block")
-    model_kernel: int = Arch(5, gt=0, description="QANet model-encoder conv width")
+    # -- architecture; each bounded, so a model file or package naming a million layers is
+    # refused before anything is built (limits.parameters bounds the whole)
+    hidden: int = Arch(75, gt=0, le=8192, description="d: RNN state / model width")
+    char_dim: int = Arch(8, gt=0, le=1024, description="char embedding size")
+    char_hidden: int = Arch(100, gt=0, le=8192, description="char CNN filters / char GRU state")
+    char_kernel: int = Arch(5, gt=0, le=64, description="char CNN width")
+    layers: int = Arch(3, gt=0, le=64, description="R-Net encoder BiGRU layers; BiDAF modeling")
+    highway_layers: int = Arch(2, ge=0, le=64)
+    heads: int = Arch(8, gt=0, le=256, description="QANet self-attention heads")
+    conv_kernel: int = Arch(7, gt=0, le=64, description="QANet embedding-encoder conv width")
+    emb_convs: int = Arch(4, gt=0, le=64, description="QANet convs per embedding-encoder block")
+    model_blocks: int = Arch(7, gt=0, le=64, description="QANet model-encoder blocks")
+    model_convs: int = Arch(2, gt=0, le=64, description="QANet convs per model-encoder block")
+    model_kernel: int = Arch(5, gt=0, le=64, description="QANet model-encoder conv width")
     position_encoding: bool = Arch(True, description="QANet: add the sinusoid at every "
                                    "encoder block (the paper); False: the convolutions "
                                    "alone carry word order")
@@ -518,6 +521,39 @@ class VersionConfig(Section):
                                    "to, when the workspace has it; None: kept local")
 
 
+class ReadLimits(Section):
+    """Caps on what rcpipe reads (README, "Limits"): a file over its cap, a context over its
+    length or a document nested too deep is one located error, found before it is read or
+    parsed. A params file itself is held to PARAMS_BYTES (it cannot raise its own cap)."""
+
+    # train-v2.0.json is 40 MB, dev 4 MB: the cap leaves room for a corpus ten times larger
+    json_mb: float = Field(512, gt=0, description="a JSON file rcpipe reads: SQuAD files "
+                           "(a .gz inflated), predictions, n-best and probability files, "
+                           "vocab.json, a package's config")
+    # the papers' models with 300-d vectors over SQuAD's words are ~120 MB of fp32
+    weights_mb: float = Field(4096, gt=0, description="a package's model.safetensors and a "
+                              "model file (models/<variant>/model.pt)")
+    parameters: int = Field(1_000_000_000, gt=0, description="a model a package or model "
+                            "file describes is refused above this many weights, counted "
+                            "before any is allocated")
+    # 20,000 tokens (data.window.max_tokens) of English are ~120,000 characters
+    context_chars: int = Field(1_000_000, gt=0, description="one context of predict "
+                               "(--context, --context-file, each of --input's), refused "
+                               "before it is tokenized")
+    depth: int = Field(64, gt=0, description="JSON and YAML nesting (SQuAD nests 7 deep)")
+    download_minutes: float = Field(120, gt=0, description="a download's deadline, its "
+                                    "retries included: a server that trickles is left")
+
+    def json_bytes(self) -> int:
+        return int(self.json_mb * reads.MB)
+
+    def weights_bytes(self) -> int:
+        return int(self.weights_mb * reads.MB)
+
+
+PARAMS_BYTES = 1_000_000  # a params file (params.yaml's 12 KB, or a tune layer's 1 KB)
+
+
 class Config(Section):
     data: DataConfig
     synth: SynthConfig = SynthConfig()
@@ -526,6 +562,7 @@ class Config(Section):
     models: ModelsConfig = Field(default_factory=ModelsConfig)
     tune: SearchConfig = Field(default_factory=SearchConfig)
     version: VersionConfig = VersionConfig()
+    limits: ReadLimits = ReadLimits()
     _source: str = PrivateAttr("params")
 
     @model_validator(mode="after")
@@ -568,13 +605,36 @@ class Config(Section):
         return self._source
 
 
+def located(e: ValidationError) -> tuple[str, str]:
+    """pydantic's first error as one line's (place, what): ``train.lr``, ``Input should be
+    greater than 0`` (its own rendering spans lines)."""
+    err = e.errors()[0]
+    where = ".".join(str(p) for p in err["loc"])
+    what = "unknown key" if err["type"] == "extra_forbidden" else "expected a mapping" \
+        if err["type"] in ("model_type", "dict_type") else \
+        " ".join(err["msg"].removeprefix("Value error, ").split())
+    return where, what
+
+
+def safe_yaml(text: str, name: str | Path, depth: int = ReadLimits().depth,
+              where: str = "") -> Any:
+    """YAML ``text`` loaded by safe_load, refused when nested deeper than ``depth``."""
+    found = reads.yaml_depth_over(text, depth)
+    if found is not None:
+        raise InputError(name, where, f"nested over {depth} deep (limits.depth)")
+    return yaml.safe_load(text)
+
+
 def parse_override(item: str) -> tuple[list[str], Any]:
     """``a.b.c=value`` -> (["a", "b", "c"], value parsed as a YAML scalar)."""
     key, sep, raw = item.partition("=")
     if not sep or not key.strip():
         raise InputError("--set", item, "expected dotted.key=value")
+    if len(key) > 1000 or key.count(".") > ReadLimits().depth:
+        raise InputError("--set", item[:80], "the key is nested over "
+                         f"{ReadLimits().depth} deep (limits.depth)")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = safe_yaml(raw, "--set", where=key) if raw.strip() else None
     except yaml.YAMLError:
         raise InputError("--set", item, "value is not valid YAML") from None
     return key.strip().split("."), value
@@ -595,12 +655,9 @@ def _apply(raw: dict[str, Any], keys: list[str], value: Any, item: str) -> None:
 
 def _read_layer(params: Path) -> dict[str, Any]:
     """One params file as a mapping; a file that cannot be read or parsed is a located error."""
+    text = reads.read_text(params, PARAMS_BYTES, "a params file's cap")
     try:
-        text = params.read_text()
-    except OSError as e:
-        raise InputError(params, "", e.strerror or "cannot read") from None
-    try:
-        raw = yaml.safe_load(text) or {}
+        raw = safe_yaml(text, params) or {}
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else ""
@@ -647,10 +704,7 @@ def load_config(params: Layers | None = "params.yaml", overrides: list[str] | No
     try:
         cfg = Config.model_validate(raw)
     except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        what = "unknown key" if err["type"] == "extra_forbidden" else \
-            err["msg"].removeprefix("Value error, ")
+        where, what = located(e)
         if not where:  # a check across sections (Config's validators) names its key first
             where, _, what = what.removeprefix("Value error, ").partition(": ")
         held = [f for f, layer in layers if _holds(layer, where.split("."))]

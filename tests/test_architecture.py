@@ -10,19 +10,21 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-BASE = {"config", "errors", "console", "logs", "layout", "fingerprints", "variants"}
+BASE = {"config", "errors", "console", "logs", "layout", "fingerprints", "variants",
+        "reads"}
 # package -> the rcpipe packages it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {
-    "config": {"errors", "variants"},
+    "config": {"errors", "variants", "reads"},
     "variants": set(),
     "errors": set(),
+    "reads": {"errors"},  # a user's file read within its caps, JSON and YAML depth bounded
     "console": set(),
     "logs": {"console"},  # rich's handler writes on the console the bars use
     "layout": set(),
     "fingerprints": {"config", "layout"},  # what a run's and a stage's outputs were made from
-    "data": {"config", "errors", "console", "models"},  # models: the Batch type only
+    "data": {"config", "errors", "console", "models", "reads"},  # models: the Batch type only
     "models": {"config", "variants"},
-    "eval": {"config", "errors", "data", "models", "layout"},
+    "eval": {"config", "errors", "data", "models", "layout", "reads"},
     "report": {"data", "models", "eval", "layout"},
     "train": BASE | {"data", "models", "eval"},
     "serve": {"errors"},

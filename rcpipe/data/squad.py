@@ -7,21 +7,21 @@ and the length limits, and counted with a reason.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import json
 import os
-import shutil
 import tempfile
 import time
 import urllib.request
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from rcpipe import reads
+from rcpipe.config import ReadLimits
 from rcpipe.errors import InputError
+
+DEFAULT = ReadLimits()  # a caller without a config reads within the params' defaults
 
 
 @dataclass(frozen=True)
@@ -64,36 +64,88 @@ def cache_path(uri: str, cache_dir: Path) -> Path:
     return cache_dir / f"{digest}-{name}"
 
 
-def fetch(uri: str, cache_dir: Path, retries: int = 3) -> Path:
-    """A local path for ``uri``: itself if local, else a cached download (atomic rename)."""
+PART = ".part-"  # a download in progress: .part-<pid>-<random>, renamed when complete
+
+
+def fetch(uri: str, cache_dir: Path, retries: int = 3, limits: ReadLimits = DEFAULT) -> Path:
+    """A local path for ``uri``: itself if local, else a cached download (atomic rename),
+    abandoned past limits.download_minutes, its retries included, its partial file removed
+    (a killed download's, too, on the next fetch)."""
     if not is_remote(uri):
         path = Path(uri)
-        if not path.is_file():
-            raise InputError(uri, "", "no such file")
+        if not path.is_file():  # a device or FIFO is refused here too, unread
+            raise InputError(uri, "", "refused: not a regular file" if path.exists()
+                             else "no such file")
         return path
     target = cache_path(uri, cache_dir)
     if target.is_file():
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)
+    _remove_orphans(cache_dir)
+    deadline = time.monotonic() + limits.download_minutes * 60
     for attempt in range(1, retries + 1):
-        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".part-")
+        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=f"{PART}{os.getpid()}-")
         os.close(fd)
         try:
-            _download(uri, Path(tmp))
+            _download(uri, Path(tmp), deadline)
             os.replace(tmp, target)
             return target
         except InputError:
-            Path(tmp).unlink(missing_ok=True)
             raise
+        except Overdue:
+            raise InputError(uri, "", "download abandoned: not complete within "
+                             f"limits.download_minutes ({limits.download_minutes:g}); its "
+                             "partial file is removed") from None
         except Exception as e:  # network errors: retry with backoff, then one clear line
-            Path(tmp).unlink(missing_ok=True)
-            if attempt == retries:
-                raise InputError(uri, "", f"download failed after {retries} tries: {e}") from None
+            if attempt == retries or time.monotonic() >= deadline:
+                raise InputError(uri, "", f"download failed after {attempt} tries: {e}"
+                                 ) from None
             time.sleep(2 ** (attempt - 1))
+        finally:  # an interrupt too leaves no partial file
+            Path(tmp).unlink(missing_ok=True)
     raise AssertionError("unreachable")
 
 
-def _download(uri: str, dest: Path) -> None:
+def _remove_orphans(cache_dir: Path) -> None:
+    """Partial files of downloads whose process is gone (killed mid-download)."""
+    for part in cache_dir.glob(f"{PART}*"):
+        pid = part.name.removeprefix(PART).split("-")[0]
+        if not pid.isdigit() or not _alive(int(pid)):
+            part.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+class Overdue(Exception):
+    """A download past its deadline (a server sending a byte now and then is not slow
+    enough for the socket's timeout, which each read restarts)."""
+
+
+def _copy_until(resp: Any, out: Any, deadline: float, uri: str) -> None:
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise Overdue(uri)
+        # each read waits at most the time left: read1 returns what has arrived
+        resp.fp.raw._sock.settimeout(max(0.05, min(60.0, left)))  # noqa: SLF001
+        try:
+            block = resp.read1(1 << 20)
+        except TimeoutError:
+            raise Overdue(uri) from None
+        if not block:
+            return
+        out.write(block)
+
+
+def _download(uri: str, dest: Path, deadline: float = float("inf")) -> None:
     parsed = urlparse(uri)
     if parsed.scheme == "s3":
         import boto3  # slow import: only when an s3:// URI is used
@@ -107,28 +159,23 @@ def _download(uri: str, dest: Path) -> None:
                 raise InputError(uri, "", f"S3 refused: {code}") from None
             raise
         return
-    with urllib.request.urlopen(uri, timeout=60) as resp, dest.open("wb") as out:
-        shutil.copyfileobj(resp, out, length=1 << 20)
+    left = deadline - time.monotonic()
+    with urllib.request.urlopen(uri, timeout=max(0.05, min(60.0, left))) as resp, \
+            dest.open("wb") as out:
+        _copy_until(resp, out, deadline, uri)
 
 
 # ----------------------------------------------------------------------------------- parsing
 
 
-def read_json(path: Path, name: str) -> Any:
-    """Parse JSON (gzip when the file says so); syntax errors located by line and column."""
-    try:
-        raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        text = raw.decode("utf-8")
-    except (OSError, EOFError, zlib.error) as e:  # zlib.error: corrupt deflate data
-        raise InputError(name, "", f"cannot read: {e}") from None
-    except UnicodeDecodeError as e:
-        raise InputError(name, f"byte {e.start}", "not UTF-8") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(name, f"line {e.lineno} column {e.colno}", e.msg) from None
+def read_json(path: Path, name: str, limits: ReadLimits = DEFAULT) -> Any:
+    """Parse JSON (gzip when the file says so) of a regular file within limits.json_mb
+    (inflated) and limits.depth; syntax errors located by line and column."""
+    cap = limits.json_bytes()
+    raw = reads.read_bytes(path, cap, "limits.json_mb", name)
+    if raw[:2] == b"\x1f\x8b":
+        raw = reads.gunzip(raw, cap, "limits.json_mb", name)
+    return reads.parse_json(reads.decode(raw, name), name, limits.depth, "limits.depth")
 
 
 def _expect(value: Any, kind: type | tuple[type, ...], name: str, where: str, what: str) -> Any:
@@ -210,13 +257,15 @@ def _question(qa: Any, context_index: int, name: str, where: str,
     return Question(qid, text, context_index, answers, impossible, plausible, where)
 
 
-def load_squad(uri: str, cache_dir: Path, require_answers: bool = True) -> SquadFile:
-    return parse_squad(read_json(fetch(uri, cache_dir), uri), uri, require_answers)
+def load_squad(uri: str, cache_dir: Path, require_answers: bool = True,
+               limits: ReadLimits = DEFAULT) -> SquadFile:
+    doc = read_json(fetch(uri, cache_dir, limits=limits), uri, limits)
+    return parse_squad(doc, uri, require_answers)
 
 
-def load_document(uri: str, cache_dir: Path) -> dict[str, Any]:
+def load_document(uri: str, cache_dir: Path, limits: ReadLimits = DEFAULT) -> dict[str, Any]:
     """The raw SQuAD JSON (for the official scorer), validated by the same reader as prepare."""
-    doc = read_json(fetch(uri, cache_dir), uri)
+    doc = read_json(fetch(uri, cache_dir, limits=limits), uri, limits)
     parse_squad(doc, uri)
     return doc
 

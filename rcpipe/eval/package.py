@@ -23,9 +23,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rcpipe.config import VARIANTS
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rcpipe import reads
+from rcpipe.config import VARIANTS, ReadLimits, located
 from rcpipe.errors import InputError
-from rcpipe.eval.trained import PayloadMismatch, model_from_payload
+from rcpipe.eval.trained import (
+    PayloadMismatch,
+    Unbuildable,
+    described,
+    model_from_payload,
+    threshold_of,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -76,38 +85,54 @@ class Package:
     vocab: dict[str, list[str]]
     vocab_sha256: str
     char_limit: int
-    para_limit: int | None
     max_answer_len: int
     na_threshold: float | None
     length_prior: torch.Tensor | None
     config: dict[str, Any]
 
 
-def _checked(path: Path, name: str, config: dict[str, Any]) -> bytes:
-    """A listed file's bytes, refused unless their sha256 is config.json's record."""
-    file = path / name
-    try:
-        data = file.read_bytes()
-    except OSError as e:
-        raise InputError(file, "", f"{e.strerror or 'cannot read'}; package again") from None
-    if sha256(data) != config["sha256"].get(name):
-        raise InputError(file, "", f"refused: its sha256 is not the one {CONFIG} records "
-                         "(changed after packaging); package again")
-    return data
+class _Decoding(BaseModel):
+    """config.json's decoding settings, bounded (a package is anyone's file)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    max_answer_len: int = Field(15, gt=0, le=10_000)
+    length_prior: list[float] | None = Field(None, max_length=10_000)
 
 
-def load_package(path: Path) -> Package:
-    """The package at ``path``: every file checked against config.json's sha256, the model
-    built from config.json and refused if the weights do not fit it."""
+class _Data(BaseModel):
+    """config.json's data settings: what loading reads of them, bounded."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    char_limit: int = Field(16, gt=0, le=1_000)
+    dev_para_limit: int | None = Field(None, gt=0)  # a package from before windows
+
+
+def _json(path: Path, name: str, data: bytes, limits: ReadLimits) -> Any:
+    return reads.parse_json(reads.decode(data, path / name), path / name, limits.depth,
+                            "limits.depth")
+
+
+def _checked(path: Path, name: str, config: dict[str, Any], limits: ReadLimits) -> bytes:
+    """A listed file's bytes, refused unless their sha256 is config.json's record (checked
+    as the file streams in, before it is held: reads.read_checked) and unless it is a
+    regular file inside the package."""
+    cap, key = (limits.weights_bytes(), "limits.weights_mb") if name == WEIGHTS \
+        else (limits.json_bytes(), "limits.json_mb")
+    return reads.read_checked(path / name, config["sha256"].get(name), cap, key, inside=path,
+                              hint=f" in {CONFIG} (changed after packaging); package again")
+
+
+def load_package(path: Path, limits: ReadLimits = ReadLimits()) -> Package:
+    """The package at ``path``: config.json's settings and the model it describes checked
+    against their bounds, every file against config.json's sha256, the model built from
+    config.json and refused if the weights do not fit it."""
     import torch
 
     cfg_file = path / CONFIG
     if not is_package(path):
         raise InputError(path, "", f"not an rcpipe package: no {CONFIG} and {WEIGHTS}")
-    try:
-        config = json.loads(cfg_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InputError(cfg_file, "", f"not a package config ({e})"[:200]) from None
+    config = _json(path, CONFIG, reads.read_bytes(cfg_file, limits.json_bytes(),
+                                                  "limits.json_mb", inside=path), limits)
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         found = config.get("format") if isinstance(config, dict) else None
         raise InputError(cfg_file, "format", f"{found!r}, not {FORMAT!r}: not a package this "
@@ -117,11 +142,28 @@ def load_package(path: Path) -> Package:
                          f"this rcpipe ({', '.join(VARIANTS)})")
     if not isinstance(config.get("sha256"), dict):
         raise InputError(cfg_file, "sha256", "missing: cannot check the package's files")
-    weights_bytes = _checked(path, WEIGHTS, config)
-    vocab_bytes = _checked(path, VOCAB, config)
+    try:  # every setting within bounds before a file is read or a weight allocated
+        decoding = _Decoding.model_validate(config.get("decoding", {}))
+        data = _Data.model_validate(config.get("data", {}))
+        described(config, limits.parameters)
+    except ValidationError as e:
+        where, what = located(e)
+        section = "decoding" if e.title == "_Decoding" else "data"
+        raise InputError(cfg_file, f"{section}.{where}".rstrip("."), what) from None
+    except Unbuildable as e:
+        raise InputError(cfg_file, e.field, str(e)) from None
+    weights_bytes = _checked(path, WEIGHTS, config, limits)
+    vocab_bytes = _checked(path, VOCAB, config, limits)
+    vocab = _json(path, VOCAB, vocab_bytes, limits)
+    if not isinstance(vocab, dict) or not all(
+            isinstance(vocab.get(k), list) and all(isinstance(w, str) for w in vocab[k])
+            for k in ("words", "chars")):
+        raise InputError(path / VOCAB, "", "expected {\"words\": [...], \"chars\": [...]}, "
+                         "lists of strings")
     threshold = None
     if THRESHOLD in config["sha256"]:
-        threshold = json.loads(_checked(path, THRESHOLD, config))["na_threshold"]
+        threshold = threshold_of(_json(path, THRESHOLD, _checked(
+            path, THRESHOLD, config, limits), limits), path / THRESHOLD)
     try:
         from safetensors.torch import load
 
@@ -133,20 +175,19 @@ def load_package(path: Path) -> Package:
                "inputs": config.get("inputs"), "vocab_sha256": sha256(vocab_bytes),
                "state_dict": state}
     try:
-        model, inputs = model_from_payload(payload, config["variant"], sha256(vocab_bytes))
+        model, inputs = model_from_payload(payload, config["variant"], sha256(vocab_bytes),
+                                           max_parameters=limits.parameters)
     except PayloadMismatch as e:
         raise InputError(path / WEIGHTS, e.field, f"{e}: not the model {CONFIG} describes"
                          ) from None
     except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise InputError(cfg_file, "", f"refused: not an rcpipe package config ({e!r:.120})"
                          ) from None
-    decoding, data = config.get("decoding", {}), config.get("data", {})
-    prior = decoding.get("length_prior")
+    prior = decoding.length_prior
     return Package(
         path=path, variant=config["variant"], model=model.eval(), inputs=inputs,
-        vocab=json.loads(vocab_bytes), vocab_sha256=sha256(vocab_bytes),
-        char_limit=int(data.get("char_limit", 16)), para_limit=data.get("dev_para_limit"),
-        max_answer_len=int(decoding.get("max_answer_len", 15)), na_threshold=threshold,
+        vocab=vocab, vocab_sha256=sha256(vocab_bytes), char_limit=data.char_limit,
+        max_answer_len=decoding.max_answer_len, na_threshold=threshold,
         length_prior=None if prior is None else torch.tensor(prior, dtype=torch.float32),
         config=config)
 

@@ -19,16 +19,20 @@ stages, which import this.
 from __future__ import annotations
 
 import hashlib
-import json
+import os
 import pickle
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rcpipe import layout
-from rcpipe.config import Config, ModelConfig
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rcpipe import layout, reads
+from rcpipe.config import Config, ModelConfig, ReadLimits, located
 from rcpipe.errors import InputError
 from rcpipe.models import ModelInputs, build_model
+
+DEFAULT = ReadLimits()  # a caller without a config reads within the params' defaults
 
 if TYPE_CHECKING:
     import torch
@@ -51,11 +55,55 @@ class PayloadMismatch(ValueError):
         self.field = field
 
 
+class Unbuildable(PayloadMismatch):
+    """A saved model's description out of bounds: a wrong type, a dimension over its
+    bound, more weights than limits.parameters; found before anything is allocated."""
+
+
+class _Inputs(BaseModel):
+    """The data side a payload records (ModelInputs), bounded: a vocabulary of a billion
+    rows is refused, not allocated."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    word_vocab: int = Field(gt=0, le=100_000_000)
+    char_vocab: int = Field(gt=0, le=10_000_000)
+    word_dim: int = Field(gt=0, le=8192)
+    no_answer: bool
+    pretrained: bool = False
+    trained_words: int = Field(0, ge=0, le=100_000_000)
+
+
+def described(saved: dict[str, Any], max_parameters: int = DEFAULT.parameters
+              ) -> tuple[ModelConfig, ModelInputs]:
+    """The model config and inputs a payload describes, each value within its bounds and
+    the whole within ``max_parameters`` weights, counted on torch's meta device (shapes,
+    no memory) before the model is built for real."""
+    import torch
+
+    try:
+        mc = ModelConfig.model_validate(saved.get("model_config"))
+        inputs = ModelInputs(**_Inputs.model_validate(saved.get("inputs")).model_dump(),
+                             vectors=None)
+    except ValidationError as e:
+        where, what = located(e)
+        section = "model_config" if e.title == "ModelConfig" else "inputs"
+        raise Unbuildable(f"{section}.{where}".rstrip("."), what) from None
+    with torch.device("meta"):
+        shapes = build_model(saved["variant"], mc, inputs)
+    n = sum(t.numel() for t in (*shapes.parameters(), *shapes.buffers()))
+    if n > max_parameters:
+        raise Unbuildable("model_config", f"describes {n:,} weights, over the bound of "
+                          f"{max_parameters:,} (limits.parameters)")
+    return mc, inputs
+
+
 def model_from_payload(saved: dict[str, Any], variant: str, vocab_sha256: str,
-                       model_config: ModelConfig | None = None
+                       model_config: ModelConfig | None = None,
+                       max_parameters: int = DEFAULT.parameters
                        ) -> tuple[nn.Module, ModelInputs]:
     """The model a payload holds, refusing another variant, vocabulary or (when
-    ``model_config`` is given) another architecture than the params describe."""
+    ``model_config`` is given) another architecture than the params describe, and a
+    description out of bounds (``described``) before anything is built."""
     if saved.get("variant") != variant:
         raise PayloadMismatch("variant", f"holds {saved.get('variant')!r}, not {variant!r}")
     if saved.get("vocab_sha256") != vocab_sha256:
@@ -66,11 +114,11 @@ def model_from_payload(saved: dict[str, Any], variant: str, vocab_sha256: str,
         have = saved["model_config"]
         want = model_config.architecture()  # training-only fields may differ
         for k in want:
-            if k in have and have[k] != want[k]:
-                raise PayloadMismatch(f"model_config.{k}", f"{have[k]!r} in the file, "
+            if isinstance(have, dict) and k in have and have[k] != want[k]:
+                raise PayloadMismatch(f"model_config.{k}", f"{have[k]!r:.40} in the file, "
                                       f"{want[k]!r} in models.{variant} of the params")
-    inputs = ModelInputs(**{**saved["inputs"], "vectors": None})
-    model = build_model(variant, ModelConfig.model_validate(saved["model_config"]), inputs)
+    mc, inputs = described(saved, max_parameters)
+    model = build_model(variant, mc, inputs)
     try:
         model.load_state_dict(saved["state_dict"])
     except RuntimeError as e:
@@ -83,8 +131,7 @@ def prepared_inputs(out_dir: Path, word_dim: int) -> ModelInputs:
     """The data-side facts a model is built with, from `rcpipe prepare`'s output."""
     import numpy as np
 
-    vocab = json.loads((out_dir / "vocab.json").read_text())
-    meta = json.loads((out_dir / "meta.json").read_text())
+    vocab, meta = read_prepared(out_dir, "vocab.json"), read_prepared(out_dir, "meta.json")
     vectors = np.load(out_dir / "word_emb.npy") if (out_dir / "word_emb.npy").is_file() \
         else None
     return ModelInputs(word_vocab=len(vocab["words"]), char_vocab=len(vocab["chars"]),
@@ -93,9 +140,17 @@ def prepared_inputs(out_dir: Path, word_dim: int) -> ModelInputs:
                        trained_words=meta.get("trained_words", 0))
 
 
+def read_prepared(out_dir: Path, name: str, limits: ReadLimits = DEFAULT) -> Any:
+    """A JSON file of prepare's (vocab.json, meta.json), read within ``limits``."""
+    from rcpipe.data.squad import read_json
+
+    return read_json(out_dir / name, str(out_dir / name), limits)
+
+
 def vocab_digest(out_dir: Path) -> str:
     """sha256 of the vocabulary a model is trained on: a model file records it."""
-    return hashlib.sha256((out_dir / "vocab.json").read_bytes()).hexdigest()
+    data = reads.read_bytes(out_dir / "vocab.json", DEFAULT.json_bytes(), "limits.json_mb")
+    return hashlib.sha256(data).hexdigest()
 
 
 def device_of(cfg: Config) -> torch.device:
@@ -125,7 +180,10 @@ def load_payload(cfg: Config, variant: str) -> tuple[nn.Module, ModelInputs, dic
     if not path.is_file():
         raise InputError(path, "", f"no trained model; run `rcpipe train {variant}` first")
     try:
-        saved = torch.load(path, map_location="cpu", weights_only=True)
+        with reads.open_regular(path) as f:
+            if (size := os.fstat(f.fileno()).st_size) > cfg.limits.weights_bytes():
+                raise reads.too_big(path, size, cfg.limits.weights_bytes(), "limits.weights_mb")
+            saved = torch.load(f, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as e:
         # weights_only refuses any pickled object that is not a tensor or plain container
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
@@ -135,7 +193,7 @@ def load_payload(cfg: Config, variant: str) -> tuple[nn.Module, ModelInputs, dic
         raise InputError(path, "", "refused: not an rcpipe model file")
     try:
         model, inputs = model_from_payload(saved, variant, vocab_digest(cfg.data.out_dir),
-                                           cfg.models.of(variant))
+                                           cfg.models.of(variant), cfg.limits.parameters)
         return model, inputs, saved
     except PayloadMismatch as e:
         hint = f" than {cfg.data.out_dir / 'vocab.json'}; prepare or train again" \
@@ -152,7 +210,16 @@ def na_threshold(cfg: Config, variant: str) -> float | None:
     if cfg.eval.na_threshold is not None:
         return cfg.eval.na_threshold
     path = layout.na_threshold_file(variant)
-    return json.loads(path.read_text())["na_threshold"] if path.is_file() else None
+    return threshold_of(read_prepared(path.parent, path.name, cfg.limits), path) \
+        if path.is_file() else None
+
+
+def threshold_of(doc: Any, path: Path) -> float | None:
+    """na_threshold.json's threshold: a number or null, else a located refusal."""
+    value = doc.get("na_threshold", False) if isinstance(doc, dict) else False
+    if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)):
+        raise InputError(path, "na_threshold", "expected a number or null")
+    return value
 
 
 def length_prior(cfg: Config) -> torch.Tensor | None:

@@ -24,8 +24,10 @@ MANIFEST = "sources.json"
 
 
 def sha256_of(path: Path) -> str:
+    from rcpipe.reads import open_regular
+
     h = hashlib.sha256()
-    with path.open("rb") as f:
+    with open_regular(path) as f:  # a device or FIFO named as a source never ends
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
@@ -56,7 +58,7 @@ def fetch(cfg: Config) -> dict[str, dict[str, Any]]:
     cache.mkdir(parents=True, exist_ok=True)
     manifest: dict[str, dict[str, Any]] = {}
     for role, uri in sources(cfg).items():
-        path = download(uri, cache)  # a local source is its own path
+        path = download(uri, cache, limits=cfg.limits)  # a local source is its own path
         digest = sha256_of(path)
         try:
             check_pin(uri, digest, cfg.data.sha256)

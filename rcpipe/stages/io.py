@@ -6,19 +6,21 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rcpipe.data.squad import load_document
+from rcpipe.config import ReadLimits
+from rcpipe.data.squad import DEFAULT, load_document
 from rcpipe.errors import InputError
 from rcpipe.layout import write_json as write_json  # the stages' one JSON write
 
 load_dataset = load_document  # the stages' dev-set reader: the raw JSON, validated
 
 
-def read_mapping(path: Path, value: type | tuple[type, ...], what: str) -> dict[str, Any]:
+def read_mapping(path: Path, value: type | tuple[type, ...], what: str,
+                 limits: ReadLimits = DEFAULT) -> dict[str, Any]:
+    """A JSON object of question ids to values of type ``value`` (predictions, n-best or
+    no-answer probabilities), read within ``limits``."""
     from rcpipe.data.squad import read_json
 
-    if not path.is_file():
-        raise InputError(path, "", "no such file")
-    obj = read_json(path, str(path))
+    obj = read_json(path, str(path), limits)
     if not isinstance(obj, dict):
         raise InputError(path, "", "expected a JSON object mapping question ids to answers")
     for k, v in obj.items():

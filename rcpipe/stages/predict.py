@@ -11,7 +11,6 @@ imported.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -70,7 +69,13 @@ def _torch_reader(cfg: Config, names: list[str]) -> Reader:
 
     from rcpipe.data.encode import TextEncoder
     from rcpipe.eval.answer import Reader
-    from rcpipe.eval.trained import device_of, length_prior, load_model, na_threshold
+    from rcpipe.eval.trained import (
+        device_of,
+        length_prior,
+        load_model,
+        na_threshold,
+        read_prepared,
+    )
 
     device = device_of(cfg)
     if cfg.train.threads:
@@ -96,9 +101,9 @@ def _torch_reader(cfg: Config, names: list[str]) -> Reader:
     d = cfg.data.out_dir
     if not (d / "vocab.json").is_file() or not (d / "meta.json").is_file():
         raise InputError(d, "", "no prepared data; run `rcpipe prepare` first")
-    meta = json.loads((d / "meta.json").read_text())
-    encoder = TextEncoder.from_vocab(json.loads((d / "vocab.json").read_text()),
-                                 meta.get("char_limit", cfg.data.limits.char))
+    meta = read_prepared(d, "meta.json", cfg.limits)
+    encoder = TextEncoder.from_vocab(read_prepared(d, "vocab.json", cfg.limits),
+                                     meta.get("char_limit", cfg.data.limits.char))
     models = {}
     for v in dict.fromkeys(variants):
         model, _ = load_model(cfg, v)
@@ -119,7 +124,7 @@ def _package_reader(cfg: Config, name: str, device: torch.device) -> Reader:
     from rcpipe.eval.answer import Reader
     from rcpipe.eval.package import load_package
 
-    pkg = load_package(Path(name))
+    pkg = load_package(Path(name), cfg.limits)
     threshold = cfg.eval.na_threshold if cfg.eval.na_threshold is not None \
         else pkg.na_threshold
     return Reader(TextEncoder.from_vocab(pkg.vocab, pkg.char_limit),
@@ -146,10 +151,12 @@ def predict(cfg: Config, model: str = ENSEMBLE, question: str | None = None,
             raise InputError("predict", "--question", "--input holds its own questions")
         return _predict_file(cfg, model, input_file, out, runtime)
     if context_file is not None:
-        context = _read_text(context_file)
+        context = _read_text(context_file, cfg.limits.context_chars)
     if not question or not question.strip():
         raise InputError("predict", "--question", "give a question")
     if not context or not context.strip():
+    for option, text in (("--context", context), ("--question", question)):
+        _refuse_longer(text, cfg.limits.context_chars, str(context_file or "predict"), option)
         raise InputError(str(context_file or "predict"), "--context", "the context is empty")
     reader = load_reader(cfg, [model], runtime)
     found = reader.answer_pairs([(context, question)], model)[0]
@@ -163,22 +170,35 @@ def predict(cfg: Config, model: str = ENSEMBLE, question: str | None = None,
     return result
 
 
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(path, "", "no such file") from None
-    except UnicodeDecodeError as e:
-        raise InputError(path, f"byte {e.start}", "not UTF-8") from None
-    except OSError as e:
-        raise InputError(path, "", e.strerror or "cannot read") from None
+def _read_text(path: Path, chars: int) -> str:
+    """A context file of at most ``chars`` characters: a regular file of at most 4 bytes
+    a character (UTF-8's most), so /dev/zero or a 50 MB file is refused unread."""
+    from rcpipe import reads
+
+    return reads.read_text(path, 4 * chars, f"limits.context_chars {chars:,}, at most 4 "
+                           "bytes each")
+
+
+def _refuse_longer(text: str, chars: int, name: str, where: str) -> None:
+    """One located error for a text over limits.context_chars, before it is tokenized."""
+    if len(text) > chars:
+        raise InputError(name, where, f"{len(text):,} characters, over the cap of {chars:,} "
+                         "(limits.context_chars)")
 
 
 def _predict_file(cfg: Config, model: str, input_file: str, out: Path | None,
                   runtime: str) -> dict[str, Any]:
     from rcpipe.data.squad import load_squad
 
-    sq = load_squad(input_file, cfg.data.cache_dir, require_answers=False)
+    sq = load_squad(input_file, cfg.data.cache_dir, require_answers=False, limits=cfg.limits)
+    # before anything is tokenized or a model loaded: a paragraph's place is its questions'
+    paragraphs = {q.context_index: q.location.rsplit(".qas[", 1)[0] for q in sq.questions}
+    for i, text in enumerate(sq.contexts):
+        _refuse_longer(text, cfg.limits.context_chars, input_file,
+                       f"{paragraphs.get(i, f'paragraph {i}')}.context")
+    for q in sq.questions:
+        _refuse_longer(q.question, cfg.limits.context_chars, input_file,
+                       f"{q.location}.question")
     reader = load_reader(cfg, [model], runtime)
     ds = reader.encoder.squad(sq, reader.para_limit)
     _refuse_long(ds, sq, input_file, cfg.data.window)

@@ -30,6 +30,11 @@ Sets = Annotated[
 ]
 
 
+# one run at a time per output (rcpipe/locks.py): without --wait a second run is refused
+Wait = Annotated[bool, typer.Option(
+    "--wait", help="wait for a run writing the same outputs (default: say who and exit 2)")]
+
+
 def _config(params: list[Path] | None, sets: list[str] | None) -> Config:
     return load_config(params or [Path("params.yaml")], sets or [])
 
@@ -52,9 +57,9 @@ def synth(params: Params = None, set_: Sets = None) -> None:
 
 
 @app.command()
-def prepare(params: Params = None, set_: Sets = None) -> None:
+def prepare(params: Params = None, set_: Sets = None, wait: Wait = False) -> None:
     """Tokenize and index SQuAD into Parquet under data.out_dir, with report.json."""
-    stages.prepare(_config(params, set_))
+    stages.prepare(_config(params, set_), wait=wait)
 
 
 @app.command("config")
@@ -82,9 +87,11 @@ def train(variant: Variant, params: Params = None, set_: Sets = None,
           detach: Annotated[bool, typer.Option(
               help="Jobs API: an interrupted command leaves the Ray job running (default: "
                    "it stops the job)")] = False,
+          wait: Wait = False,
           ) -> None:
     """Train one variant; checkpoints and summary.json under models/<variant>/."""
-    stages.train(_config(params, set_), variant, force=force, run=run_name, detach=detach)
+    stages.train(_config(params, set_), variant, force=force, run=run_name, detach=detach,
+                 wait=wait)
 
 
 @app.command()
@@ -106,9 +113,9 @@ Redo = Annotated[bool, typer.Option(
 
 @app.command()
 def evaluate(variant: Variant, params: Params = None, set_: Sets = None,
-             force: Redo = False) -> None:
+             force: Redo = False, wait: Wait = False) -> None:
     """Predict the dev split with a trained variant; predictions/ and metrics/ files."""
-    stages.evaluate(_config(params, set_), variant, force=force)
+    stages.evaluate(_config(params, set_), variant, force=force, wait=wait)
 
 
 @app.command()
@@ -132,9 +139,10 @@ def ensemble(
     params: Params = None,
     set_: Sets = None,
     force: Redo = False,
+    wait: Wait = False,
 ) -> None:
     """Majority vote on the answer text across models (tie: highest single-voter prob)."""
-    stages.ensemble(_config(params, set_), inputs, out, force=force)
+    stages.ensemble(_config(params, set_), inputs, out, force=force, wait=wait)
 
 
 # ------------------------------------------------------- DVC: fetch, version (dvc.yaml)
@@ -199,9 +207,10 @@ def report(
     params: Params = None,
     set_: Sets = None,
     force: Redo = False,
+    wait: Wait = False,
 ) -> None:
     """Evaluation report of the run (HTML, PNG, CSV) from predictions/, metrics/, the dev set."""
-    stages.report(_config(params, set_), out, force=force)
+    stages.report(_config(params, set_), out, force=force, wait=wait)
 
 
 @app.command()
@@ -211,10 +220,11 @@ def package(
                                              "packages/<variant>)")] = None,
     params: Params = None,
     set_: Sets = None,
+    wait: Wait = False,
 ) -> None:
     """A trained, evaluated variant as a directory to take away: model.safetensors,
     config.json, vocab.json, the model card; `--model DIR` of predict/serve/explain loads it."""
-    print(stages.package(_config(params, set_), variant, out))
+    print(stages.package(_config(params, set_), variant, out, wait=wait))
 
 
 @app.command()
@@ -226,10 +236,12 @@ def export(
         help="the largest difference of p_start / p_end allowed")] = 1e-4,
     params: Params = None,
     set_: Sets = None,
+    wait: Wait = False,
 ) -> None:
     """The model's forward as ONNX (dynamic batch and lengths), checked against the eager
     model on data.dev_file; model.onnx + export.json beside the weights (JSON on stdout)."""
-    record = stages.export(_config_for([model], params, set_), model, questions, tolerance)
+    record = stages.export(_config_for([model], params, set_), model, questions, tolerance,
+                           wait=wait)
     print(json.dumps({"model": model, "onnx_sha256": record["onnx_sha256"]} | record["check"]))
 
 

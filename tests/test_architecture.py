@@ -10,8 +10,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-BASE = {"config", "errors", "console", "logs", "layout", "fingerprints", "variants",
-        "reads"}
+BASE = {"config", "errors", "console", "logs", "layout", "fingerprints", "variants", "outputs",
+        "locks", "reads"}
 # package -> the rcpipe packages it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {
     "config": {"errors", "variants", "reads"},
@@ -22,6 +22,8 @@ ALLOWED: dict[str, set[str]] = {
     "logs": {"console"},  # rich's handler writes on the console the bars use
     "layout": set(),
     "fingerprints": {"config", "layout"},  # what a run's and a stage's outputs were made from
+    "outputs": set(),  # a stage's files written as one set
+    "locks": {"errors"},  # one run at a time per output; the holder's line
     "data": {"config", "errors", "console", "models", "reads"},  # models: the Batch type only
     "models": {"config", "variants"},
     "eval": {"config", "errors", "data", "models", "layout", "reads"},

@@ -13,7 +13,8 @@ from typing import Any
 from rcpipe.config import Config
 from rcpipe.data.heldout import DOC, PARQUET
 from rcpipe.errors import InputError
-from rcpipe.stages.io import write_json
+from rcpipe.locks import hold
+from rcpipe.outputs import OutputSet, output_set
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +22,10 @@ log = logging.getLogger(__name__)
 # rows their windows gave (of which no_answer: v2.0's windows without the answer) and the
 # windows left out (part of the answer; v1.1: none of it)
 WINDOW_COUNTS = ("questions", "rows", "no_answer", "left_out")
+# every file prepare writes into data.out_dir: one set (rcpipe/outputs.py), those a run does
+# not write (no vectors: word_emb.npy; nothing held out: heldout.*) removed as it commits
+PREPARED = ("train.parquet", "dev.parquet", PARQUET, DOC, "vocab.json", "word_emb.npy",
+            "report.json", "meta.json")
 
 # ------------------------------------------------------------------------------------ synth
 
@@ -90,8 +95,16 @@ def prepared_is_current(cfg: Config) -> bool:
         return False
 
 
-def prepare(cfg: Config) -> dict[str, Any]:
-    """SQuAD JSON -> Parquet splits, vocab.json, word_emb.npy (with vectors), report.json."""
+def prepare(cfg: Config, wait: bool = False) -> dict[str, Any]:
+    """SQuAD JSON -> Parquet splits, vocab.json, word_emb.npy (with vectors), report.json:
+    one run at a time per data.out_dir (``wait``: for the one running), its files in place
+    together or not at all."""
+    out = cfg.data.out_dir
+    with hold(out, f"{out} is being prepared", wait), output_set("prepare", [out]) as files:
+        return _prepare(cfg, files)
+
+
+def _prepare(cfg: Config, files: OutputSet) -> dict[str, Any]:
     from rcpipe.data import features as F
     from rcpipe.data.tokenize import tokenize
 
@@ -138,8 +151,9 @@ def prepare(cfg: Config) -> dict[str, Any]:
     if held.source is not None:
         tables["heldout"] = F.build_table(held.file, held_ctx, held_q, held_rows, indexer)
     done("features")
-    _write_prepared(d.out_dir, tables, words, chars, emb)
-    _write_heldout(d.out_dir, held)
+    _write_prepared(files, d.out_dir, tables, words, chars, emb)
+    if held.source is not None:  # heldout.json beside heldout.parquet, or neither
+        files.write_json(d.out_dir / DOC, held.doc)
     questions_kept = len({r.index for r in kept})
     report = {
         # kept counts questions; rows the Parquet's rows (a long context: a row a window)
@@ -151,10 +165,10 @@ def prepare(cfg: Config) -> dict[str, Any]:
     if held.source is not None:  # like dev, never dropped; meta.json says where from
         n = len(held.file.questions)
         report["heldout"] = {"questions": n, "kept": n, "dropped": {}}
-    write_json(d.out_dir / "report.json", report)
+    files.write_json(d.out_dir / "report.json", report)
     done("write")
     seconds = time.perf_counter() - t0
-    write_json(d.out_dir / "meta.json", {
+    files.write_json(d.out_dir / "meta.json", {
         "train_file": d.train_file, "dev_file": d.dev_file,
         "version": {"train": train.version, "dev": dev.version}, "words": len(words),
         "chars": len(chars), "char_limit": d.limits.char, "word_vectors": d.word_vectors,
@@ -165,6 +179,8 @@ def prepare(cfg: Config) -> dict[str, Any]:
         "trained_words": trained, "heldout": held.record(),
         "seconds": round(seconds, 2),
         "phases": phases, "fingerprint": fingerprint(cfg)})
+    for name in PREPARED:  # an earlier run's file this one did not write goes at the commit
+        files.remove(d.out_dir / name)
     tr, dv = report["train"], report["dev"]
     read_as = f", {windows['questions']} read as {windows['rows']} windows" \
         if windows["questions"] else ""
@@ -218,18 +234,17 @@ def _vocabularies(cfg: Config, train: tuple, *others: tuple) -> tuple:  # (file,
     return words, chars, emb, hits, trained
 
 
-def _write_prepared(out: Path, tables: dict[str, Any], words: Any, chars: Any,
-                    emb: Any) -> None:
+def _write_prepared(files: OutputSet, out: Path, tables: dict[str, Any], words: Any,
+                    chars: Any, emb: Any) -> None:
     """The splits as Parquet, vocab.json and (with pretrained vectors) word_emb.npy."""
     import numpy as np
     import pyarrow.parquet as pq
 
-    out.mkdir(parents=True, exist_ok=True)
     for split, table in tables.items():
-        pq.write_table(table, out / f"{split}.parquet", compression="zstd")
-    write_json(out / "vocab.json", {"words": words.items, "chars": chars.items})
+        pq.write_table(table, files.path(out / f"{split}.parquet"), compression="zstd")
+    files.write_json(out / "vocab.json", {"words": words.items, "chars": chars.items})
     if emb is not None:
-        np.save(out / "word_emb.npy", emb)
+        np.save(files.path(out / "word_emb.npy"), emb)
 
 
 @dataclass(frozen=True)
@@ -288,12 +303,3 @@ def _read_splits(cfg: Config) -> tuple[Any, Any, HeldOut]:
         if overlap:  # legitimate when measuring on a split of one file; worth a warning
             log.warning(f"{len(overlap)} {name} question ids are also in the training file")
     return train, dev, held
-
-
-def _write_heldout(out: Path, held: HeldOut) -> None:
-    """heldout.json beside heldout.parquet, or neither (none left from an earlier run)."""
-    if held.source is None:
-        for name in (PARQUET, DOC):
-            (out / name).unlink(missing_ok=True)
-        return
-    write_json(out / DOC, held.doc)

@@ -22,17 +22,28 @@ from rcpipe import layout
 from rcpipe.config import Config
 from rcpipe.errors import InputError
 from rcpipe.fingerprints import Stamp, source_identity
-from rcpipe.stages.io import load_dataset, write_json
+from rcpipe.locks import hold
+from rcpipe.outputs import output_set, settle
+from rcpipe.stages.io import load_dataset
 
 log = logging.getLogger(__name__)
 
 
-def evaluate(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
+def evaluate(cfg: Config, variant: str, force: bool = False, wait: bool = False
+             ) -> dict[str, Any]:
     """Predict the dev set with the saved model; write predictions, nbest and metrics, and
     (SQuAD v2.0) the no-answer threshold, which predict and serve then use: eval.na_threshold
     if set, else the one best on the held-out questions prepare set aside (data.heldout),
     never dev's own (reported beside the headline as the oracle). Unchanged inputs: the
-    metrics already written (``force``: evaluate anyway)."""
+    metrics already written (``force``: evaluate anyway). The five files are one set
+    (rcpipe/outputs.py), written under models/<variant>/'s lock (rcpipe/locks.py: not while
+    the model trains; ``wait``: for it)."""
+    with hold(layout.model_dir(variant), f"{variant} is being evaluated", wait):
+        settle(layout.model_dir(variant), layout.PREDICTIONS, layout.METRICS)
+        return _evaluate(cfg, variant, force)
+
+
+def _evaluate(cfg: Config, variant: str, force: bool) -> dict[str, Any]:
     import torch
 
     from rcpipe.data.dataset import SquadDataset
@@ -62,15 +73,18 @@ def evaluate(cfg: Config, variant: str, force: bool = False) -> dict[str, Any]:
                              cfg.eval.na_threshold, length_prior(cfg), cfg.data.window)
     preds = ev.predictions
     na = ev.na_probs if metrics.dataset_version(doc) == "2.0" else None
-    write_json(layout.predictions(variant), preds)
-    write_json(layout.nbest(variant), ev.nbest)
-    write_json(layout.metrics(variant), ev.result)
-    write_json(layout.by_type(variant), metrics.breakdown(doc, preds, na))
     chosen = ev.result.get("na_threshold_source")
-    write_json(layout.na_threshold_file(variant), {
-        "na_threshold": ev.na_threshold, "fixed": cfg.eval.na_threshold is not None,
-        "source": chosen, "chosen_on": _chosen_on(cfg, chosen)})
-    stamp.keep()
+    folders = [layout.PREDICTIONS, layout.METRICS, layout.model_dir(variant), layout.STAMPS]
+    with output_set(f"evaluate-{variant}", folders) as files:
+        files.remove(layout.stamp(stamp.name))  # the old set's stamp goes with it
+        files.write_json(layout.predictions(variant), preds)
+        files.write_json(layout.nbest(variant), ev.nbest)
+        files.write_json(layout.metrics(variant), ev.result)
+        files.write_json(layout.by_type(variant), metrics.breakdown(doc, preds, na))
+        files.write_json(layout.na_threshold_file(variant), {
+            "na_threshold": ev.na_threshold, "fixed": cfg.eval.na_threshold is not None,
+            "source": chosen, "chosen_on": _chosen_on(cfg, chosen)})
+    stamp.keep()  # after the set: killed between the two, the next run evaluates again
     em, f1 = metrics.headline(ev.result)
     at = f" at no-answer threshold {ev.na_threshold:.3g} (chosen on {chosen}; dev's own " \
          f"best, the oracle: F1 {ev.result['oracle']['best_f1']:.2f})" \

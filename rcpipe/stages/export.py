@@ -18,14 +18,29 @@ from typing import Any
 from rcpipe import layout
 from rcpipe.config import VARIANTS, Config
 from rcpipe.errors import InputError, RunError
+from rcpipe.locks import hold
+from rcpipe.outputs import output_set, settle
 
 log = logging.getLogger(__name__)
 
 
-def export(cfg: Config, model: str, questions: int = 256, tolerance: float = 1e-4
-           ) -> dict[str, Any]:
+def export(cfg: Config, model: str, questions: int = 256, tolerance: float = 1e-4,
+           wait: bool = False) -> dict[str, Any]:
     """Export ``model`` (a variant or a package directory), check it, write it; returns
-    export.json's record."""
+    export.json's record. Under the lock of the folder it writes in (models/<V>/ or the
+    package's; ``wait``: for its holder); model.onnx and export.json are one set
+    (rcpipe/outputs.py): a kill never leaves a graph beside another graph's record."""
+    if model == layout.ENSEMBLE:
+        raise InputError("export", model, "export one variant or package directory at a time")
+    where = layout.model_dir(model) if model in VARIANTS else Path(model)
+    if not where.is_dir():  # nothing to export: _export's refusal says so, nothing locked
+        return _export(cfg, model, questions, tolerance)
+    with hold(where, f"{model} is being exported", wait):
+        settle(where)
+        return _export(cfg, model, questions, tolerance)
+
+
+def _export(cfg: Config, model: str, questions: int, tolerance: float) -> dict[str, Any]:
     from rcpipe.data.dataset import bucket_batches
     from rcpipe.data.squad import load_squad
     from rcpipe.eval.export import (
@@ -41,8 +56,6 @@ def export(cfg: Config, model: str, questions: int = 256, tolerance: float = 1e-
     from rcpipe.eval.predict import EVAL_BATCH
     from rcpipe.stages.predict import load_reader
 
-    if model == layout.ENSEMBLE:
-        raise InputError("export", model, "export one variant or package directory at a time")
     if questions < 2:
         raise InputError("--questions", str(questions), "must be at least 2")
     if not cfg.data.dev_file:
@@ -71,8 +84,9 @@ def export(cfg: Config, model: str, questions: int = 256, tolerance: float = 1e-
                        f" from the eager model over {tolerance:g} on the first "
                        f"{check['questions']} questions of {cfg.data.dev_file}; not written")
     record = export_record(model, variant, source, graph, check)
-    layout.write(where / ONNX, graph)
-    layout.write_json(where / RECORD, record)  # last: the record names the graph it checked
+    with output_set("export", [where]) as files:
+        files.write(where / ONNX, graph)
+        files.write_json(where / RECORD, record)
     log.info(f"export {model}: {where / ONNX}, max abs difference {check['max_abs_diff']:.2g} "
              f"on {check['questions']} questions ({len(check['shapes'])} batch shapes)")
     return record

@@ -19,6 +19,9 @@ from typing import Any
 from rcpipe import layout
 from rcpipe.config import Config, effective_yaml
 from rcpipe.errors import InputError
+from rcpipe.layout import NA_THRESHOLD
+from rcpipe.locks import hold
+from rcpipe.outputs import output_set, settle
 from rcpipe.stages.fetch import sha256_of
 from rcpipe.variants import REGISTRY
 
@@ -33,13 +36,24 @@ def _json(path: Path, hint: str | None = None) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def package(cfg: Config, variant: str, out: Path | None = None) -> Path:
-    """Write the package of ``variant`` to ``out`` (default packages/<variant>); returns it."""
+def package(cfg: Config, variant: str, out: Path | None = None, wait: bool = False) -> Path:
+    """Write the package of ``variant`` to ``out`` (default packages/<variant>); returns it.
+    Under models/<variant>/'s lock (what it reads is one model's, not half a new one's) and
+    out's (one writer); ``wait``: for their holders. The package's files are one set
+    (rcpipe/outputs.py): a kill leaves the old package whole or the new one."""
+    out = out or layout.package_dir(variant)
+    cfg.models.of(variant)  # an unknown variant is an InputError naming the choices
+    with hold(layout.model_dir(variant), f"{variant} is being packaged", wait), \
+            hold(out, f"{out} is being packaged", wait):
+        settle(layout.model_dir(variant), layout.PREDICTIONS, layout.METRICS, out)
+        return _package(cfg, variant, out)
+
+
+def _package(cfg: Config, variant: str, out: Path) -> Path:
     from rcpipe.data.squad import fetch
-    from rcpipe.eval.package import CARD, CONFIG, model_card, package_files
+    from rcpipe.eval.package import model_card, package_files
     from rcpipe.eval.trained import length_prior, load_payload
 
-    cfg.models.of(variant)  # an unknown variant is an InputError naming the choices
     d = cfg.data.out_dir
     metrics = _json(layout.metrics(variant), f"run `rcpipe evaluate {variant}` first")
     by_type = _json(layout.by_type(variant))
@@ -74,11 +88,10 @@ def package(cfg: Config, variant: str, out: Path | None = None) -> Path:
     card = model_card(config, metrics, by_type, summary, sources, report, threshold)
     files = package_files(config, model.state_dict(), (d / "vocab.json").read_bytes(),
                           threshold, card)
-    out = out or layout.package_dir(variant)
-    for name, data in files.items():
-        if name not in (CONFIG, CARD):
-            layout.write(out / name, data)
-    layout.write(out / CARD, files[CARD])
-    layout.write(out / CONFIG, files[CONFIG])  # last: a directory is a package once it is
+    with output_set("package", [out]) as written:
+        for name, data in files.items():
+            written.write(out / name, data)
+        if NA_THRESHOLD not in files:  # a v1.1 model's package has none: an old one goes
+            written.remove(out / NA_THRESHOLD)
     log.info(f"package {variant}: {', '.join(sorted(files))} -> {out}")
     return out

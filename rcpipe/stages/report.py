@@ -27,7 +27,9 @@ from rcpipe import layout
 from rcpipe.config import VARIANTS, Config
 from rcpipe.errors import InputError
 from rcpipe.fingerprints import Stamp, source_identity
-from rcpipe.stages.io import load_dataset, read_mapping, write_json
+from rcpipe.locks import hold
+from rcpipe.outputs import output_set, settle
+from rcpipe.stages.io import load_dataset, read_mapping
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +47,17 @@ def evaluated_models() -> list[str]:
     return [m for m in (*VARIANTS, layout.ENSEMBLE) if layout.predictions(m).is_file()]
 
 
-def report(cfg: Config, out: Path = layout.REPORTS, force: bool = False) -> dict[str, Any]:
+def report(cfg: Config, out: Path = layout.REPORTS, force: bool = False, wait: bool = False
+           ) -> dict[str, Any]:
     """Write the report; returns {"html": path, "files": [every file written]} (unchanged
-    inputs: the report in place, "files" empty; ``force``: write it anyway)."""
+    inputs: the report in place, "files" empty; ``force``: write it anyway). ``out``'s files
+    are one set (rcpipe/outputs.py), one writer at a time (``wait``: for the one writing)."""
+    with hold(out, f"{out} is being written", wait):
+        settle(out)
+        return _report(cfg, out, force)
+
+
+def _report(cfg: Config, out: Path, force: bool) -> dict[str, Any]:
     from rcpipe.eval import metrics
     from rcpipe.report import pages, plots, tables
 
@@ -74,51 +84,54 @@ def report(cfg: Config, out: Path = layout.REPORTS, force: bool = False) -> dict
     if version == "2.0":
         groups.append(("F1 on answerable (HasAns) vs unanswerable (NoAns) questions",
                         "f1_by_answerability", tables.by_answerability(doc, preds)))
-    written: list[Path] = []
+    with output_set("report", [out, layout.STAMPS]) as files:
+        files.remove(layout.stamp(stamp.name))  # the old report's stamp goes with it
+        written: list[Path] = []
 
-    def put(name: str, data: bytes) -> None:
-        layout.write(out / name, data)
-        written.append(out / name)
+        def put(name: str, data: bytes) -> None:
+            files.write(out / name, data)
+            written.append(out / name)
 
-    scores_png = plots.scores_png(rows)
-    put("scores.png", scores_png)
-    put("scores.csv", _csv(rows))
-    sections = []
-    for title, name, table in groups:
-        png = plots.grouped_bars_png(table, title)
-        put(f"{name}.png", png)
-        put(f"{name}.csv", _csv(table.rows([*VARIANTS, "ensemble"])))
-        sections.append((title, table, png, f"{name}.csv"))
-    for m in models:
-        rows_json = out / "by_type" / f"{m}.json"
-        write_json(rows_json, by_type.model_rows(m))
-        written.append(rows_json)
-    agreement = None
-    if len(models) > 1:
-        matrix = tables.agreement_matrix(preds, qids)
-        png = plots.agreement_png(models, matrix)
-        put("agreement.png", png)
-        put("agreement.csv", _csv([{"model": m, **{o: round(v, 4) for o, v in zip(
-            models, row, strict=True)}} for m, row in zip(models, matrix, strict=True)]))
-        agreement = (models, matrix, png)
-    searches, trials = [], {}
-    for variant, search in _searches():
-        trials[variant] = tables.trial_rows(search)
-        curve = tables.best_so_far(search)
-        png = plots.search_png(variant, search["metric"], curve)
-        put(f"tune_{variant}.png", png)
-        put(f"tune_{variant}.csv", _csv(trials[variant]))
-        searches.append(pages.search_section(search, trials[variant], png,
-                                             f"tune_{variant}.csv"))
-    info = {"dev_file": cfg.data.dev_file, "version": version, "questions": len(qids)}
-    put("report.html", pages.report_html(info, rows, scores_png, sections, agreement,
-                                         searches).encode())
-    write_json(out / "report.json", {
-        **info, "models": models, "scores": rows,
-        **{name: table.rows() for _, name, table in groups},
-        "agreement": None if agreement is None else {"models": models, "matrix": agreement[1]},
-        "tune": trials})
-    written.append(out / "report.json")
+        scores_png = plots.scores_png(rows)
+        put("scores.png", scores_png)
+        put("scores.csv", _csv(rows))
+        sections = []
+        for title, name, table in groups:
+            png = plots.grouped_bars_png(table, title)
+            put(f"{name}.png", png)
+            put(f"{name}.csv", _csv(table.rows([*VARIANTS, "ensemble"])))
+            sections.append((title, table, png, f"{name}.csv"))
+        for m in models:
+            rows_json = out / "by_type" / f"{m}.json"
+            files.write_json(rows_json, by_type.model_rows(m))
+            written.append(rows_json)
+        agreement = None
+        if len(models) > 1:
+            matrix = tables.agreement_matrix(preds, qids)
+            png = plots.agreement_png(models, matrix)
+            put("agreement.png", png)
+            put("agreement.csv", _csv([{"model": m, **{o: round(v, 4) for o, v in zip(
+                models, row, strict=True)}} for m, row in zip(models, matrix, strict=True)]))
+            agreement = (models, matrix, png)
+        searches, trials = [], {}
+        for variant, search in _searches():
+            trials[variant] = tables.trial_rows(search)
+            curve = tables.best_so_far(search)
+            png = plots.search_png(variant, search["metric"], curve)
+            put(f"tune_{variant}.png", png)
+            put(f"tune_{variant}.csv", _csv(trials[variant]))
+            searches.append(pages.search_section(search, trials[variant], png,
+                                                 f"tune_{variant}.csv"))
+        info = {"dev_file": cfg.data.dev_file, "version": version, "questions": len(qids)}
+        put("report.html", pages.report_html(info, rows, scores_png, sections, agreement,
+                                             searches).encode())
+        files.write_json(out / "report.json", {
+            **info, "models": models, "scores": rows,
+            **{name: table.rows() for _, name, table in groups},
+            "agreement": None if agreement is None else {"models": models,
+                                                         "matrix": agreement[1]},
+            "tune": trials})
+        written.append(out / "report.json")
     stamp.keep()
     log.info(f"report: {len(models)} model(s) on {len(qids)} dev questions -> "
              f"{out / 'report.html'}")

@@ -11,7 +11,9 @@ from rcpipe import layout
 from rcpipe.config import VARIANTS, Config
 from rcpipe.errors import InputError
 from rcpipe.fingerprints import Stamp, source_identity
-from rcpipe.stages.io import load_dataset, read_mapping, write_json
+from rcpipe.locks import hold
+from rcpipe.outputs import output_set, settle
+from rcpipe.stages.io import load_dataset, read_mapping
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +59,8 @@ def score(dataset: str, predictions: Path, na_prob_file: Path | None = None,
 
 
 def ensemble(cfg: Config, inputs: list[Path] | None = None,
-             out: Path = layout.predictions(layout.ENSEMBLE), force: bool = False
-             ) -> dict[str, Any]:
+             out: Path = layout.predictions(layout.ENSEMBLE), force: bool = False,
+             wait: bool = False) -> dict[str, Any]:
     """Majority vote over the variants' nbest files; score it against data.dev_file.
 
     SQuAD v2.0: each voter's answer is already given at its own no-answer threshold, chosen
@@ -66,7 +68,15 @@ def ensemble(cfg: Config, inputs: list[Path] | None = None,
     "" like any text: the voted answers are scored as they are (na_threshold_source
     "voters"), with no threshold of the ensemble's own; the walk over the voters' mean
     na_prob on dev is reported only as the "oracle". When the voters' files and the dev set
-    are those the outputs were made from, nothing is done (``force``: vote anyway)."""
+    are those the outputs were made from, nothing is done (``force``: vote anyway). The
+    four files are one set (rcpipe/outputs.py), one writer at a time (``wait``: for it)."""
+    with hold(out, f"{out} is being voted", wait):
+        settle(out.parent, layout.METRICS)
+        return _ensemble(cfg, inputs, out, force)
+
+
+def _ensemble(cfg: Config, inputs: list[Path] | None, out: Path, force: bool
+              ) -> dict[str, Any]:
     from rcpipe.eval import ensemble as vote
     from rcpipe.eval import metrics
 
@@ -85,8 +95,6 @@ def ensemble(cfg: Config, inputs: list[Path] | None = None,
         return kept
     nbests = [_read_nbest(p) for p in inputs]
     voted = vote.majority_vote(nbests)
-    write_json(out, vote.predictions_from(voted))
-    write_json(out.with_suffix(".nbest.json"), voted)
     doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir)
     preds = vote.predictions_from(voted)
     na = {q: v["na_prob"] for q, v in voted.items()} if metrics.dataset_version(doc) == "2.0" \
@@ -97,8 +105,12 @@ def ensemble(cfg: Config, inputs: list[Path] | None = None,
         raise InputError(cfg.data.dev_file, "", str(e)) from None
     if na is not None:
         result = metrics.at_threshold(result, None, "voters") | {"voters": _sources(inputs)}
-    write_json(layout.metrics(name), result)
-    write_json(layout.by_type(name), metrics.breakdown(doc, preds, na))
+    with output_set(f"ensemble-{name}", [out.parent, layout.METRICS, layout.STAMPS]) as files:
+        files.remove(layout.stamp(stamp.name))  # the old vote's stamp goes with it
+        files.write_json(out, preds)
+        files.write_json(out.with_suffix(".nbest.json"), voted)
+        files.write_json(layout.metrics(name), result)
+        files.write_json(layout.by_type(name), metrics.breakdown(doc, preds, na))
     stamp.keep()
     log.info(f"ensemble of {len(inputs)} models -> {out}: "
              + ", ".join(f"{k} {v:.2f}" for k, v in result.items() if k in _HEADLINE))

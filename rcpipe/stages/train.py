@@ -31,6 +31,8 @@ from rcpipe.config import Config
 from rcpipe.console import shared_progress
 from rcpipe.errors import InputError, RunError
 from rcpipe.fingerprints import Fingerprint
+from rcpipe.locks import hold
+from rcpipe.outputs import settle
 from rcpipe.stages.io import load_dataset
 
 if TYPE_CHECKING:  # heavy (torch): imported where they are used
@@ -53,31 +55,49 @@ def _model_inputs(cfg: Config) -> ModelInputs:
 
 
 def train(cfg: Config, variant: str, force: bool = False, run: str | None = None,
-          detach: bool = False) -> dict[str, Any]:
+          detach: bool = False, wait: bool = False) -> dict[str, Any]:
     """Train one variant as a Ray Train job, keyed on its inputs (see above).
 
     ``force`` trains anew even when the finished model has these inputs: this fingerprint's
     checkpoints are removed first (the model in place stays until the new one finishes).
     Through a cluster's Jobs API, ``run`` names the run whose Ray job this is (one job per
     run and variant) and ``detach`` leaves the job running if the submitter is interrupted
-    (rcpipe.train.job_runs).
+    (rcpipe.train.job_runs). One run at a time per models/<variant>/ (rcpipe/locks.py, held
+    by this driver; the job's driver on the head holds it through a Jobs API): a second is
+    refused with the holder's line, or with ``wait`` waits for it.
     """
     from rcpipe.train import cluster
-    from rcpipe.train.checkpoint import RANK_METRIC, finish_run, read_meta
     from rcpipe.train.jobs import jobs_api_address
-    from rcpipe.train.runs import Runs, run_name
 
     cfg.models.of(variant)  # an unknown variant is the user's mistake, found before Ray starts
     cluster.check_train_v2()  # before anything is deleted, loaded or started
     # the submitter of a Ray job may not see the prepared data: the job's driver checks it
     key = fingerprints.training(cfg, variant) \
         if (cfg.data.out_dir / "train.parquet").is_file() else None
-    if key is not None and not force and (done := _finished(variant, key)) is not None:
-        log.info("train %s: already finished with these inputs (%s); nothing to do", variant,
-                 layout.summary_file(variant))
-        return done
     if jobs_api_address(cfg):  # the run is a Ray job on the cluster's head
+        if key is not None and not force and (done := _finished(variant, key)) is not None:
+            return _nothing_to_do(variant, done)
         return _train_as_job(cfg, variant, key, force, run, detach)
+    with hold(layout.model_dir(variant), f"{variant} is being trained", wait):
+        settle(layout.model_dir(variant))  # a set a killed stage committed: whole first
+        if key is not None and not force and (done := _finished(variant, key)) is not None:
+            return _nothing_to_do(variant, done)
+        return _train_here(cfg, variant, key, force)
+
+
+def _nothing_to_do(variant: str, summary: dict[str, Any]) -> dict[str, Any]:
+    log.info("train %s: already finished with these inputs (%s); nothing to do", variant,
+             layout.summary_file(variant))
+    return summary
+
+
+def _train_here(cfg: Config, variant: str, key: Fingerprint | None, force: bool
+                ) -> dict[str, Any]:
+    """The Ray Train job from this driver, to the model in place (under the lock)."""
+    from rcpipe.train import cluster
+    from rcpipe.train.checkpoint import RANK_METRIC, finish_run, read_meta
+    from rcpipe.train.runs import Runs, run_name
+
     inputs = _model_inputs(cfg)
     key = key or fingerprints.training(cfg, variant)
     _check_model_config(cfg, variant, inputs)

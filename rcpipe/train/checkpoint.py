@@ -16,14 +16,15 @@ Both .pt files hold only tensors and plain containers, so they load with
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
-from rcpipe.layout import MODEL, write_json
+from rcpipe.layout import MODEL, SUMMARY
+from rcpipe.outputs import output_set
 from rcpipe.train.progress import finished
 
 STATE, META = "state.pt", "meta.json"
+CURVE = "metrics.json"  # beside model.pt: the finished run's dev curve
 # The score a run's checkpoints are ranked by, as each evaluation reports it (worker.py), and
 # what it is measured on: Ray Train keeps the best checkpoints by it (cluster.py), the best one
 # becomes model.pt (stages/train.py) and `rcpipe tune` optimises it (search.py)
@@ -46,14 +47,13 @@ def finish_run(variant: str, run_dir: Path, meta: dict[str, Any], best: Path,
     """The ending of every run, Ray Train's (stages/train.py) and one process's
     (train/local.py): the ``best`` checkpoint's model.pt, the dev curve (metrics.json) and the
     summary from the latest checkpoint's ``meta`` (with ``extra``) in ``run_dir``, and the
-    closing log line."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / f"{MODEL}.tmp"
-    shutil.copyfile(best / MODEL, tmp)
-    tmp.replace(run_dir / MODEL)  # a reader never sees half a model
+    closing log line. The three are one set (rcpipe/outputs.py): a kill leaves the last
+    run's three or these, never this model beside that summary."""
     summary = run_summary(variant, meta, wall_seconds) | extra
-    write_json(run_dir / "metrics.json", {"history": meta["history"]})
-    write_json(run_dir / "summary.json", summary)
+    with output_set("train", [run_dir]) as files:
+        files.copy(run_dir / MODEL, best / MODEL)
+        files.write_json(run_dir / CURVE, {"history": meta["history"]})
+        files.write_json(run_dir / SUMMARY, summary)
     finished(summary)
     return summary
 

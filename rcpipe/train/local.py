@@ -31,6 +31,7 @@ from rcpipe.config import Config, load_config
 from rcpipe.errors import InputError
 from rcpipe.eval.trained import device_of, prepared_inputs, vocab_digest
 from rcpipe.layout import LIVE, model_dir
+from rcpipe.locks import hold
 from rcpipe.logs import setup as setup_logging
 from rcpipe.models import ModelInputs
 from rcpipe.train.checkpoint import RANK_METRIC, finish_run, read_meta
@@ -59,6 +60,11 @@ class LocalSession:
 
     def checkpoints(self) -> list[Path]:
         return sorted(self.run_dir.glob("step-*"))  # step-<8 digits>: name order is step order
+
+    def clean(self) -> None:
+        """What a killed run left half done: a checkpoint being copied in or pruned."""
+        for left in (*self.run_dir.glob(".step-*.tmp"), *self.run_dir.glob(".pruned-*")):
+            shutil.rmtree(left, ignore_errors=True)
 
     @contextmanager
     def latest(self) -> Iterator[Path | None]:
@@ -91,8 +97,9 @@ class LocalSession:
         found = self.checkpoints()
         kept = set(sorted(found, key=self._rank, reverse=True)[: self.keep]) | set(found[-1:])
         for d in found:
-            if d not in kept:
-                shutil.rmtree(d)
+            if d not in kept:  # renamed first: a kill never leaves half a checkpoint listed
+                gone = d.rename(self.run_dir / f".pruned-{d.name}")
+                shutil.rmtree(gone)
 
     def progress(self, message: dict[str, Any]) -> None:
         if self._on_progress is not None:
@@ -100,12 +107,20 @@ class LocalSession:
 
 
 def train_local(cfg: Config, variant: str, run_dir: Path,
-                on_progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+                on_progress: Callable[[dict[str, Any]], None] | None = None,
+                wait: bool = False) -> dict[str, Any]:
     """Train ``variant`` in this process; returns the summary also written to
-    ``<run_dir>/summary.json`` (steps, examples/s, device, best dev EM/F1)."""
+    ``<run_dir>/summary.json`` (steps, examples/s, device, best dev EM/F1). One run at a
+    time per ``run_dir`` (rcpipe/locks.py; ``wait``: for the one running)."""
+    cfg.models.of(variant)
+    with hold(run_dir, f"{variant} is being trained", wait):
+        return _train_local(cfg, variant, run_dir, on_progress)
+
+
+def _train_local(cfg: Config, variant: str, run_dir: Path,
+                 on_progress: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
     from rcpipe.data.squad import load_document
 
-    cfg.models.of(variant)
     if cfg.train.num_workers != 1:
         raise InputError(cfg.source, "train.num_workers", "one process trains alone: set "
                          "train.num_workers=1 (rcpipe train runs several through Ray)")
@@ -124,6 +139,7 @@ def train_local(cfg: Config, variant: str, run_dir: Path,
 
     session = LocalSession(run_dir, device_of(cfg), inputs, dev_doc,
                            cfg.train.keep_checkpoints, progress)
+    session.clean()
     job = Job(config=cfg.model_dump(mode="json"), variant=variant,
               train_path=str(prepared / "train.parquet"), dev_path=str(prepared / "dev.parquet"),
               vocab_sha256=vocab_digest(prepared),
@@ -147,12 +163,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", dest="sets", action="append", default=[],
                     help="override a param: dotted.key=value (repeatable)")
     ap.add_argument("--run-dir", type=Path, help="default: models/<variant>/local")
+    ap.add_argument("--wait", action="store_true",
+                    help="wait for a run training into the same --run-dir (default: refuse)")
     args = ap.parse_args(argv)
     setup_logging()
     try:
         cfg = load_config(args.params or [Path("params.yaml")], args.sets)
         summary = train_local(cfg, args.variant,
-                              args.run_dir or model_dir(args.variant) / "local")
+                              args.run_dir or model_dir(args.variant) / "local",
+                              wait=args.wait)
     except InputError as e:
         print(e.line(), file=sys.stderr)
         sys.exit(e.exit_code)

@@ -1,0 +1,200 @@
+"""A stage's files written as one set: a kill at any moment leaves the old set or the new one.
+
+Each new file is written into a hidden folder beside its destination's folder, never inside
+a folder DVC tracks whole (`models/.bidaf.evaluate-bidaf.new-<txn>/na_threshold.json` for
+`models/bidaf/na_threshold.json`, `data/.prepared.prepare.new-<txn>/` for
+`data/prepared/`). The set is committed by one atomic rename, its journal's
+(`models/.bidaf.evaluate-bidaf.commit`: each staged file and its destination, the files the
+new set no longer has); the journal's moves then put every file in place and the journal
+goes. So:
+
+- killed before the journal: the old set stands; the next writer of the set removes the
+  staged folders;
+- killed after it: the next writer of the set, or a stage about to read it (`settle`),
+  finishes the moves first. An old file goes only when its replacement is moved over it
+  (`--force` deletes nothing before the new set is committed).
+
+Moves are renames, so each destination's folder and its staging folder share a file system.
+Writers hold the output's lock (rcpipe/locks.py): one writer of a set at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+JOURNAL = "commit"  # .<dir>.<set>.commit beside the set's first folder: the commit point
+
+
+def _abs(path: Path) -> Path:
+    return Path(os.path.abspath(path))  # not resolve(): a symlinked run dir stays itself
+
+
+def _fsync_dir(path: Path) -> None:
+    """A rename is durable once its folder is synced (a power cut, not only a kill)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems refuse a folder's fsync; the rename stands either way
+    finally:
+        os.close(fd)
+
+
+class OutputSet:
+    """The files one stage writes together (``name``: the set, unique among the writers of
+    ``dirs``' parents, e.g. ``evaluate-bidaf``), in the folders ``dirs``."""
+
+    def __init__(self, name: str, dirs: Sequence[Path]) -> None:
+        if not dirs:
+            raise ValueError(f"the output set {name} needs a folder")
+        # the name is a part of file names, between dots: a file's name may bring its own
+        self.name = name.replace(".", "_").replace("/", "_")
+        self.dirs = [_abs(d) for d in dirs]
+        self.journal = self._beside(self.dirs[0], JOURNAL)
+        self._txn = uuid.uuid4().hex[:12]
+        self._moves: dict[Path, Path] = {}  # destination -> staged file
+        self._removes: set[Path] = set()
+
+    def _beside(self, folder: Path, what: str) -> Path:
+        return folder.parent / f".{folder.name}.{self.name}.{what}"
+
+    def _staging(self, folder: Path) -> Path:
+        return self._beside(folder, f"new-{self._txn}")
+
+    def recover(self) -> list[str]:
+        """Finish a committed set's moves, remove an uncommitted set's staged files; what
+        was done, as lines for the log (empty when nothing was left)."""
+        done = []
+        if self.journal.is_file():
+            moved = finish(self.journal)
+            done.append(f"finished moving {moved} file(s) of {self.name}, committed before a "
+                        f"kill ({self.journal.name})")
+        for folder in self.dirs:
+            for left in folder.parent.glob(f".{folder.name}.{self.name}.new-*"):
+                shutil.rmtree(left, ignore_errors=True)
+                done.append(f"removed {left}, the files of an interrupted {self.name}")
+        self._beside(self.dirs[0], f"{JOURNAL}.tmp").unlink(missing_ok=True)
+        return done
+
+    def path(self, dest: Path) -> Path:
+        """Where ``dest``'s new content is written (its folder exists)."""
+        dest = _abs(dest)
+        folder = next((d for d in self.dirs if dest.is_relative_to(d)), None)
+        if folder is None:
+            raise ValueError(f"{dest} is outside the set {self.name}'s folders {self.dirs}")
+        staged = self._staging(folder) / dest.relative_to(folder)
+        staged.parent.mkdir(parents=True, exist_ok=True)
+        self._moves[dest] = staged
+        self._removes.discard(dest)
+        return staged
+
+    def write(self, dest: Path, data: bytes | str) -> None:
+        staged = self.path(dest)
+        with open(staged, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def write_json(self, dest: Path, obj: Any) -> None:
+        self.write(dest, json.dumps(obj, indent=1, ensure_ascii=False) + "\n")
+
+    def copy(self, dest: Path, source: Path) -> None:
+        shutil.copyfile(source, self.path(dest))
+
+    def remove(self, dest: Path) -> None:
+        """The new set has no ``dest``: it goes when the set is committed, not before."""
+        dest = _abs(dest)
+        if dest not in self._moves:
+            self._removes.add(dest)
+
+    def commit(self) -> None:
+        """The commit point: the journal's rename. Then the moves, then the journal goes."""
+        for staged in self._moves.values():  # the staged files are on disk before the journal
+            with open(staged, "rb") as f:  # (a writer such as pyarrow's syncs nothing)
+                os.fsync(f.fileno())
+            _fsync_dir(staged.parent)
+        home = self.journal.parent
+        record = {"set": self.name,
+                  "moves": [[os.path.relpath(s, home), os.path.relpath(d, home)]
+                            for d, s in self._moves.items()],
+                  "removes": [os.path.relpath(d, home) for d in sorted(self._removes)]}
+        tmp = self._beside(self.dirs[0], f"{JOURNAL}.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(record, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.journal)
+        _fsync_dir(home)
+        finish(self.journal)
+        self.discard()  # the staging folders, empty now
+
+    def discard(self) -> None:
+        """Remove this writer's staged files (the old set stands)."""
+        for folder in self.dirs:
+            shutil.rmtree(self._staging(folder), ignore_errors=True)
+
+
+def finish(journal: Path) -> int:
+    """Put a committed set's files in place and remove the journal; how many moved. Each
+    step may be done twice (a second finisher, a kill during the first): a staged file
+    already moved is skipped."""
+    home = journal.parent
+    record = json.loads(journal.read_text(encoding="utf-8"))
+    moved, folders = 0, set()
+    for staged, dest in record["moves"]:
+        target = home / dest
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(home / staged, target)
+            moved += 1
+            folders.add(target.parent)
+        except FileNotFoundError:
+            pass  # moved already
+    for dest in record["removes"]:
+        target = home / dest
+        if target.is_dir():
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            target.unlink(missing_ok=True)
+        folders.add(target.parent)
+    for folder in folders:
+        _fsync_dir(folder)
+    journal.unlink(missing_ok=True)
+    _fsync_dir(home)
+    return moved
+
+
+def settle(*dirs: Path) -> None:
+    """Finish every set committed into ``dirs`` (by any stage) before reading them: a
+    reader then sees a whole set. Only under the writers' lock of these folders."""
+    for folder in map(_abs, dirs):
+        for journal in folder.parent.glob(f".{folder.name}.*.{JOURNAL}"):
+            finish(journal)
+
+
+@contextmanager
+def output_set(name: str, dirs: Sequence[Path]) -> Iterator[OutputSet]:
+    """An OutputSet, what an earlier writer left recovered first; committed when the block
+    ends, discarded when it raises (the old set stands)."""
+    out = OutputSet(name, dirs)
+    for line in out.recover():
+        log.info(line)
+    try:
+        yield out
+    except BaseException:
+        out.discard()
+        raise
+    out.commit()

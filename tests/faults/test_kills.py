@@ -1,0 +1,366 @@
+"""Nothing lost (issue 36, item 7): kill -9 at seeded points of prepare, train, evaluate,
+package and export, then the same command again.
+
+Each stage runs once whole (its old set, and how many file-system steps a run takes), then
+for each kill its inputs change, the command is killed just before a step drawn from
+random.Random(SEED) (tests/faults/killer.py), and:
+
+- what is on disk is the old set or the new one, each file parsing and the files belonging
+  together (after what the next command does first: a set committed before the kill is
+  moved into place, rcpipe/outputs.py), compared with the old set and with the new set the
+  rerun leaves;
+- the same command again finishes.
+
+`rcpipe train` through Ray is killed once, after its first checkpoint, with a second
+`train` and a `train --force` refused beside it (its checkpoints untouched).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rcpipe.outputs import JOURNAL, finish
+from tests.conftest import TINY_MODEL, Prepared, SynthData, save_untrained_model, write_params
+
+ROOT = Path(__file__).resolve().parents[2]
+SEED = 36
+VARIANT = "bidaf"
+# what differs between two runs of the same inputs: times and speeds, not results
+VOLATILE = {"seconds", "phases", "wall_seconds", "train_seconds", "examples_per_s",
+            "resumed_from_step", "elapsed"}
+
+
+@dataclass
+class Tally:
+    """The figure in the README: cases tried, kills survived, sets a rerun finished."""
+
+    cases: int = 0
+    killed: int = 0
+    committed_before_the_kill: int = 0  # a journal the next command finished
+    stages: dict[str, int] = field(default_factory=dict)
+
+    def line(self) -> str:
+        return (f"kill -9 faults: {self.cases} cases ({self.stages}), {self.killed} killed, "
+                f"{self.committed_before_the_kill} mid-commit, every rerun finished, "
+                f"nothing lost")
+
+
+TALLY = Tally()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _figure(killer: subprocess.Popen) -> Iterator[None]:
+    yield
+    print("\n" + TALLY.line())
+
+
+@dataclass
+class Ran:
+    returncode: int
+    stderr: str
+
+
+@pytest.fixture(scope="module")
+def killer() -> Iterator[subprocess.Popen]:
+    """tests/faults/killer.py: each run forked from one process that imported rcpipe."""
+    env = os.environ | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "tests.faults.killer"], env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    global _KILLER
+    _KILLER = proc
+    yield proc
+    proc.stdin.close()
+    proc.wait(timeout=60)
+
+
+_KILLER: subprocess.Popen | None = None
+
+
+def _run(cwd: Path, at: int, which: str, *args: str) -> tuple[Ran, int]:
+    """The command killed before its ``at``-th step (0: never); (how it ended, its steps)."""
+    assert _KILLER is not None and _KILLER.stdin and _KILLER.stdout
+    log = cwd / ".run.log"
+    _KILLER.stdin.write(json.dumps({"at": at, "cwd": str(cwd), "log": str(log),
+                                    "which": which, "args": list(args)}) + "\n")
+    _KILLER.stdin.flush()
+    answer = json.loads(_KILLER.stdout.readline())
+    return Ran(answer["returncode"], log.read_text()), answer["steps"]
+
+
+def _snapshot(files: list[Path]) -> dict[str, Any]:
+    """Each file's content (JSON without its times), None where there is none."""
+    snap: dict[str, Any] = {}
+    for path in files:
+        if not path.is_file():
+            snap[path.name] = None
+        elif path.suffix == ".json":
+            obj = json.loads(path.read_text())
+            snap[path.name] = {k: v for k, v in obj.items() if k not in VOLATILE} \
+                if isinstance(obj, dict) else obj
+        else:
+            snap[path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return snap
+
+
+def _next_command_first(folders: list[Path]) -> int:
+    """What any writer of these folders does first: finish a set committed before a kill."""
+    journals = [j for f in folders for j in f.resolve().parent.glob(f".{f.name}.*.{JOURNAL}")]
+    for journal in journals:
+        finish(journal)
+    return len(journals)
+
+
+def _kills(stage: str, cwd: Path, which: str, command: Callable[[int], list[str]],
+           files: list[Path], check: Callable[[], None], points: int,
+           between: Callable[[int], None] = lambda i: None) -> None:
+    """The whole first run, then ``points`` kills, each of run i + 1 (after ``between(i)``)
+    at a seeded step, with the checks above."""
+    rng = random.Random(f"{SEED}-{stage}")
+    folders = sorted({f.parent for f in files})
+    proc, steps = _run(cwd, 0, which, *command(0))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    check()
+    before = _snapshot(files)
+    for i in range(points):
+        between(i)
+        at = rng.randint(1, steps)
+        killed, _ = _run(cwd, at, which, *command(i + 1))
+        assert killed.returncode in (-signal.SIGKILL, 0), killed.stderr[-3000:]
+        TALLY.cases += 1
+        TALLY.stages[stage] = TALLY.stages.get(stage, 0) + 1
+        TALLY.killed += killed.returncode == -signal.SIGKILL
+        TALLY.committed_before_the_kill += _next_command_first(folders)
+        if any(_snapshot(files).values()):  # none yet: the first run's set was the old one
+            check()
+        left = _snapshot(files)
+        proc, steps = _run(cwd, 0, which, *command(i + 1))
+        assert proc.returncode == 0, f"the rerun after a kill at step {at}: " + \
+            proc.stderr[-3000:]
+        check()
+        after = _snapshot(files)
+        assert left in (before, after), f"{stage}: killed at step {at} of {steps}: a " \
+            f"mixed set: {_differences(left, before, after)}"
+        assert not [p for f in folders for p in f.resolve().parent.glob(f".{f.name}.*.new-*")]
+        before = after
+
+
+def _differences(left: dict, before: dict, after: dict) -> list[str]:
+    return [f"{name}: {'old' if left[name] == before.get(name) else ''}"
+            f"{'new' if left[name] == after.get(name) else ''}" for name in left]
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# ------------------------------------------------------------------------------ prepare
+
+
+def test_prepare_killed_leaves_the_old_or_the_new_prepared_data(
+        tmp_path: Path, synth_v1: SynthData) -> None:
+    import pyarrow.parquet as pq
+
+    write_params(tmp_path / "params.yaml", data={
+        "train_file": str(synth_v1.train), "dev_file": str(synth_v1.dev),
+        "out_dir": "data/prepared", "cache_dir": "data/cache"})
+    out = tmp_path / "data/prepared"
+    names = ("train.parquet", "dev.parquet", "heldout.parquet", "heldout.json", "vocab.json",
+             "report.json", "meta.json")
+
+    def rows(name: str) -> int:
+        return pq.read_metadata(out / name).num_rows
+
+    def check() -> None:  # every file parses; the counts of one run
+        report = json.loads((out / "report.json").read_text())
+        meta = json.loads((out / "meta.json").read_text())
+        held = json.loads((out / "heldout.json").read_text())
+        assert report["train"]["rows"] == rows("train.parquet")
+        assert report["dev"]["kept"] == rows("dev.parquet")
+        assert report["heldout"]["kept"] == rows("heldout.parquet") == \
+            meta["heldout"]["questions"] == \
+            sum(len(p["qas"]) for a in held["data"] for p in a["paragraphs"])
+        assert meta["words"] == len(json.loads((out / "vocab.json").read_text())["words"])
+
+    # the held-out slice alternates: every file of the set changes between two runs
+    _kills("prepare", tmp_path, "rcpipe",
+           lambda i: ["prepare", "--set", f"data.heldout.fraction={(0.2, 0.4)[i % 2]}"],
+           [out / n for n in names], check, points=3)
+
+
+# ------------------------------------------------------------- train (one process, no Ray)
+
+
+def _model_workdir(root: Path, prepared: Prepared, **train: Any) -> Path:
+    write_params(root / "params.yaml", data={
+        "train_file": str(prepared.data.train), "dev_file": str(prepared.data.dev),
+        "out_dir": str(prepared.out_dir), "cache_dir": str(root / "cache")},
+        train={"batch_size": 4, "eval_every": 2, "threads": 1, "num_workers": 1,
+               "keep_checkpoints": 1} | train,
+        models={VARIANT: TINY_MODEL})
+    return root
+
+
+def test_train_killed_leaves_the_old_or_the_new_model(tmp_path: Path,
+                                                      prepared: Prepared) -> None:
+    import torch
+
+    cwd = _model_workdir(tmp_path, prepared)
+    run = tmp_path / "run"
+
+    def check() -> None:  # the model is the summary's best checkpoint, the curve its history
+        summary = json.loads((run / "summary.json").read_text())
+        assert json.loads((run / "metrics.json").read_text())["history"] == summary["history"]
+        payload = torch.load(run / "model.pt", weights_only=True)
+        assert payload["variant"] == summary["variant"] == VARIANT
+        best = run / f"step-{summary['best_step']:08d}" / "model.pt"
+        if best.is_file():  # pruned once a later run ranks another best
+            assert _sha256(best) == _sha256(run / "model.pt")
+
+    # each run trains 4 steps more, resuming from the last one's checkpoints
+    _kills("train", cwd, "local",
+           lambda i: [VARIANT, "--run-dir", str(run), "--set", f"train.max_steps={4 * (i + 1)}"],
+           [run / "model.pt", run / "summary.json", run / "metrics.json"], check, points=3)
+
+
+# ------------------------------------------------------------------- evaluate, package, export
+
+
+@pytest.fixture
+def two_models(tmp_path: Path, prepared: Prepared, monkeypatch: pytest.MonkeyPatch
+               ) -> Callable[[int], None]:
+    """A workdir with models/bidaf/model.pt, and a function putting model 0 or 1 in place
+    (the same architecture, other weights: other answers)."""
+    import torch
+
+    from rcpipe.config import load_config
+
+    _model_workdir(tmp_path, prepared)
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(tmp_path / "params.yaml")
+    kept = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        path = save_untrained_model(cfg, VARIANT)
+        kept.append(path.read_bytes())
+
+    def put(i: int) -> None:
+        (tmp_path / "models" / VARIANT / "model.pt").write_bytes(kept[i % 2])
+
+    put(0)
+    return put
+
+
+def test_evaluate_killed_leaves_the_old_or_the_new_scores(
+        tmp_path: Path, prepared: Prepared, two_models: Callable[[int], None]) -> None:
+    from rcpipe.eval import metrics
+
+    files = [tmp_path / "predictions" / f"{VARIANT}.json",
+             tmp_path / "predictions" / f"{VARIANT}.nbest.json",
+             tmp_path / "metrics" / f"{VARIANT}.json",
+             tmp_path / "metrics" / f"{VARIANT}.by_type.json",
+             tmp_path / "models" / VARIANT / "na_threshold.json"]
+    dev = json.loads(prepared.data.dev.read_text())
+
+    def check() -> None:  # the metrics are the predictions' scores, nbest their answers
+        preds, nbest, scores, by_type, threshold = (json.loads(f.read_text()) for f in files)
+        assert {q: v["text"] for q, v in nbest.items()} == preds
+        official = metrics.score(dev, preds)
+        assert (scores["exact_match"], scores["f1"]) == \
+            (official["exact_match"], official["f1"])
+        assert by_type and "na_threshold" in threshold
+
+    # the model in place alternates (a new model: evaluate runs again)
+    _kills("evaluate", tmp_path, "rcpipe", lambda i: ["evaluate", VARIANT], files, check,
+           points=3, between=lambda i: two_models(i + 1))
+
+
+def test_package_killed_leaves_the_old_or_the_new_package(
+        tmp_path: Path, two_models: Callable[[int], None]) -> None:
+    from rcpipe.eval.package import load_package
+
+    assert _run(tmp_path, 0, "rcpipe", "evaluate", VARIANT)[0].returncode == 0
+    out = tmp_path / "packages" / VARIANT
+    names = ("model.safetensors", "config.json", "vocab.json", "README.md")
+
+    def check() -> None:  # every file is the one config.json's digest names
+        load_package(out)
+
+    # the decoding settings alternate: config.json and the card change
+    _kills("package", tmp_path, "rcpipe",
+           lambda i: ["package", VARIANT, "--set", f"eval.max_answer_len={(15, 17)[i % 2]}"],
+           [out / n for n in names], check, points=3)
+
+
+def test_export_killed_leaves_the_old_or_the_new_graph(
+        tmp_path: Path, two_models: Callable[[int], None]) -> None:
+    folder = tmp_path / "models" / VARIANT
+    weights = set()
+
+    def check() -> None:  # the record names this graph and the weights it was made from
+        record = json.loads((folder / "export.json").read_text())
+        assert record["onnx_sha256"] == _sha256(folder / "model.onnx")
+        assert record["source_sha256"] in weights
+
+    def between(i: int) -> None:
+        two_models(i + 1)
+        weights.add(_sha256(folder / "model.pt"))
+
+    weights.add(_sha256(folder / "model.pt"))
+    _kills("export", tmp_path, "rcpipe",
+           lambda i: ["export", VARIANT, "--questions", "4"],
+           [folder / "model.onnx", folder / "export.json"], check, points=2, between=between)
+
+
+# ------------------------------------------------------------- rcpipe train through Ray
+
+
+def test_a_second_train_is_refused_and_a_killed_train_resumes(
+        tmp_path: Path, prepared: Prepared, join_local_ray: str) -> None:
+    cwd = _model_workdir(tmp_path, prepared, max_steps=16, epochs=50)
+    command = [sys.executable, "-m", "rcpipe", "train", VARIANT]
+    runs = cwd / "models" / VARIANT / "runs"
+    log = (tmp_path / "first.log").open("w")
+    first = subprocess.Popen(command, cwd=cwd, start_new_session=True, stdout=log, stderr=log)
+    deadline = time.monotonic() + 180
+    while not list(runs.glob("*/step-*")):
+        assert first.poll() is None and time.monotonic() < deadline, \
+            (tmp_path / "first.log").read_text()[-3000:]
+        time.sleep(0.2)
+    held = sorted(p.relative_to(runs) for p in runs.rglob("*"))
+    line = re.compile(rf"error: models/{VARIANT}: {VARIANT} is being trained by pid "
+                      rf"{first.pid} on \S+ since \S+\n")
+    for extra in ([], ["--force"]):
+        second = subprocess.run(command + extra, cwd=cwd, capture_output=True, text=True)
+        assert second.returncode == 2, second.stderr[-2000:]
+        assert line.fullmatch(second.stderr), second.stderr[-2000:]
+    # nothing of the running job's was removed: its checkpoints are still there
+    assert set(held) <= {p.relative_to(runs) for p in runs.rglob("*")}
+    os.killpg(first.pid, signal.SIGKILL)  # the driver: its lock goes with it
+    first.wait()
+    TALLY.cases += 1
+    TALLY.killed += 1
+    TALLY.stages["train (Ray)"] = 1
+    assert not (cwd / "models" / VARIANT / "summary.json").exists()  # no set: the old one
+
+    again = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    summary = json.loads((cwd / "models" / VARIANT / "summary.json").read_text())
+    assert summary["steps"] == 16 and summary["resumed_from_step"] > 0
+    assert json.loads((cwd / "models" / VARIANT / "metrics.json").read_text())["history"] == \
+        summary["history"]
+    shutil.rmtree(runs, ignore_errors=True)

@@ -155,9 +155,9 @@ def predict(cfg: Config, model: str = ENSEMBLE, question: str | None = None,
     if not question or not question.strip():
         raise InputError("predict", "--question", "give a question")
     if not context or not context.strip():
+        raise InputError(str(context_file or "predict"), "--context", "the context is empty")
     for option, text in (("--context", context), ("--question", question)):
         _refuse_longer(text, cfg.limits.context_chars, str(context_file or "predict"), option)
-        raise InputError(str(context_file or "predict"), "--context", "the context is empty")
     reader = load_reader(cfg, [model], runtime)
     found = reader.answer_pairs([(context, question)], model)[0]
     if isinstance(found, Exception):  # eval.windows.TooLong: refused, never cut

@@ -1,26 +1,26 @@
-"""Benchmark: the answer service with dynamic batching against one request at a time, or
-(``--compare runtime``) its eager forward against the exported graph (`rcpipe export`,
-`rcpipe serve --runtime onnx`), both batched.
+"""Benchmark: the answer service on Ray Serve (1 and 2 Reader replicas) against the service
+before it (one uvicorn process with a hand-written batcher, started from a git worktree of
+``--baseline-ref``, the same venv), side by side in one run on this machine.
 
-Starts `rcpipe serve` as its own process on a free loopback port once per arm (batching:
-``--max-batch``, default 16, and ``--max-batch 1``; runtime: ``--runtime torch`` and
-``--runtime onnx`` at ``--max-batch``), and sends each the same ``--requests`` dev
-questions, ``--concurrency`` at a time (default: all at once), from this process
-(bench/loadgen.py; loopback only). Reports p50/p95 latency, requests/s and the batches the
-service formed, side by side in one run; ``--repeats`` alternates the arms. ``--threads`` is
-the service's CPU threads, torch's or onnxruntime's intra-op alike.
+Each arm starts `rcpipe serve` as its own process on a free loopback port and is timed from
+the start to its first answer (start-up: Ray and Serve's controller, proxy and replicas on
+Ray Serve); then ``--requests`` dev questions are sent ``--concurrency`` at a time (200:
+bench/loadgen.py, loopback only, bounded), and one question over a document of
+``--long-tokens`` tokens (dev contexts joined: windows). Reports requests/s, p50/p95, the
+statuses (lost: no response; 5xx), the long document's latency and the start-up seconds.
+``--repeats`` alternates the arms.
 
-    .venv/bin/python bench/serve.py                        # a demo-sized model, see below
+    .venv/bin/python bench/serve.py --baseline-ref 572854b         # an untrained demo model
     .venv/bin/python bench/serve.py --workdir demo --params params.demo.yaml --model qanet
-    .venv/bin/python bench/serve.py --workdir /tmp/split --model qanet --untrained \
-        --compare runtime --concurrency 32                   # params.yaml's sizes
 
 With ``--workdir`` a directory holding a trained run (models/<model>/model.pt and the
 prepared data its params name) serves that model; ``--untrained`` first saves one there
 with initial weights at the params' sizes if it has none. Without, it makes one under
 bench/out/serve-run/: synthetic data, prepared, and a model of params.demo.yaml's size with
 untrained weights (how long an answer takes does not depend on what the weights learned).
-``--compare runtime`` runs `rcpipe export` first when the model has no model.onnx.
+
+``--compare runtime``: the eager forward against the exported graph (`rcpipe export` runs
+first when the model has no model.onnx), both on Ray Serve with one replica.
 
 Writes bench/out/serve.json (bench/out/serve-runtime.json with ``--compare runtime``).
 """
@@ -131,39 +131,104 @@ def exported(workdir: Path, params: Path, model: str) -> dict[str, Any]:
     return json.loads(record.read_text())
 
 
-def measure(workdir: Path, params: Path, model: str, max_batch: int, wait_ms: float,
-            threads: int, payloads: list[dict[str, Any]], concurrency: int,
-            runtime: str = "torch") -> dict[str, Any]:
+def baseline_tree(ref: str) -> Path:
+    """A git worktree of ``ref`` under bench/out/ (made once): the service as it was."""
+    tree = OUT / f"serve-baseline-{ref}"
+    if not (tree / "rcpipe").is_dir():
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), ref], cwd=ROOT,
+                       check=True, capture_output=True)
+    return tree
+
+
+def baseline_params(params: Path, tree: Path) -> Path:
+    """``params`` without the sections the baseline's rcpipe has not heard of (added since:
+    it refuses an unknown key), beside it as params.before.yaml."""
+    import yaml
+
+    known = {k for name in ("params.yaml", "params.demo.yaml")
+             for k in yaml.safe_load((tree / name).read_text())}
+    doc = yaml.safe_load(params.read_text())
+    out = params.with_name("params.before.yaml")
+    out.write_text(yaml.safe_dump({k: v for k, v in doc.items() if k in known}, sort_keys=False))
+    return out
+
+
+def long_payload(payloads: list[dict[str, Any]], tokens: int, model: str) -> dict[str, Any]:
+    """One question over dev contexts joined until the document has ``tokens`` words (the
+    service's tokens are close to its words; the response says how many windows)."""
+    seen: list[str] = []
+    for p in payloads:
+        if p["context"] not in seen:
+            seen.append(p["context"])
+    words: list[str] = []
+    while len(words) < tokens:
+        for c in seen:
+            words += c.split()
+    return {"context": " ".join(words[:tokens]), "question": payloads[0]["question"],
+            "model": model}
+
+
+def measure(arm: str, workdir: Path, params: Path, model: str, args: argparse.Namespace,
+            payloads: list[dict[str, Any]], baseline: Path | None) -> dict[str, Any]:
+    """One arm: "before" (the baseline tree's uvicorn service) or "serve-N" (N replicas)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
+    if arm == "before":
+        params = baseline_params(params, baseline)
     cmd = [sys.executable, "-m", "rcpipe", "serve", "--params", str(params), "--model", model,
-           "--port", str(port), "--max-batch", str(max_batch), "--batch-wait-ms", str(wait_ms),
-           "--threads", str(threads), "--timeout", "300", "--runtime", runtime]
-    proc = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.DEVNULL,
+           "--port", str(port), "--max-batch", str(args.max_batch), "--batch-wait-ms",
+           str(args.wait_ms), "--threads", str(args.threads), "--timeout", "300",
+           # the long document's characters: refused only past data.window.max_tokens
+           "--max-context-chars", str(20 * args.long_tokens)]
+    env = dict(os.environ)
+    if arm == "before":
+        env["PYTHONPATH"] = str(baseline)  # its rcpipe before this venv's editable one
+    else:
+        # each Reader holds no Ray CPU: the replicas share the machine's cores as the
+        # baseline's one process does
+        _, replicas, *runtime = arm.split("-")  # serve-2, or serve-1-onnx: the exported graph
+        cmd += ["--replicas", replicas, "--set", "serve.replica_cpus=0",
+                "--runtime", (runtime or ["torch"])[0]]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"rcpipe serve exited: {proc.stderr.read()[-2000:]}")
             try:
-                httpx.get(f"{url}/health", timeout=1)
-                break
+                if httpx.post(f"{url}/answer", json=payloads[0], timeout=30).status_code == 200:
+                    break
             except httpx.HTTPError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("rcpipe serve did not start in 120 s") from None
-                time.sleep(0.2)
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("rcpipe serve did not answer within 300 s")
+            time.sleep(0.2)
+        startup = time.perf_counter() - t0
         load(url, payloads[:8], concurrency=1)  # warm-up: first-call allocations
         before = httpx.get(f"{url}/health").json()
-        result = load(url, payloads, concurrency=concurrency)
+        result = load(url, payloads, concurrency=args.concurrency)
         after = httpx.get(f"{url}/health").json()
+        long = long_payload(payloads, args.long_tokens, model)
+        longs = [load(url, [long], concurrency=1) for _ in range(3)]
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
     batches = after["batches"] - before["batches"]
-    return result.summary() | {"runtime": runtime, "max_batch": max_batch, "batches": batches,
-                               "mean_batch": round(result.requests / max(batches, 1), 2),
-                               "largest_batch": after["largest_batch"]}
+    lost = result.statuses.get(0, 0)
+    server_errors = sum(n for s, n in result.statuses.items() if s >= 500)
+    long_ms = sorted(r.latencies_ms[0] for r in longs)
+    return result.summary() | {
+        "arm": arm, "startup_s": round(startup, 1), "lost": lost, "5xx": server_errors,
+        "batches": batches, "mean_batch": round(result.requests / max(batches, 1), 2),
+        "long_tokens": args.long_tokens, "long_ms": round(long_ms[1], 1),
+        "long_status": longs[0].statuses, "long_windows": (longs[0].bodies[0] or {}).get(
+            "windows")}
 
 
 def main() -> None:
@@ -171,20 +236,26 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, help="a trained run; default: make an untrained one")
     ap.add_argument("--params", type=Path, default=Path("params.yaml"))
     ap.add_argument("--model", default="bidaf")
-    ap.add_argument("--requests", type=int, default=200)
-    ap.add_argument("--concurrency", type=int, default=0, help="0: all requests at once")
+    ap.add_argument("--requests", type=int, default=1000)
+    ap.add_argument("--concurrency", type=int, default=200)
     ap.add_argument("--max-batch", type=int, default=16)
     ap.add_argument("--wait-ms", type=float, default=5.0)
     ap.add_argument("--threads", type=int, default=1,
                     help="the service's CPU threads (torch's, or onnxruntime's intra-op)")
+    ap.add_argument("--long-tokens", type=int, default=5000)
     ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--compare", choices=("batching", "runtime"), default="batching",
-                    help="batching: batched vs one at a time; runtime: eager vs exported")
+    ap.add_argument("--baseline-ref", default="572854b",
+                    help="the commit whose `rcpipe serve` is the baseline (before Ray Serve)")
+    ap.add_argument("--arms", default="before,serve-1,serve-2",
+                    help="before (the baseline ref's service), serve-N (N replicas), "
+                         "serve-N-onnx (the exported graph)")
+    ap.add_argument("--compare", choices=("service", "runtime"), default="service",
+                    help="runtime: --arms serve-1-onnx,serve-1 (`rcpipe export` first)")
     ap.add_argument("--untrained", action="store_true",
                     help="with --workdir: an untrained model at the params' sizes if none")
     args = ap.parse_args()
-    if not 1 <= args.requests <= 5000:
-        ap.error("--requests must be 1..5000")
+    if not 1 <= args.requests <= 5000 or not 1 <= args.concurrency <= 500:
+        ap.error("--requests must be 1..5000 and --concurrency 1..500")
 
     weights = "trained"
     workdir, params = args.workdir, args.params
@@ -195,43 +266,36 @@ def main() -> None:
         in_workdir(workdir, params, args.model, args.untrained)
         if args.untrained:
             weights = "untrained (the params' sizes)"
-    workdir = workdir.resolve()
+    workdir, params = workdir.resolve(), params.resolve()
     payloads = dev_payloads(workdir, params, args.requests, args.model)
-    concurrency = args.concurrency or args.requests
-    # (name, runtime, max_batch): the second arm is the one the ratio divides by
-    arms = (("batched", "torch", args.max_batch), ("one_at_a_time", "torch", 1)) \
-        if args.compare == "batching" else \
-        (("exported", "onnx", args.max_batch), ("eager", "torch", args.max_batch))
-    export = exported(workdir, params, args.model) if args.compare == "runtime" else None
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in arms}
+    arms = args.arms.split(",") if args.compare == "service" else ["serve-1-onnx", "serve-1"]
+    export = exported(workdir, params, args.model) if any("onnx" in a for a in arms) else None
+    baseline = baseline_tree(args.baseline_ref) if "before" in arms else None
+    runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
     for _ in range(args.repeats):
-        for name, runtime, max_batch in arms:
-            r = measure(workdir, params, args.model, max_batch, args.wait_ms, args.threads,
-                        payloads, concurrency, runtime)
-            runs[name].append(r)
-            print(f"{name:>14}: {r['requests_per_s']:7.1f} req/s  p50 {r['p50_ms']:7.0f} ms  "
-                  f"p95 {r['p95_ms']:7.0f} ms  mean batch {r['mean_batch']:5.1f}  "
-                  f"errors {r['errors']}", flush=True)
-
-    def best(name: str) -> dict[str, Any]:
-        return max(runs[name], key=lambda r: r["requests_per_s"])
-
-    first, second = (name for name, _, _ in arms)
+        for arm in arms:
+            r = measure(arm, workdir, params, args.model, args, payloads, baseline)
+            runs[arm].append(r)
+            print(f"{arm:>8}: {r['requests_per_s']:7.1f} req/s  p50 {r['p50_ms']:7.0f} ms  "
+                  f"p95 {r['p95_ms']:7.0f} ms  mean batch {r['mean_batch']:5.1f}  lost "
+                  f"{r['lost']}  5xx {r['5xx']}  statuses {r['statuses']}  "
+                  f"{args.long_tokens}-token document {r['long_ms']:6.0f} ms "
+                  f"({r['long_windows']} windows)  start-up {r['startup_s']:5.1f} s",
+                  flush=True)
     report = {
         "model": args.model, "weights": weights, "requests": args.requests,
-        "concurrency": concurrency, "threads": args.threads, "wait_ms": args.wait_ms,
-        "cpus": os.cpu_count(), "machine": platform.machine(), "compare": args.compare,
-        first: best(first), second: best(second),
-        "throughput_ratio": round(best(first)["requests_per_s"]
-                                  / best(second)["requests_per_s"], 2),
+        "concurrency": args.concurrency, "threads": args.threads, "wait_ms": args.wait_ms,
+        "max_batch": args.max_batch, "baseline_ref": args.baseline_ref,
+        "cpus": os.cpu_count(), "machine": platform.machine(),
+        "best": {arm: max(rs, key=lambda r: r["requests_per_s"]) for arm, rs in runs.items()},
         "runs": runs,
     }
     if export is not None:
         report["export_check"] = export["check"]
     OUT.mkdir(parents=True, exist_ok=True)
-    out = OUT / ("serve.json" if args.compare == "batching" else "serve-runtime.json")
+    out = OUT / ("serve.json" if args.compare == "service" else "serve-runtime.json")
     out.write_text(json.dumps(report, indent=1) + "\n")
-    print(f"{first} / {second}: {report['throughput_ratio']}x requests/s -> {out}")
+    print(f"-> {out}")
 
 
 if __name__ == "__main__":

@@ -279,9 +279,14 @@ def serve(
                         "package directory; default: ensemble and every trained variant")] = None,
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port")] = 8000,
-    max_batch: Annotated[int, typer.Option(help="requests per forward pass")] = 16,
-    batch_wait_ms: Annotated[float, typer.Option(help="wait for a batch to fill")] = 5.0,
-    timeout: Annotated[float, typer.Option(help="seconds per request, else 504")] = 30.0,
+    replicas: Annotated[int | None, typer.Option(
+        help="Reader replicas per model (default serve.replicas; autoscaling off)")] = None,
+    max_batch: Annotated[int | None, typer.Option(
+        help="requests per forward pass (default serve.max_batch)")] = None,
+    batch_wait_ms: Annotated[float | None, typer.Option(
+        help="wait for a batch to fill (default serve.batch_wait_ms)")] = None,
+    timeout: Annotated[float | None, typer.Option(
+        help="seconds per request, else 504 (default serve.timeout_s)")] = None,
     max_context_chars: Annotated[int, typer.Option(help="longer: 413")] = 20_000,
     max_question_chars: Annotated[int, typer.Option(help="longer: 413")] = 1_000,
     threads: Annotated[int, typer.Option(help="torch CPU threads (onnxruntime's with "
@@ -290,19 +295,23 @@ def serve(
     params: Params = None,
     set_: Sets = None,
 ) -> None:
-    """The answer service: POST /answer, and a web page at / to ask a passage."""
+    """The answer service on Ray Serve: POST /answer, and a web page at / to ask a passage."""
     from rcpipe.serve.app import Limits
 
     for option, value, least in (("--max-batch", max_batch, 1), ("--timeout", timeout, 1e-3),
                                  ("--batch-wait-ms", batch_wait_ms, 0),
+                                 ("--replicas", replicas, 1),
                                  ("--max-context-chars", max_context_chars, 1),
                                  ("--max-question-chars", max_question_chars, 1),
                                  ("--threads", threads, 0)):
-        if value < least:
+        if value is not None and value < least:
             raise InputError(option, f"{value:g}", f"must be at least {least:g}")
-    limits = Limits(max_context_chars, max_question_chars, max_batch, batch_wait_ms, timeout)
-    stages.serve(_config_for(model or [], params, set_), model, host, port, limits, threads,
-                 runtime)
+    cfg = _config_for(model or [], params, set_)
+    s = cfg.serve
+    limits = Limits(max_context_chars, max_question_chars, max_batch or s.max_batch,
+                    s.batch_wait_ms if batch_wait_ms is None else batch_wait_ms,
+                    timeout or s.timeout_s, s.max_pending, s.body_timeout_s)
+    stages.serve(cfg, model, host, port, limits, threads, runtime, replicas)
 
 
 def main(argv: list[str] | None = None) -> None:

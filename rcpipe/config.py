@@ -521,6 +521,45 @@ class VersionConfig(Section):
                                    "to, when the workspace has it; None: kept local")
 
 
+class Autoscaling(Section):
+    """Ray Serve's autoscaling of each model's Reader: replicas between the bounds, as many
+    as keep each one's requests in flight near the target."""
+
+    min_replicas: int = Field(1, ge=0, description="replicas kept when idle (0: none)")
+    max_replicas: int = Field(4, ge=1, description="replicas at the most")
+    target_ongoing_requests: float = Field(
+        16, gt=0, description="requests in flight a replica is sized for (a full batch)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Autoscaling:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"min_replicas {self.min_replicas} is over max_replicas "
+                             f"{self.max_replicas}")
+        return self
+
+
+class ServeConfig(Section):
+    """`rcpipe serve` on Ray Serve: each model a Reader deployment batching its requests,
+    behind one ingress with the routes and the page (rcpipe/serve/deployments.py)."""
+
+    replicas: int = Field(1, ge=1, le=64, description="each model's Reader replicas "
+                          "(`--replicas`); ignored under autoscaling")
+    autoscaling: Autoscaling | None = Field(None, description="replicas scaled with the "
+                                            "load; None: a fixed `replicas`")
+    replica_cpus: float = Field(1.0, ge=0, description="Ray CPUs a Reader replica holds "
+                                "(0: placed anywhere; the service's threads are --threads)")
+    max_batch: int = Field(16, ge=1, le=1024, description="requests per forward pass "
+                           "(@serve.batch's max_batch_size)")
+    batch_wait_ms: float = Field(5.0, ge=0, le=10_000, description="how long a batch "
+                                 "waits to fill")
+    timeout_s: float = Field(30.0, gt=0, description="from arrival to answer, else 504")
+    max_pending: int = Field(1024, ge=1, description="requests queued per Reader replica, "
+                             "else 503")
+    body_timeout_s: float = Field(10.0, gt=0, description="a request's body arrives whole "
+                                  "within this, else 408 (a slow client)")
+    keep_alive_s: int = Field(5, ge=1, description="an idle connection is closed after this")
+
+
 class ReadLimits(Section):
     """Caps on what rcpipe reads (README, "Limits"): a file over its cap, a context over its
     length or a document nested too deep is one located error, found before it is read or
@@ -562,6 +601,7 @@ class Config(Section):
     models: ModelsConfig = Field(default_factory=ModelsConfig)
     tune: SearchConfig = Field(default_factory=SearchConfig)
     version: VersionConfig = VersionConfig()
+    serve: ServeConfig = ServeConfig()
     limits: ReadLimits = ReadLimits()
     _source: str = PrivateAttr("params")
 

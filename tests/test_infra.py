@@ -31,6 +31,7 @@ RAY_CLUSTER = INFRA / "ray" / "cluster-aws.yaml"
 RAYJOB = INFRA / "kuberay" / "rayjob.yaml"
 RAYCLUSTER = INFRA / "kuberay" / "raycluster.yaml"
 STORAGE = INFRA / "kuberay" / "storage.yaml"
+RAYSERVICE = INFRA / "kuberay" / "rayservice.yaml"
 JOB_TEMPLATE = INFRA / "prefect" / "base-job-template.json"
 
 MANIFESTS = sorted(p for p in INFRA.rglob("*") if p.suffix in {".yaml", ".yml", ".json"})
@@ -63,8 +64,10 @@ def walk(node: Any) -> Iterator[Any]:
 
 
 def pods(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """A RayJob's or RayCluster's pod specs by group: "head" and each worker group's name."""
-    spec = doc["spec"]["rayClusterSpec"] if doc["kind"] == "RayJob" else doc["spec"]
+    """A RayJob's, RayService's or RayCluster's pod specs by group: "head" and each worker
+    group's name."""
+    spec = {"RayJob": lambda s: s["rayClusterSpec"], "RayService": lambda s: s[
+        "rayClusterConfig"]}.get(doc["kind"], lambda s: s)(doc["spec"])
     found = {"head": spec["headGroupSpec"]["template"]["spec"]}
     for group in spec["workerGroupSpecs"]:
         found[group["groupName"]] = group["template"]["spec"]
@@ -123,7 +126,7 @@ def test_one_image_everywhere() -> None:
     """The driver, Ray Client and every Ray node must run the same image."""
     cluster = load(RAY_CLUSTER)
     images = {("ray", cluster["docker"]["image"])}
-    for path in (RAYJOB, RAYCLUSTER):
+    for path in (RAYJOB, RAYCLUSTER, RAYSERVICE):
         for group, pod in pods(load(path)).items():
             images |= {(f"{path.name}:{group}", c["image"]) for c in pod["containers"]}
     template = load(JOB_TEMPLATE)
@@ -672,3 +675,78 @@ def test_every_ray_pod_has_its_own_way_to_s3(path: Path) -> None:
         if group != "head":
             refs = [e["secretRef"] for c in pod["containers"] for e in c.get("envFrom", [])]
             assert refs == [{"name": "rcpipe-aws", "optional": True}], group
+
+
+# ------------------------------------------------------------- the answer service
+
+
+def serve_config(doc: dict[str, Any]) -> dict[str, Any]:
+    return yaml.safe_load(doc["spec"]["serveConfigV2"])
+
+
+def rayservice_problems(doc: dict[str, Any]) -> list[str]:
+    """What keeps the RayService from serving the champion: Ray Serve's own schema for its
+    config, the application's builder, the deployments it names, the Ray version."""
+    from ray.serve.schema import ServeDeploySchema
+
+    from rcpipe.serve.deployments import Ingress, Reader
+
+    problems = []
+    config = serve_config(doc)
+    try:
+        ServeDeploySchema.model_validate(config)
+    except ValueError as e:
+        problems.append(f"Ray Serve's schema: {str(e).splitlines()[0]}")
+    for app in config.get("applications", []):
+        module, _, name = app.get("import_path", "").partition(":")
+        try:
+            builder = getattr(__import__(module, fromlist=[name]), name)
+        except (ImportError, AttributeError, ValueError):
+            problems.append(f"{app.get('import_path')}: no such builder")
+            continue
+        if builder.__name__ != "champion_app":
+            problems.append(f"{app['import_path']}: not the champion's builder")
+        package = str(app.get("args", {}).get("package", ""))
+        remote = load_dvc_remote()
+        if not (package.startswith(f"{remote}/rcpipe/versions/") and "/packages/" in package):
+            problems.append(f"package {package!r} is not a package on the DVC remote {remote}")
+        names = {d.get("name") for d in app.get("deployments", [])}
+        # Reader-0: the first (here the only) model's Reader, as deployments.application names it
+        known = {Ingress.name, f"{Reader.name}-0"}
+        problems += [f"deployment {n} is not one the application has" for n in names - known]
+    if doc["spec"]["rayClusterConfig"]["rayVersion"] != dockerfile_args()["RAY_VERSION"]:
+        problems.append("rayVersion is not the image's Ray")
+    return problems
+
+
+def load_dvc_remote() -> str:
+    for line in (REPO / ".dvc" / "config").read_text().splitlines():
+        if line.strip().startswith("url ="):
+            return line.split("=", 1)[1].strip()
+    raise AssertionError(".dvc/config has no remote url")
+
+
+def test_the_rayservice_serves_the_champions_package() -> None:
+    doc = load(RAYSERVICE)
+    assert doc["kind"] == "RayService" and rayservice_problems(doc) == []
+    http = serve_config(doc)["http_options"]
+    serve = load_config(REPO / "params.yaml").serve
+    assert http["keep_alive_timeout_s"] == serve.keep_alive_s
+    assert http["request_timeout_s"] > serve.timeout_s + serve.body_timeout_s  # the app's first
+
+
+def test_the_rayservice_check_rejects_broken_copies() -> None:
+    good = load(RAYSERVICE)
+    for break_it, words in (
+            (lambda c: c["applications"][0].update(import_path="rcpipe.stages.nowhere:app"),
+             "no such builder"),
+            (lambda c: c["applications"][0]["args"].update(package="/tmp/pkg"),
+             "not a package on the DVC remote"),
+            (lambda c: c["applications"][0]["deployments"][0].update(name="Reader"),
+             "deployment Reader is not one"),
+            (lambda c: c["applications"][0].update(route_prefix=7), "Ray Serve's schema")):
+        doc = copy.deepcopy(good)
+        config = serve_config(doc)
+        break_it(config)
+        doc["spec"]["serveConfigV2"] = yaml.safe_dump(config)
+        assert any(words in p for p in rayservice_problems(doc)), words

@@ -1,9 +1,11 @@
-"""`rcpipe serve`: the answer service (FastAPI) and its web page.
+"""`rcpipe serve`: the answer service on Ray Serve and its web page.
 
-    batcher.py   collects concurrent requests into one forward pass (asyncio queue, one
-                 model thread)
-    app.py       the HTTP API (POST /answer, GET /models, GET /health) and GET / (page.html)
-    server.py    uvicorn on a host and port, or in a background thread on a free loopback
-                 port (tests, bench/serve.py)
-    load.py      a loopback load generator: N concurrent requests, latency percentiles
+    app.py          the HTTP API (POST /answer, GET /models, GET /health) and GET / (page.html)
+                    over an ``ask`` coroutine: the limits, and a 4xx with JSON for every
+                    malformed request
+    deployments.py  the Ray Serve application: a Reader deployment per model, batching
+                    through @serve.batch, and the Ingress holding app.py's FastAPI app
+    server.py       the address checked before the models load
+
+The loopback load generator is bench/loadgen.py.
 """

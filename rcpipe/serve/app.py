@@ -1,19 +1,22 @@
-"""The answer service: POST /answer, GET /models, GET /health, and the web page at GET /.
+"""The answer service's HTTP side: POST /answer, GET /models, GET /health, and the page at
+GET /, over an ``ask(pair, model)`` coroutine (deployments.py: a Reader deployment's handle).
 
-Every failure a client can cause is a 4xx with a one-sentence ``detail``: a body over the
-size limit, a context/question over its character limit or a context over the answering
-function's token cap (``TooLarge``: data.window.max_tokens) is 413, malformed JSON, a wrong
-type, a missing or unknown field or an unknown model is 422. A full queue is 503 and a
-request the model did not reach in time is 504; the service itself keeps running.
+Every failure a client can cause is a 4xx with a one-sentence JSON ``detail``, never a 500:
+a body over the size limit, a context/question over its character limit or a context over
+the Reader's token cap (``TooLarge``: data.window.max_tokens) is 413; a body that is not
+JSON (a 5,000-digit integer, nesting past Python's recursion limit, bytes that are not
+UTF-8 included), a wrong type, a missing or unknown field, text that is not Unicode (a lone
+surrogate such as ``\\ud800``) or an unknown model is 422; a body that has not arrived
+within ``body_timeout_s`` is 408. A full queue is 503 and a request the model did not reach
+in time is 504; the service itself keeps running.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-import logging
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -22,9 +25,10 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
-from rcpipe.serve.batcher import AnswerFn, Batcher, Overloaded
-
-log = logging.getLogger("rcpipe.serve")
+Pair = tuple[str, str]  # (context, question)
+# the answer to one pair by one model: a dict with "batch" (the size of the forward pass
+# it shared), or Overloaded / TimeoutError / TooLarge / ModelFailed raised
+Ask = Callable[[Pair, str], Awaitable[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,8 @@ class Limits:
     max_batch: int = 16  # requests per forward pass (1: one at a time)
     max_wait_ms: float = 5.0  # how long a batch waits to fill
     timeout_s: float = 30.0  # from arrival to answer, else 504
-    max_pending: int = 1024  # queued requests, else 503
+    max_pending: int = 1024  # queued requests per Reader replica, else 503
+    body_timeout_s: float = 10.0  # the whole body within this, else 408
 
     @property
     def max_body_bytes(self) -> int:  # UTF-8 and JSON escapes: 6 bytes per char at worst
@@ -42,8 +47,16 @@ class Limits:
 
 
 class TooLarge(ValueError):
-    """What the answering function returns in place of an answer it refuses to compute (a
-    context over its token cap): the request gets 413 with this message."""
+    """An answer the Reader refuses to compute (a context over its token cap): 413 with
+    this message."""
+
+
+class Overloaded(Exception):
+    """The Reader's queue is full: the service is answering as fast as it can (503)."""
+
+
+class ModelFailed(Exception):
+    """The model failed on this request (logged by its replica): 500, the service goes on."""
 
 
 class AnswerRequest(BaseModel):
@@ -70,23 +83,30 @@ class AnswerResponse(BaseModel):
     ms: float = Field(description="time in the service, milliseconds")
 
 
-def create_app(answer: AnswerFn, models: list[str], limits: Limits = Limits(),
+@dataclass
+class Stats:
+    """What /health reports: requests answered and the forward passes they shared (each
+    answer says how large its batch was, so a batch of n adds n times 1/n)."""
+
+    answered: int = 0
+    batch_share: float = 0.0
+    largest: int = 0
+
+    def add(self, batch: int) -> None:
+        self.answered += 1
+        self.batch_share += 1 / batch
+        self.largest = max(self.largest, batch)
+
+
+def create_app(ask: Ask, models: list[str], limits: Limits = Limits(),
                no_answer: bool = False) -> FastAPI:
-    """The service over ``answer(pairs, model) -> [{"text", "start", "end", "prob",
-    "na_prob", "tokens", "p_start", "p_end", "windows", "window"} or TooLarge]``
-    (eval.answer.Reader.answer_pairs with token probabilities); ``models`` are the names it
-    serves, the first is the default."""
-    batcher = Batcher(answer, limits.max_batch, limits.max_wait_ms, limits.max_pending)
-
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        await batcher.start()
-        yield
-        await batcher.stop()
-
-    app = FastAPI(title="rcpipe answer service", lifespan=lifespan,
+    """The service over ``ask`` (one answer: {"text", "start", "end", "prob", "na_prob",
+    "tokens", "p_start", "p_end", "windows", "window", "batch"}); ``models`` are the names
+    it serves, the first is the default."""
+    app = FastAPI(title="rcpipe answer service",
                   description="Extractive QA with rcpipe's trained SQuAD models.")
-    app.state.batcher, app.state.models = batcher, models
+    stats = Stats()
+    app.state.models, app.state.stats = models, stats
 
     @app.get("/", response_class=HTMLResponse)
     def page() -> str:
@@ -100,14 +120,15 @@ def create_app(answer: AnswerFn, models: list[str], limits: Limits = Limits(),
 
     @app.get("/health")
     def health() -> dict[str, Any]:
-        s = batcher.stats
-        return {"status": "ok", "models": models, "batches": s.batches, "answered": s.answered,
-                "largest_batch": s.largest, "max_batch": limits.max_batch}
+        return {"status": "ok", "models": models, "batches": round(stats.batch_share),
+                "answered": stats.answered, "largest_batch": stats.largest,
+                "max_batch": limits.max_batch}
 
     @app.post("/answer", response_model=AnswerResponse, openapi_extra=_body_schema())
     async def answer_one(request: Request) -> AnswerResponse:
         t0 = time.perf_counter()
-        req = _parse(await _body(request, limits.max_body_bytes))
+        body = await _body(request, limits.max_body_bytes, limits.body_timeout_s)
+        req = _parse(body)
         model = req.model or models[0]
         if model not in models:
             raise HTTPException(422, f"unknown model {model!r}; this service has "
@@ -115,7 +136,8 @@ def create_app(answer: AnswerFn, models: list[str], limits: Limits = Limits(),
         _check_text("context", req.context, limits.max_context_chars)
         _check_text("question", req.question, limits.max_question_chars)
         try:
-            found = await batcher.submit((req.context, req.question), model, limits.timeout_s)
+            found = await asyncio.wait_for(ask((req.context, req.question), model),
+                                           limits.timeout_s)
         except Overloaded:
             raise HTTPException(503, "too many requests queued; try again shortly",
                                 headers={"Retry-After": "1"}) from None
@@ -123,8 +145,9 @@ def create_app(answer: AnswerFn, models: list[str], limits: Limits = Limits(),
             raise HTTPException(504, f"no answer within {limits.timeout_s:g} s") from None
         except TooLarge as e:
             raise HTTPException(413, str(e)) from None
-        except Exception:  # logged by the batcher; the service goes on
+        except ModelFailed:
             raise HTTPException(500, "the model failed on this request") from None
+        stats.add(found.get("batch", 1))
         return AnswerResponse(
             model=model, answer=found["text"], start=found["start"], end=found["end"],
             prob=found["prob"], na_prob=found["na_prob"], tokens=found["tokens"],
@@ -136,33 +159,67 @@ def create_app(answer: AnswerFn, models: list[str], limits: Limits = Limits(),
     return app
 
 
-async def _body(request: Request, limit: int) -> bytes:
-    """The request body, refused (413) as soon as it passes ``limit`` bytes."""
+async def _body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The request body, refused as soon as it passes ``limit`` bytes (413) or when it has
+    not arrived whole within ``timeout_s`` (408: a client trickling its body holds a
+    connection no longer than this, whatever Serve's own request timeout says)."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise HTTPException(413, f"request body of {declared} bytes; the limit is {limit}")
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise HTTPException(413, f"request body over {limit} bytes")
+
+    async def read() -> None:
+        async for chunk in request.stream():
+            body.extend(chunk)
+            if len(body) > limit:
+                raise HTTPException(413, f"request body over {limit} bytes")
+
+    try:
+        await asyncio.wait_for(read(), timeout_s)
+    except TimeoutError:
+        raise HTTPException(408, f"the request body did not arrive within {timeout_s:g} s",
+                            headers={"Connection": "close"}) from None
     return bytes(body)
 
 
 def _parse(body: bytes) -> AnswerRequest:
     try:
         obj = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise HTTPException(422, f"body is not JSON: {e}") from None
+    # ValueError: a JSONDecodeError, bytes that are not UTF-8, or an integer over Python's
+    # 4,300 digits; RecursionError: arrays or objects nested past the interpreter's limit
+    except (ValueError, RecursionError) as e:
+        what = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+        raise HTTPException(422, f"body is not JSON: {what}") from None
     if not isinstance(obj, dict):
         raise HTTPException(422, 'body must be a JSON object {"context", "question", "model"}')
     try:
-        return AnswerRequest.model_validate(obj)
+        req = AnswerRequest.model_validate(obj)
     except ValidationError as e:
         err = e.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "body"
+        where = _printable(".".join(str(p) for p in err["loc"]) or "body")
         what = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
         raise HTTPException(422, f"{where}: {what}") from None
+    for name in ("context", "question", "model"):
+        _check_unicode(name, getattr(req, name))
+    return req
+
+
+def _check_unicode(name: str, text: str | None) -> None:
+    """JSON's \\u escapes can spell half a surrogate pair, which no UTF-8 holds: the
+    tokenizer and the response could not carry it."""
+    if text is None:
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise HTTPException(422, f"{name}: a lone surrogate {text[e.start]!a} at character "
+                            f"{e.start} is not Unicode text") from None
+
+
+def _printable(text: str, most: int = 80) -> str:
+    """A client's own key, fit to quote in a detail: ASCII escapes, cut at ``most``."""
+    text = ascii(text)[1:-1]
+    return text if len(text) <= most else text[:most] + "..."
 
 
 def _check_text(name: str, text: str, limit: int) -> None:

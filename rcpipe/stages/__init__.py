@@ -11,9 +11,10 @@ from rcpipe.stages.explain import explain
 from rcpipe.stages.export import export
 from rcpipe.stages.io import load_dataset, read_mapping, write_json
 from rcpipe.stages.package import package
-from rcpipe.stages.predict import predict, serve
+from rcpipe.stages.predict import predict
 from rcpipe.stages.report import report
 from rcpipe.stages.scoring import ensemble, score
+from rcpipe.stages.serving import serve
 from rcpipe.stages.train import train, trained_is_current
 from rcpipe.stages.tune import tune
 

@@ -1,5 +1,5 @@
-"""Using trained models: `rcpipe predict` (one question or a whole SQuAD file) and `rcpipe
-serve` (the HTTP answer service with its web page).
+"""Using trained models: `rcpipe predict` (one question or a whole SQuAD file); `rcpipe
+serve` (stages/serving.py: the answer service on Ray Serve) loads its models here too.
 
 Both load the models here (models/<variant>/model.pt, weights only, refused when trained on
 another vocabulary or architecture: eval/trained.py; or a package directory, `--model DIR`,
@@ -20,9 +20,8 @@ from rcpipe.config import VARIANTS, Config
 from rcpipe.errors import InputError
 from rcpipe.stages.io import write_json
 
-if TYPE_CHECKING:  # heavy (torch, FastAPI): imported where they are used
+if TYPE_CHECKING:  # heavy (torch): imported where it is used
     import torch
-    from fastapi import FastAPI
 
     from rcpipe.eval.answer import Reader
 
@@ -227,44 +226,3 @@ def _refuse_long(ds: Any, sq: Any, input_file: str, window: Any) -> None:
             where = sq.questions[i].location.rsplit(".qas[", 1)[0] + ".context"
             windows = len(window_starts(n, window.length, window.stride))
             raise InputError(input_file, where, str(TooLong(n, window.max_tokens, windows)))
-
-
-def serve_app(cfg: Config, models: list[str] | None = None, limits: Any = None,
-              threads: int = 1, runtime: str = "torch") -> FastAPI:
-    """The answer service over ``models`` (default: the ensemble and every trained
-    variant); ``limits`` is a serve.app.Limits, ``threads`` torch's CPU threads, and
-    onnxruntime's intra-op threads with ``runtime`` onnx (one keeps a small model's latency
-    steady on a shared machine: 20 ms, not 800, on a busy 2-core box; batching, not
-    threads, gives the throughput)."""
-    import torch
-
-    from rcpipe.serve.app import Limits, TooLarge, create_app
-
-    names = models or [ENSEMBLE]
-    reader = load_reader(cfg, names, runtime, threads)
-    if threads:
-        torch.set_num_threads(threads)
-    served = [*names]
-    if ENSEMBLE in names:  # each voter is worth asking on its own too
-        served += reader.models
-    served = list(dict.fromkeys(served))
-
-    def answer(pairs: list[tuple[str, str]], model: str) -> list[Any]:
-        # a context over data.window.max_tokens: 413 for that request alone
-        return [TooLarge(str(a)) if isinstance(a, Exception) else a
-                for a in reader.answer_pairs(pairs, model, token_probs=True)]
-
-    return create_app(answer, served, limits or Limits(), no_answer=reader.no_answer)
-
-
-def serve(cfg: Config, models: list[str] | None = None, host: str = "127.0.0.1",
-          port: int = 8000, limits: Any = None, threads: int = 1, runtime: str = "torch"
-          ) -> None:
-    """`rcpipe serve`: the service and its page on http://host:port/ until interrupted."""
-    from rcpipe.serve import server
-
-    sock = server.listen(host, port)  # a bad or taken port is said before the models load
-    app = serve_app(cfg, models, limits, threads, runtime)
-    log.info(f"serve ({runtime}): {', '.join(app.state.models)} on http://{host}:{port}/ "
-             f"(POST /answer, the page at /); Ctrl-C stops")
-    server.run(app, sock)

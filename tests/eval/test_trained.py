@@ -14,6 +14,7 @@ from tests.test_dvc_pipeline import closure
 
 ROOT = Path(__file__).resolve().parents[2]
 USERS = ("rcpipe/eval/trained.py", "rcpipe/stages/evaluate.py", "rcpipe/stages/predict.py",
+         "rcpipe/stages/serving.py",
          "rcpipe/stages/explain.py", "rcpipe/eval/package.py", "rcpipe/stages/package.py",
          "rcpipe/eval/export.py", "rcpipe/stages/export.py", "bench/onnx_ops.py",
          *(str(p.relative_to(ROOT)) for p in sorted((ROOT / "rcpipe/serve").glob("*.py"))))

@@ -1,8 +1,10 @@
-"""The answer service over the session's trained models, on a free loopback port."""
+"""The answer service over the session's trained models: Ray Serve on the session's local
+Ray (one Serve start per module that asks for it), its proxy on a free loopback port."""
 
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,9 +12,13 @@ from typing import Any
 
 import pytest
 
-from rcpipe.serve.server import background
-from rcpipe.stages.predict import serve_app
+from rcpipe.config import Config
+from rcpipe.serve.app import Limits
 from tests.conftest import Trained
+
+# Test limits: a slow client is cut after 2 s, an idle connection after 2 s
+LIMITS = Limits(body_timeout_s=2.0)
+KEEP_ALIVE_S = 2
 
 
 @dataclass(frozen=True)
@@ -24,11 +30,39 @@ class Service:
     questions: dict[str, str]  # qid -> question
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def light(cfg: Config) -> Config:
+    """The session's config with Readers that reserve no Ray CPU: the session's 2-CPU Ray
+    may still hold a training test's actors."""
+    return cfg.model_copy(update={"serve": cfg.serve.model_copy(update={"replica_cpus": 0})})
+
+
+@pytest.fixture(scope="session")
+def serve_on_ray(trained: Trained) -> Iterator[str]:
+    """Ray Serve started once on the session's Ray; yields the proxy's URL."""
+    from rcpipe.serve import deployments
+
+    port = free_port()
+    deployments.start("127.0.0.1", port, LIMITS, KEEP_ALIVE_S)
+    yield f"http://127.0.0.1:{port}"
+    deployments.shutdown()
+
+
 @pytest.fixture(scope="module")
-def service(trained: Trained) -> Iterator[Service]:
+def service(trained: Trained, serve_on_ray: str) -> Service:
+    """The ensemble and its voters, as `rcpipe serve` with no --model serves them."""
+    from rcpipe.serve import deployments
+    from rcpipe.stages.serving import application
+
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(trained.root)  # models/ is relative to the run directory
-        app = serve_app(trained.cfg, threads=0)  # 0: leave torch's threads to the suite
+        app, _ = application(light(trained.cfg), None, LIMITS, threads=1)
+        deployments.run(app)
         nbest = {m: json.loads(Path(f"predictions/{m}.nbest.json").read_text())
                  for m in (*trained.variants, "ensemble")}
     contexts, questions = {}, {}
@@ -36,5 +70,4 @@ def service(trained: Trained) -> Iterator[Service]:
         for p in article["paragraphs"]:
             for qa in p["qas"]:
                 contexts[qa["id"]], questions[qa["id"]] = p["context"], qa["question"]
-    with background(app) as url:
-        yield Service(url, trained, nbest, contexts, questions)
+    return Service(serve_on_ray, trained, nbest, contexts, questions)

@@ -1,0 +1,160 @@
+"""The answer service as a Ray Serve application: a Reader deployment per loaded model,
+batching its requests through ``@serve.batch``, behind one Ingress deployment that holds
+the FastAPI app (app.py: the routes, the limits and the page).
+
+Ray Serve is imported at this module's top (its decorators shape the classes); only
+`rcpipe serve` (stages/serving.py) imports this module, inside its function.
+
+A Reader is handed a ``load`` function, not a model: it runs in the replica's process and
+returns ``answer(pairs) -> [answer dict, or {"refused": why}]`` (stages/serving.py loads
+the model through eval/trained.py or eval/package.py), so this package imports nothing of
+rcpipe's models. An ensemble is the Ingress asking each voter's Reader and handing their
+answers to ``vote`` (eval/answer.py's majority vote), so a voter's requests and the
+ensemble's share the voter's batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from ray import serve
+from ray.serve.exceptions import BackPressureError
+
+from rcpipe.serve.app import (
+    Limits,
+    ModelFailed,
+    Overloaded,
+    Pair,
+    TooLarge,
+    create_app,
+)
+
+log = logging.getLogger("rcpipe.serve")
+
+AnswerFn = Callable[[list[Pair]], list[dict[str, Any]]]
+Load = Callable[[], AnswerFn]  # run in the replica: the model loaded, its answering function
+Vote = Callable[[list[dict[str, Any]]], dict[str, Any]]  # the voters' answers -> one
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """How many Reader replicas: ``replicas``, or Serve's autoscaling between the bounds
+    (config.ServeConfig)."""
+
+    replicas: int = 1
+    autoscaling: dict[str, Any] | None = None  # min_replicas, max_replicas, target_ongoing
+    replica_cpus: float = 1.0
+
+
+@serve.deployment(name="Reader")
+class Reader:
+    """One model answering batches of (context, question) pairs in one model thread, so the
+    replica's event loop keeps taking requests (the next batch fills) while it computes."""
+
+    def __init__(self, load: Load, max_batch: int, wait_ms: float) -> None:
+        self._answer = load()
+        self.answer.set_max_batch_size(max_batch)
+        self.answer.set_batch_wait_timeout_s(wait_ms / 1000)
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="rcpipe-model")
+
+    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.005)
+    async def answer(self, pairs: list[Pair]) -> list[dict[str, Any]]:
+        found = await asyncio.get_running_loop().run_in_executor(
+            self._thread, self._answer_group, pairs)
+        return [f | {"batch": len(pairs)} for f in found]
+
+    def _answer_group(self, pairs: list[Pair]) -> list[dict[str, Any]]:
+        """The batch's answers; if the batch fails, each request alone, so one request that
+        breaks the model fails only itself."""
+        try:
+            return list(self._answer(pairs))
+        except Exception:
+            if len(pairs) == 1:
+                log.exception("answering failed")
+                return [{"failed": True}]
+        return [a for pair in pairs for a in self._answer_group([pair])]
+
+
+@serve.deployment(name="Ingress")
+@serve.ingress()
+class Ingress:
+    """The routes (app.py) over the Readers' handles; ``ensembles`` names the voters of each
+    ensemble it serves."""
+
+    def __init__(self, readers: dict[str, Any], ensembles: dict[str, list[str]],
+                 vote: Vote | None, models: list[str], limits: Limits,
+                 no_answer: bool) -> None:
+        self.readers, self.ensembles, self.vote = readers, ensembles, vote
+        self.models, self.limits, self.no_answer = models, limits, no_answer
+
+    def __serve_build_asgi_app__(self) -> Any:
+        return create_app(self.ask, self.models, self.limits, self.no_answer)
+
+    async def ask(self, pair: Pair, model: str) -> dict[str, Any]:
+        if model not in self.ensembles:
+            return await self._one(pair, model)
+        assert self.vote is not None, "an ensemble is served with its vote"
+        answers = await asyncio.gather(*(self._one(pair, v) for v in self.ensembles[model]))
+        return self.vote(list(answers)) | {"batch": min(a["batch"] for a in answers)}
+
+    async def _one(self, pair: Pair, model: str) -> dict[str, Any]:
+        try:
+            found = await self.readers[model].answer.remote(pair)
+        except BackPressureError:
+            raise Overloaded from None
+        if "refused" in found:  # a context over data.window.max_tokens
+            raise TooLarge(found["refused"])
+        if found.get("failed"):
+            raise ModelFailed
+        return found
+
+
+def application(loads: dict[str, Load], ensembles: dict[str, list[str]], vote: Vote | None,
+                models: list[str], limits: Limits, no_answer: bool,
+                scaling: Scaling = Scaling()) -> Any:
+    """The bound application: a Reader per entry of ``loads`` (named Reader-<i>: a served
+    name may be a package's path), the Ingress over them."""
+    readers = {}
+    for i, (name, load) in enumerate(loads.items()):
+        replicas: dict[str, Any] = {"autoscaling_config": scaling.autoscaling} \
+            if scaling.autoscaling else {"num_replicas": scaling.replicas}
+        readers[name] = Reader.options(
+            name=f"Reader-{i}", **replicas,
+            # a batch fills only from requests in flight at the replica: room for one batch
+            # computing and the next one filling
+            max_ongoing_requests=2 * limits.max_batch,
+            max_queued_requests=limits.max_pending,  # more: 503 (BackPressureError)
+            ray_actor_options={"num_cpus": scaling.replica_cpus},
+        ).bind(load, limits.max_batch, limits.max_wait_ms)
+    # the ingress only parses and waits: no CPU reserved, every pending request in flight
+    ingress = Ingress.options(max_ongoing_requests=limits.max_pending + 64,
+                              ray_actor_options={"num_cpus": 0})
+    return ingress.bind(readers, ensembles, vote, models, limits, no_answer)
+
+
+def start(host: str, port: int, limits: Limits, keep_alive_s: int) -> None:
+    """Serve on the Ray this process joined, its HTTP proxy on host:port.
+
+    The proxy is uvicorn: it closes a connection idle for ``keep_alive_s`` after a response,
+    and answers 408 to a request not done in its ``request_timeout_s``, set past the app's
+    own deadlines (body, answer) so that theirs, with JSON, come first. It has no deadline
+    for a request's headers (README, "Serving on Ray Serve": what is and is not enforced).
+    """
+    serve.start(http_options={
+        "host": host, "port": port, "keep_alive_timeout_s": keep_alive_s,
+        "request_timeout_s": limits.body_timeout_s + limits.timeout_s + 5})
+
+
+def run(app: Any, name: str = "rcpipe", route_prefix: str = "/") -> None:
+    """Deploy (or redeploy: Serve rolls changed deployments' replicas, new ones up before
+    old ones drain) ``app`` under ``name`` at ``route_prefix``; returns once it is healthy."""
+    serve.run(app, name=name, route_prefix=route_prefix)
+
+
+def shutdown() -> None:
+    serve.shutdown()

@@ -1,0 +1,64 @@
+"""A new champion rolled out without dropping requests: clients keep asking while the app
+is redeployed over another package (as the RayService does when its package changes), and
+every request is answered, by the old model and then the new one."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from rcpipe import stages
+from rcpipe.serve import deployments
+from rcpipe.stages.serving import application
+from tests.conftest import Trained
+from tests.serve.conftest import LIMITS, light
+
+
+def test_replacing_the_model_drops_no_request(trained: Trained, serve_on_ray: str,
+                                               tmp_path: Path) -> None:
+    url = f"{serve_on_ray}/rollout"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(trained.root)
+        old, new = (str(stages.package(trained.cfg, v, tmp_path / v)) for v in ("bidaf", "qanet"))
+        apps = [application(light(trained.cfg), [p], LIMITS)[0] for p in (old, new)]
+    deployments.run(apps[0], name="rollout", route_prefix="/rollout")
+    answered: Counter[tuple[int, str]] = Counter()
+    stop = threading.Event()
+
+    def ask() -> None:  # a client asking again as soon as it has its answer
+        with httpx.Client(timeout=60) as client:
+            while not stop.is_set():
+                r = client.post(f"{url}/answer", json={"context": "Ada wrote it in 1843.",
+                                                        "question": "When did Ada write it?"})
+                answered[r.status_code, r.json().get("model", r.text)] += 1
+
+    clients = [threading.Thread(target=ask) for _ in range(4)]
+    for c in clients:
+        c.start()
+    try:
+        _until(lambda: sum(answered.values()) >= 4)  # the old model answering
+        before = sum(answered.values())
+        deployments.run(apps[1], name="rollout", route_prefix="/rollout")  # the new champion
+        during = sum(answered.values()) - before
+        _until(lambda: any(model == new for _, model in answered))
+    finally:
+        stop.set()
+        for c in clients:
+            c.join(timeout=120)
+    assert {status for status, _ in answered} == {200}, answered
+    assert {model for _, model in answered} == {old, new}, answered
+    assert during > 0, "nothing was answered while the new replicas started"
+    print(dict(answered), f"{during} answered during the rollout")
+
+
+def _until(done: Callable[[], bool], timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "not within 120 s"
+        time.sleep(0.1)

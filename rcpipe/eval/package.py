@@ -195,6 +195,16 @@ def load_package(path: Path, limits: ReadLimits = ReadLimits()) -> Package:
 # ------------------------------------------------------------------------- the model card
 
 
+def _reading(data: dict[str, Any]) -> str:
+    """How the model read its dev contexts: data.window's windows (a package from before
+    windows records the token limit it cut them at)."""
+    if "window" in data:
+        w = data["window"]
+        return (f"a context over {w['length']} tokens read as windows of {w['length']}, "
+                f"{w['stride']} apart")
+    return f"context tokens seen: {data.get('dev_para_limit') or 'all'}"
+
+
 def _num(x: Any) -> str:
     return f"{x:.2f}" if isinstance(x, float) else str(x)
 
@@ -259,6 +269,6 @@ def model_card(config: dict[str, Any], metrics: dict[str, Any],
               "facts, and a wrong span can read as confident. Scores hold for SQuAD's dev "
               "distribution; other domains, long passages (beyond the context limit below) "
               "and non-English text score lower. Not for decisions about people.",
-              f"- context tokens seen: {config['data'].get('dev_para_limit') or 'all'}; "
+              f"- {_reading(config['data'])}; "
               f"longest answer: {config['decoding']['max_answer_len']} tokens", ""]
     return "\n".join(lines)

@@ -51,7 +51,8 @@ def explain(cfg: Config, variant: str, qid: str, out: Path | None = None
         from rcpipe.eval.package import VOCAB, load_package
         from rcpipe.eval.trained import vocab_digest
 
-        pkg = load_package(Path(variant))  # a package: the dev set must be indexed alike
+        # a package: the dev set must be indexed alike
+        pkg = load_package(Path(variant), cfg.limits)
         if (cfg.data.out_dir / "vocab.json").is_file() and \
                 vocab_digest(cfg.data.out_dir) != pkg.vocab_sha256:
             raise InputError(pkg.path / VOCAB, "", f"not the vocabulary "

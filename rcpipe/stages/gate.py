@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rcpipe import layout
-from rcpipe.config import VARIANTS, Config, Window
+from rcpipe import layout, reads
+from rcpipe.config import VARIANTS, Config, ReadLimits, Window
 from rcpipe.errors import InputError
 from rcpipe.versioning import GateSet, Score
 
@@ -45,6 +45,7 @@ class Gate:
     doc: dict[str, Any]
     squad: SquadFile
     window: Window  # data.window: a long context read as windows, as the service reads it
+    limits: ReadLimits  # what a package answering it is read within
 
 
 def gate_set(cfg: Config, dev_sha256: str) -> Gate:
@@ -55,7 +56,7 @@ def gate_set(cfg: Config, dev_sha256: str) -> Gate:
 
     uri = cfg.version.gate_file
     if uri is not None:
-        path, source = fetch(uri, cfg.data.cache_dir), "version.gate_file"
+        path, source = fetch(uri, cfg.data.cache_dir, limits=cfg.limits), "version.gate_file"
     else:
         found = prepared_heldout(cfg.data.out_dir)
         if found is None:
@@ -63,17 +64,18 @@ def gate_set(cfg: Config, dev_sha256: str) -> Gate:
                              f"questions out in {cfg.data.out_dir} (data.heldout) and no "
                              "gate file is named; name a SQuAD file no model trains on")
         path, source, uri = found.doc, found.source, str(found.doc)
-    data = path.read_bytes()
+    # within limits.json_mb, a regular file: the digest is taken before it is parsed
+    data = reads.read_bytes(path, cfg.limits.json_bytes(), "limits.json_mb", uri)
     digest = hashlib.sha256(data).hexdigest()
     if digest == dev_sha256:
         raise InputError(cfg.source, "version.gate_file", f"{uri} holds data.dev_file's "
                          "questions (the same sha256): the dev set reports and decides "
                          "nothing; name other questions")
-    doc = read_json(path, uri)
+    doc = read_json(path, uri, cfg.limits)
     squad = parse_squad(doc, uri)  # answers required: the gate scores them
     info = GateSet(source, uri, digest, len(squad.questions),
                    sum(1 for a in doc["data"] for p in a["paragraphs"] if p["qas"]))
-    return Gate(info, doc, squad, cfg.data.window)
+    return Gate(info, doc, squad, cfg.data.window, cfg.limits)
 
 
 def package_nbest(package: Path, gate: Gate, device: torch.device
@@ -84,7 +86,7 @@ def package_nbest(package: Path, gate: Gate, device: torch.device
     from rcpipe.eval.answer import Reader
     from rcpipe.eval.package import load_package
 
-    pkg = load_package(package)
+    pkg = load_package(package, gate.limits)
     reader = Reader(TextEncoder.from_vocab(pkg.vocab, pkg.char_limit),
                     {pkg.variant: pkg.model.to(device)}, device, pkg.max_answer_len,
                     {pkg.variant: pkg.na_threshold}, no_answer=pkg.inputs.no_answer,

@@ -108,8 +108,8 @@ def _acquire(path: Path, output: Path, doing: str, wait: bool) -> int:
             continue
         left = _holder(fd)
         if left is not None:
-            log.warning("%s: taking over the lock of %s: that run ended without releasing "
-                        "it (killed)", output, left.said())
+            log.warning("%s: taking over the lock of a run that ended without releasing it "
+                        "(killed): %s", output, left.said())
         me = Holder(os.getpid(), socket.gethostname(),
                     datetime.now(UTC).isoformat(timespec="seconds"), doing)
         os.ftruncate(fd, 0)

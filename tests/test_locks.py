@@ -74,7 +74,8 @@ def test_a_killed_holders_lock_is_taken_over_with_a_line(
     proc.wait()
     with caplog.at_level(logging.WARNING, "rcpipe.locks"), hold(output, "packaging"):
         pass
-    assert f"taking over the lock of bidaf is being trained by pid {proc.pid}" in caplog.text
+    assert "taking over the lock of a run that ended without releasing it (killed): bidaf " \
+        f"is being trained by pid {proc.pid}" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING, "rcpipe.locks"), hold(output, "packaging"):
         pass  # released cleanly this time: nothing to take over

@@ -19,7 +19,9 @@ PREFECT_PORT ?= 4200
 # Prefect and dvc start-ups, so two workers on 2 cores took 666-679 s on clean clones against
 # 992 s on one (790-821 s since the searches through a Jobs API and with a GPU joined).
 # --dist loadfile: a file's tests stay on one worker, in order, so its module fixtures (a
-# dvc repro, a Prefect stack) run once. TEST_WORKERS=0: one process, no xdist.
+# dvc repro, a Prefect stack) run once; --no-loadscope-reorder: files in the order
+# tests/conftest.py gives them, the long ones first, so no worker ends alone on one.
+# TEST_WORKERS=0: one process, no xdist.
 TEST_WORKERS ?= 2
 
 setup: $(BIN)/rcpipe
@@ -49,7 +51,8 @@ test: setup
 	$(BIN)/ruff check .
 	@# one torch/OpenMP thread a process: two workers with two threads each on two cores
 	@# spin against each other (25 min instead of 12)
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile \
+	  --no-loadscope-reorder
 
 demo: setup
 	$(BIN)/python -m flows.demo

@@ -20,6 +20,18 @@ from rcpipe import stages
 from rcpipe.config import Config, load_config
 from rcpipe.data import synth
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long files first: every file with a test marked slow or integration (Ray,
+    Prefect and dvc start-ups, minutes each) ahead of the rest, each file's tests kept
+    together and in order. `make test`'s workers take a file each as they free up, in this
+    order (--no-loadscope-reorder; xdist's own order, most tests first, ran the files of
+    one or two long tests last, one worker alone with them for minutes at the end), so the
+    short files fill the end and the two workers finish together."""
+    long = {item.path for item in items
+            if item.get_closest_marker("slow") or item.get_closest_marker("integration")}
+    items.sort(key=lambda item: item.path not in long)  # stable: files stay contiguous
+
+
 # params.demo.yaml with small synth sizes, a small word_dim and one tokenizer process
 PARAMS: dict[str, Any] = {
     "data": {

@@ -10,12 +10,18 @@ on loopback (the DVC remote), night after night in one DVC workspace:
    the new data, everything is evaluated again and the gate decides;
 5. one variant's params changed: only it trains.
 
+Each night's versioning is checked where it happens: night 1 commits dvc.lock, pushes data
+and models to the remote and crowns the first champion on prepare's held-out questions
+(never dev); night 2, with the flow's min_gain, keeps it (the same models: a difference of
+0), and the Prefect artifact gives the decision with its interval.
+
 The voters are two (one recurrent, one convolutional): every variant's own path is
 covered by tests/integration/test_dvc_s3.py.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
@@ -28,6 +34,7 @@ import pytest
 import yaml
 
 from flows import stack
+from flows.version import decision_markdown
 from rcpipe.config import VARIANTS
 from rcpipe.data import synth
 from tests.conftest import AWS_WORKER_ENV, SynthData, questions_of
@@ -42,12 +49,13 @@ TRAIN = {"max_steps": 24, "eval_every": 4, "batch_size": 4, "epochs": 50}
 
 
 def _deployment_run(env: dict[str, str], work: Path, s3_env: dict[str, str],
-                    watch: bool = True) -> subprocess.CompletedProcess[str] | str:
-    """One night: the finished command (``watch``), else the started flow run's id."""
+                    watch: bool = True, *more: str) -> subprocess.CompletedProcess[str] | str:
+    """One night: the finished command (``watch``), else the started flow run's id;
+    ``more``: further --param arguments."""
     cmd = [stack._prefect(), "deployment", "run", "train-all/local",
            "--param", f"params={work / 'params.yaml'}", "--param", f"workdir={work}",
            "--param", f"variants={json.dumps(VOTERS)}", "--param", "version=true",
-           "--param", "synth_data=false",
+           "--param", "synth_data=false", *more,
            "--job-variable", f"env={json.dumps(s3_env)}"]
     if not watch:
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
@@ -60,21 +68,28 @@ def _deployment_run(env: dict[str, str], work: Path, s3_env: dict[str, str],
                           env=env, capture_output=True, text=True, timeout=1000)
 
 
-def _night(env: dict[str, str], work: Path, s3_env: dict[str, str]) -> tuple[float, str]:
+def _night(env: dict[str, str], work: Path, s3_env: dict[str, str], *more: str
+           ) -> tuple[float, str]:
     t0 = time.monotonic()
-    run = _deployment_run(env, work, s3_env)
+    run = _deployment_run(env, work, s3_env, True, *more)
     assert isinstance(run, subprocess.CompletedProcess)
     assert run.returncode == 0 and "Completed" in run.stdout, \
         run.stdout[-3000:] + run.stderr[-3000:]
     return time.monotonic() - t0, run.stdout
 
 
-def _decisions(s3: Any) -> list[dict[str, Any]]:
-    """Every night's version record on the remote, oldest first (run names are times)."""
+def _version_keys(s3: Any) -> list[str]:
+    """Every night's version record's key on the remote, oldest first (run names are
+    times)."""
     listed = s3.list_objects_v2(Bucket=BUCKET, Prefix=f"{PREFIX}/rcpipe/versions/")
-    keys = sorted(o["Key"] for o in listed.get("Contents", [])
+    return sorted(o["Key"] for o in listed.get("Contents", [])
                   if o["Key"].endswith("/version.json"))
-    return [json.loads(s3.get_object(Bucket=BUCKET, Key=k)["Body"].read()) for k in keys]
+
+
+def _decisions(s3: Any) -> list[dict[str, Any]]:
+    """Every night's version record on the remote, oldest first."""
+    return [json.loads(s3.get_object(Bucket=BUCKET, Key=k)["Body"].read())
+            for k in _version_keys(s3)]
 
 
 def _champion(s3: Any) -> dict[str, Any]:
@@ -92,6 +107,19 @@ def _default_variants(api_url: str) -> list[str]:
         deployment = c.read_deployment_by_name("train-all/local")
     return deployment.parameters.get(
         "variants", deployment.parameter_openapi_schema["properties"]["variants"]["default"])
+
+
+def _artifact(api_url: str, key: str) -> str:
+    """The newest markdown artifact under ``key``, as the Prefect API holds it."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.sorting import ArtifactSort
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as c:
+        found = c.read_artifacts(artifact_filter=ArtifactFilter(
+            key=ArtifactFilterKey(any_=[key])), sort=ArtifactSort.CREATED_DESC, limit=1)
+    return str(found[0].data)
 
 
 def _summaries(work: Path) -> dict[str, dict[str, Any]]:
@@ -124,6 +152,7 @@ def test_four_nights_and_a_cancelled_one_train_only_what_changed(
     (decided,) = _decisions(s3)
     assert decided["promoted"] is True
     champion = _champion(s3)
+    _first_champion(work, s3, champion, str(prefect_stack["api_url"]))
     for name in (*VOTERS, "ensemble"):
         result = json.loads((work / f"metrics/{name}.json").read_text())
         assert set(result) == {"exact_match", "f1"}  # the official v1.1 keys
@@ -136,12 +165,14 @@ def test_four_nights_and_a_cancelled_one_train_only_what_changed(
     watched = [work / f".rcpipe/stamps/{s}.json" for s in
                ("evaluate-bidaf", "evaluate-qanet", "ensemble-ensemble", "report")]
     before = [_mtime(p) for p in watched]
-    second_s, _ = _night(env, work, s3_env)
+    # the flow's min_gain reaches the gate
+    second_s, _ = _night(env, work, s3_env, "--param", "min_gain=0.5")
     assert _summaries(work) == night1
     assert [_mtime(p) for p in watched] == before
     decisions = _decisions(s3)
     assert len(decisions) == 2 and decisions[-1]["promoted"] is False
     assert _champion(s3) == champion
+    _kept_against_itself(s3, decisions[-1], champion, str(prefect_stack["api_url"]))
     print(f"\nnight 2 (nothing changed) took {second_s:.0f} s, night 1 {first_s:.0f} s: "
           f"{second_s / first_s:.2f}x")
     assert second_s < 0.6 * first_s
@@ -185,6 +216,41 @@ def test_four_nights_and_a_cancelled_one_train_only_what_changed(
     decisions = _decisions(s3)
     assert len(decisions) == 4
     _nights_a_person_can_compare(work, origin, decisions)
+
+
+def _first_champion(work: Path, s3: Any, crowned: dict[str, Any], api_url: str) -> None:
+    """Night 1 versioned what it produced: dvc.lock committed and on the remote, data and
+    models pushed, the first champion crowned on prepare's held-out questions."""
+    assert crowned["score"]["model"] in (*VOTERS, "ensemble")
+    key = crowned["dvc_lock"].removeprefix(f"s3://{BUCKET}/")
+    assert s3.get_object(Bucket=BUCKET, Key=key)["Body"].read() == \
+        (work / "dvc.lock").read_bytes()
+    assert "dvc.lock" in sh(work, "git", "show", "--name-only", "--format=", "HEAD").stdout
+    heldout = work / "data/prepared/heldout.json"  # the gate set, never the dev set
+    gate = crowned["gate"]
+    assert gate["set"]["source"] == "heldout" and gate["champion"] is None
+    assert gate["set"]["sha256"] == hashlib.sha256(heldout.read_bytes()).hexdigest()
+    questions = sum(len(p["qas"]) for a in json.loads(heldout.read_text())["data"]
+                    for p in a["paragraphs"])
+    assert gate["questions"] == questions > 0
+    assert "no champion yet" in _artifact(api_url, "train-all-version")
+    produced = ["fetch", "prepare", *(f"{s}@{v}" for v in VOTERS for s in ("train", "evaluate"))]
+    assert json.loads(sh(work, "dvc", "status", "--json", *produced).stdout) == {}
+    assert json.loads(sh(work, "dvc", "status", "--cloud", "--json", *produced).stdout) == {}
+
+
+def _kept_against_itself(s3: Any, night2: dict[str, Any], champion: dict[str, Any],
+                         api_url: str) -> None:
+    """Night 2's gate: the champion's own models against themselves, a difference of 0,
+    kept at the flow's min_gain; the Prefect artifact says so with its interval."""
+    gate = night2["gate"]
+    assert gate["min_gain"] == 0.5 and gate["champion"]["run"] == champion["score"]["run"]
+    assert (gate["diff"], gate["low"], gate["high"]) == (0.0, 0.0, 0.0)
+    artifact = _artifact(api_url, "train-all-version")
+    key = _version_keys(s3)[-1]
+    assert artifact == decision_markdown(night2 | {"record": f"s3://{BUCKET}/{key}"})
+    assert "**kept the champion**" in artifact and "+0.00 F1** [+0.00, +0.00] (95%" in artifact
+    assert f"sha256 `{gate['set']['sha256']}`" in artifact and "min_gain 0.50" in artifact
 
 
 def _nights_a_person_can_compare(work: Path, origin: Path,

@@ -20,6 +20,7 @@ from rcpipe import stages
 from rcpipe.config import Config, load_config
 from rcpipe.data import synth
 
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The long files first: every file with a test marked slow or integration (Ray,
     Prefect and dvc start-ups, minutes each) ahead of the rest, each file's tests kept

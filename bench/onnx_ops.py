@@ -5,7 +5,7 @@ profiler), beside the eager forward on the same batch, on the same CPU threads.
 
 RUN holds params.yaml, its prepared data and models/<variant>/model.onnx (`rcpipe export`;
 bench/export_latency.py and bench/serve.py leave one there). The batch is the dev set's
-first ``--batch`` questions, as the service's batcher forms one (its --max-batch).
+first ``--batch`` questions, as a Reader of the service batches them (serve.max_batch).
 Median of ``--repeats`` forwards after one warm-up, each runtime. Writes
 bench/out/onnx_ops-<variant>.json: both forward times and each op type's share of the
 graph's kernel time (what a faster graph would have to shrink).

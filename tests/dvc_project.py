@@ -1,7 +1,7 @@
 """A temporary DVC workspace of the project for tests: dvc.yaml, the code it lists, the
 committed .dvc/config with the remote pointed at a test bucket, a tiny params.yaml holding
 every key dvc.yaml tracks, and synthetic SQuAD files (tests/integration/test_dvc_s3.py,
-tests/flows/test_version.py)."""
+tests/integration/test_nights.py)."""
 
 from __future__ import annotations
 

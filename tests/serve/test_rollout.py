@@ -57,6 +57,29 @@ def test_replacing_the_model_drops_no_request(trained: Trained, serve_on_ray: st
     print(dict(answered), f"{during} answered during the rollout")
 
 
+def test_the_onnx_runtime_answers_inside_the_reader_as_the_eager_one(
+        trained: Trained, serve_on_ray: str, tmp_path: Path) -> None:
+    """`rcpipe serve --runtime onnx`: each Reader swaps its model's forward for the
+    exported graph (eval/export.py) and answers as the eager Reader does."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(trained.root)
+        pkg = str(stages.package(trained.cfg, "bidaf", tmp_path / "bidaf"))
+        stages.export(trained.cfg, pkg, questions=8)
+        apps = {rt: application(light(trained.cfg), [pkg], LIMITS, runtime=rt)[0]
+                for rt in ("torch", "onnx")}
+    ask = {"context": "Ada Lovelace wrote the first program in 1843 in London.",
+           "question": "When did Ada write the first program?"}
+    got = {}
+    for runtime, app in apps.items():
+        deployments.run(app, name=f"rt-{runtime}", route_prefix=f"/rt-{runtime}")
+        r = httpx.post(f"{serve_on_ray}/rt-{runtime}/answer", json=ask, timeout=60)
+        assert r.status_code == 200, r.text
+        got[runtime] = r.json()
+    assert (got["onnx"]["answer"], got["onnx"]["start"], got["onnx"]["end"]) == \
+        (got["torch"]["answer"], got["torch"]["start"], got["torch"]["end"])
+    assert got["onnx"]["prob"] == pytest.approx(got["torch"]["prob"], abs=1e-4)
+
+
 def _until(done: Callable[[], bool], timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not done():

@@ -292,7 +292,7 @@ def test_evaluate_killed_leaves_the_old_or_the_new_scores(
 
     # the model in place alternates (a new model: evaluate runs again)
     _kills("evaluate", tmp_path, "rcpipe", lambda i: ["evaluate", VARIANT], files, check,
-           points=3, between=lambda i: two_models(i + 1))
+           points=2, between=lambda i: two_models(i + 1))
 
 
 def test_package_killed_leaves_the_old_or_the_new_package(

@@ -70,7 +70,8 @@ def ensemble(cfg: Config, inputs: list[Path] | None = None,
     na_prob on dev is reported only as the "oracle". When the voters' files and the dev set
     are those the outputs were made from, nothing is done (``force``: vote anyway). The
     four files are one set (rcpipe/outputs.py), one writer at a time (``wait``: for it)."""
-    with hold(out, f"{out} is being voted", wait):
+    # the lock beside out's folder: a refused vote leaves no file in it
+    with hold(out.parent, f"{out} is being voted", wait):
         settle(out.parent, layout.METRICS)
         return _ensemble(cfg, inputs, out, force)
 

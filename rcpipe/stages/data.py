@@ -218,8 +218,8 @@ def _vocabularies(cfg: Config, train: tuple, *others: tuple) -> tuple:  # (file,
         log.info(f"prepare: reading word vectors {d.word_vectors}")
         candidates = set(word_counts).union(*(F.count_words(*o)[0] for o in others))
         wanted = {f for w in candidates for f in case_forms(w)}
-        vectors = read_vectors(fetch(d.word_vectors, d.cache_dir), wanted, d.word_dim,
-                               d.word_vectors)
+        vectors = read_vectors(fetch(d.word_vectors, d.cache_dir, limits=cfg.limits), wanted,
+                               d.word_dim, d.word_vectors)
         vectored = {w for w in candidates if any(f in vectors for f in case_forms(w))}
     words, trained = build_word_vocab(word_counts, d.min_word_count, vectored,
                                       d.missing_vectors)
@@ -278,11 +278,12 @@ def _read_splits(cfg: Config) -> tuple[Any, Any, HeldOut]:
     from rcpipe.data.squad import fetch, load_squad, parse_squad, read_json
 
     d, h = cfg.data, cfg.data.heldout
-    train_doc = read_json(fetch(d.train_file, d.cache_dir), d.train_file)
+    train_doc = read_json(fetch(d.train_file, d.cache_dir, limits=cfg.limits), d.train_file,
+                          cfg.limits)
     train = parse_squad(train_doc, d.train_file)  # located errors in the whole file
-    dev = load_squad(d.dev_file, d.cache_dir)
+    dev = load_squad(d.dev_file, d.cache_dir, limits=cfg.limits)
     if h.file:
-        held_doc = read_json(fetch(h.file, d.cache_dir), h.file)
+        held_doc = read_json(fetch(h.file, d.cache_dir, limits=cfg.limits), h.file, cfg.limits)
         held = HeldOut(parse_squad(held_doc, h.file), held_doc, f"file:{h.file}",
                        len(held_doc["data"]))
     else:

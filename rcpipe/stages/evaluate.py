@@ -64,7 +64,7 @@ def _evaluate(cfg: Config, variant: str, force: bool) -> dict[str, Any]:
     model.to(device)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
-    doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir)
+    doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir, cfg.limits)
     # whole contexts, each longer one read as data.window's windows
     dev = Split(SquadDataset.from_parquet(cfg.data.out_dir / "dev.parquet"), doc)
     heldout, source = _heldout(cfg, metrics.dataset_version(doc) == "2.0")

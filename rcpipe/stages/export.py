@@ -66,7 +66,8 @@ def _export(cfg: Config, model: str, questions: int, tolerance: float) -> dict[s
     source, where = locations(model)
     variant = model if model in VARIANTS else \
         json.loads((Path(model) / "config.json").read_text())["variant"]
-    dev = load_squad(cfg.data.dev_file, cfg.data.cache_dir, require_answers=False)
+    dev = load_squad(cfg.data.dev_file, cfg.data.cache_dir, require_answers=False,
+                     limits=cfg.limits)
     pairs = [(dev.contexts[q.context_index], q.question) for q in dev.questions[:questions]]
     if len(pairs) < 2:
         raise InputError(cfg.data.dev_file, "", "fewer than 2 questions to check against")

@@ -69,7 +69,7 @@ def _package(cfg: Config, variant: str, out: Path) -> Path:
         threshold = {**threshold, "na_threshold": cfg.eval.na_threshold, "fixed": True,
                      "source": "params", "chosen_on": None}
     sources = [{"split": split, "uri": uri,
-                "sha256": sha256_of(fetch(uri, cfg.data.cache_dir))}
+                "sha256": sha256_of(fetch(uri, cfg.data.cache_dir, limits=cfg.limits))}
                for split, uri in (("train", cfg.data.train_file), ("dev", cfg.data.dev_file))]
     prior = length_prior(cfg)
     config = {

@@ -70,7 +70,7 @@ def _report(cfg: Config, out: Path, force: bool) -> dict[str, Any]:
                  "nothing to do")
         return {"html": str(out / "report.html"), "files": []}
     models, preds, scores = _read_run()
-    doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir)
+    doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir, cfg.limits)
     version = metrics.dataset_version(doc)
     qids = [q.qid for q in tables.questions(doc)]
 

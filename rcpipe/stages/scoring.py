@@ -96,7 +96,7 @@ def _ensemble(cfg: Config, inputs: list[Path] | None, out: Path, force: bool
         return kept
     nbests = [_read_nbest(p) for p in inputs]
     voted = vote.majority_vote(nbests)
-    doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir)
+    doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir, cfg.limits)
     preds = vote.predictions_from(voted)
     na = {q: v["na_prob"] for q, v in voted.items()} if metrics.dataset_version(doc) == "2.0" \
         else None

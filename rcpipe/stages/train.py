@@ -108,7 +108,7 @@ def _train_here(cfg: Config, variant: str, key: Fingerprint | None, force: bool
         cluster.forget_run(path, filesystem, name)
     runs.started(name, key)
     stored = cluster.latest_step(path, filesystem, name)  # where a resumed run goes on from
-    dev_doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir)
+    dev_doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir, cfg.limits)
     t0 = time.perf_counter()
     result = _fit(cfg, variant, inputs, dev_doc, path, filesystem, name)
     if result.checkpoint is None:

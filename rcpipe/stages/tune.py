@@ -64,7 +64,7 @@ def tune(cfg: Config, variant: str, force: bool = False, run: str | None = None,
         return done
     inputs = _model_inputs(cfg)
     _check_trials_build(cfg, variant, inputs)
-    dev_doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir)
+    dev_doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir, cfg.limits)
     prepared = cfg.data.out_dir.resolve()
     from rcpipe.eval.trained import vocab_digest
 

@@ -146,3 +146,30 @@ def test_an_idle_connection_is_closed_after_keep_alive(service: Service) -> None
             pass
         waited = time.monotonic() - t0
     assert waited < KEEP_ALIVE_S + 5
+
+
+def test_a_context_over_the_token_cap_is_413_and_the_next_is_answered(service: Service
+                                                                       ) -> None:
+    """A context within the characters' limit but over data.window.max_tokens: the Reader
+    refuses it whole (never cut) and the Ingress says so with 413 and JSON."""
+    from dataclasses import replace
+
+    from rcpipe.serve import deployments
+    from rcpipe.stages.serving import application
+    from tests.serve.conftest import light
+
+    cfg = service.trained.cfg
+    capped = cfg.model_copy(update={"data": cfg.data.model_copy(update={
+        "window": cfg.data.window.model_copy(update={"max_tokens": 50})})})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(service.trained.root)
+        app, _ = application(light(capped), ["bidaf"], replace(LIMITS, max_context_chars=10_000),
+                             threads=1)
+    deployments.run(app, name="capped", route_prefix="/capped")
+    long = " ".join(["word"] * 120)  # 120 tokens, 599 characters
+    r = httpx.post(f"{service.url}/capped/answer", json={"context": long, "question": "q?"},
+                   timeout=60)
+    assert r.status_code == 413 and "data.window.max_tokens" in r.json()["detail"], r.text
+    ok = httpx.post(f"{service.url}/capped/answer", timeout=60, json={
+        "context": "Ada wrote it in 1843.", "question": "When did Ada write it?"})
+    assert ok.status_code == 200 and ok.json()["windows"] == 1

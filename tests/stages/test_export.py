@@ -1,6 +1,7 @@
 """`rcpipe export`: the session's trained bidaf exported beside its model.pt (and from a
-package directory), checked against the eager model on the dev questions; the service on
-`--runtime onnx` answers as the eager one does; a missing, changed or unreadable model.onnx
+package directory), checked against the eager model on the dev questions; a Reader of the
+service on `--runtime onnx` answers as the eager one does (served on Ray Serve:
+tests/serve/test_rollout.py); a missing, changed or unreadable model.onnx
 is one line and exit 2; `--model DIR` needs no params.yaml."""
 
 from __future__ import annotations
@@ -12,14 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 
 from rcpipe import stages
 from rcpipe.errors import InputError
 from rcpipe.eval.export import ONNX, RECORD, sha256
-from rcpipe.serve.server import background
-from rcpipe.stages.predict import serve_app
+from rcpipe.stages.serving import answerer
 from tests.conftest import Trained, questions_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,12 +51,7 @@ def test_export_writes_the_graph_and_what_it_was_checked_against(trained: Traine
     assert record["inputs"]["cc"] == ["batch", "context", "chars"]
 
 
-def _ask(url: str, pairs: list[tuple[str, str]]) -> list[dict]:
-    return [httpx.post(url + "/answer", json={"context": c, "question": q}, timeout=60).json()
-            for c, q in pairs]
-
-
-def test_the_onnx_service_answers_as_the_eager_one(trained: Trained, run: Path,
+def test_the_onnx_reader_answers_as_the_eager_one(trained: Trained, run: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(run)
     qs = questions_of(trained.data.dev_doc)[:6]
@@ -65,13 +59,11 @@ def test_the_onnx_service_answers_as_the_eager_one(trained: Trained, run: Path,
                 for p in a["paragraphs"] for qa in p["qas"]}
     pairs = [(contexts[qa["id"]], qa["question"]) for qa in qs]
     answers = {}
-    for runtime in ("torch", "onnx"):
-        app = serve_app(trained.cfg, ["bidaf"], threads=0, runtime=runtime)
-        with background(app) as url:
-            answers[runtime] = _ask(url, pairs)
+    for runtime in ("torch", "onnx"):  # what each Reader replica runs on a batch
+        answers[runtime] = answerer(trained.cfg, "bidaf", runtime, 0, str(run))(pairs)
     for eager, onnx in zip(answers["torch"], answers["onnx"], strict=True):
-        assert (onnx["answer"], onnx["start"], onnx["end"]) == \
-            (eager["answer"], eager["start"], eager["end"])
+        assert (onnx["text"], onnx["start"], onnx["end"]) == \
+            (eager["text"], eager["start"], eager["end"])
         assert onnx["prob"] == pytest.approx(eager["prob"], abs=1e-4)
         assert onnx["p_start"] == pytest.approx(eager["p_start"], abs=1e-4)
 
@@ -152,8 +144,9 @@ def test_a_package_exports_and_answers_with_no_params_file(
     _cli("explain", "--model", str(pkg), "--qid", qid, "--out", str(away / "e.html"))
     assert (away / "e.html").is_file()
     served = {}
-    monkeypatch.setattr(stages, "serve", lambda cfg, models, *a: served.update(
-        cfg=cfg, models=models, runtime=a[-1]))
+    monkeypatch.setattr(stages, "serve", lambda cfg, models, host, port, limits, threads,
+                        runtime, replicas: served.update(cfg=cfg, models=models,
+                                                         runtime=runtime))
     _cli("serve", "--model", str(pkg), "--runtime", "onnx")
     assert served["models"] == [str(pkg)] and served["runtime"] == "onnx"
     assert served["cfg"].source == "params defaults"
@@ -163,4 +156,4 @@ def test_a_package_exports_and_answers_with_no_params_file(
         cli.main(["predict", "--model", "bidaf", "--question", "q", "--context", "a"])
     assert e.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == \
-        "error: params.yaml: No such file or directory"
+        "error: params.yaml: no such file"

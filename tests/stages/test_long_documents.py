@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from rcpipe import stages
@@ -172,24 +171,20 @@ def test_predict_refuses_a_context_over_the_cap_in_one_line(
     assert err.startswith(f"error: {tmp_path / 'qs.json'}: data[0].paragraphs[1].context: ")
 
 
-def test_the_service_reads_windows_and_refuses_over_the_cap_with_413(in_run: Run) -> None:
-    from rcpipe.serve.app import Limits
-    from rcpipe.serve.server import background
-    from rcpipe.stages.predict import serve_app
+def test_the_services_reader_reads_windows_and_refuses_over_the_cap(in_run: Run) -> None:
+    """What a Reader replica of `rcpipe serve` runs on a batch: the long document read as
+    windows, the answer the paragraph alone gets, every token's probabilities; a context
+    over the cap refused in its place (the Ingress answers it 413: tests/serve/test_app.py),
+    the others of the batch answered."""
+    from rcpipe.stages.serving import answerer
 
     cfg = load_config(in_run.root / "params.yaml", ["data.window.max_tokens=2000"])
-    app = serve_app(cfg, ["bidaf"], Limits(max_context_chars=100_000), threads=0)
+    answer = answerer(cfg, "bidaf", "torch", 0, str(in_run.root))
     document = FILLER + in_run.paragraph
-    with background(app) as url, httpx.Client(base_url=url, timeout=60) as client:
-        r = client.post("/answer", json={"context": document, "question": in_run.question})
-        assert r.status_code == 200, r.text
-        got = r.json()
-        assert got["answer"] == in_run.alone["answer"] and got["windows"] == 3
-        assert got["start"] == in_run.alone["start"] + len(FILLER)
-        assert len(got["tokens"]) == len(got["p_start"]) > 1500
-        r = client.post("/answer", json={"context": FILLER * 2, "question": "q?"})
-        assert r.status_code == 413
-        assert "data.window.max_tokens" in r.json()["detail"]
-        ok = client.post("/answer", json={"context": in_run.paragraph,
-                                          "question": in_run.question})
-        assert ok.status_code == 200 and ok.json()["windows"] == 1
+    got, refused, ok = answer([(document, in_run.question), (FILLER * 2, "q?"),
+                               (in_run.paragraph, in_run.question)])
+    assert got["text"] == in_run.alone["answer"] and got["windows"] == 3
+    assert got["start"] == in_run.alone["start"] + len(FILLER)
+    assert len(got["tokens"]) == len(got["p_start"]) > 1500
+    assert "data.window.max_tokens" in refused["refused"]
+    assert ok["windows"] == 1 and ok["text"] == in_run.alone["answer"]

@@ -38,16 +38,12 @@ try:
     main(["predict", "--model", pkg, "--input", dev, "--out", out])
 except SystemExit as e:
     assert not e.code, e.code
-import httpx
 from rcpipe.config import load_config
-from rcpipe.serve.server import background
-from rcpipe.stages.predict import serve_app
-app = serve_app(load_config("params.yaml"), [pkg], threads=0)
-with background(app) as url:
-    r = httpx.post(url + "/answer", json={"context": context, "question": question,
-                                          "model": pkg}, timeout=60)
-    r.raise_for_status()
-print(json.dumps({"served": r.json(),
+from rcpipe.stages.serving import answerer
+# what a Reader replica of `rcpipe serve --model PKG` runs: the package loaded, a batch answered
+answer = answerer(load_config("params.yaml"), pkg, "torch", 0, ".")
+served = answer([(context, question)])[0]
+print(json.dumps({"served": served,
                   "train": sorted(m for m in sys.modules if m.startswith("rcpipe.train"))}))
 """
 
@@ -142,7 +138,7 @@ def test_the_package_answers_as_the_run_does_without_training_code(
         assert mine[qid]["text"] == entry["text"]
         assert mine[qid]["prob"] == pytest.approx(entry["prob"], rel=1e-5, abs=1e-9)
     served = got["served"]
-    assert (served["answer"], served["start"], served["end"]) == \
+    assert (served["text"], served["start"], served["end"]) == \
         (one["answer"], one["start"], one["end"])
     assert served["prob"] == pytest.approx(one["prob"], rel=1e-5, abs=1e-9)
 
@@ -165,8 +161,8 @@ def test_a_tampered_package_is_one_line_and_exit_2(trained: Trained, packaged: P
                              env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert out.returncode == 2, out.stderr[-2000:]
         assert out.stderr.strip().splitlines()[-1] == (
-            f"error: {bad / WEIGHTS}: refused: its sha256 is not the one config.json records "
-            "(changed after packaging); package again")
+            f"error: {bad / WEIGHTS}: refused: its sha256 is not the one recorded in "
+            "config.json (changed after packaging); package again")
         assert "Traceback" not in out.stderr
 
 

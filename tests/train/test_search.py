@@ -136,7 +136,9 @@ def test_a_search_through_the_jobs_api_runs_on_the_cluster_and_writes_its_layer_
     layer = yaml.safe_load(layout.tune_params("bidaf").read_text())
     assert set(layer["models"]["bidaf"]) == {"optim", "dropout"}
     [row] = json.loads(layout.tune_trials("bidaf").read_text())["rows"]
-    assert row["status"] == "finished" and row["minutes"] >= 0.05 and row["steps"] > 10
+    # trained until its minutes passed: how many steps fit in them is the machine's (2 when
+    # the suite's other worker held both cores, 20 alone)
+    assert row["status"] == "finished" and row["minutes"] >= 0.05 and row["steps"] > 1
     assert "up to 0.05 minutes each" in layout.tune_params("bidaf").read_text()
 
 

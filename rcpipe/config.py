@@ -553,8 +553,8 @@ class ServeConfig(Section):
     batch_wait_ms: float = Field(5.0, ge=0, le=10_000, description="how long a batch "
                                  "waits to fill")
     timeout_s: float = Field(30.0, gt=0, description="from arrival to answer, else 504")
-    max_pending: int = Field(1024, ge=1, description="requests queued per Reader replica, "
-                             "else 503")
+    max_pending: int = Field(1024, ge=1, description="requests a Reader replica holds "
+                             "(its batch queue), and as many waiting for a replica, else 503")
     body_timeout_s: float = Field(10.0, gt=0, description="a request's body arrives whole "
                                   "within this, else 408 (a slow client)")
     keep_alive_s: int = Field(5, ge=1, description="an idle connection is closed after this")

@@ -4,7 +4,6 @@ Ray (one Serve start per module that asks for it), its proxy on a free loopback 
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from rcpipe.config import Config
 from rcpipe.serve.app import Limits
 from tests.conftest import Trained
+from tests.ray_nodes import free_port
 
 # Test limits: a slow client is cut after 6 s, an idle connection after 2 s. The body's
 # deadline runs from when the Ingress starts reading it, so it also holds the time a busy
@@ -31,12 +31,6 @@ class Service:
     nbest: dict[str, dict[str, Any]]  # model -> qid -> evaluate's (or ensemble's) answer
     contexts: dict[str, str]  # qid -> context
     questions: dict[str, str]  # qid -> question
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def light(cfg: Config) -> Config:

@@ -558,6 +558,14 @@ class ServeConfig(Section):
     body_timeout_s: float = Field(10.0, gt=0, description="a request's body arrives whole "
                                   "within this, else 408 (a slow client)")
     keep_alive_s: int = Field(5, ge=1, description="an idle connection is closed after this")
+    # uvicorn (Serve's proxy) has no deadline for a request's head: rcpipe/serve/guard.py
+    # fronts it with these two, so a silent or trickling client cannot hold a descriptor
+    header_timeout_s: float = Field(10.0, gt=0, description="a request's head arrives "
+                                    "whole within this of its first byte (of the "
+                                    "connection's opening, for the first), else 408 and "
+                                    "close (rcpipe/serve/guard.py)")
+    max_connections: int = Field(10_000, ge=1, description="open client connections the "
+                                 "guard holds; one more is answered 503 and closed")
 
 
 class ReadLimits(Section):

@@ -111,8 +111,8 @@ def best_answers(variants: list[str], runs: Path, params: Path, prepared: Path, 
     from rcpipe.data.dataset import SquadDataset
     from rcpipe.data.heldout import prepared_heldout
     from rcpipe.data.squad import read_json
-    from rcpipe.eval.predict import Split, heldout_split, heldout_then_dev
-    from rcpipe.eval.trained import model_from_payload, vocab_digest
+    from rcpipe.inference.reading import Split, heldout_split, heldout_then_dev
+    from rcpipe.trained.model_file import model_from_payload, vocab_digest
 
     cfg = load_config(params, [f"data.out_dir={prepared}"])
     # whole contexts, a long one read as data.window's windows, as `rcpipe evaluate` reads
@@ -132,7 +132,7 @@ def best_answers(variants: list[str], runs: Path, params: Path, prepared: Path, 
 
 def voted(answers: dict[str, Any]) -> dict[str, str]:
     """The majority vote of the variants' answers (best_answers), question -> text."""
-    from rcpipe.eval.ensemble import majority_vote
+    from rcpipe.inference.ensemble import majority_vote
 
     return {q: e["text"] for q, e in majority_vote([a.nbest for a in answers.values()]).items()}
 
@@ -140,7 +140,7 @@ def voted(answers: dict[str, Any]) -> dict[str, str]:
 def ensemble(variants: list[str], runs: Path, params: Path, prepared: Path, test: Path
              ) -> dict[str, Any]:
     """The majority vote of every variant's best model, scored on the test articles."""
-    from rcpipe.eval import metrics
+    from rcpipe.scoring import metrics
 
     answers, doc = best_answers(variants, runs, params, prepared, test)
     return metrics.score(doc, voted(answers))

@@ -16,9 +16,9 @@ import torch
 
 from rcpipe.config import VARIANTS, load_config
 from rcpipe.data.dataset import SquadDataset, bucket_batches
-from rcpipe.eval.trained import prepared_inputs
 from rcpipe.models import build_model
 from rcpipe.train.loop import EMA, make_optimizer, train_step
+from rcpipe.trained.model_file import prepared_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,7 +8,7 @@ trained on the split's training articles answers them three ways, at params.yaml
 
 - ``paragraph``: each question in its own paragraph (the split as SQuAD gives it);
 - ``windows``: each question over its whole document, read as data.window's windows
-  (eval/answer.py's Reader, the path of predict and serve);
+  (inference/answer.py's Reader, the path of predict and serve);
 - ``cut``: each question over its whole document cut at data.window.length tokens, as
   predict and serve read it before windows (the old train.dev_para_limit).
 
@@ -101,9 +101,9 @@ def main() -> None:
     from rcpipe.data.squad import read_json
     from rcpipe.data.tokenize import tokenize
     from rcpipe.data.windows import window_starts
-    from rcpipe.eval import metrics
-    from rcpipe.eval.answer import Reader
-    from rcpipe.eval.trained import model_from_payload, vocab_digest
+    from rcpipe.inference.answer import Reader
+    from rcpipe.scoring import metrics
+    from rcpipe.trained.model_file import model_from_payload, vocab_digest
 
     torch.set_num_threads(args.threads)
     train_file, test = args.split / "train-v1.1.json", args.split / "test-v1.1.json"

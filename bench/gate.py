@@ -12,7 +12,7 @@ the held-out slice every ``--eval-every`` steps as the demo ranks them. Then the
 `rcpipe version --promote` runs it: every run's best model answers the gate set
 (rcpipe.stages.gate's ``gate_set``: the prepared held-out questions), and for each disjoint
 pair (the first seed the champion, the second the candidate) the paired F1 difference with
-its paragraph bootstrap (rcpipe.eval.compare) goes to rcpipe.versioning.decide at
+its paragraph bootstrap (rcpipe.scoring.compare) goes to rcpipe.version_rules.decide at
 ``--min-gain`` (default: params.demo.yaml's ``version.min_gain``). The two sides of a pair
 are the same settings, so every promotion is a false one. A run answers through its model
 file, not a package as the gate does: the same Reader and decoding (the package holds the
@@ -64,10 +64,10 @@ def gate_answers(work: Path, models: dict[int, Path], sets: list[str]
     import torch
 
     from rcpipe.data.encode import TextEncoder
-    from rcpipe.eval.answer import Reader
-    from rcpipe.eval.trained import model_from_payload, vocab_digest
+    from rcpipe.inference.answer import Reader
     from rcpipe.stages.fetch import sha256_of
     from rcpipe.stages.gate import gate_set
+    from rcpipe.trained.model_file import model_from_payload, vocab_digest
 
     torch.set_num_threads(1)
     cfg = load_config(PARAMS, sets)
@@ -94,8 +94,8 @@ def judge(gate: Any, champion: tuple[int, dict[str, str]], candidate: tuple[int,
     """The gate's decision on one pair (champion seed, candidate seed)."""
     from dataclasses import asdict
 
-    from rcpipe.eval.compare import paired_difference
-    from rcpipe.versioning import Score, decide
+    from rcpipe.scoring.compare import paired_difference
+    from rcpipe.version_rules import Score, decide
 
     d = paired_difference(gate.doc, champion[1], candidate[1])
     decision = decide(Score(VARIANT, 0.0, 0.0, "", f"seed{candidate[0]}"),
@@ -140,7 +140,7 @@ def main() -> None:
     answers = list(found.items())  # seed order
     pairs = [judge(gate, answers[i], answers[i + 1], min_gain)
              for i in range(0, len(answers) - 1, 2)]
-    from rcpipe.eval.metrics import score
+    from rcpipe.scoring.metrics import score
 
     f1 = {s: float(score(gate.doc, a)["f1"]) for s, a in found.items()}
     triples = []

@@ -18,8 +18,8 @@ import torch
 
 from rcpipe.data.dataset import SquadDataset
 from rcpipe.data.squad import read_json
-from rcpipe.eval.predict import evaluate_model
-from rcpipe.eval.trained import model_from_payload, vocab_digest
+from rcpipe.inference.reading import evaluate_model
+from rcpipe.trained.model_file import model_from_payload, vocab_digest
 
 ROOT = Path(__file__).resolve().parents[1]
 SPLIT = ROOT.parent / "shared" / "data" / "squad-split"

@@ -61,7 +61,7 @@ def int8_arm(graph: Any, batch: Any, args: argparse.Namespace) -> dict[str, Any]
     quantized per batch), timed as the others, and its agreement with the fp32 graph."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from rcpipe.eval.export import ONNX, OnnxForward, locations
+    from rcpipe.trained.onnx import ONNX, OnnxForward, locations
 
     ops = None if args.int8 == "all" else args.int8.split(",")
     target = Path(tempfile.mkdtemp()) / "model.int8.onnx"
@@ -93,8 +93,8 @@ def main() -> None:
 
     from rcpipe.config import load_config
     from rcpipe.data.dataset import SquadDataset
-    from rcpipe.eval.export import load_onnx
-    from rcpipe.eval.trained import load_model
+    from rcpipe.trained.model_file import load_model
+    from rcpipe.trained.onnx import load_onnx
 
     torch.set_num_threads(args.threads)
     cfg = load_config(args.params)

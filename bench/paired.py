@@ -4,12 +4,12 @@ A test F1 over ~2,000 questions moves by about a point from chance alone, so "tu
 default by 0.4" says nothing until the spread is known. For each variant both runs trained
 (``--tag A`` and ``--tag B`` of bench/accuracy.py, same preset, split and out folder), both
 best models answer the test articles again (each at its no-answer threshold chosen on the
-held-out slice, as the bench scored them), and rcpipe.eval.compare gives B's F1 minus A's
+held-out slice, as the bench scored them), and rcpipe.scoring.compare gives B's F1 minus A's
 with a 95% interval from a bootstrap over the test paragraphs; the ensembles of each run too.
 Nothing is chosen here: it only reads the two runs. Runs of several seeds (bench/accuracy.py
 ``--seeds N``: ``<tag>/seed-<S>/``) are paired seed by seed: the line gives the seed-averaged
 difference with its paragraph interval, each seed pair's difference (their range is the
-seed spread, which the bootstrap does not see) and the verdict (rcpipe.eval.compare:
+seed spread, which the bootstrap does not see) and the verdict (rcpipe.scoring.compare:
 ``gain`` or ``loss`` only when the interval leaves out 0 and every seed pair agrees). Writes
 ``OUT/accuracy-paired-A-B.json`` and prints a line per variant.
 
@@ -36,7 +36,7 @@ def compare(a: Path, b: Path, params: Path, prepared: Path, test: Path) -> dict[
     """{variant (and "ensemble"): the paired difference B - A} for the variants both ran."""
     from dataclasses import asdict
 
-    from rcpipe.eval.compare import seeded_difference
+    from rcpipe.scoring.compare import seeded_difference
 
     pairs = seed_runs(a, b)
     variants = sorted(v.parent.name for v in pairs[0][0].glob("*/model.pt")

@@ -50,8 +50,8 @@ def save_untrained(cfg: Any, model: str) -> None:
     sizes of ``cfg``'s models.<model> on its prepared vocabulary."""
     import torch
 
-    from rcpipe.eval.trained import model_payload, prepared_inputs, vocab_digest
     from rcpipe.models import build_model
+    from rcpipe.trained.model_file import model_payload, prepared_inputs, vocab_digest
 
     inputs = prepared_inputs(cfg.data.out_dir, cfg.data.word_dim)
     net = build_model(model, cfg.models.of(model), inputs)

@@ -44,11 +44,11 @@ import torch
 
 from rcpipe.config import VARIANTS, Config, load_config
 from rcpipe.data.dataset import SquadDataset, bucket_batches
-from rcpipe.eval.trained import prepared_inputs
 from rcpipe.models import build_model
 from rcpipe.models.layers import count_parameters
 from rcpipe.train.loop import EMA, make_optimizer, train_step
 from rcpipe.train.worker import mixed_precision, train_batches
+from rcpipe.trained.model_file import prepared_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("fp32", "bf16", "compile")

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rcpipe.eval.metrics import headline
+from rcpipe.scoring.metrics import headline
 
 V2_KEYS = ("HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1")
 

@@ -134,7 +134,7 @@ def _run(params_path: Path, sets: list[str], variants: list[str], synth_data: bo
          version: bool, run_name: str | None) -> dict[str, Any]:
     from prefect.runtime import flow_run
 
-    from rcpipe.train.job_runs import check_run_name, stop_followed
+    from rcpipe.cluster.job_runs import check_run_name, stop_followed
 
     cfg = load_config(params_path, sets)
     # one Ray job per run and variant: a retried task or a rescheduled flow run follows it
@@ -192,8 +192,8 @@ def _cluster(cfg: Config, variants: int, needed: bool = True) -> Iterator[int]:
     fit yet, and an autoscaling cluster grows to its maximum for them (the GPUs it has now
     may be none). A joined or local Ray takes as many as its resources hold now.
     """
-    from rcpipe.train.cluster import jobs_that_fit, ray_cluster
-    from rcpipe.train.jobs import jobs_api_address
+    from rcpipe.cluster.jobs_api import jobs_api_address
+    from rcpipe.cluster.train_job import jobs_that_fit, ray_cluster
 
     if jobs_api_address(cfg) or not needed:
         yield variants

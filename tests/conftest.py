@@ -160,7 +160,7 @@ def v2_splits(tmp_path_factory: pytest.TempPathFactory, synth_v2: SynthData
     import json
 
     from rcpipe.data.dataset import SquadDataset
-    from rcpipe.eval.predict import Split
+    from rcpipe.inference.reading import Split
 
     root = tmp_path_factory.mktemp("v2_heldout")
     cfg = load_config(write_params(root / "params.yaml", data={
@@ -207,7 +207,7 @@ def local_ray() -> Iterator[None]:
     """
     import ray
 
-    from rcpipe.train.cluster import start_local_ray
+    from rcpipe.cluster.train_job import start_local_ray
 
     # the workers find S3 credentials in their own environment (rcpipe never hands them
     # keys): the test cluster's processes carry the dummy ones the loopback S3 takes
@@ -317,8 +317,8 @@ def save_untrained_model(cfg: Config, variant: str, no_answer: bool = False) -> 
 
     import torch
 
-    from rcpipe.eval.trained import model_payload, vocab_digest
     from rcpipe.models import ModelInputs, build_model
+    from rcpipe.trained.model_file import model_payload, vocab_digest
 
     vocab = json.loads((cfg.data.out_dir / "vocab.json").read_text())
     inputs = ModelInputs(len(vocab["words"]), len(vocab["chars"]), cfg.data.word_dim, None,
@@ -356,7 +356,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory, synth_v1: SynthData,
     return Trained(root, cfg, synth_v1, variants, summary)
 
 
-# A run long enough to be interrupted mid-training and resumed: tests/train/test_cluster.py
+# A run long enough to be interrupted mid-training and resumed: tests/cluster/test_train_job.py
 # kills `rcpipe train` with SIGKILL, tests/integration/test_prefect_deployment.py loses the
 # node its Ray job trains on; each compares the resumed run with `undisturbed`. bidaf: its
 # tiny model's dev F1 moves within 40 steps (qanet's, in its warm-up, does not)

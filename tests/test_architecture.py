@@ -26,12 +26,16 @@ ALLOWED: dict[str, set[str]] = {
     "locks": {"errors"},  # one run at a time per output; the holder's line
     "data": {"config", "errors", "console", "models", "reads"},  # models: the Batch type only
     "models": {"config", "variants"},
-    "eval": {"config", "errors", "data", "models", "layout", "reads"},
-    "report": {"data", "models", "eval", "layout"},
-    "train": BASE | {"data", "models", "eval"},
+    "scoring": set(),  # official scoring and the paired comparison: pure, no torch
+    "inference": {"config", "errors", "data", "models", "layout", "scoring"},
+    "trained": {"config", "errors", "reads", "data", "models", "layout"},
+    "render": {"data", "models", "scoring", "inference", "layout"},
+    "train": BASE | {"data", "models", "scoring", "inference", "trained"},
+    "cluster": BASE | {"data", "models", "train", "trained"},  # the Ray layer over train
     "serve": {"errors"},
-    "versioning": {"config", "eval"},  # eval: metrics.headline (pure)
-    "stages": BASE | {"data", "models", "train", "eval", "report", "serve", "versioning"},
+    "version_rules": {"config", "scoring"},  # scoring: metrics.headline (pure)
+    "stages": BASE | {"data", "models", "scoring", "inference", "trained", "render",
+                       "train", "cluster", "serve", "version_rules"},
     "cli": BASE | {"stages", "serve"},
     "__main__": {"cli"},
 }
@@ -95,8 +99,10 @@ def test_no_import_runs_back_up_a_floor() -> None:
 
 
 @pytest.mark.parametrize(("rel", "line"), [
-    ("eval/x.py", "from rcpipe.train.loop import EMA"),  # eval never imports train
-    ("eval/x.py", "from rcpipe.report import plots"),  # scoring draws nothing
+    ("trained/x.py", "from rcpipe.train.loop import EMA"),  # a model's file needs no training
+    ("scoring/x.py", "from rcpipe.render import plots"),  # scoring draws nothing
+    ("train/x.py", "from rcpipe.cluster import train_job"),  # training is readable without Ray
+    ("inference/x.py", "from rcpipe.trained import onnx"),  # reading takes any nn.Module
     ("data/x.py", "from rcpipe.models import build_model"),  # data builds batches only
     ("models/x.py", "from rcpipe.data.dataset import Batch"),  # models never import data
     ("data/x.py", "from rcpipe.models.layers import OOV"),  # only Batch from models

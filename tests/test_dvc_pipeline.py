@@ -18,7 +18,7 @@ import yaml
 
 from rcpipe.config import VARIANTS, load_config
 from rcpipe.variants import REGISTRY
-from rcpipe.versioning import untracked_overrides
+from rcpipe.version_rules import untracked_overrides
 from tests.conftest import SynthData
 
 REPO = Path(__file__).resolve().parents[1]

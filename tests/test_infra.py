@@ -368,7 +368,7 @@ def run_storage_folders() -> set[str]:
 def pods_workdir() -> PurePosixPath:
     """Where the pods' relative paths resolve: the flow-run pod's working directory (the
     pull step of every deployment in the pool), which a Ray job's driver changes into
-    (rcpipe/train/jobs.py, entrypoint); the image's WORKDIR, where a RayJob's entrypoint
+    (rcpipe/cluster/jobs_api.py, entrypoint); the image's WORKDIR, where a RayJob's entrypoint
     starts."""
     dirs = {step["directory"] for d in load(REPO / "prefect.yaml")["deployments"]
             if d["work_pool"]["name"] == GPU_POOL for entry in d.get("pull", [])

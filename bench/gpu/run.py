@@ -264,7 +264,7 @@ def evaluate(kit: Kit) -> dict[str, Any]:
     """Per version: each variant's training summary and its best model's test scores at the
     no-answer threshold chosen on the held-out slice, then their majority-vote ensemble."""
     from bench.accuracy import abstain_all, best_answers, voted
-    from rcpipe.eval import metrics
+    from rcpipe.scoring import metrics
 
     started = trainings(kit)
     if started is None:
@@ -484,11 +484,11 @@ def time_step(variant: str, cfg: Any, prepared: Path, device: Any, mode: str, ba
 
     from bench.train_speed import _sync, gpu_busy
     from rcpipe.data.dataset import SquadDataset, ahead
-    from rcpipe.eval.trained import prepared_inputs
     from rcpipe.models import build_model
     from rcpipe.train.audit import epoch_shapes
     from rcpipe.train.loop import EMA, TrainStep, make_optimizer
     from rcpipe.train.worker import mixed_precision, train_batches
+    from rcpipe.trained.model_file import prepared_inputs
 
     torch._dynamo.reset()
     mcfg, b = cfg.models.of(variant), cfg.train.buckets

@@ -41,7 +41,7 @@ def label_train(sq: SquadFile, ctx: list[Tokens], qs: list[Tokens], cfg: DataCon
     A context over data.limits.para becomes windows of that many tokens
     (DataConfig.train_window): each window holding the whole answer is a row trained on its
     span; for SQuAD v2.0 each window holding none of it is a no-answer row (what the model
-    must say of a window without the answer: eval/windows.py takes the document's lowest
+    must say of a window without the answer: inference/window_choice.py takes the document's lowest
     no-answer probability), for v1.1, whose models have no no-answer score, it is left out,
     as is a window holding part of the answer. An unanswerable question's windows are all
     no-answer rows. Returns (rows, dropped questions by reason, window counts: "questions"

@@ -13,7 +13,7 @@ length that is the window whose centre is nearest, so each window owns one stret
 the stretches tile the context. A window proposes only spans that start on a token it
 owns, so a span cut by a window's end is never proposed there: it starts in the next
 window's stretch, where it is whole as long as the windows share at least 2k - 1 tokens
-for a span of k tokens (eval/windows.py chooses across the windows).
+for a span of k tokens (inference/window_choice.py chooses across the windows).
 
 Pure numpy; the dataset collates a window as a slice of its row (data/dataset.py).
 """

@@ -39,7 +39,7 @@ class GatedAttentionRNN(nn.Module):
     """
 
     # its recurrence is a Python loop over the passage's steps: a trace (torch.export, so
-    # `rcpipe export`) unrolls it for one passage length, which eval/export.py refuses
+    # `rcpipe export`) unrolls it for one passage length, which trained/onnx.py refuses
     steps_in_python = True
 
     def __init__(self, dim: int, attn_dim: int, hidden: int) -> None:

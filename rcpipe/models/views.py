@@ -1,7 +1,7 @@
 """What an attention view is: where `rcpipe explain` finds a model's attention weights.
 
 Each family module declares ``VIEWS: dict[variant, tuple[ViewSpec, ...]]`` next to the layers
-it names (models.views_of looks them up); report.explain runs the model and reads them. No
+it names (models.views_of looks them up); render/attention_pass.py runs the model and reads them. No
 torch here, so the report can name views without importing a model.
 """
 

@@ -7,9 +7,9 @@ Ray Serve is imported at this module's top (its decorators shape the classes); o
 
 A Reader is handed a ``load`` function, not a model: it runs in the replica's process and
 returns ``answer(pairs) -> [answer dict, or {"refused": why}]`` (stages/serving.py loads
-the model through eval/trained.py or eval/package.py), so this package imports nothing of
-rcpipe's models. An ensemble is the Ingress asking each voter's Reader and handing their
-answers to ``vote`` (eval/answer.py's majority vote), so a voter's requests and the
+the model through trained/model_file.py or trained/package_dir.py), so this package imports
+nothing of rcpipe's models. An ensemble is the Ingress asking each voter's Reader and handing their
+answers to ``vote`` (inference/answer.py's majority vote), so a voter's requests and the
 ensemble's share the voter's batches.
 """
 

@@ -174,7 +174,7 @@ def _prepare(cfg: Config, files: OutputSet) -> dict[str, Any]:
         "chars": len(chars), "char_limit": d.limits.char, "word_vectors": d.word_vectors,
         "word_dim": d.word_dim, "vectors_found": hits,
         # with vectors: what training words they lack became, and how many of those have
-        # a trainable row (ids 2 .. 1 + trained_words; eval.trained.prepared_inputs reads it)
+        # a trainable row (ids 2 .. 1 + trained_words; trained/model_file.py's prepared_inputs)
         "missing_vectors": d.missing_vectors if d.word_vectors else None,
         "trained_words": trained, "heldout": held.record(),
         "seconds": round(seconds, 2),

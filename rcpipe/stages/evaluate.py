@@ -1,6 +1,6 @@
 """`rcpipe evaluate VARIANT`: the trained model's official scores on the dev set.
 
-Reads models/<variant>/model.pt (eval/trained.py: weights only, refused when trained on
+Reads models/<variant>/model.pt (trained/model_file.py: weights only, refused when trained on
 another vocabulary or architecture) and <data.out_dir>/dev.parquet; writes
 predictions/<variant>.json, predictions/<variant>.nbest.json, metrics/<variant>.json,
 metrics/<variant>.by_type.json and models/<variant>/na_threshold.json. SQuAD v2.0's
@@ -47,9 +47,9 @@ def _evaluate(cfg: Config, variant: str, force: bool) -> dict[str, Any]:
     import torch
 
     from rcpipe.data.dataset import SquadDataset
-    from rcpipe.eval import metrics
-    from rcpipe.eval.predict import Split, heldout_then_dev
-    from rcpipe.eval.trained import device_of, length_prior, load_model
+    from rcpipe.inference.reading import Split, heldout_then_dev
+    from rcpipe.scoring import metrics
+    from rcpipe.trained.model_file import device_of, length_prior, load_model
 
     stamp = _stamp(cfg, variant)
     outputs = [layout.predictions(variant), layout.nbest(variant), layout.metrics(variant),
@@ -112,7 +112,7 @@ def _heldout(cfg: Config, v2: bool) -> tuple[Any, str | None]:
     """(the held-out Split, its source) for a v2.0 threshold to be chosen on, else
     (None, None); none prepared for one is the user's to fix, not a silent dev oracle."""
     from rcpipe.data.heldout import prepared_heldout
-    from rcpipe.eval.predict import heldout_split
+    from rcpipe.inference.reading import heldout_split
 
     if not v2 or cfg.eval.na_threshold is not None:
         return None, None

@@ -1,7 +1,7 @@
 """`rcpipe explain --model V --qid ID`: one dev question's attention views as HTML + PNG.
 
-Reads models/<V>/model.pt (eval/trained.py: weights only, refused on another vocabulary), or
-a package directory given as --model (eval/package.py: refused unless its vocabulary is the
+Reads models/<V>/model.pt (trained/model_file.py: weights only, refused on another vocabulary), or
+a package directory given as --model (trained/package_dir.py: refused unless its vocabulary is the
 one dev.parquet was prepared with)
 and the question's row of <data.out_dir>/dev.parquet; writes explanations/<V>-<qid>.html
 (self-contained) and the PNG beside it (not under reports/: that is the report stage's DVC
@@ -22,7 +22,7 @@ from rcpipe.config import VARIANTS, Config
 from rcpipe.errors import InputError
 
 if TYPE_CHECKING:  # numpy and matplotlib: imported where they are used
-    from rcpipe.report.attention import Explanation
+    from rcpipe.render.attention import Explanation
 
 log = logging.getLogger(__name__)
 
@@ -41,15 +41,15 @@ def explain(cfg: Config, variant: str, qid: str, out: Path | None = None
     import torch
 
     from rcpipe.data.dataset import SquadDataset, read_table
-    from rcpipe.eval.predict import predict, windows_of
-    from rcpipe.eval.trained import length_prior, load_model, na_threshold
-    from rcpipe.report import attention, pages, plots
-    from rcpipe.report.explain import attention_maps, decode
+    from rcpipe.inference.reading import predict, windows_of
+    from rcpipe.render import attention, pages, plots
+    from rcpipe.render.attention_pass import attention_maps, decode
+    from rcpipe.trained.model_file import length_prior, load_model, na_threshold
 
     pkg = None
     if variant not in VARIANTS and Path(variant).is_dir():
-        from rcpipe.eval.package import VOCAB, load_package
-        from rcpipe.eval.trained import vocab_digest
+        from rcpipe.trained.model_file import vocab_digest
+        from rcpipe.trained.package_dir import VOCAB, load_package
 
         # a package: the dev set must be indexed alike
         pkg = load_package(Path(variant), cfg.limits)

@@ -1,5 +1,5 @@
 """`rcpipe export MODEL`: a trained variant (models/<V>/model.pt) or a package directory as
-an ONNX graph with dynamic batch and length axes (eval/export.py), written only once it
+an ONNX graph with dynamic batch and length axes (trained/onnx.py), written only once it
 matches the eager model to ``tolerance`` on the first ``questions`` questions of
 data.dev_file, encoded as `rcpipe predict` encodes them.
 
@@ -43,7 +43,9 @@ def export(cfg: Config, model: str, questions: int = 256, tolerance: float = 1e-
 def _export(cfg: Config, model: str, questions: int, tolerance: float) -> dict[str, Any]:
     from rcpipe.data.dataset import bucket_batches
     from rcpipe.data.squad import load_squad
-    from rcpipe.eval.export import (
+    from rcpipe.inference.reading import EVAL_BATCH
+    from rcpipe.stages.predict import load_reader
+    from rcpipe.trained.onnx import (
         ONNX,
         RECORD,
         FixedAxis,
@@ -53,8 +55,6 @@ def _export(cfg: Config, model: str, questions: int, tolerance: float) -> dict[s
         export_record,
         locations,
     )
-    from rcpipe.eval.predict import EVAL_BATCH
-    from rcpipe.stages.predict import load_reader
 
     if questions < 2:
         raise InputError("--questions", str(questions), "must be at least 2")

@@ -8,7 +8,7 @@ package in registry order, as `rcpipe ensemble` votes. The champion answers the 
 questions: the answers its own night stored (``versions/<run>/gate.json``) when the gate
 set is byte for byte the one it answered then, else its packages, downloaded from the
 remote, answer the current set: new training data moves the held-out slice, and the two
-sides must still answer the same questions. rcpipe.versioning decides from the answers.
+sides must still answer the same questions. rcpipe.version_rules decides from the answers.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from rcpipe import layout, reads
 from rcpipe.config import VARIANTS, Config, ReadLimits, Window
 from rcpipe.errors import InputError
-from rcpipe.versioning import GateSet, Score
+from rcpipe.version_rules import GateSet, Score
 
 if TYPE_CHECKING:
     import torch
@@ -83,8 +83,8 @@ def package_nbest(package: Path, gate: Gate, device: torch.device
     """qid -> {"text", "prob", "na_prob", ...}: the package answering the gate set as it
     serves (its vocabulary, decoding and no-answer threshold)."""
     from rcpipe.data.encode import TextEncoder
-    from rcpipe.eval.answer import Reader
-    from rcpipe.eval.package import load_package
+    from rcpipe.inference.answer import Reader
+    from rcpipe.trained.package_dir import load_package
 
     pkg = load_package(package, gate.limits)
     reader = Reader(TextEncoder.from_vocab(pkg.vocab, pkg.char_limit),
@@ -98,7 +98,7 @@ def answers(packages: Mapping[str, Path], gate: Gate, device: torch.device,
             ensemble: bool) -> dict[str, dict[str, str]]:
     """model -> (qid -> answer text) on the gate set: each variant's package, and with
     ``ensemble`` the majority vote of all of them in registry order."""
-    from rcpipe.eval.ensemble import majority_vote
+    from rcpipe.inference.ensemble import majority_vote
 
     nbests = {v: package_nbest(packages[v], gate, device) for v in VARIANTS if v in packages}
     found = {v: {q: a["text"] for q, a in n.items()} for v, n in nbests.items()}
@@ -109,7 +109,7 @@ def answers(packages: Mapping[str, Path], gate: Gate, device: torch.device,
 
 def gate_f1(gate: Gate, found: Mapping[str, Mapping[str, str]]) -> dict[str, float]:
     """Each model's official F1 on the gate set."""
-    from rcpipe.eval.metrics import score
+    from rcpipe.scoring.metrics import score
 
     return {m: float(score(gate.doc, dict(a))["f1"]) for m, a in found.items()}
 

@@ -33,7 +33,7 @@ LINK_SECONDS = 7 * 24 * 3600  # a presigned link lasts a week: until the next we
 
 def publish(where: Remote, record: dict[str, Any]) -> dict[str, Any]:
     """The night's report and the nights page on the remote; their URLs and links."""
-    from rcpipe.report import pages, plots, tables
+    from rcpipe.render import pages, plots, tables
 
     run = record["run"]
     sent = {}

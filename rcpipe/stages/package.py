@@ -1,8 +1,8 @@
 """`rcpipe package VARIANT [--out DIR]`: a trained, evaluated variant as a directory people
-can take away (eval/package.py: model.safetensors, config.json, vocab.json, na_threshold.json
+can take away (trained/package_dir.py: model.safetensors, config.json, vocab.json, na_threshold.json
 for SQuAD v2.0, README.md, the model card).
 
-Reads models/<V>/model.pt (eval/trained.py), metrics/<V>.json and .by_type.json,
+Reads models/<V>/model.pt (trained/model_file.py), metrics/<V>.json and .by_type.json,
 models/<V>/summary.json and na_threshold.json, <data.out_dir>/vocab.json, meta.json and
 report.json, and the SQuAD files (for their sha256); writes DIR (default packages/<V>/).
 No training code is imported.
@@ -51,8 +51,8 @@ def package(cfg: Config, variant: str, out: Path | None = None, wait: bool = Fal
 
 def _package(cfg: Config, variant: str, out: Path) -> Path:
     from rcpipe.data.squad import fetch
-    from rcpipe.eval.package import model_card, package_files
-    from rcpipe.eval.trained import length_prior, load_payload
+    from rcpipe.trained.model_file import length_prior, load_payload
+    from rcpipe.trained.package_dir import model_card, package_files
 
     d = cfg.data.out_dir
     metrics = _json(layout.metrics(variant), f"run `rcpipe evaluate {variant}` first")

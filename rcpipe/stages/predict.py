@@ -2,11 +2,11 @@
 serve` (stages/serving.py: the answer service on Ray Serve) loads its models here too.
 
 Both load the models here (models/<variant>/model.pt, weights only, refused when trained on
-another vocabulary or architecture: eval/trained.py; or a package directory, `--model DIR`,
-with its own vocabulary and settings: eval/package.py) and answer through eval/answer.py's
-Reader, the path `rcpipe evaluate` takes through the model; `--runtime onnx` swaps each
-model's forward for its exported graph (eval/export.py), nothing else. No training code is
-imported.
+another vocabulary or architecture: trained/model_file.py; or a package directory, `--model
+DIR`, with its own vocabulary and settings: trained/package_dir.py) and answer through
+inference/answer.py's Reader, the path `rcpipe evaluate` takes through the model; `--runtime
+onnx` swaps each model's forward for its exported graph (trained/onnx.py), nothing else. No
+training code is imported.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from rcpipe.stages.io import write_json
 if TYPE_CHECKING:  # heavy (torch): imported where it is used
     import torch
 
-    from rcpipe.eval.answer import Reader
+    from rcpipe.inference.answer import Reader
 
 log = logging.getLogger(__name__)
 ENSEMBLE = layout.ENSEMBLE
@@ -38,7 +38,7 @@ RUNTIMES = ("torch", "onnx")
 
 def packages_only(names: list[str]) -> bool:
     """Whether ``names`` are all package directories (which carry their own settings)."""
-    from rcpipe.eval.package import is_package
+    from rcpipe.trained.package_dir import is_package
 
     return bool(names) and all(n not in VARIANTS and is_package(Path(n)) for n in names)
 
@@ -47,7 +47,7 @@ def load_reader(cfg: Config, names: list[str], runtime: str = "torch", threads: 
                 ) -> Reader:
     """A Reader holding what ``names`` need: the variants named, every trained variant
     for "ensemble"; with ``runtime`` "onnx" each model's forward is its exported graph
-    (eval/export.py: `rcpipe export`), run by onnxruntime on ``threads`` CPU threads (0:
+    (trained/onnx.py: `rcpipe export`), run by onnxruntime on ``threads`` CPU threads (0:
     train.threads, else onnxruntime's default), the rest of the Reader unchanged."""
     if runtime not in RUNTIMES:
         raise InputError("--runtime", runtime, f"choose from {', '.join(RUNTIMES)}")
@@ -55,7 +55,7 @@ def load_reader(cfg: Config, names: list[str], runtime: str = "torch", threads: 
     if runtime == "onnx":
         import torch
 
-        from rcpipe.eval.export import load_onnx
+        from rcpipe.trained.onnx import load_onnx
 
         reader.models = {n: load_onnx(n, threads or cfg.train.threads)
                          for n in reader.models}
@@ -67,8 +67,8 @@ def _torch_reader(cfg: Config, names: list[str]) -> Reader:
     import torch
 
     from rcpipe.data.encode import TextEncoder
-    from rcpipe.eval.answer import Reader
-    from rcpipe.eval.trained import (
+    from rcpipe.inference.answer import Reader
+    from rcpipe.trained.model_file import (
         device_of,
         length_prior,
         load_model,
@@ -115,13 +115,13 @@ def _torch_reader(cfg: Config, names: list[str]) -> Reader:
 
 
 def _package_reader(cfg: Config, name: str, device: torch.device) -> Reader:
-    """A Reader over the package at ``name`` (eval/package.py), answering under that name as
+    """A Reader over the package at ``name`` (trained/package_dir.py), answering under that name as
     `rcpipe evaluate` answered for it; eval.na_threshold, if set, overrides its threshold.
     A long context is read as data.window's windows (how a context is read is the
     caller's, as --runtime is, not the package's: its recorded limit was the window)."""
     from rcpipe.data.encode import TextEncoder
-    from rcpipe.eval.answer import Reader
-    from rcpipe.eval.package import load_package
+    from rcpipe.inference.answer import Reader
+    from rcpipe.trained.package_dir import load_package
 
     pkg = load_package(Path(name), cfg.limits)
     threshold = cfg.eval.na_threshold if cfg.eval.na_threshold is not None \
@@ -159,7 +159,7 @@ def predict(cfg: Config, model: str = ENSEMBLE, question: str | None = None,
         _refuse_longer(text, cfg.limits.context_chars, str(context_file or "predict"), option)
     reader = load_reader(cfg, [model], runtime)
     found = reader.answer_pairs([(context, question)], model)[0]
-    if isinstance(found, Exception):  # eval.windows.TooLong: refused, never cut
+    if isinstance(found, Exception):  # inference/window_choice.py's TooLong: refused, never cut
         raise InputError(str(context_file or "predict"), "--context", str(found))
     result = {"model": model, "answer": found["text"], "start": found["start"],
               "end": found["end"], "prob": found["prob"]}
@@ -218,7 +218,7 @@ def _refuse_long(ds: Any, sq: Any, input_file: str, window: Any) -> None:
     """One located error for the first context over data.window.max_tokens: a file of
     questions is refused whole rather than answered from part of a context."""
     from rcpipe.data.windows import window_starts
-    from rcpipe.eval.windows import TooLong
+    from rcpipe.inference.window_choice import TooLong
 
     lengths = ds.context_lengths()
     for i, n in enumerate(lengths.tolist()):

@@ -58,8 +58,8 @@ def report(cfg: Config, out: Path = layout.REPORTS, force: bool = False, wait: b
 
 
 def _report(cfg: Config, out: Path, force: bool) -> dict[str, Any]:
-    from rcpipe.eval import metrics
-    from rcpipe.report import pages, plots, tables
+    from rcpipe.render import pages, plots, tables
+    from rcpipe.scoring import metrics
 
     models = evaluated_models()
     read = [p for m in models for p in (layout.predictions(m), layout.metrics(m))]
@@ -177,7 +177,7 @@ def _scores(path: Path) -> dict[str, Any]:
     """A metrics file: numbers, and (v2.0) where its no-answer threshold came from."""
     import json
 
-    from rcpipe.eval.metrics import NOT_SCORES
+    from rcpipe.scoring.metrics import NOT_SCORES
 
     found = read_mapping(path, (int, float, str, dict, type(None)), "a number")
     for key, value in found.items():

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 def score(dataset: str, predictions: Path, na_prob_file: Path | None = None,
           na_prob_thresh: float = 1.0, cache_dir: Path = Path("data/cache")) -> dict[str, Any]:
     """The official SQuAD script's numbers for a predictions file (v1.1/v2.0 by version)."""
-    from rcpipe.eval import metrics
+    from rcpipe.scoring import metrics
 
     doc = load_dataset(dataset, cache_dir)
     try:
@@ -78,8 +78,8 @@ def ensemble(cfg: Config, inputs: list[Path] | None = None,
 
 def _ensemble(cfg: Config, inputs: list[Path] | None, out: Path, force: bool
               ) -> dict[str, Any]:
-    from rcpipe.eval import ensemble as vote
-    from rcpipe.eval import metrics
+    from rcpipe.inference import ensemble as vote
+    from rcpipe.scoring import metrics
 
     if not inputs:
         inputs = [p for v in VARIANTS if (p := layout.nbest(v)).is_file()]

@@ -1,6 +1,6 @@
 """`rcpipe serve`: the answer service on Ray Serve (rcpipe/serve/deployments.py), its
 models loaded as `rcpipe predict` loads them (stages/predict.py's ``load_reader``: a
-trained variant through eval/trained.py, a package directory through eval/package.py,
+trained variant through trained/model_file.py, a package directory through trained/package_dir.py,
 ``--runtime onnx`` its exported graph), each in its own Reader deployment.
 
 Locally it starts its own Ray (or joins RAY_ADDRESS's); on a cluster the RayService of
@@ -43,9 +43,9 @@ def answerer(cfg: Config, name: str, runtime: str, threads: int, root: str) -> A
 
 
 def vote(answers: list[dict[str, Any]]) -> dict[str, Any]:
-    """The ensemble's answer from its voters' (eval/answer.py's vote, as `rcpipe evaluate`
+    """The ensemble's answer from its voters' (inference/answer.py's vote, as `rcpipe evaluate`
     votes), with the context's tokens the voters share."""
-    from rcpipe.eval.answer import vote as majority
+    from rcpipe.inference.answer import vote as majority
 
     voted = majority([{"q": a} for a in answers], token_probs=True)["q"]
     return voted | {"tokens": answers[0]["tokens"]}

@@ -1,4 +1,4 @@
-"""`rcpipe train VARIANT`: a Ray Train job (or a Ray job on a cluster's head, train/jobs.py).
+"""`rcpipe train VARIANT`: a Ray Train job (or a Ray job on a cluster's head, cluster/jobs_api.py).
 
 A run is keyed on what it is trained from (rcpipe/fingerprints.py: the prepared data's
 digests, the variant's settings, rcpipe's version): the finished model of the same
@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 
 def _model_inputs(cfg: Config) -> ModelInputs:
-    from rcpipe.eval.trained import prepared_inputs
+    from rcpipe.trained.model_file import prepared_inputs
 
     d = cfg.data.out_dir
     if not (d / "train.parquet").is_file():
@@ -62,15 +62,15 @@ def train(cfg: Config, variant: str, force: bool = False, run: str | None = None
     checkpoints are removed first (the model in place stays until the new one finishes).
     Through a cluster's Jobs API, ``run`` names the run whose Ray job this is (one job per
     run and variant) and ``detach`` leaves the job running if the submitter is interrupted
-    (rcpipe.train.job_runs). One run at a time per models/<variant>/ (rcpipe/locks.py, held
+    (rcpipe.cluster.job_runs). One run at a time per models/<variant>/ (rcpipe/locks.py, held
     by this driver; the job's driver on the head holds it through a Jobs API): a second is
     refused with the holder's line, or with ``wait`` waits for it.
     """
-    from rcpipe.train import cluster
-    from rcpipe.train.jobs import jobs_api_address
+    from rcpipe.cluster import train_job
+    from rcpipe.cluster.jobs_api import jobs_api_address
 
     cfg.models.of(variant)  # an unknown variant is the user's mistake, found before Ray starts
-    cluster.check_train_v2()  # before anything is deleted, loaded or started
+    train_job.check_train_v2()  # before anything is deleted, loaded or started
     # the submitter of a Ray job may not see the prepared data: the job's driver checks it
     key = fingerprints.training(cfg, variant) \
         if (cfg.data.out_dir / "train.parquet").is_file() else None
@@ -94,7 +94,7 @@ def _nothing_to_do(variant: str, summary: dict[str, Any]) -> dict[str, Any]:
 def _train_here(cfg: Config, variant: str, key: Fingerprint | None, force: bool
                 ) -> dict[str, Any]:
     """The Ray Train job from this driver, to the model in place (under the lock)."""
-    from rcpipe.train import cluster
+    from rcpipe.cluster import train_job
     from rcpipe.train.checkpoint import RANK_METRIC, finish_run, read_meta
     from rcpipe.train.runs import Runs, run_name
 
@@ -102,12 +102,12 @@ def _train_here(cfg: Config, variant: str, key: Fingerprint | None, force: bool
     key = key or fingerprints.training(cfg, variant)
     _check_model_config(cfg, variant, inputs)
     runs, name = Runs(variant), run_name(key)
-    path, filesystem = cluster.storage(cfg, variant, layout.runs_dir(variant))
+    path, filesystem = train_job.storage(cfg, variant, layout.runs_dir(variant))
     log.info("train %s: %s", variant, _why(variant, key, runs, name, force))
     if force or (runs.get(name) or {}).get("finished"):  # a finished run's storage is spent
-        cluster.forget_run(path, filesystem, name)
+        train_job.forget_run(path, filesystem, name)
     runs.started(name, key)
-    stored = cluster.latest_step(path, filesystem, name)  # where a resumed run goes on from
+    stored = train_job.latest_step(path, filesystem, name)  # where a resumed run goes on from
     dev_doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir, cfg.limits)
     t0 = time.perf_counter()
     result = _fit(cfg, variant, inputs, dev_doc, path, filesystem, name)
@@ -128,7 +128,7 @@ def _train_here(cfg: Config, variant: str, key: Fingerprint | None, force: bool
                              resumed_from_step=resumed)
     runs.finished(name)
     for old in runs.stale(cfg.train.keep_runs, name):  # train.keep_runs: the newest kept
-        cluster.forget_run(path, filesystem, old)
+        train_job.forget_run(path, filesystem, old)
         runs.drop(old)
     return summary
 
@@ -184,14 +184,14 @@ def _fit(cfg: Config, variant: str, inputs: ModelInputs, dev_doc: dict[str, Any]
          path: str, filesystem: Any, name: str) -> Any:
     """The Ray Train job, to its end; Ray Train's Result. A checkpoint store that fails
     mid-run is one RunError line, not Ray's traceback."""
-    from rcpipe.eval.trained import vocab_digest
-    from rcpipe.train import cluster
+    from rcpipe.cluster import train_job
     from rcpipe.train.progress import ProgressLog
     from rcpipe.train.worker import Job
+    from rcpipe.trained.model_file import vocab_digest
 
     prepared = cfg.data.out_dir.resolve()
-    with cluster.ray_cluster(cfg.train.ray_address):
-        cluster.check_fits(cfg)  # before any job starts: Ray would wait forever
+    with train_job.ray_cluster(cfg.train.ray_address):
+        train_job.check_fits(cfg)  # before any job starts: Ray would wait forever
         job = Job(config=cfg.model_dump(mode="json"), variant=variant,
                   train_path=str(prepared / "train.parquet"),
                   dev_path=str(prepared / "dev.parquet"),
@@ -202,12 +202,12 @@ def _fit(cfg: Config, variant: str, inputs: ModelInputs, dev_doc: dict[str, Any]
         with shared_progress() as bar:
             task = bar.add_task(f"train {variant}", total=cfg.train.epochs)
             try:
-                result = cluster.fit(job, inputs, dev_doc, cfg, path, filesystem, name,
+                result = train_job.fit(job, inputs, dev_doc, cfg, path, filesystem, name,
                                      lambda message: _show(bar, task, shown, message))
             except Exception as e:
-                if (mistake := cluster.user_error(e)) is not None:
+                if (mistake := train_job.user_error(e)) is not None:
                     raise mistake from None  # a worker found it: one line, as here
-                if (why := cluster.storage_failure(e)) is None:
+                if (why := train_job.storage_failure(e)) is None:
                     raise
                 raise RunError(cfg.train.storage_path or path, "", f"the checkpoint store "
                                f"failed ({why}): run the same command again once it is back, "
@@ -217,10 +217,10 @@ def _fit(cfg: Config, variant: str, inputs: ModelInputs, dev_doc: dict[str, Any]
 
 def _train_as_job(cfg: Config, variant: str, key: Fingerprint | None, force: bool,
                   run: str | None, detach: bool) -> dict[str, Any]:
-    """`rcpipe train` in a Ray job (rcpipe.train.jobs); its summary, from the shared disk."""
-    from rcpipe.train.jobs import submit_train
+    """`rcpipe train` in a Ray job (rcpipe.cluster.jobs_api); its summary, from the shared disk."""
+    from rcpipe.cluster.jobs_api import submit_train
 
-    # the job's log lines go to rcpipe.train.jobs' log
+    # the job's log lines go to rcpipe.cluster.jobs_api' log
     submit_train(cfg, variant, force, run=run, detach=detach)
     summary = _finished(variant, key) if key is not None else _summary(variant)
     if summary is None or not summary.get("finished"):

@@ -1,4 +1,4 @@
-"""`rcpipe tune VARIANT`: search a variant's settings (train/search.py), write the best.
+"""`rcpipe tune VARIANT`: search a variant's settings (cluster/search.py), write the best.
 
 Layout: tune/<variant>.yaml (the best trial's settings as a params layer: only the searched
 keys, under models.<variant> / train.*, with a header saying when, from how many trials,
@@ -28,7 +28,7 @@ from rcpipe.errors import InputError
 from rcpipe.stages.io import load_dataset
 
 if TYPE_CHECKING:  # the stages load no training code until a search runs
-    from rcpipe.train.search import Plan
+    from rcpipe.cluster.search import Plan
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +39,12 @@ def tune(cfg: Config, variant: str, force: bool = False, run: str | None = None,
 
     Through a cluster's Jobs API the search is a Ray job on the head (``run``, ``detach``:
     as `rcpipe train`)."""
+    from rcpipe.cluster import search, train_job
+    from rcpipe.cluster.jobs_api import jobs_api_address, submit_train
     from rcpipe.stages.train import _model_inputs
-    from rcpipe.train import cluster, search
-    from rcpipe.train.jobs import jobs_api_address, submit_train
 
     cfg.models.of(variant)
-    cluster.check_train_v2()
+    train_job.check_train_v2()
     trials_path = layout.tune_trials(variant)
     if jobs_api_address(cfg):
         submit_train(cfg, variant, force, run=run, detach=detach, command="tune")
@@ -53,7 +53,7 @@ def tune(cfg: Config, variant: str, force: bool = False, run: str | None = None,
                              "no trials file: it must be on the file system the cluster's "
                              "nodes share")
         return done
-    storage = cluster.storage(cfg, f"tune/{variant}", layout.tune_run(variant))
+    storage = train_job.storage(cfg, f"tune/{variant}", layout.tune_run(variant))
     digest = _digest(cfg, variant)
     if force:
         _forget(storage)
@@ -66,12 +66,12 @@ def tune(cfg: Config, variant: str, force: bool = False, run: str | None = None,
     _check_trials_build(cfg, variant, inputs)
     dev_doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir, cfg.limits)
     prepared = cfg.data.out_dir.resolve()
-    from rcpipe.eval.trained import vocab_digest
+    from rcpipe.trained.model_file import vocab_digest
 
     paths = {"train_path": str(prepared / "train.parquet"),
              "dev_path": str(prepared / "dev.parquet"),
              "vocab_sha256": vocab_digest(cfg.data.out_dir)}
-    with cluster.ray_cluster(cfg.train.ray_address):
+    with train_job.ray_cluster(cfg.train.ray_address):
         plan = search.plan(cfg, variant)
         _check_same_search(storage, digest, force)
         trials, ended = search.run(cfg, variant, inputs, dev_doc, paths, storage, plan)
@@ -82,9 +82,9 @@ def _write(cfg: Config, variant: str, trials: list[dict[str, Any]], plan: Plan,
            digest: str, ended: bool) -> dict[str, Any]:
     """The layer and the trials' file; an interrupted search (``ended`` False) writes them
     too, from the trials so far, marked unfinished: the next run resumes it."""
+    from rcpipe.cluster.search import chosen_layer, rounded
     from rcpipe.data.heldout import prepared_heldout
     from rcpipe.train.checkpoint import RANK_METRIC, rank_data
-    from rcpipe.train.search import chosen_layer, rounded
 
     scored = [t for t in trials if t["best"] is not None]
     if not scored:

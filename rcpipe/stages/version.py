@@ -8,7 +8,7 @@ the remote's objects (``<remote>/rcpipe/versions/<run>/``), with each evaluated 
 disappears (a pod) leaves a version anyone can `dvc pull` and models anyone can download.
 With ``promote`` the champion gate follows (rcpipe/stages/gate.py): the run's models and
 the champion of ``<remote>/rcpipe/champion.json`` answer the same gate set (never the dev
-set), the run's best there is its candidate, and rcpipe.versioning.decide moves the pointer
+set), the run's best there is its candidate, and rcpipe.version_rules.decide moves the pointer
 (and the git tag ``champion``) only when the paired interval of the candidate's F1 minus
 the champion's lies above ``version.min_gain``; the pointer names the winner's packages and
 the answers it gave, and the run's record holds the decision with its interval. Last
@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, Any
 from rcpipe import layout
 from rcpipe.config import VARIANTS, Config
 from rcpipe.errors import InputError
-from rcpipe.eval.metrics import headline
-from rcpipe.versioning import (
+from rcpipe.scoring.metrics import headline
+from rcpipe.version_rules import (
     Score,
     classify_failure,
     commit_targets,
@@ -328,9 +328,9 @@ def champion_gate(root: Path, cfg: Config, where: Remote, gate: Gate,
     pushed packages): its models (``packages``, local; the ensemble when ``scores``, the
     dev metrics, hold one) and the champion answer ``gate``; the candidate, the decision
     and its interval, champion.json moved on a promotion."""
-    from rcpipe.eval.compare import paired_difference
-    from rcpipe.eval.trained import device_of
+    from rcpipe.scoring.compare import paired_difference
     from rcpipe.stages.gate import answers, champion_answers, gate_f1, store_answers
+    from rcpipe.trained.model_file import device_of
 
     run, device = record["run"], device_of(cfg)
     found = answers(packages, gate, device, "ensemble" in scores)

@@ -29,7 +29,6 @@ from torch import nn
 
 from rcpipe.config import Config, load_config
 from rcpipe.errors import InputError
-from rcpipe.eval.trained import device_of, prepared_inputs, vocab_digest
 from rcpipe.layout import LIVE, model_dir
 from rcpipe.locks import hold
 from rcpipe.logs import setup as setup_logging
@@ -37,6 +36,7 @@ from rcpipe.models import ModelInputs
 from rcpipe.train.checkpoint import RANK_METRIC, finish_run, read_meta
 from rcpipe.train.progress import ProgressLog
 from rcpipe.train.worker import Job, Worker
+from rcpipe.trained.model_file import device_of, prepared_inputs, vocab_digest
 
 METRICS = "metrics.json"  # what report() was given, beside each checkpoint
 

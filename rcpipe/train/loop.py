@@ -2,7 +2,7 @@
 
 No files and no process groups here: train/worker.py (one rank of a run, with Ray Train or
 in one process) calls these functions, so a step means the same thing everywhere.
-Prediction and evaluation live in eval/predict.py.
+Prediction and evaluation live in inference/reading.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What a training run shows while it runs: log lines and the dev curve, from rank 0's
-progress messages, on the driver (train/cluster.py's ``fit``) or in the one process of
+progress messages, on the driver (cluster/train_job.py's ``fit``) or in the one process of
 train/local.py.
 
 A step message (every ``worker.PROGRESS_EVERY`` steps) becomes a log line at most every

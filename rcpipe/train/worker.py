@@ -1,6 +1,6 @@
 """One rank's training run: resume, epochs of steps, dev evaluation and checkpoints.
 
-Every Ray Train worker runs a ``Worker`` (train/cluster.py hands it a Ray session), and so
+Every Ray Train worker runs a ``Worker`` (cluster/train_job.py hands it a Ray session), and so
 does one plain process without Ray (train/local.py, world size 1): the same steps, the same
 checkpoints, so a GPU box with only PyTorch, numpy, pyarrow and pydantic can train and
 measure from prepared Parquet files. Nothing here imports Ray, spaCy or Prefect.
@@ -31,12 +31,12 @@ from torch import nn
 from rcpipe.config import Config
 from rcpipe.data.dataset import Batch, SquadDataset, ahead, bucket_batches
 from rcpipe.data.heldout import prepared_heldout
-from rcpipe.eval.metrics import headline
-from rcpipe.eval.predict import Split, heldout_split
-from rcpipe.eval.trained import model_payload
+from rcpipe.inference.reading import Split, heldout_split
 from rcpipe.models import ModelInputs, build_model
+from rcpipe.scoring.metrics import headline
 from rcpipe.train.checkpoint import META, MODEL, RANK_METRIC, STATE
 from rcpipe.train.loop import EMA, TrainStep, make_optimizer
+from rcpipe.trained.model_file import model_payload
 
 PROGRESS_EVERY = 10  # steps between progress messages (and loss reads) from rank 0
 
@@ -126,11 +126,11 @@ def scores(model: nn.Module, dev: Split, heldout: Split | None, source: str | No
            cfg: Config, device: torch.device, ema: EMA | None = None,
            length_prior: torch.Tensor | None = None) -> Scores:
     """The official scores of ``model`` (its EMA weights, if any) on the held-out questions
-    and on dev (eval/predict.py: heldout_then_dev), and the rank checkpoints are kept by:
+    and on dev (inference/reading.py: heldout_then_dev), and the rank checkpoints are kept by:
     held-out F1 (dev's without held-out questions; v2.0: at the held-out set's best
     threshold), ties broken by how good the spans are (v2.0: a checkpoint whose best
     threshold is to answer nothing is not kept over one with better spans)."""
-    from rcpipe.eval.predict import heldout_then_dev
+    from rcpipe.inference.reading import heldout_then_dev
 
     with ema.applied(model) if ema is not None else nullcontext():
         ev, held = heldout_then_dev(model, dev, heldout, source, device,
@@ -339,7 +339,7 @@ class Worker:
             self._decay_lr()
         with tempfile.TemporaryDirectory() as tmp:
             self._write(Path(tmp), rngs, digests, em, f1)
-            # "minutes": training time so far, a time-budgeted search's clock (train/search.py)
+            # "minutes": training time so far, a time-budgeted search's clock (cluster/search.py)
             self.session.report({"step": run.step, "epoch": run.epoch, "dev_em": em,
                                  "dev_f1": f1, RANK_METRIC: rank,
                                  "minutes": run.history[-1]["minutes"]}, Path(tmp), name)

@@ -41,9 +41,9 @@ def _package(cfg: Any, out: Path) -> None:
     """A package of bidaf's initial weights, as rcpipe package writes one."""
     import torch
 
-    from rcpipe.eval.package import package_files
-    from rcpipe.eval.trained import prepared_inputs
     from rcpipe.models import build_model
+    from rcpipe.trained.model_file import prepared_inputs
+    from rcpipe.trained.package_dir import package_files
 
     torch.manual_seed(0)
     mc = cfg.models.of("bidaf")

@@ -273,7 +273,7 @@ def two_models(tmp_path: Path, prepared: Prepared, monkeypatch: pytest.MonkeyPat
 
 def test_evaluate_killed_leaves_the_old_or_the_new_scores(
         tmp_path: Path, prepared: Prepared, two_models: Callable[[int], None]) -> None:
-    from rcpipe.eval import metrics
+    from rcpipe.scoring import metrics
 
     files = [tmp_path / "predictions" / f"{VARIANT}.json",
              tmp_path / "predictions" / f"{VARIANT}.nbest.json",
@@ -297,7 +297,7 @@ def test_evaluate_killed_leaves_the_old_or_the_new_scores(
 
 def test_package_killed_leaves_the_old_or_the_new_package(
         tmp_path: Path, two_models: Callable[[int], None]) -> None:
-    from rcpipe.eval.package import load_package
+    from rcpipe.trained.package_dir import load_package
 
     assert _run(tmp_path, 0, "rcpipe", "evaluate", VARIANT)[0].returncode == 0
     out = tmp_path / "packages" / VARIANT

@@ -1,5 +1,5 @@
 """The train-all flow through a cluster's Jobs API, cancelled in Prefect: the train task's Ray
-job is stopped, none is left (flows/train_all.py, rcpipe/train/job_runs.py).
+job is stopped, none is left (flows/train_all.py, rcpipe/cluster/job_runs.py).
 
 The flow runs as a deployment served by a real Prefect runner (`Flow.serve`, in a
 subprocess, against the test's Prefect API), which is what cancels a run: it sees the run
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from rcpipe.train.job_runs import run_jobs
+from rcpipe.cluster.job_runs import run_jobs
 from tests import ray_nodes
 from tests.conftest import Prepared
 

@@ -1,6 +1,6 @@
 """The tune flow: prepare once, then one `rcpipe tune` task per chosen variant, in order.
 
-The search itself is tests/train/test_search.py's (a real Ray Tune run); here stages.tune
+The search itself is tests/cluster/test_search.py's (a real Ray Tune run); here stages.tune
 is a stand-in, so the test is the flow's wiring on a real Prefect API, in seconds."""
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from rcpipe.config import VARIANTS
-from rcpipe.eval.metrics import score
+from rcpipe.scoring.metrics import score
 from tests.conftest import SynthData, questions_of
 from tests.dvc_project import BUCKET, make_project, sh
 

@@ -49,7 +49,7 @@ def _checkpoints(s3: Any, prefix: str) -> list[int]:
 
 
 def _job_lines(api_url: str) -> list[str]:
-    """What the flow's runs logged through rcpipe.train.jobs, as the Prefect API holds it."""
+    """What the flow's runs logged through rcpipe.cluster.jobs_api, as the Prefect API holds it."""
     from prefect import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
@@ -57,7 +57,7 @@ def _job_lines(api_url: str) -> list[str]:
     offset = 0
     with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as c:
         while page := c.read_logs(limit=200, offset=offset):  # the API's pages
-            found += [log.message for log in page if log.name == "rcpipe.train.jobs"]
+            found += [log.message for log in page if log.name == "rcpipe.cluster.jobs_api"]
             offset += len(page)
     return found
 

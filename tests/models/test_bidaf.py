@@ -49,8 +49,8 @@ def test_pretrained_vectors_are_frozen_unless_fine_tuned() -> None:
 def test_frozen_vectors_learn_one_vector_for_out_of_vocabulary_words() -> None:
     from rcpipe.data.vocab import OOV as OOV_WORD
     from rcpipe.data.vocab import Vocab
-    from rcpipe.eval.trained import model_from_payload, model_payload
     from rcpipe.models.layers import OOV
+    from rcpipe.trained.model_file import model_from_payload, model_payload
 
     assert Vocab(["--NULL--", OOV_WORD, "a"]).id("never-seen") == OOV
     vectors = np.random.default_rng(0).normal(size=(WORDS, 16)).astype(np.float32)

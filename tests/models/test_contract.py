@@ -16,7 +16,7 @@ from torch import nn
 
 from rcpipe.config import ModelConfig
 from rcpipe.data.dataset import Batch
-from rcpipe.eval.decode import best_span
+from rcpipe.inference.decode import best_span
 from rcpipe.models import build_model
 from rcpipe.models.layers import NEG_INF, span_loss
 from tests.models.conftest import inputs, make_batch

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from rcpipe.config import ModelConfig, ModelsConfig
 from rcpipe.data.dataset import Batch
-from rcpipe.eval.decode import best_span
+from rcpipe.inference.decode import best_span
 from rcpipe.models import ModelInputs, build_model
 from rcpipe.models.layers import count_parameters, span_loss
 from rcpipe.models.qanet import DepthwiseSeparableConv, EncoderBlock, QANet, build_qanet

@@ -60,7 +60,7 @@ def test_replacing_the_model_drops_no_request(trained: Trained, serve_on_ray: st
 def test_the_onnx_runtime_answers_inside_the_reader_as_the_eager_one(
         trained: Trained, serve_on_ray: str, tmp_path: Path) -> None:
     """`rcpipe serve --runtime onnx`: each Reader swaps its model's forward for the
-    exported graph (eval/export.py) and answers as the eager Reader does."""
+    exported graph (trained/onnx.py) and answers as the eager Reader does."""
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(trained.root)
         pkg = str(stages.package(trained.cfg, "bidaf", tmp_path / "bidaf"))

@@ -12,7 +12,7 @@ import pytest
 from rcpipe import stages
 from rcpipe.config import VARIANTS
 from rcpipe.errors import InputError
-from rcpipe.eval.metrics import at_threshold, score
+from rcpipe.scoring.metrics import at_threshold, score
 from tests.conftest import TINY_MODEL, SynthData, save_untrained_model
 
 

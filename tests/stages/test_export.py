@@ -17,8 +17,8 @@ import pytest
 
 from rcpipe import stages
 from rcpipe.errors import InputError
-from rcpipe.eval.export import ONNX, RECORD, sha256
 from rcpipe.stages.serving import answerer
+from rcpipe.trained.onnx import ONNX, RECORD, sha256
 from tests.conftest import Trained, questions_of
 
 ROOT = Path(__file__).resolve().parents[2]

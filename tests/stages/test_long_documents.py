@@ -54,11 +54,11 @@ def _train(cfg: Config) -> None:
     import torch
 
     from rcpipe.data.dataset import SquadDataset, bucket_batches
-    from rcpipe.eval.trained import model_payload, vocab_digest
     from rcpipe.layout import model_dir
     from rcpipe.models import build_model
     from rcpipe.stages.train import _model_inputs
     from rcpipe.train.loop import make_optimizer, train_step
+    from rcpipe.trained.model_file import model_payload, vocab_digest
 
     torch.manual_seed(0)
     inputs, model_cfg = _model_inputs(cfg), cfg.models.of("bidaf")

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from rcpipe import stages
-from rcpipe.eval.package import CARD, CONFIG, VOCAB, WEIGHTS
+from rcpipe.trained.package_dir import CARD, CONFIG, VOCAB, WEIGHTS
 from tests.conftest import Trained, questions_of, write_params
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -188,7 +188,7 @@ def test_packaging_needs_an_evaluated_variant(trained: Trained, tmp_path: Path,
 def test_a_v2_package_carries_the_threshold_evaluate_chose(
         make_config: Any, synth_v2: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rcpipe.eval.package import THRESHOLD, load_package
+    from rcpipe.trained.package_dir import THRESHOLD, load_package
     from tests.conftest import TINY_MODEL, save_untrained_model
 
     cfg = make_config(synth_v2, models={"qanet": TINY_MODEL})

@@ -12,8 +12,8 @@ from PIL import Image
 
 from rcpipe import cli, stages
 from rcpipe.config import VARIANTS
-from rcpipe.eval import metrics
-from rcpipe.report import tables
+from rcpipe.render import tables
+from rcpipe.scoring import metrics
 from tests.conftest import SynthData, questions_of
 
 

@@ -11,7 +11,7 @@ import pytest
 from rcpipe import stages
 from rcpipe.config import load_config
 from rcpipe.errors import InputError
-from rcpipe.eval.metrics import score
+from rcpipe.scoring.metrics import score
 from tests.conftest import SynthData, questions_of, write_params
 
 # ------------------------------------------------------------------------------------ score

@@ -18,7 +18,7 @@ import pytest
 from rcpipe import stages
 from rcpipe.config import VARIANTS
 from rcpipe.errors import InputError
-from rcpipe.eval.metrics import score
+from rcpipe.scoring.metrics import score
 from tests.conftest import TINY_MODEL, SynthData, Trained, questions_of
 
 pytestmark = pytest.mark.usefixtures("local_ray")

@@ -11,12 +11,12 @@ import torch
 
 from rcpipe.config import VARIANTS, Config, load_config
 from rcpipe.data.dataset import SquadDataset
-from rcpipe.eval.trained import prepared_inputs
 from rcpipe.models import build_model
 from rcpipe.train.audit import HostSyncs, epoch_shapes, graph_breaks
 from rcpipe.train.local import train_local
 from rcpipe.train.loop import EMA, TrainStep, make_optimizer
 from rcpipe.train.worker import train_batches
+from rcpipe.trained.model_file import prepared_inputs
 from tests.conftest import TINY_MODEL, Prepared
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ import torch
 from rcpipe.config import VARIANTS, load_config
 from rcpipe.train.local import train_local
 from tests.conftest import TINY_MODEL, Prepared
-from tests.eval.readers import UnsureReader
+from tests.inference.readers import UnsureReader
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -143,7 +143,7 @@ def test_the_lr_decays_on_a_plateau_of_dev_f1(prepared: Prepared, tmp_path: Path
 
 
 def test_checkpoints_are_ranked_on_the_heldout_questions_not_dev(v2_splits) -> None:  # noqa: ANN001
-    from rcpipe.eval.metrics import headline
+    from rcpipe.scoring.metrics import headline
     from rcpipe.train.worker import scores
 
     dev, heldout = v2_splits

@@ -1,0 +1,418 @@
+"""`rcpipe train VARIANT` as one Ray Train job: a TorchTrainer over 1..N DDP workers.
+
+Every Ray Train worker runs ``train_worker``: a ``Worker`` (worker.py, the same run a plain
+process makes without Ray) in a ``RaySession``, which gives it its rank, device and DDP
+wrapper, and persists each checkpoint through ``ray.train.report`` into RunConfig's
+storage: ``models/<variant>/runs/<run>`` or ``s3://.../<variant>/<run>``, the run named
+after what it is trained from (train/runs.py). Running the same job again finds that
+storage and resumes from the latest checkpoint; FailureConfig restarts a worker group
+that died the same way. The driver side (``fit``) hands rank 0's progress messages, as
+they come, to a callback on the calling thread (rcpipe.stages.train: the bar, and
+train/progress.py's log lines and live dev curve; so in a Prefect task they land in that
+task run) and the result back to rcpipe.stages, which writes the files.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from rcpipe.config import Config
+from rcpipe.errors import InputError
+from rcpipe.models import ModelInputs
+from rcpipe.train.checkpoint import RANK_METRIC
+from rcpipe.train.worker import Job, Worker
+
+log = logging.getLogger(__name__)
+
+RUN_NAME = "checkpoints"  # RunConfig.name of a search's trials (train runs: train/runs.py)
+
+
+# ---------------------------------------------------------------- worker side
+
+
+class RaySession:
+    """A Worker's view of Ray Train: rank, device, checkpoints, the driver's progress queue.
+
+    ``inputs`` and ``dev_doc`` are object refs: the pretrained vectors and the dev set
+    travel to each node once, not once per worker.
+    """
+
+    def __init__(self, inputs: Any, dev_doc: Any, progress: Any) -> None:
+        import ray.train
+        import ray.train.torch
+
+        ctx = ray.train.get_context()
+        self.rank, self.world = ctx.get_world_rank(), ctx.get_world_size()
+        self.device: torch.device = ray.train.torch.get_device()
+        self._inputs, self._dev_doc, self._queue = inputs, dev_doc, progress
+        self._dev: dict[str, Any] | None = None
+
+    def inputs(self) -> ModelInputs:
+        import ray
+
+        return ray.get(self._inputs)
+
+    def dev_doc(self) -> dict[str, Any]:
+        import ray
+
+        if self._dev is None:
+            self._dev = ray.get(self._dev_doc)
+        return self._dev
+
+    @contextmanager
+    def latest(self) -> Iterator[Path | None]:
+        import ray.train
+
+        checkpoint = ray.train.get_checkpoint()
+        if checkpoint is None:
+            yield None
+            return
+        with checkpoint.as_directory() as d:
+            yield Path(d)
+
+    def prepare_model(self, model: nn.Module) -> nn.Module:
+        import ray.train.torch
+
+        # every parameter takes part in every step (stochastic depth multiplies by its coin
+        # instead of skipping a sublayer), so DDP need not search the graph for unused ones
+        return ray.train.torch.prepare_model(
+            model, parallel_strategy_kwargs={"find_unused_parameters": False})
+
+    def report(self, metrics: dict[str, Any], directory: Path | None, name: str) -> None:
+        import ray.train
+        from ray.train import Checkpoint
+
+        checkpoint = Checkpoint.from_directory(directory) if directory is not None else None
+        ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=name)
+
+    def progress(self, message: dict[str, Any]) -> None:
+        if self._queue is None:
+            return
+        try:
+            self._queue.put_nowait(message)
+        except Exception:  # noqa: BLE001 - a full or gone queue must never stop training
+            pass
+
+
+def train_worker(config: dict[str, Any]) -> None:
+    """The per-worker training function TorchTrainer runs on every rank."""
+    session = RaySession(config["inputs"], config["dev_doc"], config["progress"])
+    Worker(config["job"], session).train()
+
+
+# ---------------------------------------------------------------- driver side
+
+
+# A local Ray is one machine that no cloud preempts, running short jobs: no preemption
+# watcher (one process less to start per job) and the controller polls its workers every
+# 0.5 s instead of 2 s (a job's end is seen sooner). ~2.5 s less per job on 2 cores.
+# (0.2 s saved 1.4 s more a job, but then the controller of a trial that Tune had just
+# stopped saw its workers gone before it died itself and started a new worker group, whose
+# placement group outlived the search: cluster/search.py now removes those too.)
+LOCAL_RAY_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+                 "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
+
+
+_joined: str | None = None  # the address of the cluster this process joined; None: local
+
+
+# What ray.init raises when its raylet has not registered within Ray's fixed 30 s
+# (ray/_private/node.py): seen on a 2-core machine busy with other Ray and Prefect start-ups
+NODE_STARTUP_TIMEOUT = "timed out during startup"
+
+
+def start_local_ray(num_cpus: int | None = None) -> None:
+    """ray.init of a local cluster; its processes inherit LOCAL_RAY_ENV (unless set)."""
+    import ray
+
+    global _joined
+    for key, value in LOCAL_RAY_ENV.items():
+        os.environ.setdefault(key, value)
+    start_once_more_if_slow(lambda: ray.init(
+        num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
+        logging_level="WARNING", log_to_driver=False), ray.shutdown)
+    _joined = None
+
+
+def start_once_more_if_slow(start: Callable[[], Any], stop: Callable[[], Any]) -> None:
+    """``start()``; when the node did not come up in Ray's time (a busy machine, not a
+    broken setup: the same start passes when the load has passed), ``stop()`` what it left
+    and start once more, with a line saying so. Any other error is raised as it is."""
+    try:
+        start()
+    except Exception as e:  # noqa: BLE001 - ray.init raises a bare Exception for this
+        if NODE_STARTUP_TIMEOUT not in str(e):
+            raise
+        log.warning("the local Ray did not start within Ray's 30 s (a busy machine?): "
+                    "starting it once more")
+        stop()
+        start()
+
+
+def joined() -> str | None:
+    """The address of the cluster this process joined (it may autoscale); None: local."""
+    return _joined
+
+
+@contextmanager
+def ray_cluster(address: str | None) -> Iterator[None]:
+    """Join the Ray cluster at ``address``, reuse this process's, or start a local one."""
+    import ray
+
+    global _joined
+    if ray.is_initialized():
+        yield
+        return
+    address = address or os.environ.get("RAY_ADDRESS")  # a cluster's job environment
+    if address:
+        ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+        _joined = address
+    else:
+        start_local_ray()
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        _joined = None
+
+
+# Ray's switch for Train V2, and the first Ray that has it on by default
+TRAIN_V2_SWITCH = "RAY_TRAIN_V2_ENABLED"
+TRAIN_V2_DEFAULT_SINCE = "2.51"
+
+
+def check_train_v2() -> None:
+    """Refuse, in one line, a Ray whose Train V2 is off.
+
+    rcpipe resumes a run by starting the same RunConfig(storage_path, name) again: V2 finds
+    the run's checkpoints there, V1 would quietly train from step 0 (it resumes only through
+    Trainer.restore). Whether V2 is on is Ray's own decision, asked as ray.train asks it
+    (is_v2_enabled: RAY_TRAIN_V2_ENABLED, else the Ray version's default).
+    """
+    import ray
+
+    where = f"ray {ray.__version__}"
+    try:
+        from ray.train.v2._internal.constants import is_v2_enabled
+    except ImportError:  # a Ray from before Train V2
+        raise InputError(where, TRAIN_V2_SWITCH, "this Ray has no Train V2, which rcpipe "
+                         "needs to resume a run: install the locked Ray (make setup)") from None
+    if is_v2_enabled():
+        return
+    value = os.environ.get(TRAIN_V2_SWITCH)
+    if value is not None:
+        raise InputError(where, TRAIN_V2_SWITCH, f"Ray Train V2 is off ({TRAIN_V2_SWITCH}="
+                         f"{value}), and rcpipe resumes a run only through V2: unset "
+                         f"{TRAIN_V2_SWITCH} or set it to 1")
+    raise InputError(where, TRAIN_V2_SWITCH, "Ray Train V2 is off by default before Ray "
+                     f"{TRAIN_V2_DEFAULT_SINCE}, and rcpipe resumes a run only through V2: "
+                     f"set {TRAIN_V2_SWITCH}=1 or install the locked Ray (make setup)")
+
+
+def check_fits(cfg: Config) -> None:
+    """Refuse at once a job that this machine's Ray can never place: Ray Train would wait
+    for the resources forever, at 0 steps. A joined cluster may autoscale to fit the job,
+    so only a local Ray (what this machine has) is held to it."""
+    import ray
+
+    if _joined is not None:
+        return
+    t = cfg.train
+    have = ray.cluster_resources()
+    cpus, gpus = int(have.get("CPU", 0)), int(have.get("GPU", 0))
+    machine = f"this machine's Ray has {cpus} CPU(s) and {gpus} GPU(s)"
+    if t.device == "cuda" and gpus == 0:
+        raise InputError(cfg.source, "train.device", f"cuda asked for, but {machine}: "
+                         "set train.device=auto or cpu")
+    scaling_config, _ = scaling(cfg)
+    if scaling_config.use_gpu and t.num_workers > gpus:
+        raise InputError(cfg.source, "train.num_workers", f"{t.num_workers} workers need "
+                         f"{t.num_workers} GPUs (one each), but {machine}: set "
+                         f"train.num_workers to at most {gpus}")
+    per_worker = scaling_config.resources_per_worker["CPU"]
+    if t.num_workers * per_worker > cpus:
+        raise InputError(cfg.source, "train.num_workers", f"{t.num_workers} workers x "
+                         f"{per_worker:g} CPU(s) need {t.num_workers * per_worker:g} CPUs, "
+                         f"but {machine}: set train.num_workers to at most "
+                         f"{max(1, int(cpus // per_worker))} (or lower train.cpus_per_worker)")
+
+
+def scaling(cfg: Config, gpus_per_worker: float = 0.0) -> tuple[Any, int]:
+    """ScalingConfig for the cluster at hand, and the torch threads of each worker.
+
+    ``gpus_per_worker`` > 0 gives each worker that share of a GPU (a search's trials share
+    GPUs, search.py); else a worker on GPUs takes a whole one."""
+    import ray
+    from ray.train import ScalingConfig
+
+    t = cfg.train
+    gpus = ray.cluster_resources().get("GPU", 0)
+    use_gpu = gpus_per_worker > 0 or t.device == "cuda" or (t.device == "auto" and gpus > 0)
+    cpus = t.cpus_per_worker or (
+        1 if use_gpu else max(1, int(ray.cluster_resources().get("CPU", 1)) // t.num_workers))
+    threads = t.threads or max(1, math.floor(cpus))
+    resources = {"CPU": cpus} | ({"GPU": gpus_per_worker} if gpus_per_worker else {})
+    return ScalingConfig(num_workers=t.num_workers, use_gpu=use_gpu,
+                         resources_per_worker=resources), threads
+
+
+def jobs_that_fit(cfg: Config) -> int:
+    """How many training jobs of this shape the cluster runs at once (at least one)."""
+    import ray
+
+    scaling_config, _ = scaling(cfg)
+    resources = ray.cluster_resources()
+    if scaling_config.use_gpu:
+        return max(1, int(resources.get("GPU", 0)) // cfg.train.num_workers)
+    per_job = scaling_config.resources_per_worker["CPU"] * cfg.train.num_workers
+    return max(1, int(resources.get("CPU", 1) // per_job))
+
+
+def storage(cfg: Config, variant: str, local_dir: Path) -> tuple[str, Any]:
+    """(storage_path, pyarrow filesystem or None): where this variant's run lives.
+
+    An s3:// storage path goes through a pyarrow S3FileSystem that holds the region and the
+    endpoint (AWS_ENDPOINT_URL for MinIO or any S3-compatible store) and no credential: it
+    travels pickled to every worker, and each worker's AWS SDK finds credentials in its own
+    environment (an EC2 instance profile, IRSA or EKS Pod Identity, AWS_* variables,
+    ~/.aws), which refreshes them for as long as a run lasts. No key leaves a node.
+    """
+    if cfg.train.storage_path is None:
+        return str(local_dir.resolve()), None
+    base = cfg.train.storage_path.rstrip("/")
+    if not base.startswith("s3://"):
+        return f"{str(Path(base).resolve())}/{variant}", None
+    import boto3
+    from pyarrow import fs
+
+    options: dict[str, Any] = {"region": boto3.Session().region_name or "us-east-1"}
+    if endpoint := os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"):
+        options |= {"endpoint_override": endpoint,
+                    "scheme": "https" if endpoint.startswith("https") else "http"}
+    return f"{base[len('s3://'):]}/{variant}", fs.S3FileSystem(**options)
+
+
+def storage_failure(error: BaseException) -> str | None:
+    """The store's own words when ``error`` is the checkpoint store failing (S3 unreachable
+    or refusing a write, as pyarrow's AWS SDK reports it), else None."""
+    seen: BaseException | None = error
+    while seen is not None:
+        for line in str(seen).splitlines():
+            if "AWS Error" in line:
+                return line.strip()
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def user_error(error: BaseException) -> InputError | None:
+    """The InputError (or RunError) a Ray Train worker raised, when ``error`` is Ray's
+    report of that worker's failure: found in the failures Ray keeps per worker and in the
+    causes, so the driver says the user's one located line instead of Ray's traceback."""
+    seen: list[BaseException] = [error]
+    while seen:
+        e = seen.pop()
+        if isinstance(e, InputError):
+            return e
+        failures = getattr(e, "worker_failures", None)  # Train V2's WorkerGroupError
+        if isinstance(failures, dict):
+            seen += [f for f in failures.values() if isinstance(f, BaseException)]
+        seen += [c for c in (e.__cause__, e.__context__, getattr(e, "cause", None))
+                 if isinstance(c, BaseException)]
+    return None
+
+
+def forget_run(storage_path: str, filesystem: Any, name: str = RUN_NAME) -> None:
+    """Delete a run's checkpoints (``rcpipe train --force``, an old run pruned), wherever
+    they are stored."""
+    from pyarrow import fs
+
+    filesystem = filesystem or fs.LocalFileSystem()
+    run = f"{storage_path}/{name}"
+    if filesystem.get_file_info(run).type != fs.FileType.NotFound:
+        filesystem.delete_dir(run)
+
+
+def latest_step(storage_path: str, filesystem: Any, name: str) -> int:
+    """The step of a run's newest stored checkpoint (step-<8 digits>/), 0 when none."""
+    from pyarrow import fs
+
+    filesystem = filesystem or fs.LocalFileSystem()
+    run = f"{storage_path}/{name}"
+    if filesystem.get_file_info(run).type == fs.FileType.NotFound:
+        return 0
+    found = filesystem.get_file_info(fs.FileSelector(run))
+    steps = [int(f.base_name[5:]) for f in found
+             if f.base_name.startswith("step-") and f.base_name[5:].isdigit()]
+    return max(steps, default=0)
+
+
+def make_trainer(job: Job, cfg: Config, refs: dict[str, Any], storage_path: str,
+                 filesystem: Any, name: str = RUN_NAME, callbacks: tuple[Any, ...] = (),
+                 gpus_per_worker: float = 0.0) -> Any:
+    """The TorchTrainer of one run: ``train_worker`` on each rank with ``refs`` (the
+    ``inputs`` and ``dev_doc`` object refs, the ``progress`` queue or None), checkpoints
+    kept by RANK_METRIC in RunConfig(storage_path, name): started again, it resumes there."""
+    import ray.train
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    scaling_config, job.threads = scaling(cfg, gpus_per_worker)
+    return TorchTrainer(
+        train_worker, train_loop_config={"job": job} | refs,
+        scaling_config=scaling_config,
+        torch_config=TorchConfig(backend="nccl" if scaling_config.use_gpu else "gloo"),
+        run_config=ray.train.RunConfig(
+            name=name, storage_path=storage_path, storage_filesystem=filesystem,
+            callbacks=list(callbacks),
+            failure_config=ray.train.FailureConfig(max_failures=cfg.train.max_failures),
+            checkpoint_config=ray.train.CheckpointConfig(
+                num_to_keep=cfg.train.keep_checkpoints, checkpoint_score_attribute=RANK_METRIC,
+                checkpoint_score_order="max")))
+
+
+def fit(job: Job, inputs: ModelInputs, dev_doc: dict[str, Any], cfg: Config,
+        storage_path: str, filesystem: Any, name: str, on_progress: Any) -> Any:
+    """Run the TorchTrainer of run ``name`` to the end (resuming it where its storage holds
+    checkpoints); ``on_progress(message)`` sees rank 0's messages.
+
+    Returns Ray Train's Result (its checkpoints live in the run's storage).
+    """
+    import ray
+    from ray.util.queue import Empty, Queue
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    # the progress queue lives on the driver's node: on another it would die with that node
+    # and take the driver down with it, while Ray Train restarts the workers elsewhere
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    progress = Queue(maxsize=10_000, actor_options={"num_cpus": 0, "scheduling_strategy": here})
+    trainer = make_trainer(job, cfg, {"inputs": ray.put(inputs), "dev_doc": ray.put(dev_doc),
+                                      "progress": progress}, storage_path, filesystem,
+                           name)
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = trainer.fit()
+        except BaseException as e:  # noqa: BLE001 - re-raised on the calling thread
+            outcome["error"] = e
+
+    thread = threading.Thread(target=run, name="ray-train-fit", daemon=True)
+    thread.start()
+    while thread.is_alive() or progress.qsize():
+        try:
+            on_progress(progress.get(timeout=0.5))
+        except Empty:
+            continue
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]

@@ -1,0 +1,1 @@
+"""What people look at: tables, plots, HTML pages, an explanation's attention."""

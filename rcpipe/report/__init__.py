@@ -1,1 +1,0 @@
-"""The evaluation report and the attention views: tables, plots, pages, explain (no file I/O)."""

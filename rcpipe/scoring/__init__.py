@@ -1,0 +1,1 @@
+"""Official scoring and the paired comparison of two models' answers (pure: no torch)."""

@@ -1,0 +1,266 @@
+"""The guard: a small TCP front for Ray Serve's HTTP proxy, enforcing what the proxy cannot.
+
+Serve's proxy is uvicorn, whose keep-alive timer starts only after a response: a client that
+opens a connection and sends nothing, or its request head a byte at a time, holds a
+descriptor for ever. The guard listens on the public address and relays to the proxy on a
+loopback port. Each request's head (up to its blank line) must arrive whole within
+``header_timeout_s`` of its first byte (the first request's: of the connection's opening),
+else 408; a head over HEAD_CAP is 431; Transfer-Encoding 411; a malformed head 400; one
+connection over ``max_connections`` 503: each a JSON ``{"detail"}`` as the app's, then the
+connection closes. Bodies and responses are relayed as they come (the app keeps its own
+body deadline); Content-Length says where the next head starts. The idle time before a
+keep-alive request is the proxy's: it closes its side and the guard closes the client's.
+
+    python -m rcpipe.serve.guard --listen 0.0.0.0:8000 --upstream 127.0.0.1:8001
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import resource
+import socket
+import sys
+import threading
+
+log = logging.getLogger("rcpipe.serve")
+
+HEAD_CAP = 16 * 1024  # h11's cap on an incomplete head, which uvicorn keeps
+END = b"\r\n\r\n"
+LINGER_S = 1.0
+# uvicorn trusts these from 127.0.0.1, the guard: a client's own would be believed
+FORWARDING = {b"x-forwarded-for", b"x-forwarded-proto", b"forwarded"}
+REASONS = {400: "Bad Request", 408: "Request Timeout", 411: "Length Required",
+           431: "Request Header Fields Too Large", 502: "Bad Gateway",
+           503: "Service Unavailable"}
+
+
+class Refused(Exception):
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+def relayed(head: bytes, peer: str) -> tuple[bytes, int]:
+    """The head as the proxy gets it (the client's address as X-Forwarded-For) and the
+    length of the body after it; Refused where the guard could not find the next head."""
+    request, *fields = head[: -len(END)].split(b"\r\n")
+    if len(request.split(b" ")) != 3 or not request.endswith((b" HTTP/1.0", b" HTTP/1.1")):
+        raise Refused(400, "malformed request line")
+    kept, length = [request], None
+    for field in fields:
+        name, colon, value = field.partition(b":")
+        # a bare CR or LF inside: the proxy may split the line where the guard does not,
+        # and read a body the guard took for the next head
+        if not colon or not name.isascii() or any(c in name for c in b" \t") \
+                or b"\r" in field or b"\n" in field:
+            raise Refused(400, "malformed header line")
+        name, value = name.lower(), value.strip()
+        if name == b"transfer-encoding":  # chunked: its end is in the body's own framing
+            raise Refused(411, "a request body needs a Content-Length")
+        if name == b"content-length":
+            if not value.isdigit() or len(value) > 18 or length not in (None, int(value)):
+                raise Refused(400, "malformed Content-Length")
+            length = int(value)
+        if name not in FORWARDING:
+            kept.append(field)
+    kept.append(b"x-forwarded-for: " + peer.encode())
+    return b"\r\n".join(kept) + END, length or 0
+
+
+class Guard:
+    def __init__(self, upstream: tuple[str, int], header_timeout_s: float,
+                 max_connections: int) -> None:
+        self.upstream, self.header_timeout_s = upstream, header_timeout_s
+        self.max_connections = max_connections
+        self.clients: set[asyncio.StreamWriter] = set()
+
+    async def listen(self, sock: socket.socket) -> asyncio.Server:
+        # the reader's limit is the head's cap (readuntil past it: LimitOverrunError);
+        # backlog as uvicorn's, so a burst of connections waits rather than being refused
+        return await asyncio.start_server(self.client, sock=sock, limit=HEAD_CAP, backlog=2048)
+
+    async def client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self.clients) >= self.max_connections:
+            await refuse(reader, writer, Refused(503, f"over {self.max_connections} open "
+                                                      "connections; try again later"))
+            return
+        self.clients.add(writer)
+        try:
+            await self.relay(reader, writer)
+        except Refused as e:
+            await refuse(reader, writer, e)
+        except (OSError, asyncio.IncompleteReadError):
+            pass  # either side went away: both are closed below
+        finally:
+            self.clients.discard(writer)
+            writer.close()
+
+    async def relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = str((writer.get_extra_info("peername") or ("",))[0])
+        opened = asyncio.get_running_loop().time()
+        upstream, pump = None, None
+        try:
+            while raw := await self.head(reader, opened if pump is None else None):
+                head, length = relayed(raw, peer)
+                if upstream is None:  # connected once a head is whole: a silent client costs one fd
+                    try:
+                        back, upstream = await asyncio.open_connection(*self.upstream)
+                    except OSError:
+                        raise Refused(502, "the service behind the guard is not up") from None
+                    pump = asyncio.create_task(responses(back, writer))
+                upstream.write(head)
+                while length > 0:  # the body as it comes; the app holds its deadline
+                    chunk = await reader.read(min(length, 65536))
+                    if not chunk:
+                        return  # the client left inside a body: the request cannot complete
+                    upstream.write(chunk)
+                    await upstream.drain()
+                    length -= len(chunk)
+            if pump is not None:  # the client is done sending: the last response still goes
+                await pump
+        finally:
+            if pump is not None:
+                pump.cancel()
+            if upstream is not None:
+                upstream.close()
+
+    async def head(self, reader: asyncio.StreamReader, since: float | None) -> bytes:
+        """The next request's head, b"" if the client closed first. ``since``: when its
+        clock started (the connection's opening); None: at its first byte, the wait before
+        it being the proxy's keep-alive (the proxy closes, ``responses`` closes the client,
+        this read ends)."""
+        deadline = None if since is None else since + self.header_timeout_s
+        try:
+            async with asyncio.timeout_at(deadline) as clock:
+                first = b"\r"
+                while first in (b"\r", b"\n"):  # empty lines before a request are allowed
+                    first = await reader.read(1)
+                if not first:
+                    return b""
+                if since is None:
+                    clock.reschedule(asyncio.get_running_loop().time() + self.header_timeout_s)
+                return first + await reader.readuntil(END)
+        except TimeoutError:
+            raise Refused(408, "the request head did not arrive within "
+                               f"{self.header_timeout_s:g} s") from None
+        except asyncio.LimitOverrunError:
+            raise Refused(431, f"request head over {HEAD_CAP} bytes") from None
+        except asyncio.IncompleteReadError:
+            return b""  # closed inside a head: nobody to answer
+
+
+async def responses(back: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """The proxy's bytes to the client as they come; the proxy closing closes the client
+    (not a cancel: the guard is then writing a refusal of its own)."""
+    try:
+        while chunk := await back.read(65536):
+            writer.write(chunk)
+            await writer.drain()
+    except OSError:
+        pass
+    writer.close()
+
+
+async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 why: Refused) -> None:
+    """``why`` as a JSON response, then the connection closed. A refusal that cuts a response
+    still streaming (a later head stalled while the last answer is sent) cuts it: such a
+    client is stalling, and gets no more."""
+    body = json.dumps({"detail": why.detail}).encode()
+    writer.write(f"HTTP/1.1 {why.status} {REASONS[why.status]}\r\ncontent-type: "
+                 f"application/json\r\ncontent-length: {len(body)}\r\nconnection: close"
+                 "\r\n\r\n".encode() + body)
+    try:
+        writer.write_eof()
+        # what the client still sends is read for a moment: closing over unread bytes
+        # sends a reset, which can destroy the response before the client reads it
+        async with asyncio.timeout(LINGER_S):
+            while await reader.read(65536):
+                pass
+    except (OSError, TimeoutError):
+        pass
+    writer.close()
+
+
+def fit_descriptors(max_connections: int) -> None:
+    """The soft open-file limit raised to hold ``max_connections`` relayed connections (two
+    descriptors each) and 1,024 more for Ray and the models; a warning where the hard one
+    cannot."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 2 * max_connections + 1024
+    top = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft < top:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (top, hard))
+    if top < want:
+        log.warning(f"serve.max_connections {max_connections} needs {want} open files; "
+                    f"the limit is {top}")
+
+
+class Running:
+    """The guard on its own event loop in a thread, so `rcpipe serve`'s main thread stays
+    free to wait for Ctrl-C."""
+
+    def __init__(self, sock: socket.socket, upstream: tuple[str, int],
+                 header_timeout_s: float, max_connections: int) -> None:
+        fit_descriptors(max_connections)
+        self.loop = asyncio.new_event_loop()
+        self.guard = Guard(upstream, header_timeout_s, max_connections)
+        self.server = self.loop.run_until_complete(self.guard.listen(sock))
+        self.thread = threading.Thread(target=self.loop.run_forever, name="rcpipe-guard",
+                                       daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        def close() -> None:
+            self.server.close()
+            for writer in list(self.guard.clients):
+                writer.transport.abort()
+            self.loop.call_later(0.1, self.loop.stop)  # the aborted clients' tasks end first
+
+        self.loop.call_soon_threadsafe(close)
+        self.thread.join(5)
+        self.loop.close()
+
+
+def address(option: str, value: str) -> tuple[str, int]:
+    from rcpipe.errors import InputError
+
+    host, colon, port = value.rpartition(":")
+    if not colon or not port.isdigit():
+        raise InputError(option, value, "expected HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The guard alone, beside a Serve proxy started elsewhere (the cluster's head pod)."""
+    from rcpipe.config import load_config
+    from rcpipe.errors import InputError
+    from rcpipe.serve.server import listen
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--listen", default="0.0.0.0:8000", help="the public HOST:PORT")
+    ap.add_argument("--upstream", default="127.0.0.1:8001", help="Serve's proxy, HOST:PORT")
+    ap.add_argument("--params", default="params.yaml", help="its serve: section's limits")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        (host, port), upstream = address("--listen", args.listen), address("--upstream",
+                                                                           args.upstream)
+        s = load_config(args.params).serve
+        running = Running(listen(host, port), upstream, s.header_timeout_s, s.max_connections)
+    except InputError as e:
+        print(e.line(), file=sys.stderr)
+        sys.exit(e.exit_code)
+    log.info(f"guard on {args.listen} -> {args.upstream}: heads within "
+             f"{s.header_timeout_s:g} s, {s.max_connections} connections")
+    try:
+        running.thread.join()
+    except KeyboardInterrupt:
+        running.stop()
+
+
+if __name__ == "__main__":
+    main()

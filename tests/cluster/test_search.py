@@ -1,0 +1,165 @@
+"""`rcpipe tune` on a real local Ray (2 CPUs): ASHA over two tiny trials, each a Ray Train
+job under Tune; the best as a params layer; a re-run resumes instead of searching again.
+Through a real head's Jobs API, the search as a Ray job on the cluster; fractional GPUs
+planned on a Ray that declares one GPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rcpipe import layout, stages
+from rcpipe.config import load_config
+from tests import ray_nodes
+from tests.conftest import TINY_MODEL
+
+SPACE = {"optim": {"choice": [{"name": "adam", "lr": 0.01}, {"name": "adam", "lr": 0.001}]},
+         "dropout": {"uniform": [0.0, 0.2]}}
+# bidaf's search over SPACE alone: the default space's other dimensions left out
+BIDAF_SPACE = {"bidaf": {"space": SPACE | {"hidden": None, "optim.ema_decay": None,
+                                           "word_dropout": None}}}
+
+
+def _every_cpu_is_free_again() -> None:
+    """No trial's placement group outlives the search (the next job would wait for it)."""
+    import ray
+
+    deadline = time.monotonic() + 15
+    while ray.available_resources().get("CPU", 0) < ray.cluster_resources()["CPU"]:
+        assert time.monotonic() < deadline, ray.available_resources()
+        time.sleep(0.2)
+
+
+@pytest.mark.usefixtures("local_ray")
+def test_a_search_writes_the_best_as_a_params_layer_and_resumes(prepared_here) -> None:  # noqa: ANN001
+    cfg = prepared_here(train={"batch_size": 16, "epochs": 5},
+                        models={"bidaf": TINY_MODEL},
+                        # one at a time: the second trial needs the CPU the first one's
+                        # workers held (search._recorder: released when a trial ends)
+                        tune={"trials": 2, "max_concurrent": 1, "max_steps": 6,
+                              "eval_every": 2, "grace_steps": 2, **BIDAF_SPACE})
+    t0 = time.perf_counter()
+    summary = stages.tune(cfg, "bidaf")
+    print(f"search: {time.perf_counter() - t0:.1f} s")
+    _every_cpu_is_free_again()
+    assert summary["trials"] == 2 and summary["metric"] == "rank"
+    table = json.loads(layout.tune_trials("bidaf").read_text())
+    assert len(table["rows"]) == 2
+    for row in table["rows"]:
+        assert set(row["settings"]) == {"optim", "dropout"}
+        assert row["status"] in {"finished", "stopped"} and row["curve"]
+        assert [c[1] for c in row["curve"]] == sorted(c[1] for c in row["curve"])
+    assert any(row["status"] == "finished" and row["steps"] == 6 for row in table["rows"])
+    text = layout.tune_params("bidaf").read_text()
+    header = text.splitlines()
+    assert header[0].startswith("# rcpipe tune bidaf")
+    # ranked on prepare's held-out questions (the synthetic train set holds one article out)
+    assert "held-out questions (heldout" in header[1] and summary["data"] in header[1]
+    assert f"--params {cfg.source} --params {layout.tune_params('bidaf')}" in header[2]
+    layer = yaml.safe_load(text)
+    assert set(layer) == {"models"} and set(layer["models"]["bidaf"]) == {"optim", "dropout"}
+    tuned = load_config([cfg.source, layout.tune_params("bidaf")])
+    assert tuned.models.bidaf.optim.lr == summary["best"]["settings"]["optim"]["lr"]
+    assert tuned.models.bidaf.hidden == TINY_MODEL["hidden"]  # unsearched keys: the params'
+
+    # asked again: nothing runs
+    assert stages.tune(cfg, "bidaf")["when"] == summary["when"]
+    # its file gone, the search is restored from its run: finished trials are not run again
+    runs = sorted(layout.tune_run("bidaf").glob("trials/*/checkpoint_manager_snapshot.json"))
+    before = {p: p.stat().st_mtime_ns for p in runs}
+    layout.tune_trials("bidaf").unlink()
+    again = stages.tune(cfg, "bidaf")
+    assert again["best"]["id"] == summary["best"]["id"]
+    assert {p: p.stat().st_mtime_ns for p in runs} == before
+
+
+@pytest.mark.usefixtures("local_ray")
+@pytest.mark.parametrize(("variant", "tune", "key"), [
+    ("bidaf", {"max_steps": 4, "gpus_per_trial": 0.5}, "tune.gpus_per_trial"),
+    ("bidaf", {"max_steps": 4, "cpus_per_trial": 3}, "tune.cpus_per_trial"),
+    ("bidaf", {"max_steps": 0}, "tune.max_steps"),
+    ("bidaf", {"max_minutes": 1}, "tune.eval_every"),  # no steps between scores
+    ("qanet", {"max_steps": 4, "qanet": {"space": {"hidden": {"choice": [8, 9]}}}},
+     "tune.qanet.space.hidden"),  # 9 is not divisible by the 2 heads: it cannot build
+])
+def test_a_search_that_cannot_run_here_fails_before_any_trial(
+        prepared_here, variant: str, tune: dict, key: str) -> None:  # noqa: ANN001
+    from rcpipe.errors import InputError
+
+    cfg = prepared_here(train={"max_steps": 0}, models={variant: TINY_MODEL}, tune=tune)
+    t0 = time.perf_counter()
+    with pytest.raises(InputError) as err:
+        stages.tune(cfg, variant)
+    assert err.value.location == key, err.value.line()
+    assert time.perf_counter() - t0 < 10
+    assert not layout.tune_run(variant).joinpath("search").exists()
+
+
+@pytest.mark.integration
+def test_a_search_through_the_jobs_api_runs_on_the_cluster_and_writes_its_layer_here(
+        prepared_here, tmp_path_factory: pytest.TempPathFactory) -> None:  # noqa: ANN001
+    """`rcpipe tune` at a cluster's Jobs API: the search is a Ray job on the head (the
+    real `rcpipe tune`, joining the head's Ray), the layer lands in the submitting
+    directory (the file system the cluster shares), and the submitter reports it. Its
+    budget is in training minutes (tune.max_minutes): the trial trains until they pass."""
+    from ray.job_submission import JobSubmissionClient
+
+    from rcpipe.cluster.job_runs import default_run, run_jobs
+
+    short = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))  # Ray's sockets: <= 107 bytes
+    head, _, url = ray_nodes.start_head(short / "head", ray_nodes.node_env({}), cpus=2)
+    try:
+        cfg = prepared_here(train={"batch_size": 16, "epochs": 1000, "ray_address": url,
+                                   "device": "cpu"},
+                            models={"bidaf": TINY_MODEL},
+                            tune={"trials": 1, "max_minutes": 0.05, "eval_every": 10,
+                                  **BIDAF_SPACE})
+        t0 = time.perf_counter()
+        summary = stages.tune(cfg, "bidaf")
+        print(f"search through the Jobs API: {time.perf_counter() - t0:.1f} s")
+        run = default_run(Path.cwd().resolve(), None)
+        jobs = [(a, j.status) for a, j in run_jobs(JobSubmissionClient(url), run,
+                                                   "tune-bidaf")]
+    finally:
+        ray_nodes.stop_all([head])
+    assert jobs == [(1, "SUCCEEDED")]  # one Ray job: rcpipe-<run>-tune-bidaf-1
+    assert summary["trials"] == 1 and summary["finished"]
+    # the job ran these params: the dimensions they left out stayed out
+    layer = yaml.safe_load(layout.tune_params("bidaf").read_text())
+    assert set(layer["models"]["bidaf"]) == {"optim", "dropout"}
+    [row] = json.loads(layout.tune_trials("bidaf").read_text())["rows"]
+    # trained until its minutes passed: how many steps fit in them is the machine's (2 when
+    # the suite's other worker held both cores, 20 alone)
+    assert row["status"] == "finished" and row["minutes"] >= 0.05 and row["steps"] > 1
+    assert "up to 0.05 minutes each" in layout.tune_params("bidaf").read_text()
+
+
+PLAN = """
+import json, sys, ray
+from rcpipe.config import load_config
+from rcpipe.cluster import search
+ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, logging_level="ERROR")
+p = search.plan(load_config(sys.argv[1]), "bidaf")
+print(json.dumps(p.__dict__))
+"""
+
+
+def test_trials_share_a_gpu_by_the_fraction_asked(make_config, synth_v1) -> None:  # noqa: ANN001
+    """tune.gpus_per_trial 0.5 on a Ray of one GPU (a real Ray declaring one; no CUDA is
+    needed to plan): two trials at once, each worker holding half the GPU."""
+    cfg = make_config(synth_v1, tune={"trials": 4, "max_steps": 4, "gpus_per_trial": 0.5,
+                                      "cpus_per_trial": 1})
+    done = subprocess.run([sys.executable, "-c", PLAN, str(cfg.source)], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "RAY_ADDRESS": ""})
+    assert done.returncode == 0, done.stderr[-2000:]
+    plan = json.loads(done.stdout.strip().splitlines()[-1])
+    assert plan["concurrent"] == 2  # 4 CPUs fit 4 trials, the one GPU two halves
+    assert plan["gpus_per_worker"] == 0.5 and plan["cpus_per_worker"] == 1

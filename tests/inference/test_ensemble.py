@@ -1,0 +1,98 @@
+"""Majority vote across models' answers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rcpipe.inference.ensemble import majority_vote, predictions_from
+
+
+def answer(text: str, prob: float, na_prob: float = 0.0) -> dict[str, Any]:
+    return {"text": text, "prob": prob, "na_prob": na_prob}
+
+
+def test_plain_majority() -> None:
+    nbests = [
+        {"q": answer("Denver", 0.3, 0.1)},
+        {"q": answer("Carolina", 0.9, 0.2)},
+        {"q": answer("Denver", 0.4, 0.6)},
+    ]
+    result = majority_vote(nbests)
+    assert result == {
+        "q": {"text": "Denver", "prob": 0.4, "votes": 2, "na_prob": pytest.approx(0.3)}
+    }
+    assert isinstance(result["q"]["votes"], int)
+
+
+def test_tie_goes_to_the_highest_single_voter_prob() -> None:
+    # B and A have two votes each. A has the highest single prob (0.9), so A wins. Keeping
+    # each text's last voter's prob (the published bug) gives A 0.1 < B 0.5 and picks B;
+    # first-seen order also picks B.
+    nbests = [
+        {"q": answer("B", 0.5)},
+        {"q": answer("A", 0.9)},
+        {"q": answer("B", 0.5)},
+        {"q": answer("A", 0.1)},
+    ]
+    result = majority_vote(nbests)["q"]
+    assert (result["text"], result["prob"], result["votes"]) == ("A", 0.9, 2)
+
+
+def test_full_tie_goes_to_the_text_seen_first() -> None:
+    nbests = [{"q": answer("late", 0.5)}, {"q": answer("early", 0.5)}]
+    assert majority_vote(nbests)["q"]["text"] == "late"
+    assert majority_vote(nbests[::-1])["q"]["text"] == "early"
+
+
+def test_empty_text_votes_like_any_other() -> None:
+    nbests = [
+        {"q": answer("", 0.2, 0.9)},
+        {"q": answer("Paris", 0.8, 0.1)},
+        {"q": answer("", 0.3, 0.8)},
+    ]
+    result = majority_vote(nbests)["q"]
+    assert (result["text"], result["prob"], result["votes"]) == ("", 0.3, 2)
+    assert result["na_prob"] == pytest.approx(0.6)
+
+
+def test_votes_compare_exact_text() -> None:
+    # "paris" and "Paris" normalise alike for scoring but are different votes.
+    nbests = [
+        {"q": answer("Paris", 0.2)},
+        {"q": answer("paris", 0.3)},
+        {"q": answer("paris", 0.1)},
+    ]
+    assert majority_vote(nbests)["q"]["text"] == "paris"
+
+
+def test_qids_missing_from_some_models() -> None:
+    nbests = [
+        {"q1": answer("x", 0.5, 0.2)},
+        {"q1": answer("y", 0.6, 0.4), "q2": answer("z", 0.7, 0.8)},
+    ]
+    result = majority_vote(nbests)
+    assert list(result) == ["q1", "q2"]
+    assert result["q1"]["text"] == "y"  # 1-1 tie, 0.6 > 0.5
+    assert result["q1"]["na_prob"] == pytest.approx(0.3)
+    # Only the model that answered q2 votes, and only its na_prob counts.
+    assert result["q2"] == {"text": "z", "prob": 0.7, "votes": 1, "na_prob": 0.8}
+
+
+def test_deterministic_and_inputs_untouched() -> None:
+    nbests = [
+        {"q1": answer("a", 0.1), "q2": answer("", 0.4)},
+        {"q2": answer("b", 0.4), "q1": answer("c", 0.1)},
+        {"q1": answer("c", 0.2), "q2": answer("b", 0.3)},
+    ]
+    snapshot = [{qid: dict(a) for qid, a in nbest.items()} for nbest in nbests]
+    first = majority_vote(nbests)
+    assert first == majority_vote(nbests)
+    assert nbests == snapshot
+    assert predictions_from(first) == {"q1": "c", "q2": "b"}
+
+
+def test_no_models_gives_nothing() -> None:
+    assert majority_vote([]) == {}
+    assert predictions_from({}) == {}

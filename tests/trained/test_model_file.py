@@ -1,0 +1,47 @@
+"""A trained model (trained/model_file.py) is used without training code: `rcpipe evaluate`,
+predict, explain, the service and the inference benches import nothing of rcpipe.train."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.test_dvc_pipeline import closure
+
+ROOT = Path(__file__).resolve().parents[2]
+USERS = ("rcpipe/trained/model_file.py", "rcpipe/stages/evaluate.py", "rcpipe/stages/predict.py",
+         "rcpipe/stages/serving.py",
+         "rcpipe/stages/explain.py", "rcpipe/trained/package_dir.py", "rcpipe/stages/package.py",
+         "rcpipe/trained/onnx.py", "rcpipe/stages/export.py", "bench/onnx_ops.py",
+         *(str(p.relative_to(ROOT)) for p in sorted((ROOT / "rcpipe/serve").glob("*.py"))))
+
+
+@pytest.mark.parametrize("path", USERS)
+def test_no_import_anywhere_in_a_models_user_reaches_training_code(path: str) -> None:
+    """Every import, those inside functions too, followed through rcpipe."""
+    assert sorted(f for f in closure(path) if f.startswith("rcpipe/train/")) == []
+
+
+@pytest.mark.parametrize("module", [
+    "rcpipe.trained.model_file", "rcpipe.stages.evaluate", "rcpipe.stages.predict",
+    "rcpipe.stages.explain", "rcpipe.stages.package", "rcpipe.trained.onnx",
+    "rcpipe.stages.export", "rcpipe.serve", "bench/serve.py",
+    "bench/length_prior.py", "bench/export_latency.py"])
+def test_a_fresh_interpreter_importing_a_models_user_imports_no_training_code(
+        module: str) -> None:
+    """At run time too: the rcpipe.stages package's own import (of stages/train.py) keeps
+    rcpipe.train out until a training stage runs. A bench script is imported as it runs,
+    its folder first on the path."""
+    path, _, script = module.rpartition("/")
+    name = script.removesuffix(".py")
+    code = (f"import importlib, json, sys; sys.path.insert(0, {path!r}); "
+            f"importlib.import_module({name!r}); "
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('rcpipe.train'))))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout) == []

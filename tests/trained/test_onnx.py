@@ -1,0 +1,92 @@
+"""The exported graph is the model's forward: onnxruntime's span probabilities equal the
+eager model's to 1e-4 at batch sizes and lengths other than the ones it was traced on (the
+session's trained bidaf, its LSTMs written as ONNX LSTM ops; qanet; a GRU); R-Net's Python
+recurrence is refused, not exported for one passage length."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+import torch
+from torch import nn
+
+from rcpipe.data.dataset import SquadDataset
+from rcpipe.models import build_model
+from rcpipe.models.batch import Batch
+from rcpipe.models.layers import SpanLogits
+from rcpipe.models.rnn import RNNWeights
+from rcpipe.trained.model_file import load_model
+from rcpipe.trained.onnx import FixedAxis, OnnxForward, compare, export_graph
+from tests.conftest import TINY_MODEL, Prepared, Trained
+
+
+def _dev(trained: Trained) -> SquadDataset:
+    return SquadDataset.from_parquet(trained.cfg.data.out_dir / "dev.parquet")
+
+
+@pytest.mark.parametrize("variant", ["bidaf", "qanet"])
+def test_the_graph_answers_as_the_eager_model_at_other_shapes(
+        trained: Trained, variant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(trained.root)
+    model, _ = load_model(trained.cfg, variant)
+    model.eval()
+    dev = _dev(trained)
+    example = dev.collate([0, 1, 2])  # traced at B = 3
+    data = export_graph(model, example)
+    inputs = onnx.load_model_from_string(data).graph.input
+    assert [i.name for i in inputs] == ["cw", "cc", "qw", "qc"]
+    assert all(d.dim_param for i in inputs for d in i.type.tensor_type.shape.dim)
+    graph = OnnxForward(data)
+    order = sorted(range(len(dev)), key=lambda i: -int(dev.context_lengths()[i]))
+    batches = [order[:5], order[-1:], order[5:12]]  # B = 5, 1, 7, the longest context first
+    result = compare(model, graph, dev, batches)
+    shapes = {tuple(s) for s in result["shapes"]}
+    assert len(shapes) == 3 and tuple(example.cc.shape) not in shapes
+    assert {s[0] for s in shapes} == {5, 1, 7}
+    assert result["max_abs_diff"] <= 1e-4, result
+
+
+class _Recurrence(nn.Module):
+    """A forward around one GRU direction, to check the ONNX GRU's gate order alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = nn.Embedding(30, 6)
+        self.rnn = RNNWeights("gru", 6, 5)
+        self.out = nn.Linear(5, 1)
+
+    def forward(self, batch: Batch) -> SpanLogits:
+        h = self.rnn(self.emb(batch.cw))  # (B, Lc, H)
+        logits = self.out(h).squeeze(-1)  # (B, Lc)
+        return SpanLogits(logits, -logits)
+
+
+def _ids(b: int, lc: int, lq: int, w: int, seed: int) -> Batch:
+    g = torch.Generator().manual_seed(seed)
+    cw, qw = torch.randint(1, 30, (b, lc), generator=g), torch.randint(1, 30, (b, lq), generator=g)
+    cc, qc = torch.randint(1, 9, (b, lc, w), generator=g), torch.randint(1, 9, (b, lq, w),
+                                                                         generator=g)
+    none = torch.zeros(b, dtype=torch.long)
+    return Batch([], cw, cc, qw, qc, cw != 0, qw != 0, none, none, none.bool())
+
+
+def test_a_gru_becomes_onnxs_gru_with_pytorchs_gates() -> None:
+    model = _Recurrence().eval()
+    graph = OnnxForward(export_graph(model, _ids(3, 11, 4, 5, 0)))
+    for b, lc in ((1, 40), (6, 2)):
+        batch = _ids(b, lc, 3, 2, b)
+        with torch.no_grad():
+            want = model(batch)
+        got = graph(batch)
+        assert got.start.shape == (b, lc)
+        assert torch.allclose(got.start, want.start, atol=1e-5)
+
+
+def test_rnets_python_recurrence_is_refused(prepared: Prepared) -> None:
+    from rcpipe.models import ModelInputs
+
+    model = build_model("rnet", prepared.cfg.models.rnet.model_copy(update=TINY_MODEL),
+                        ModelInputs(40, 20, 16, None, False))
+    with pytest.raises(FixedAxis, match=r"question_matching\.fwd steps through the passage"):
+        export_graph(model.eval(), _ids(3, 11, 4, 5, 0))

@@ -12,12 +12,14 @@ import multiprocessing as mp
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import spacy
-from spacy.attrs import IDX, IS_SPACE, LENGTH
 
 from rcpipe.console import progress
+
+if TYPE_CHECKING:
+    import spacy
 
 _NLP = None
 
@@ -30,6 +32,10 @@ class Tokens:
 
 
 def _nlp() -> spacy.language.Language:
+    # spaCy is imported here, not at the top: what imports this module (predict, serve, the
+    # GPU box's training) loads spaCy only when it tokenizes, and `rcpipe --help` never
+    import spacy
+
     global _NLP
     if _NLP is None:
         _NLP = spacy.blank("en")
@@ -42,6 +48,8 @@ def _spans_chunk(texts: list[str]) -> list[np.ndarray]:
     Workers send back only offsets (compact arrays pickle fast); the parent slices the words
     out of its own copy of the text.
     """
+    from spacy.attrs import IDX, IS_SPACE, LENGTH
+
     out = []
     for doc in _nlp().tokenizer.pipe(texts, batch_size=256):
         # one array read per doc instead of a Python Token object per token (3x faster)

@@ -1,0 +1,56 @@
+"""docs/architecture.md stays true: the files it names exist, its rows stay short, and what it
+says of heavy imports holds (tests/test_architecture.py checks its floors)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MAP = ROOT / "docs" / "architecture.md"
+CELL_CHARS = 400  # a row a reader takes in at a glance
+# the one module that is Ray Serve itself: stages/serving.py imports it inside its functions
+LOADS_RAY = {"rcpipe.serve.deployments"}
+HEAVY = ("ray", "spacy", "prefect")
+
+
+def _cells(text: str) -> list[str]:
+    return [cell.strip() for line in text.splitlines() if line.startswith("|")
+            for cell in line.strip().strip("|").split("|")]
+
+
+def test_no_cell_of_the_map_is_long() -> None:
+    long = [c[:60] + "..." for c in _cells(MAP.read_text()) if len(c) > CELL_CHARS]
+    assert long == []
+
+
+def test_the_check_finds_a_long_cell() -> None:
+    assert [len(c) for c in _cells("| a | " + "x" * 401 + " |\n")] == [1, 401]
+
+
+def test_every_file_the_map_names_exists() -> None:
+    named = set(re.findall(r"`((?:rcpipe|flows|bench|tests|infra)/[\w/.-]+\.(?:py|yaml|json))`",
+                           MAP.read_text()))
+    short = set(re.findall(r"`((?:data|models|scoring|inference|trained|render|train|cluster|"
+                           r"stages|serve)/\w+\.py)`", MAP.read_text()))
+    missing = sorted(p for p in named if not (ROOT / p).exists())
+    missing += sorted(p for p in short if not (ROOT / "rcpipe" / p).exists())
+    assert named and missing == []
+
+
+def test_importing_rcpipe_loads_no_ray_spacy_or_prefect() -> None:
+    """What the map says: `rcpipe --help` is instant and a GPU box without Ray, spaCy or
+    Prefect imports any module but Ray Serve's own, because these load inside functions."""
+    modules = sorted(
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for p in (ROOT / "rcpipe").rglob("*.py") if p.name != "__main__.py")
+    code = ("import importlib, json, sys\n"
+            f"for m in {[m for m in modules if m not in LOADS_RAY]!r}:\n"
+            "    importlib.import_module(m)\n"
+            f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r})))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    assert json.loads(out) == []

@@ -9,7 +9,6 @@ trained on would flatter the threshold.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,13 +54,10 @@ def split_articles(doc: dict[str, Any], fraction: float, seed: int
             rest | {"data": [a for i, a in enumerate(data) if i in held]})
 
 
-# what prepare writes of it under data.out_dir, beside train.parquet and dev.parquet
-PARQUET, DOC = "heldout.parquet", "heldout.json"
-
-
 @dataclass(frozen=True)
 class PreparedHeldout:
-    """Prepare's held-out questions: the rows, their SQuAD JSON, where they came from."""
+    """Prepare's held-out questions: the rows, their SQuAD JSON, where they came from
+    (data/prepared.py's ``Prepared.heldout`` finds them)."""
 
     parquet: Path
     doc: Path
@@ -69,12 +65,7 @@ class PreparedHeldout:
 
 
 def prepared_heldout(out_dir: Path) -> PreparedHeldout | None:
-    """The held-out questions prepared in ``out_dir`` (its meta.json says), or None when
-    nothing was held out (data.heldout.fraction 0 and no file) or the data predates it."""
-    try:
-        record = json.loads((out_dir / "meta.json").read_text()).get("heldout")
-    except (OSError, ValueError):
-        return None
-    if not record or not (out_dir / PARQUET).is_file():
-        return None
-    return PreparedHeldout(out_dir / PARQUET, out_dir / DOC, record["source"])
+    """``Prepared(out_dir).heldout()``, for the callers not yet moved to it."""
+    from rcpipe.data.prepared import Prepared  # prepared.py imports this module
+
+    return Prepared(out_dir).heldout()

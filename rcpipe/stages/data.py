@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rcpipe.config import Config
-from rcpipe.data.heldout import DOC, PARQUET
+from rcpipe.data.prepared import Prepared
 from rcpipe.errors import InputError
 from rcpipe.locks import hold
 from rcpipe.outputs import OutputSet, output_set
@@ -22,10 +22,6 @@ log = logging.getLogger(__name__)
 # rows their windows gave (of which no_answer: v2.0's windows without the answer) and the
 # windows left out (part of the answer; v1.1: none of it)
 WINDOW_COUNTS = ("questions", "rows", "no_answer", "left_out")
-# every file prepare writes into data.out_dir: one set (rcpipe/outputs.py), those a run does
-# not write (no vectors: word_emb.npy; nothing held out: heldout.*) removed as it commits
-PREPARED = ("train.parquet", "dev.parquet", PARQUET, DOC, "vocab.json", "word_emb.npy",
-            "report.json", "meta.json")
 
 # ------------------------------------------------------------------------------------ synth
 
@@ -87,10 +83,10 @@ def fingerprint(cfg: Config) -> str:
 
 def prepared_is_current(cfg: Config) -> bool:
     """Whether data.out_dir holds prepare's output for exactly these params and inputs."""
-    meta = cfg.data.out_dir / "meta.json"
+    out = Prepared(cfg.data.out_dir)
     try:
-        return json.loads(meta.read_text()).get("fingerprint") == fingerprint(cfg) and \
-            (cfg.data.out_dir / "report.json").is_file()
+        return json.loads(out.meta_file.read_text()).get("fingerprint") == fingerprint(cfg) \
+            and out.report.is_file()
     except (OSError, ValueError):
         return False
 
@@ -151,9 +147,10 @@ def _prepare(cfg: Config, files: OutputSet) -> dict[str, Any]:
     if held.source is not None:
         tables["heldout"] = F.build_table(held.file, held_ctx, held_q, held_rows, indexer)
     done("features")
-    _write_prepared(files, d.out_dir, tables, words, chars, emb)
+    out = Prepared(d.out_dir)
+    _write_prepared(files, out, tables, words, chars, emb)
     if held.source is not None:  # heldout.json beside heldout.parquet, or neither
-        files.write_json(d.out_dir / DOC, held.doc)
+        files.write_json(out.heldout_doc, held.doc)
     questions_kept = len({r.index for r in kept})
     report = {
         # kept counts questions; rows the Parquet's rows (a long context: a row a window)
@@ -165,10 +162,10 @@ def _prepare(cfg: Config, files: OutputSet) -> dict[str, Any]:
     if held.source is not None:  # like dev, never dropped; meta.json says where from
         n = len(held.file.questions)
         report["heldout"] = {"questions": n, "kept": n, "dropped": {}}
-    files.write_json(d.out_dir / "report.json", report)
+    files.write_json(out.report, report)
     done("write")
     seconds = time.perf_counter() - t0
-    files.write_json(d.out_dir / "meta.json", {
+    files.write_json(out.meta_file, {
         "train_file": d.train_file, "dev_file": d.dev_file,
         "version": {"train": train.version, "dev": dev.version}, "words": len(words),
         "chars": len(chars), "char_limit": d.limits.char, "word_vectors": d.word_vectors,
@@ -179,8 +176,10 @@ def _prepare(cfg: Config, files: OutputSet) -> dict[str, Any]:
         "trained_words": trained, "heldout": held.record(),
         "seconds": round(seconds, 2),
         "phases": phases, "fingerprint": fingerprint(cfg)})
-    for name in PREPARED:  # an earlier run's file this one did not write goes at the commit
-        files.remove(d.out_dir / name)
+    # every file prepare writes is one set (rcpipe/outputs.py): an earlier run's file this one
+    # did not write (no vectors: word_emb.npy; nothing held out: heldout.*) goes at the commit
+    for path in out.files():
+        files.remove(path)
     tr, dv = report["train"], report["dev"]
     read_as = f", {windows['questions']} read as {windows['rows']} windows" \
         if windows["questions"] else ""
@@ -234,17 +233,17 @@ def _vocabularies(cfg: Config, train: tuple, *others: tuple) -> tuple:  # (file,
     return words, chars, emb, hits, trained
 
 
-def _write_prepared(files: OutputSet, out: Path, tables: dict[str, Any], words: Any,
+def _write_prepared(files: OutputSet, out: Prepared, tables: dict[str, Any], words: Any,
                     chars: Any, emb: Any) -> None:
     """The splits as Parquet, vocab.json and (with pretrained vectors) word_emb.npy."""
     import numpy as np
     import pyarrow.parquet as pq
 
     for split, table in tables.items():
-        pq.write_table(table, files.path(out / f"{split}.parquet"), compression="zstd")
-    files.write_json(out / "vocab.json", {"words": words.items, "chars": chars.items})
+        pq.write_table(table, files.path(out.split(split)), compression="zstd")
+    files.write_json(out.vocab_file, {"words": words.items, "chars": chars.items})
     if emb is not None:
-        np.save(files.path(out / "word_emb.npy"), emb)
+        np.save(files.path(out.word_emb), emb)
 
 
 @dataclass(frozen=True)

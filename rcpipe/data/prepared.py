@@ -1,0 +1,151 @@
+"""The prepared directory (data.out_dir): what `rcpipe prepare` writes there and what every
+other stage reads of it, in one place.
+
+    train.parquet, dev.parquet   the splits, a row per question (train: per window)
+    heldout.parquet, .json       the held-out questions, rows and SQuAD JSON (data/heldout.py
+                                 chooses them), or neither when nothing is held out
+    vocab.json                   {"words": [...], "chars": [...]}: a model's ids
+    word_emb.npy                 the pretrained vectors' rows, only with data.word_vectors
+    meta.json                    where it came from, versions, limits, "heldout", fingerprint
+    report.json                  the questions kept and dropped per split
+
+`Prepared` is the only place these names are spelled; a model's package directory has its
+own files (trained/package_dir.py), and a run's outputs theirs (layout.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rcpipe import reads
+from rcpipe.config import ReadLimits
+from rcpipe.data.heldout import PreparedHeldout
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from rcpipe.config import Config
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """data.out_dir and its files; JSON read within ``limits`` (the params' defaults when a
+    caller has no config)."""
+
+    out_dir: Path
+    limits: ReadLimits = field(default_factory=ReadLimits)
+
+    SPLITS: ClassVar[dict[str, str]] = {"train": "train.parquet", "dev": "dev.parquet",
+                                        "heldout": "heldout.parquet"}
+    HELDOUT_DOC: ClassVar[str] = "heldout.json"
+    VOCAB: ClassVar[str] = "vocab.json"
+    WORD_EMB: ClassVar[str] = "word_emb.npy"
+    REPORT: ClassVar[str] = "report.json"
+    META: ClassVar[str] = "meta.json"
+    # every file prepare may write, in the order it lists them
+    FILES: ClassVar[tuple[str, ...]] = (*SPLITS.values(), HELDOUT_DOC, VOCAB, WORD_EMB,
+                                        REPORT, META)
+
+    @classmethod
+    def of(cls, cfg: Config) -> Prepared:
+        """cfg's prepared directory (data.out_dir), read within cfg.limits."""
+        return cls(Path(cfg.data.out_dir), cfg.limits)
+
+    # -------------------------------------------------------------------------- the files
+
+    def split(self, name: str) -> Path:
+        """A split's Parquet: "train", "dev" or "heldout"."""
+        return self.out_dir / self.SPLITS[name]
+
+    @property
+    def train(self) -> Path:
+        return self.split("train")
+
+    @property
+    def dev(self) -> Path:
+        return self.split("dev")
+
+    @property
+    def heldout_parquet(self) -> Path:
+        return self.split("heldout")
+
+    @property
+    def heldout_doc(self) -> Path:
+        return self.out_dir / self.HELDOUT_DOC
+
+    @property
+    def vocab_file(self) -> Path:
+        return self.out_dir / self.VOCAB
+
+    @property
+    def word_emb(self) -> Path:
+        return self.out_dir / self.WORD_EMB
+
+    @property
+    def report(self) -> Path:
+        return self.out_dir / self.REPORT
+
+    @property
+    def meta_file(self) -> Path:
+        return self.out_dir / self.META
+
+    def files(self) -> list[Path]:
+        """Every file prepare may write here (a run that writes fewer removes the rest)."""
+        return [self.out_dir / name for name in self.FILES]
+
+    # ---------------------------------------------------------------------- what they say
+
+    def read(self, path: Path) -> Any:
+        """A JSON file of this directory, read within ``limits``."""
+        from rcpipe.data.squad import read_json
+
+        return read_json(path, str(path), self.limits)
+
+    def vocab(self) -> dict[str, Any]:
+        return self.read(self.vocab_file)
+
+    def meta(self) -> dict[str, Any]:
+        return self.read(self.meta_file)
+
+    def word_vectors(self) -> np.ndarray | None:
+        """(words, word_dim) the pretrained vectors' rows, None when prepare had none."""
+        import numpy as np
+
+        return np.load(self.word_emb) if self.word_emb.is_file() else None
+
+    def vocab_digest(self) -> str:
+        """sha256 of vocab.json's bytes: a model file records the vocabulary it learnt."""
+        data = reads.read_bytes(self.vocab_file, self.limits.json_bytes(), "limits.json_mb")
+        return hashlib.sha256(data).hexdigest()
+
+    def heldout(self) -> PreparedHeldout | None:
+        """The held-out questions prepared here (meta.json's "heldout" says), or None when
+        nothing was held out (data.heldout.fraction 0 and no file) or the data predates it."""
+        try:
+            record = json.loads(self.meta_file.read_text()).get("heldout")
+        except (OSError, ValueError):
+            return None
+        if not record or not self.heldout_parquet.is_file():
+            return None
+        return PreparedHeldout(self.heldout_parquet, self.heldout_doc, record["source"])
+
+    # --------------------------------------------------------------- what training takes
+
+    def training_files(self) -> dict[str, Path]:
+        """The files a training run reads, by name, those present (fingerprints.training
+        keys a run on their digests). dev.parquet counts only when nothing is held out:
+        checkpoints are then ranked on dev."""
+        names = [self.SPLITS["train"], self.SPLITS["heldout"], self.VOCAB, self.WORD_EMB]
+        if not self.heldout_parquet.is_file():
+            names.append(self.SPLITS["dev"])
+        return {n: self.out_dir / n for n in names if (self.out_dir / n).is_file()}
+
+    def job_fields(self) -> dict[str, str]:
+        """What a training Job (train/worker.py) takes of the prepared data: train_path,
+        dev_path (as strings: Ray pickles the Job; each rank reads them) and vocab_sha256."""
+        return {"train_path": str(self.train), "dev_path": str(self.dev),
+                "vocab_sha256": self.vocab_digest()}

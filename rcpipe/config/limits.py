@@ -1,0 +1,41 @@
+"""The ``limits`` section: caps on what rcpipe reads, and the params file's own cap."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from rcpipe import reads
+from rcpipe.config.section import Section
+
+
+class ReadLimits(Section):
+    """Caps on what rcpipe reads (README, "Limits"): a file over its cap, a context over its
+    length or a document nested too deep is one located error, found before it is read or
+    parsed. A params file itself is held to PARAMS_BYTES (it cannot raise its own cap)."""
+
+    # train-v2.0.json is 40 MB, dev 4 MB: the cap leaves room for a corpus ten times larger
+    json_mb: float = Field(512, gt=0, description="a JSON file rcpipe reads: SQuAD files "
+                           "(a .gz inflated), predictions, n-best and probability files, "
+                           "vocab.json, a package's config")
+    # the papers' models with 300-d vectors over SQuAD's words are ~120 MB of fp32
+    weights_mb: float = Field(4096, gt=0, description="a package's model.safetensors and a "
+                              "model file (models/<variant>/model.pt)")
+    parameters: int = Field(1_000_000_000, gt=0, description="a model a package or model "
+                            "file describes is refused above this many weights, counted "
+                            "before any is allocated")
+    # 20,000 tokens (data.window.max_tokens) of English are ~120,000 characters
+    context_chars: int = Field(1_000_000, gt=0, description="one context of predict "
+                               "(--context, --context-file, each of --input's), refused "
+                               "before it is tokenized")
+    depth: int = Field(64, gt=0, description="JSON and YAML nesting (SQuAD nests 7 deep)")
+    download_minutes: float = Field(120, gt=0, description="a download's deadline, its "
+                                    "retries included: a server that trickles is left")
+
+    def json_bytes(self) -> int:
+        return int(self.json_mb * reads.MB)
+
+    def weights_bytes(self) -> int:
+        return int(self.weights_mb * reads.MB)
+
+
+PARAMS_BYTES = 1_000_000  # a params file (params.yaml's 12 KB, or a tune layer's 1 KB)

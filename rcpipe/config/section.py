@@ -1,0 +1,53 @@
+"""The base every params section derives from, and the laying of one mapping over another
+(a variant's keys over its paper, a params file over the one before, a ``--set`` on top)."""
+
+from __future__ import annotations
+
+from types import UnionType
+from typing import Any, get_args
+
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+
+from rcpipe.variants import REGISTRY
+
+# every variant rcpipe knows, in registry order (rcpipe/variants.py)
+VARIANTS: tuple[str, ...] = tuple(REGISTRY)
+
+
+def _is_number(annotation: object) -> bool:
+    """int, float, or an optional one (``float | None``); bool is not a number here."""
+    if annotation in (int, float):
+        return True
+    args = get_args(annotation)
+    return isinstance(annotation, UnionType) and any(a in (int, float) for a in args) and \
+        all(a in (int, float, type(None)) for a in args)
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, v: object, info: ValidationInfo) -> object:
+        # pydantic's lax mode reads true as 1: `train.epochs: yes` is a typo, not one epoch
+        if isinstance(v, bool) and _is_number(cls.model_fields[info.field_name].annotation):
+            raise ValueError("expected a number, got a boolean")
+        return v
+
+
+def merge_over(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` laid on ``base`` key by key, at any depth (a new dict; neither is changed)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = merge_over(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) \
+            else v
+    return out
+
+
+def lay(base: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
+    """``value`` set at the dotted key of ``base`` (a mapping value is laid over the section
+    there, key by key); a new dict, ``base`` unchanged."""
+    keys = dotted.split(".")
+    for k in reversed(keys):
+        value = {k: value}
+    return merge_over(base, value)

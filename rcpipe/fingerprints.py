@@ -2,13 +2,14 @@
 not done again, and work whose inputs changed is never skipped.
 
 A training run is keyed on its fingerprint (`training`): the prepared data it reads (each
-file's sha256), the settings that change what it learns (the variant's effective config,
-the train.* and eval.* keys, data.word_dim, data.window's reading of a long dev context)
-and rcpipe's version. rcpipe.stages.train trains anew when it differs from the finished
-model's, resumes a run of the same fingerprint, and does nothing when the finished model
-has it. evaluate, ensemble and report keep a stamp (`Stamp`): the digest of the files and
-settings they read, written after their outputs, so a run killed before the end leaves the
-old stamp and the next one redoes the work.
+file's sha256; which files, data/prepared.py's `Prepared.training_files` says), the
+settings that change what it learns (the variant's effective config, the train.* and eval.*
+keys, data.word_dim, data.window's reading of a long dev context) and rcpipe's version.
+rcpipe.stages.train trains anew when it differs from the finished model's, resumes a run of
+the same fingerprint, and does nothing when the finished model has it. evaluate, ensemble
+and report keep a stamp (`Stamp`): the digest of the files and settings they read, written
+after their outputs, so a run killed before the end leaves the old stamp and the next one
+redoes the work.
 
 Settings that only say where or how fast to run are not part of any key (`UNKEYED`, the
 keys dvc.yaml leaves out of the train stage's params too): a cluster run may set them
@@ -30,10 +31,6 @@ from rcpipe.config import Config
 # train.* keys that change where or how fast a run goes, not what it learns
 UNKEYED = frozenset({"device", "threads", "cpus_per_worker", "ray_address", "storage_path",
                      "max_failures", "keep_checkpoints", "keep_runs"})
-# the prepared files a training run reads (dev.parquet ranks checkpoints only when prepare
-# held nothing out, and is keyed only then: see `training`)
-TRAINING_FILES = ("train.parquet", "heldout.parquet", "vocab.json", "word_emb.npy")
-
 _digests: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> sha256: read once
 
 
@@ -111,13 +108,11 @@ def _differing(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
-def training(cfg: Config, variant: str) -> Fingerprint:
-    """The fingerprint of training ``variant`` on cfg's prepared data with cfg's settings."""
-    out = cfg.data.out_dir
-    names = list(TRAINING_FILES)
-    if not (out / "heldout.parquet").is_file():
-        names.append("dev.parquet")  # checkpoints are then ranked on dev
-    files = {n: file_digest(out / n) for n in names if (out / n).is_file()}
+def training(cfg: Config, variant: str, prepared: Mapping[str, Path]) -> Fingerprint:
+    """The fingerprint of training ``variant`` on cfg's prepared data with cfg's settings;
+    ``prepared``: the files the run reads, by name (``Prepared.of(cfg).training_files()``:
+    data/ knows them, this floor below it does not)."""
+    files = {name: file_digest(path) for name, path in prepared.items()}
     settings = flatten({
         "models": {variant: cfg.models.of(variant).model_dump(mode="json")},
         "train": cfg.train.model_dump(mode="json", exclude=set(UNKEYED)),

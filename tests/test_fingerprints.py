@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from rcpipe import fingerprints, layout
-from rcpipe.config import TrainConfig, load_config
+from rcpipe.config import Config, TrainConfig, load_config
+from rcpipe.data.prepared import Prepared
 from rcpipe.fingerprints import Fingerprint, Stamp
 from tests.conftest import write_params
 
@@ -24,19 +25,24 @@ def _cfg(tmp_path: Path, **sections):  # noqa: ANN003, ANN202
         "data", {}), **sections))
 
 
+def _training(cfg: Config, variant: str = "bidaf") -> Fingerprint:
+    """fingerprints.training on the files the prepared directory says a run reads."""
+    return fingerprints.training(cfg, variant, Prepared.of(cfg).training_files())
+
+
 def test_same_inputs_same_key_and_what_changed_is_named(tmp_path: Path) -> None:
-    base = fingerprints.training(_cfg(tmp_path), "bidaf")
-    assert fingerprints.training(_cfg(tmp_path), "bidaf") == base
+    base = _training(_cfg(tmp_path))
+    assert _training(_cfg(tmp_path)) == base
     assert base.changes(base) is None
     assert base.changes(None) == "no finished run"
 
     (tmp_path / "prepared" / "train.parquet").write_bytes(b"more articles")
-    new_data = fingerprints.training(_cfg(tmp_path), "bidaf")
+    new_data = _training(_cfg(tmp_path))
     assert new_data.digest != base.digest
     assert new_data.changes(base) == "training data changed (train.parquet)"
 
-    lr = fingerprints.training(_cfg(tmp_path, models={"bidaf": {"optim": {"lr": 0.25}}},
-                                    train={"epochs": 3}), "bidaf")
+    lr = _training(_cfg(tmp_path, models={"bidaf": {"optim": {"lr": 0.25}}},
+                        train={"epochs": 3}))
     said = lr.changes(new_data)
     assert said is not None and said.startswith("settings changed (")
     assert "models.bidaf.optim.lr 0.5 -> 0.25" in said and "train.epochs 1 -> 3" in said
@@ -46,20 +52,20 @@ def test_same_inputs_same_key_and_what_changed_is_named(tmp_path: Path) -> None:
 
 
 def test_where_and_how_fast_do_not_key_a_run_and_other_variants_do_not(tmp_path: Path) -> None:
-    base = fingerprints.training(_cfg(tmp_path), "bidaf")
+    base = _training(_cfg(tmp_path))
     elsewhere = _cfg(tmp_path, train={"device": "cpu", "threads": 1, "keep_runs": 5,
                                       "storage_path": "s3://b/p", "max_failures": 0,
                                       "keep_checkpoints": 4, "cpus_per_worker": 1},
                      models={"qanet": {"hidden": 8}}, data={"workers": 1})
-    assert fingerprints.training(elsewhere, "bidaf") == base
+    assert _training(elsewhere) == base
     assert fingerprints.UNKEYED < set(TrainConfig.model_fields)  # each names a real key
 
 
 def test_checkpoints_ranked_on_dev_key_dev_only_then(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path)
-    assert "dev.parquet" in fingerprints.training(cfg, "bidaf").files  # nothing held out
+    assert "dev.parquet" in _training(cfg).files  # nothing held out
     (tmp_path / "prepared" / "heldout.parquet").write_bytes(b"held")
-    files = fingerprints.training(cfg, "bidaf").files
+    files = _training(cfg).files
     assert "dev.parquet" not in files and "heldout.parquet" in files
 
 

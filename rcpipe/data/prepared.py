@@ -136,9 +136,10 @@ class Prepared:
     # --------------------------------------------------------------- what training takes
 
     def training_files(self) -> dict[str, Path]:
-        """The files a training run reads, by name, those present (fingerprints.training
-        keys a run on their digests). dev.parquet counts only when nothing is held out:
-        checkpoints are then ranked on dev."""
+        """The files a training run reads, by name, those present: a run is keyed on their
+        digests, ``fingerprints.training(cfg, variant, Prepared.of(cfg).training_files())``.
+        dev.parquet counts only when nothing is held out: checkpoints are then ranked on
+        dev."""
         names = [self.SPLITS["train"], self.SPLITS["heldout"], self.VOCAB, self.WORD_EMB]
         if not self.heldout_parquet.is_file():
             names.append(self.SPLITS["dev"])

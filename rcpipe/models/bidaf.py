@@ -18,15 +18,13 @@ from torch import nn
 from rcpipe.config import ModelConfig
 from rcpipe.models import ModelInputs
 from rcpipe.models.batch import Batch
+from rcpipe.models.embeddings import CharCNN, Highway, WordEmbedding
 from rcpipe.models.layers import (
     BiRNN,
-    CharCNN,
-    Highway,
     NoAnswerHead,
     SelfMatching,
     SpanLogits,
     TrilinearAttention,
-    WordEmbedding,
     mask_logits,
 )
 from rcpipe.models.views import C2Q, SELF, ViewSpec

@@ -20,13 +20,11 @@ from torch import nn
 from rcpipe.config import ModelConfig
 from rcpipe.models import ModelInputs
 from rcpipe.models.batch import Batch
+from rcpipe.models.embeddings import CharCNN, Highway, WordEmbedding
 from rcpipe.models.layers import (
-    CharCNN,
-    Highway,
     NoAnswerHead,
     SpanLogits,
     TrilinearAttention,
-    WordEmbedding,
     capturing,
     keep_attention,
     mask_logits,

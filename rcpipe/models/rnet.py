@@ -20,6 +20,7 @@ from torch import nn
 from rcpipe.config import ModelConfig
 from rcpipe.models import ModelInputs
 from rcpipe.models.batch import Batch
+from rcpipe.models.embeddings import WordEmbedding
 from rcpipe.models.gated_rnn import BiGatedAttentionRNN
 from rcpipe.models.gated_rnn import GatedAttentionRNN as GatedAttentionRNN  # re-exported
 from rcpipe.models.layers import (
@@ -29,7 +30,6 @@ from rcpipe.models.layers import (
     SelfMatching,
     SpanLogits,
     VariationalDropout,
-    WordEmbedding,
     float32_recurrence,
     keep_attention,
     mask_logits,

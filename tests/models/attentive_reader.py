@@ -16,11 +16,11 @@ from torch import nn
 from rcpipe.config import ModelConfig
 from rcpipe.models import ModelInputs
 from rcpipe.models.batch import Batch
+from rcpipe.models.embeddings import WordEmbedding
 from rcpipe.models.layers import (
     BiRNN,
     NoAnswerHead,
     SpanLogits,
-    WordEmbedding,
     keep_attention,
     mask_logits,
     masked_softmax,

@@ -49,7 +49,7 @@ def test_pretrained_vectors_are_frozen_unless_fine_tuned() -> None:
 def test_frozen_vectors_learn_one_vector_for_out_of_vocabulary_words() -> None:
     from rcpipe.data.vocab import OOV as OOV_WORD
     from rcpipe.data.vocab import Vocab
-    from rcpipe.models.layers import OOV
+    from rcpipe.models.embeddings import OOV
     from rcpipe.trained.model_file import model_from_payload, model_payload
 
     assert Vocab(["--NULL--", OOV_WORD, "a"]).id("never-seen") == OOV
@@ -133,7 +133,7 @@ def test_parameter_counts() -> None:
 
 
 def test_word_dropout_turns_real_words_out_of_vocabulary_in_training_only() -> None:
-    from rcpipe.models.layers import OOV, WordEmbedding
+    from rcpipe.models.embeddings import OOV, WordEmbedding
 
     torch.manual_seed(0)
     emb = WordEmbedding(50, 4, word_dropout=0.5)

@@ -18,7 +18,7 @@ from rcpipe import stages
 from rcpipe.config import Config, ModelConfig
 from rcpipe.data.dataset import SquadDataset
 from rcpipe.models import ModelInputs, build_model
-from rcpipe.models.layers import OOV, WordEmbedding
+from rcpipe.models.embeddings import OOV, WordEmbedding
 from rcpipe.train.loop import EMA, make_optimizer, train_step
 from rcpipe.train.worker import train_batches
 from rcpipe.trained.model_file import model_from_payload, model_payload, prepared_inputs

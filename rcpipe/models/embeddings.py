@@ -1,0 +1,110 @@
+"""The embedding layer the families share: word vectors (with the trainable out-of-vocabulary
+row), a char CNN over each word, and the highway network over their concatenation."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+if TYPE_CHECKING:
+    from rcpipe.models import ModelInputs
+
+OOV = 1  # the id data/vocab.py gives a word the vocabulary does not hold
+
+
+class WordEmbedding(nn.Module):
+    """Word vectors: pretrained (frozen unless fine-tuned) or trainable from scratch.
+
+    Frozen pretrained vectors get one trainable vector for the out-of-vocabulary id instead
+    of the fixed random row the vocabulary built for it (R-Net starts it at zero): a word
+    the vectors do not know still gets a learned meaning. It trains on the training words
+    the vectors lack (data.missing_vectors: unk makes them OOV) and on word dropout.
+    ``learn_oov`` says so; it must be the same when a saved model is built again
+    (ModelInputs.pretrained carries it). ``trained_words`` (data.missing_vectors: train):
+    ids 2 .. 1 + n read their own trainable rows instead of the frozen table's, so the
+    frozen table stays out of the optimiser and the EMA.
+    """
+
+    def __init__(self, vocab_size: int, dim: int, vectors: np.ndarray | None = None,
+                 trainable: bool = False, learn_oov: bool = False,
+                 word_dropout: float = 0.0, trained_words: int = 0) -> None:
+        super().__init__()
+        if not 0 <= trained_words <= vocab_size - 2:
+            raise ValueError(f"trained_words {trained_words} outside 0 .. {vocab_size - 2}")
+        self.word_dropout = word_dropout
+        self.emb = nn.Embedding(vocab_size, dim, padding_idx=0)
+        if vectors is not None:
+            if vectors.shape != (vocab_size, dim):
+                raise ValueError(f"vectors {vectors.shape} != ({vocab_size}, {dim})")
+            self.emb.weight.data.copy_(torch.from_numpy(vectors))
+            self.emb.weight.requires_grad = trainable
+        self.oov = nn.Parameter(torch.zeros(dim)) if learn_oov else None  # (dim,)
+        self.trained: nn.Parameter | None = None
+        if trained_words:  # starting from the random rows prepare gave these words
+            start = self.emb.weight.detach()[OOV + 1 : OOV + 1 + trained_words]
+            self.trained = nn.Parameter(start.clone())  # (n, dim)
+        self.dim = dim
+
+    @classmethod
+    def of(cls, inputs: ModelInputs, fine_tune: bool, word_dropout: float = 0.0
+           ) -> WordEmbedding:
+        """A model's word embedding from its data-side inputs and its config."""
+        frozen = inputs.pretrained and not fine_tune  # fine-tuned: every row trains anyway
+        return cls(inputs.word_vocab, inputs.word_dim, inputs.vectors, trainable=fine_tune,
+                   learn_oov=frozen, word_dropout=word_dropout,
+                   trained_words=inputs.trained_words if frozen else 0)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.training and self.word_dropout > 0:
+            # word dropout: a real word becomes out-of-vocabulary with this probability, so
+            # the model cannot lean on memorising rare words (its chars still carry it)
+            drop = torch.rand(ids.shape, device=ids.device) < self.word_dropout
+            ids = torch.where(drop & (ids > OOV), torch.full_like(ids, OOV), ids)
+        x = self.emb(ids)  # (B, L, dim)
+        if self.trained is not None:
+            n = self.trained.size(0)
+            own = ids - (OOV + 1)  # (B, L): the row in ``trained`` where 0 <= own < n
+            rows = F.embedding(own.clamp(0, n - 1), self.trained)  # (B, L, dim)
+            x = torch.where(((own >= 0) & (own < n)).unsqueeze(-1), rows.to(x.dtype), x)
+        if self.oov is not None:
+            x = torch.where((ids == OOV).unsqueeze(-1), self.oov.to(x.dtype), x)  # (B, L, dim)
+        return x
+
+
+class CharCNN(nn.Module):
+    """Char embeddings -> 1D conv over each word's chars -> max over chars (BiDAF, QANet)."""
+
+    def __init__(self, vocab_size: int, char_dim: int, filters: int, kernel: int,
+                 dropout: float) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(vocab_size, char_dim, padding_idx=0)
+        self.conv = nn.Conv1d(char_dim, filters, kernel, padding=kernel // 2)
+        self.drop = nn.Dropout(dropout)
+        self.dim = filters
+
+    def forward(self, chars: torch.Tensor) -> torch.Tensor:
+        b, n, w = chars.shape
+        x = self.drop(self.emb(chars.view(b * n, w)))  # (B*L, W, char_dim)
+        x = F.relu(self.conv(x.transpose(1, 2)))  # (B*L, filters, W)
+        x = x.masked_fill((chars.view(b * n, 1, w) == 0), 0.0)  # padding chars never win
+        return x.max(dim=2).values.view(b, n, -1)  # (B, L, filters)
+
+
+class Highway(nn.Module):
+    """y = g * relu(W x) + (1 - g) * x, g = sigmoid(W_g x) (Srivastava et al.)."""
+
+    def __init__(self, dim: int, layers: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.transform = nn.ModuleList(nn.Linear(dim, dim) for _ in range(layers))
+        self.gate = nn.ModuleList(nn.Linear(dim, dim) for _ in range(layers))
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for t, g in zip(self.transform, self.gate, strict=True):
+            gate = torch.sigmoid(g(x))
+            x = gate * self.drop(F.relu(t(x))) + (1 - gate) * x
+        return x

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import torch
 
     from rcpipe.data.squad import SquadFile
-    from rcpipe.stages.version import Remote
+    from rcpipe.stages.remote import Remote
 
 log = logging.getLogger(__name__)
 ENSEMBLE = layout.ENSEMBLE

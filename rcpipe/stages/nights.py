@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rcpipe import layout
+from rcpipe.stages.remote import git
 
 if TYPE_CHECKING:
-    from rcpipe.stages.version import Remote
+    from rcpipe.stages.remote import Remote
 
 log = logging.getLogger(__name__)
 LINK_SECONDS = 7 * 24 * 3600  # a presigned link lasts a week: until the next weekly look
@@ -89,15 +90,14 @@ def _csv(rows: list[dict[str, Any]], header: list[str]) -> bytes:
 def push_commit(root: Path, remote: str | None, commit: str | None, promoted: bool
                 ) -> dict[str, Any]:
     """Push the night's commit (HEAD's branch) and, when promoted, the champion tag."""
-    from rcpipe.stages.version import _git  # the one git runner of versioning
     if remote is None or commit is None:
         return {"pushed": False, "why": "no git remote set" if commit else "no git commit"}
-    if _git(root, "remote", "get-url", remote).returncode != 0:
+    if git(root, "remote", "get-url", remote).returncode != 0:
         log.info(f"version: the workspace has no git remote {remote!r}: the night's commit "
                  "stays here (version.git_remote)")
         return {"pushed": False, "why": f"no git remote {remote!r}"}
     refs = ["HEAD"] + (["+refs/tags/champion:refs/tags/champion"] if promoted else [])
-    done = _git(root, "push", "-q", remote, *refs)
+    done = git(root, "push", "-q", remote, *refs)
     if done.returncode != 0:
         why = (done.stderr.strip().splitlines() or ["git push failed"])[-1][:300]
         log.warning(f"version: git push to {remote} failed ({why}); the night is on the DVC "

@@ -34,12 +34,15 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rcpipe import layout
 from rcpipe.config import VARIANTS, Config
 from rcpipe.errors import InputError
 from rcpipe.scoring.metrics import headline
+from rcpipe.stages.gate import Gate, answers, champion_answers, gate_f1, gate_set, store_answers
+from rcpipe.stages.nights import publish, push_commit
+from rcpipe.stages.remote import Remote, git
 from rcpipe.version_rules import (
     Score,
     classify_failure,
@@ -52,12 +55,8 @@ from rcpipe.version_rules import (
     untracked_overrides,
 )
 
-if TYPE_CHECKING:
-    from rcpipe.stages.gate import Gate
-
 log = logging.getLogger(__name__)
 LOCK = Path(".dvc/tmp/rcpipe-version.lock")
-RECORDS = "rcpipe"  # <remote>/rcpipe/: champion.json and versions/<run>/ (DVC uses files/, runs/)
 
 
 @contextmanager
@@ -89,98 +88,6 @@ def dvc(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
     return subprocess.run([sys.executable, "-m", "dvc", "--wait-for-lock", *args], cwd=root,
                           env=env, capture_output=True, text=True)
-
-
-def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
-
-
-class Remote:
-    """The DVC remote, through DVC's own file system for it: its URL, endpoint and keys
-    (``.dvc/config``, ``.dvc/config.local``, else the standard AWS environment)."""
-
-    def __init__(self, root: Path, name: str | None) -> None:
-        from dvc.config import RemoteConfigError
-        from dvc.repo import Repo
-
-        try:
-            with Repo(str(root)) as repo:
-                remote = repo.cloud.get_remote(name, command="push")
-                self.url = repo.config["remote"][remote.name]["url"].rstrip("/")
-        except RemoteConfigError as e:
-            what = (str(e).splitlines() or ["no remote"])[0].rstrip(".")
-            raise InputError(root / ".dvc/config", f"remote {name or '(default)'}",
-                             f"{what}; add one: `dvc remote add -d storage s3://BUCKET/PREFIX`"
-                             ) from None
-        self.name, self.fs, self.path = remote.name, remote.fs, remote.path
-
-    def _where(self, *parts: str) -> tuple[str, str]:
-        return self.fs.join(self.path, RECORDS, *parts), "/".join((self.url, RECORDS, *parts))
-
-    def read_json(self, *parts: str) -> dict[str, Any] | None:
-        path, url = self._where(*parts)
-        try:
-            if not self.fs.exists(path):
-                return None
-            return json.loads(self.fs.cat_file(path))
-        except ValueError:
-            raise InputError(url, "", "not valid JSON") from None
-        except Exception as e:  # noqa: BLE001 - s3fs/botocore raise many types
-            raise InputError(url, "", f"cannot read: {str(e).splitlines()[0][:200]}") from None
-
-    def write(self, data: bytes, *parts: str) -> str:
-        path, url = self._where(*parts)
-        try:
-            self.fs.pipe_file(path, data)
-        except Exception as e:  # noqa: BLE001
-            raise InputError(url, "", f"cannot write: {str(e).splitlines()[0][:200]}") from None
-        return url
-
-    def list(self, *parts: str) -> list[str]:
-        """The names directly under ``<remote>/rcpipe/<parts>`` (none when it is absent)."""
-        path, url = self._where(*parts)
-        try:
-            if not self.fs.exists(path):
-                return []
-            return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(path))
-        except Exception as e:  # noqa: BLE001
-            raise InputError(url, "", f"cannot list: {str(e).splitlines()[0][:200]}") from None
-
-    def link(self, seconds: int, *parts: str) -> str:
-        """A link a browser opens: presigned for ``seconds`` where the remote signs (S3),
-        else the remote's URL."""
-        path, url = self._where(*parts)
-        try:
-            return str(self.fs.sign(path, expiration=seconds))
-        except Exception:  # noqa: BLE001 - a local or HTTP remote does not sign
-            return url
-
-    def _parts(self, url: str) -> list[str]:
-        """The parts under ``<remote>/rcpipe/`` of a URL this remote wrote."""
-        head = f"{self.url}/{RECORDS}/"
-        if not url.startswith(head):
-            raise InputError(url, "", f"not under this remote's records ({head})")
-        return url.removeprefix(head).split("/")
-
-    def read_url(self, url: str) -> dict[str, Any] | None:
-        """read_json of a URL this remote wrote (None when it is gone)."""
-        return self.read_json(*self._parts(url))
-
-    def download(self, url: str, dest: Path) -> Path:
-        """Every file under the directory ``url`` (a package this remote holds) into
-        ``dest``."""
-        path, _ = self._where(*self._parts(url))
-        try:
-            files = list(self.fs.find(path))
-            for file in files:
-                target = dest / self.fs.relpath(file, path)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(self.fs.cat_file(file))
-        except Exception as e:  # noqa: BLE001 - s3fs/botocore raise many types
-            raise InputError(url, "", f"cannot read: {str(e).splitlines()[0][:200]}") from None
-        if not files:
-            raise InputError(url, "", "nothing there")
-        return dest
 
 
 def tracked_params(root: Path) -> dict[str, list[str]]:
@@ -215,16 +122,16 @@ def push(root: Path, targets: Sequence[str], remote: Remote, tries: int = 3,
 
 def _git_commit(root: Path, message: str) -> str | None:
     """Commit dvc.lock when the workspace is a git checkout; the commit (or HEAD) id."""
-    if _git(root, "rev-parse", "--is-inside-work-tree").returncode != 0:
+    if git(root, "rev-parse", "--is-inside-work-tree").returncode != 0:
         return None
-    _git(root, "add", "dvc.lock")
-    if _git(root, "diff", "--cached", "--quiet", "--", "dvc.lock").returncode != 0:
-        who = [] if _git(root, "config", "user.email").stdout.strip() else \
+    git(root, "add", "dvc.lock")
+    if git(root, "diff", "--cached", "--quiet", "--", "dvc.lock").returncode != 0:
+        who = [] if git(root, "config", "user.email").stdout.strip() else \
             ["-c", "user.name=rcpipe", "-c", "user.email=rcpipe@localhost"]
-        done = _git(root, *who, "commit", "-q", "-m", message, "--", "dvc.lock")
+        done = git(root, *who, "commit", "-q", "-m", message, "--", "dvc.lock")
         if done.returncode != 0:
             raise InputError(root / "dvc.lock", "git commit", done.stderr.strip()[:300])
-    head = _git(root, "rev-parse", "HEAD")
+    head = git(root, "rev-parse", "HEAD")
     return head.stdout.strip() if head.returncode == 0 else None
 
 
@@ -244,8 +151,6 @@ def version(cfg: Config, variants: Sequence[str] = VARIANTS, *,
     import tempfile
 
     from rcpipe.stages.fetch import fetch
-    from rcpipe.stages.gate import gate_set
-    from rcpipe.stages.nights import publish, push_commit
     from rcpipe.stages.report import report
 
     root = Path.cwd()
@@ -329,7 +234,6 @@ def champion_gate(root: Path, cfg: Config, where: Remote, gate: Gate,
     dev metrics, hold one) and the champion answer ``gate``; the candidate, the decision
     and its interval, champion.json moved on a promotion."""
     from rcpipe.scoring.compare import paired_difference
-    from rcpipe.stages.gate import answers, champion_answers, gate_f1, store_answers
     from rcpipe.trained.model_file import device_of
 
     run, device = record["run"], device_of(cfg)
@@ -361,7 +265,7 @@ def champion_gate(root: Path, cfg: Config, where: Remote, gate: Gate,
                                                              time.gmtime())},
                                indent=1).encode(), "champion.json")
         if record["git_commit"]:
-            _git(root, "tag", "-f", "champion", record["git_commit"])
+            git(root, "tag", "-f", "champion", record["git_commit"])
     log.info(f"champion: {'promoted' if decision.promote else 'kept'}: {decision.reason}")
     return {"promoted": decision.promote, "reason": decision.reason,
             "candidate": candidate.as_dict(), "gate": decided, "gate_answers": answers_url,

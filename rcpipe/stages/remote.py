@@ -1,0 +1,111 @@
+"""The records versioning keeps on the DVC remote (``<remote>/rcpipe/``), and its git runner.
+
+`rcpipe version` (rcpipe/stages/version.py), the champion gate (gate.py), the nights page
+(nights.py) and the service's champion lookup all reach the remote through ``Remote``, and
+git through ``git``. This module imports none of them, so the imports among them run one
+way: version -> gate, nights -> remote.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from rcpipe.errors import InputError
+
+RECORDS = "rcpipe"  # <remote>/rcpipe/: champion.json and versions/<run>/ (DVC uses files/, runs/)
+
+
+def git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """One git command in ``root``, its output captured (the one git runner of versioning)."""
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+
+
+class Remote:
+    """The DVC remote, through DVC's own file system for it: its URL, endpoint and keys
+    (``.dvc/config``, ``.dvc/config.local``, else the standard AWS environment)."""
+
+    def __init__(self, root: Path, name: str | None) -> None:
+        from dvc.config import RemoteConfigError
+        from dvc.repo import Repo
+
+        try:
+            with Repo(str(root)) as repo:
+                remote = repo.cloud.get_remote(name, command="push")
+                self.url = repo.config["remote"][remote.name]["url"].rstrip("/")
+        except RemoteConfigError as e:
+            what = (str(e).splitlines() or ["no remote"])[0].rstrip(".")
+            raise InputError(root / ".dvc/config", f"remote {name or '(default)'}",
+                             f"{what}; add one: `dvc remote add -d storage s3://BUCKET/PREFIX`"
+                             ) from None
+        self.name, self.fs, self.path = remote.name, remote.fs, remote.path
+
+    def _where(self, *parts: str) -> tuple[str, str]:
+        return self.fs.join(self.path, RECORDS, *parts), "/".join((self.url, RECORDS, *parts))
+
+    def read_json(self, *parts: str) -> dict[str, Any] | None:
+        path, url = self._where(*parts)
+        try:
+            if not self.fs.exists(path):
+                return None
+            return json.loads(self.fs.cat_file(path))
+        except ValueError:
+            raise InputError(url, "", "not valid JSON") from None
+        except Exception as e:  # noqa: BLE001 - s3fs/botocore raise many types
+            raise InputError(url, "", f"cannot read: {str(e).splitlines()[0][:200]}") from None
+
+    def write(self, data: bytes, *parts: str) -> str:
+        path, url = self._where(*parts)
+        try:
+            self.fs.pipe_file(path, data)
+        except Exception as e:  # noqa: BLE001
+            raise InputError(url, "", f"cannot write: {str(e).splitlines()[0][:200]}") from None
+        return url
+
+    def list(self, *parts: str) -> list[str]:
+        """The names directly under ``<remote>/rcpipe/<parts>`` (none when it is absent)."""
+        path, url = self._where(*parts)
+        try:
+            if not self.fs.exists(path):
+                return []
+            return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(path))
+        except Exception as e:  # noqa: BLE001
+            raise InputError(url, "", f"cannot list: {str(e).splitlines()[0][:200]}") from None
+
+    def link(self, seconds: int, *parts: str) -> str:
+        """A link a browser opens: presigned for ``seconds`` where the remote signs (S3),
+        else the remote's URL."""
+        path, url = self._where(*parts)
+        try:
+            return str(self.fs.sign(path, expiration=seconds))
+        except Exception:  # noqa: BLE001 - a local or HTTP remote does not sign
+            return url
+
+    def _parts(self, url: str) -> list[str]:
+        """The parts under ``<remote>/rcpipe/`` of a URL this remote wrote."""
+        head = f"{self.url}/{RECORDS}/"
+        if not url.startswith(head):
+            raise InputError(url, "", f"not under this remote's records ({head})")
+        return url.removeprefix(head).split("/")
+
+    def read_url(self, url: str) -> dict[str, Any] | None:
+        """read_json of a URL this remote wrote (None when it is gone)."""
+        return self.read_json(*self._parts(url))
+
+    def download(self, url: str, dest: Path) -> Path:
+        """Every file under the directory ``url`` (a package this remote holds) into
+        ``dest``."""
+        path, _ = self._where(*self._parts(url))
+        try:
+            files = list(self.fs.find(path))
+            for file in files:
+                target = dest / self.fs.relpath(file, path)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(self.fs.cat_file(file))
+        except Exception as e:  # noqa: BLE001 - s3fs/botocore raise many types
+            raise InputError(url, "", f"cannot read: {str(e).splitlines()[0][:200]}") from None
+        if not files:
+            raise InputError(url, "", "nothing there")
+        return dest

@@ -9,7 +9,7 @@ from rcpipe.stages.data import prepare, prepared_is_current, synth
 from rcpipe.stages.evaluate import evaluate
 from rcpipe.stages.explain import explain
 from rcpipe.stages.export import export
-from rcpipe.stages.io import load_dataset, read_mapping, write_json
+from rcpipe.stages.io import read_mapping, write_json
 from rcpipe.stages.package import package
 from rcpipe.stages.predict import predict
 from rcpipe.stages.report import report
@@ -19,7 +19,7 @@ from rcpipe.stages.train import train, trained_is_current
 from rcpipe.stages.tune import tune
 
 __all__ = [
-    "ensemble", "evaluate", "load_dataset", "prepare", "prepared_is_current", "read_mapping",
+    "ensemble", "evaluate", "prepare", "prepared_is_current", "read_mapping",
     "score", "synth", "train", "trained_is_current", "tune", "write_json",
     "explain", "report",
     "export", "package", "predict", "serve",

@@ -25,11 +25,12 @@ from typing import Any
 
 from rcpipe import layout
 from rcpipe.config import VARIANTS, Config
+from rcpipe.data.squad import load_document
 from rcpipe.errors import InputError
 from rcpipe.fingerprints import Stamp, source_identity
 from rcpipe.locks import hold
 from rcpipe.outputs import output_set, settle
-from rcpipe.stages.io import load_dataset, read_mapping
+from rcpipe.stages.io import read_mapping
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ def _report(cfg: Config, out: Path, force: bool) -> dict[str, Any]:
                  "nothing to do")
         return {"html": str(out / "report.html"), "files": []}
     models, preds, scores = _read_run()
-    doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir, cfg.limits)
+    doc = load_document(cfg.data.dev_file, cfg.data.cache_dir, cfg.limits)
     version = metrics.dataset_version(doc)
     qids = [q.qid for q in tables.questions(doc)]
 

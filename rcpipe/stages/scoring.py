@@ -9,11 +9,12 @@ from typing import Any
 
 from rcpipe import layout
 from rcpipe.config import VARIANTS, Config
+from rcpipe.data.squad import load_document
 from rcpipe.errors import InputError
 from rcpipe.fingerprints import Stamp, source_identity
 from rcpipe.locks import hold
 from rcpipe.outputs import output_set, settle
-from rcpipe.stages.io import load_dataset, read_mapping
+from rcpipe.stages.io import read_mapping
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,7 @@ def score(dataset: str, predictions: Path, na_prob_file: Path | None = None,
     """The official SQuAD script's numbers for a predictions file (v1.1/v2.0 by version)."""
     from rcpipe.scoring import metrics
 
-    doc = load_dataset(dataset, cache_dir)
+    doc = load_document(dataset, cache_dir)
     try:
         metrics.dataset_version(doc)
     except ValueError as e:
@@ -96,7 +97,7 @@ def _ensemble(cfg: Config, inputs: list[Path] | None, out: Path, force: bool
         return kept
     nbests = [_read_nbest(p) for p in inputs]
     voted = vote.majority_vote(nbests)
-    doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir, cfg.limits)
+    doc = load_document(cfg.data.dev_file, cfg.data.cache_dir, cfg.limits)
     preds = vote.predictions_from(voted)
     na = {q: v["na_prob"] for q, v in voted.items()} if metrics.dataset_version(doc) == "2.0" \
         else None

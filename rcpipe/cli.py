@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from rcpipe import stages
+from rcpipe import layout, stages
 from rcpipe.config import VARIANTS, Config, effective_yaml, load_config
 from rcpipe.errors import InputError
 from rcpipe.logs import setup as setup_logging
@@ -133,9 +133,8 @@ def score(
 @app.command()
 def ensemble(
     inputs: Annotated[list[Path] | None, typer.Option(help="nbest files to vote over")] = None,
-    out: Annotated[Path, typer.Option(help="ensemble predictions")] = Path(
-        "predictions/ensemble.json"
-    ),
+    out: Annotated[Path, typer.Option(help="ensemble predictions")] = layout.predictions(
+        layout.ENSEMBLE),
     params: Params = None,
     set_: Sets = None,
     force: Redo = False,

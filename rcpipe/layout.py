@@ -24,6 +24,12 @@ LIVE = "live"  # models/<variant>/live/: the dev curve as training writes it (dv
 MODEL = "model.pt"  # a trained model (trained/model_file.py): in models/<variant>/ and checkpoints
 NA_THRESHOLD = "na_threshold.json"  # beside model.pt: the no-answer threshold evaluate chose
 SUMMARY = "summary.json"  # beside model.pt: the finished run's facts and fingerprint
+CURVE = "metrics.json"  # beside model.pt: the finished run's dev curve
+# a checkpoint's own files (models/<variant>/runs/<run>/checkpoint_*/, train/checkpoint.py):
+# the tensors, the run's state as JSON, what the checkpoint was reported with (a run without
+# Ray: train/local.py)
+STATE, CHECKPOINT_META, CHECKPOINT_METRICS = "state.pt", "meta.json", "metrics.json"
+REPORT_PAGE, REPORT_DATA = "report.html", "report.json"  # rcpipe report, in its folder
 RUNS = "runs"  # models/<variant>/runs/<run>/: each keyed run's Ray Train storage (train/runs.py)
 STAMPS = Path(".rcpipe/stamps")  # <stage>.json: the inputs its outputs were made from
 

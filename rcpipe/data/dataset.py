@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from rcpipe.data.prepared import Prepared
 from rcpipe.data.schema import SCHEMA
 from rcpipe.data.windows import Windows
 from rcpipe.errors import InputError
@@ -160,7 +161,7 @@ class SquadDataset:
     def from_parquet(cls, path: Path, para_limit: int | None = None,
                      buckets: Edges | None = None) -> SquadDataset:
         """A prepared split; its char limit is the one prepare recorded in meta.json."""
-        meta = path.parent / "meta.json"
+        meta = Prepared(path.parent).meta_file
         char_limit = json.loads(meta.read_text()).get("char_limit", 16) if meta.is_file() \
             else 16
         return cls(read_table(path), para_limit, char_limit, buckets)

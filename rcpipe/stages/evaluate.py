@@ -20,6 +20,7 @@ from typing import Any
 
 from rcpipe import layout
 from rcpipe.config import Config
+from rcpipe.data.prepared import Prepared
 from rcpipe.errors import InputError
 from rcpipe.fingerprints import Stamp, source_identity
 from rcpipe.locks import hold
@@ -66,7 +67,7 @@ def _evaluate(cfg: Config, variant: str, force: bool) -> dict[str, Any]:
         torch.set_num_threads(cfg.train.threads)
     doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir, cfg.limits)
     # whole contexts, each longer one read as data.window's windows
-    dev = Split(SquadDataset.from_parquet(cfg.data.out_dir / "dev.parquet"), doc)
+    dev = Split(SquadDataset.from_parquet(Prepared(cfg.data.out_dir).dev), doc)
     heldout, source = _heldout(cfg, metrics.dataset_version(doc) == "2.0")
     t0 = time.perf_counter()
     ev, _ = heldout_then_dev(model, dev, heldout, source, device, cfg.eval.max_answer_len,
@@ -98,9 +99,9 @@ def _evaluate(cfg: Config, variant: str, force: bool) -> dict[str, Any]:
 
 def _stamp(cfg: Config, variant: str) -> Stamp:
     """What evaluate reads: dvc.yaml's evaluate stage lists the same."""
-    out = cfg.data.out_dir
-    return Stamp.of(f"evaluate-{variant}", [layout.model_file(variant), out / "vocab.json",
-                                            out / "dev.parquet", out / "heldout.parquet"],
+    out = Prepared(cfg.data.out_dir)
+    return Stamp.of(f"evaluate-{variant}", [layout.model_file(variant), out.vocab_file,
+                                            out.dev, out.heldout_parquet],
                     {"models": {variant: cfg.models.of(variant).model_dump(mode="json")},
                      "eval": cfg.eval.model_dump(mode="json"),
                      "window": {"length": cfg.data.window.length,
@@ -111,14 +112,14 @@ def _stamp(cfg: Config, variant: str) -> Stamp:
 def _heldout(cfg: Config, v2: bool) -> tuple[Any, str | None]:
     """(the held-out Split, its source) for a v2.0 threshold to be chosen on, else
     (None, None); none prepared for one is the user's to fix, not a silent dev oracle."""
-    from rcpipe.data.heldout import prepared_heldout
     from rcpipe.inference.reading import heldout_split
 
     if not v2 or cfg.eval.na_threshold is not None:
         return None, None
-    found = prepared_heldout(cfg.data.out_dir)
+    prepared = Prepared(cfg.data.out_dir)
+    found = prepared.heldout()
     if found is None:
-        raise InputError(cfg.data.out_dir / "meta.json", "heldout", "no held-out questions "
+        raise InputError(prepared.meta_file, "heldout", "no held-out questions "
                          "to choose the no-answer threshold on: prepare with "
                          "data.heldout.fraction > 0 or data.heldout.file, or set "
                          "eval.na_threshold")

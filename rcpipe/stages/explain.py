@@ -41,27 +41,27 @@ def explain(cfg: Config, variant: str, qid: str, out: Path | None = None
     import torch
 
     from rcpipe.data.dataset import SquadDataset, read_table
+    from rcpipe.data.prepared import Prepared
     from rcpipe.inference.reading import predict, windows_of
     from rcpipe.render import attention, pages, plots
     from rcpipe.render.attention_pass import attention_maps, decode
-    from rcpipe.trained.model_file import length_prior, load_model, na_threshold
+    from rcpipe.trained.model_file import length_prior, load_model, na_threshold, threshold_for
 
     pkg = None
+    prepared = Prepared(cfg.data.out_dir)
     if variant not in VARIANTS and Path(variant).is_dir():
-        from rcpipe.trained.model_file import vocab_digest
         from rcpipe.trained.package_dir import VOCAB, load_package
 
         # a package: the dev set must be indexed alike
         pkg = load_package(Path(variant), cfg.limits)
-        if (cfg.data.out_dir / "vocab.json").is_file() and \
-                vocab_digest(cfg.data.out_dir) != pkg.vocab_sha256:
+        if prepared.vocab_file.is_file() and prepared.vocab_digest() != pkg.vocab_sha256:
             raise InputError(pkg.path / VOCAB, "", f"not the vocabulary "
-                             f"{cfg.data.out_dir / 'vocab.json'} was prepared with: explain "
+                             f"{prepared.vocab_file} was prepared with: explain "
                              "reads that dev set; prepare with the package's data")
         variant = pkg.variant
     else:
         cfg.models.of(variant)  # an unknown variant is an InputError naming the choices
-    dev_path = cfg.data.out_dir / "dev.parquet"
+    dev_path = prepared.dev
     if not dev_path.is_file():
         raise InputError(dev_path, "", "no prepared dev set; run `rcpipe prepare` first")
     table = read_table(dev_path)
@@ -72,8 +72,8 @@ def explain(cfg: Config, variant: str, qid: str, out: Path | None = None
         raise InputError(dev_path, "id", f"no dev question with id {qid!r}") from None
     model = pkg.model if pkg else load_model(cfg, variant)[0]
     dev = SquadDataset(table)  # the whole context, read as data.window's windows
-    threshold = na_threshold(cfg, variant) if pkg is None else (
-        cfg.eval.na_threshold if cfg.eval.na_threshold is not None else pkg.na_threshold)
+    threshold = na_threshold(cfg, variant) if pkg is None else \
+        threshold_for(cfg, pkg.na_threshold)
     windows = windows_of(dev, cfg.data.window)
     own = np.flatnonzero(windows.row == i)  # (K,) the question's windows
     w, span = int(own[0]), None

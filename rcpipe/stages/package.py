@@ -50,24 +50,26 @@ def package(cfg: Config, variant: str, out: Path | None = None, wait: bool = Fal
 
 
 def _package(cfg: Config, variant: str, out: Path) -> Path:
+    from rcpipe.data.prepared import Prepared
     from rcpipe.data.squad import fetch
-    from rcpipe.trained.model_file import length_prior, load_payload
+    from rcpipe.trained.model_file import length_prior, load_payload, threshold_for
     from rcpipe.trained.package_dir import model_card, package_files
 
-    d = cfg.data.out_dir
+    d = Prepared(cfg.data.out_dir)
     metrics = _json(layout.metrics(variant), f"run `rcpipe evaluate {variant}` first")
     by_type = _json(layout.by_type(variant))
-    summary = _json(layout.model_dir(variant) / "summary.json")
-    meta = _json(d / "meta.json", "run `rcpipe prepare` first")
-    report = _json(d / "report.json") or {}
+    summary = _json(layout.summary_file(variant))
+    meta = _json(d.meta_file, "run `rcpipe prepare` first")
+    report = _json(d.report) or {}
     model, inputs, saved = load_payload(cfg, variant)
     threshold = _json(layout.na_threshold_file(variant)) if inputs.no_answer else None
     if inputs.no_answer and threshold is None:
         raise InputError(layout.na_threshold_file(variant), "", f"no such file; run `rcpipe "
                          f"evaluate {variant}` first")
-    if threshold is not None and cfg.eval.na_threshold is not None:  # the params' override
-        threshold = {**threshold, "na_threshold": cfg.eval.na_threshold, "fixed": True,
-                     "source": "params", "chosen_on": None}
+    fixed = threshold_for(cfg, None)  # eval.na_threshold's, which wins over evaluate's
+    if threshold is not None and fixed is not None:  # the package says so
+        threshold = {**threshold, "na_threshold": fixed, "fixed": True, "source": "params",
+                     "chosen_on": None}
     sources = [{"split": split, "uri": uri,
                 "sha256": sha256_of(fetch(uri, cfg.data.cache_dir, limits=cfg.limits))}
                for split, uri in (("train", cfg.data.train_file), ("dev", cfg.data.dev_file))]
@@ -86,7 +88,7 @@ def _package(cfg: Config, variant: str, out: Path) -> Path:
         "params_sha256": hashlib.sha256(effective_yaml(cfg).encode()).hexdigest(),
     }
     card = model_card(config, metrics, by_type, summary, sources, report, threshold)
-    files = package_files(config, model.state_dict(), (d / "vocab.json").read_bytes(),
+    files = package_files(config, model.state_dict(), d.vocab_file.read_bytes(),
                           threshold, card)
     with output_set("package", [out]) as written:
         for name, data in files.items():

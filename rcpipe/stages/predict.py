@@ -67,14 +67,9 @@ def _torch_reader(cfg: Config, names: list[str]) -> Reader:
     import torch
 
     from rcpipe.data.encode import TextEncoder
+    from rcpipe.data.prepared import Prepared
     from rcpipe.inference.answer import Reader
-    from rcpipe.trained.model_file import (
-        device_of,
-        length_prior,
-        load_model,
-        na_threshold,
-        read_prepared,
-    )
+    from rcpipe.trained.model_file import device_of, length_prior, load_model, na_threshold
 
     device = device_of(cfg)
     if cfg.train.threads:
@@ -97,12 +92,11 @@ def _torch_reader(cfg: Config, names: list[str]) -> Reader:
         else:
             raise InputError("--model", name, f"unknown model; choose from "
                              f"{', '.join((*VARIANTS, ENSEMBLE))} or a package directory")
-    d = cfg.data.out_dir
-    if not (d / "vocab.json").is_file() or not (d / "meta.json").is_file():
-        raise InputError(d, "", "no prepared data; run `rcpipe prepare` first")
-    meta = read_prepared(d, "meta.json", cfg.limits)
-    encoder = TextEncoder.from_vocab(read_prepared(d, "vocab.json", cfg.limits),
-                                     meta.get("char_limit", cfg.data.limits.char))
+    d = Prepared.of(cfg)
+    if not d.vocab_file.is_file() or not d.meta_file.is_file():
+        raise InputError(d.out_dir, "", "no prepared data; run `rcpipe prepare` first")
+    meta = d.meta()
+    encoder = TextEncoder.from_vocab(d.vocab(), meta.get("char_limit", cfg.data.limits.char))
     models = {}
     for v in dict.fromkeys(variants):
         model, _ = load_model(cfg, v)
@@ -121,11 +115,11 @@ def _package_reader(cfg: Config, name: str, device: torch.device) -> Reader:
     caller's, as --runtime is, not the package's: its recorded limit was the window)."""
     from rcpipe.data.encode import TextEncoder
     from rcpipe.inference.answer import Reader
+    from rcpipe.trained.model_file import threshold_for
     from rcpipe.trained.package_dir import load_package
 
     pkg = load_package(Path(name), cfg.limits)
-    threshold = cfg.eval.na_threshold if cfg.eval.na_threshold is not None \
-        else pkg.na_threshold
+    threshold = threshold_for(cfg, pkg.na_threshold)
     return Reader(TextEncoder.from_vocab(pkg.vocab, pkg.char_limit),
                   {name: pkg.model.to(device)}, device, pkg.max_answer_len, {name: threshold},
                   None, no_answer=pkg.inputs.no_answer, length_prior=pkg.length_prior,

@@ -63,13 +63,13 @@ def _report(cfg: Config, out: Path, force: bool) -> dict[str, Any]:
     from rcpipe.scoring import metrics
 
     models = evaluated_models()
+    page, record = out / layout.REPORT_PAGE, out / layout.REPORT_DATA
     read = [p for m in models for p in (layout.predictions(m), layout.metrics(m))]
     stamp = Stamp.of("report", read + [layout.tune_trials(v) for v in VARIANTS],
                      {"dev_file": source_identity(cfg.data.dev_file), "out": str(out)})
-    if not force and models and stamp.is_current([out / "report.html", out / "report.json"]):
-        log.info(f"report: the scores and predictions are those of {out / 'report.html'}; "
-                 "nothing to do")
-        return {"html": str(out / "report.html"), "files": []}
+    if not force and models and stamp.is_current([page, record]):
+        log.info(f"report: the scores and predictions are those of {page}; nothing to do")
+        return {"html": str(page), "files": []}
     models, preds, scores = _read_run()
     doc = load_document(cfg.data.dev_file, cfg.data.cache_dir, cfg.limits)
     version = metrics.dataset_version(doc)
@@ -124,19 +124,18 @@ def _report(cfg: Config, out: Path, force: bool) -> dict[str, Any]:
             searches.append(pages.search_section(search, trials[variant], png,
                                                  f"tune_{variant}.csv"))
         info = {"dev_file": cfg.data.dev_file, "version": version, "questions": len(qids)}
-        put("report.html", pages.report_html(info, rows, scores_png, sections, agreement,
+        put(layout.REPORT_PAGE, pages.report_html(info, rows, scores_png, sections, agreement,
                                              searches).encode())
-        files.write_json(out / "report.json", {
+        files.write_json(record, {
             **info, "models": models, "scores": rows,
             **{name: table.rows() for _, name, table in groups},
             "agreement": None if agreement is None else {"models": models,
                                                          "matrix": agreement[1]},
             "tune": trials})
-        written.append(out / "report.json")
+        written.append(record)
     stamp.keep()
-    log.info(f"report: {len(models)} model(s) on {len(qids)} dev questions -> "
-             f"{out / 'report.html'}")
-    return {"html": str(out / "report.html"), "files": [str(p) for p in written]}
+    log.info(f"report: {len(models)} model(s) on {len(qids)} dev questions -> {page}")
+    return {"html": str(page), "files": [str(p) for p in written]}
 
 
 def _searches() -> list[tuple[str, dict[str, Any]]]:

@@ -6,11 +6,13 @@ benches) needs no training code, and training writes the file this module reads.
                   variant, its ModelConfig, the data-side inputs, the vocab digest and the
                   weights; read back by ``model_from_payload``, refused (``PayloadMismatch``)
                   on another variant, vocabulary or architecture
-    prepared      the data side of a model: ``prepared_inputs`` and ``vocab_digest``, from
-                  `rcpipe prepare`'s vocab.json and meta.json
-    evaluate's    the no-answer threshold chosen on the held-out questions
-                  (models/<variant>/na_threshold.json, ``na_threshold``) and
-                  eval.length_prior's weights (``length_prior``)
+    prepared      the data side of a model: ``prepared_inputs``, from `rcpipe prepare`'s
+                  vocabulary and meta (data/prepared.py's ``Prepared``, which also gives the
+                  vocabulary's digest a model records)
+    evaluate's    the no-answer threshold (``threshold_for``: eval.na_threshold when set, else
+                  the one evaluate wrote to models/<variant>/na_threshold.json, chosen on the
+                  held-out questions; ``na_threshold``) and eval.length_prior's weights
+                  (``length_prior``)
 
 Heavy libraries (torch, numpy) are imported where they are used: `rcpipe --help` imports the
 stages, which import this.
@@ -18,7 +20,6 @@ stages, which import this.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pickle
 from dataclasses import asdict
@@ -29,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rcpipe import layout, reads
 from rcpipe.config import Config, ModelConfig, ReadLimits, located
+from rcpipe.data.prepared import Prepared
 from rcpipe.errors import InputError
 from rcpipe.models import ModelInputs, build_model
 
@@ -128,29 +130,19 @@ def model_from_payload(saved: dict[str, Any], variant: str, vocab_sha256: str,
 
 
 def prepared_inputs(out_dir: Path, word_dim: int) -> ModelInputs:
-    """The data-side facts a model is built with, from `rcpipe prepare`'s output."""
-    import numpy as np
-
-    vocab, meta = read_prepared(out_dir, "vocab.json"), read_prepared(out_dir, "meta.json")
-    vectors = np.load(out_dir / "word_emb.npy") if (out_dir / "word_emb.npy").is_file() \
-        else None
+    """The data-side facts a model is built with, from `rcpipe prepare`'s output (kept here,
+    not in data/: data builds no model's inputs, only the Batch a forward takes)."""
+    prepared = Prepared(out_dir)
+    vocab, meta = prepared.vocab(), prepared.meta()
     return ModelInputs(word_vocab=len(vocab["words"]), char_vocab=len(vocab["chars"]),
-                       word_dim=word_dim, vectors=vectors,
+                       word_dim=word_dim, vectors=prepared.word_vectors(),
                        no_answer="2.0" in meta["version"]["train"],
                        trained_words=meta.get("trained_words", 0))
 
 
-def read_prepared(out_dir: Path, name: str, limits: ReadLimits = DEFAULT) -> Any:
-    """A JSON file of prepare's (vocab.json, meta.json), read within ``limits``."""
-    from rcpipe.data.squad import read_json
-
-    return read_json(out_dir / name, str(out_dir / name), limits)
-
-
 def vocab_digest(out_dir: Path) -> str:
     """sha256 of the vocabulary a model is trained on: a model file records it."""
-    data = reads.read_bytes(out_dir / "vocab.json", DEFAULT.json_bytes(), "limits.json_mb")
-    return hashlib.sha256(data).hexdigest()
+    return Prepared(out_dir).vocab_digest()
 
 
 def device_of(cfg: Config) -> torch.device:
@@ -192,11 +184,12 @@ def load_payload(cfg: Config, variant: str) -> tuple[nn.Module, ModelInputs, dic
     if not isinstance(saved, dict):
         raise InputError(path, "", "refused: not an rcpipe model file")
     try:
-        model, inputs = model_from_payload(saved, variant, vocab_digest(cfg.data.out_dir),
+        prepared = Prepared(cfg.data.out_dir)
+        model, inputs = model_from_payload(saved, variant, prepared.vocab_digest(),
                                            cfg.models.of(variant), cfg.limits.parameters)
         return model, inputs, saved
     except PayloadMismatch as e:
-        hint = f" than {cfg.data.out_dir / 'vocab.json'}; prepare or train again" \
+        hint = f" than {prepared.vocab_file}; prepare or train again" \
             if e.field == "vocab_sha256" else ""
         hint = hint or ("; train again" if e.field.startswith("model_config") else "")
         raise InputError(path, e.field, f"{e}{hint}") from None
@@ -204,14 +197,24 @@ def load_payload(cfg: Config, variant: str) -> tuple[nn.Module, ModelInputs, dic
         raise InputError(path, "", f"refused: not an rcpipe model file ({e!r:.120})") from None
 
 
+def threshold_for(cfg: Config, saved: float | None) -> float | None:
+    """The no-answer threshold a model answers at: eval.na_threshold when the params set it
+    (it wins over any saved one), else ``saved``, the one `rcpipe evaluate` wrote beside the
+    model or into its package (chosen on the held-out questions, data.heldout's slice of
+    train or data.heldout.file, or the params' of that run), else None: the model's own
+    rule, na_prob > the span's prob."""
+    return cfg.eval.na_threshold if cfg.eval.na_threshold is not None else saved
+
+
 def na_threshold(cfg: Config, variant: str) -> float | None:
-    """The threshold a variant answers at: eval.na_threshold if set, else the one `rcpipe
-    evaluate` chose on dev, else None (the model's own rule: na_prob > the span's prob)."""
-    if cfg.eval.na_threshold is not None:
-        return cfg.eval.na_threshold
+    """The threshold a variant answers at (``threshold_for``): models/<variant>/
+    na_threshold.json, read only when the params do not set one."""
+    from rcpipe.data.squad import read_json
+
     path = layout.na_threshold_file(variant)
-    return threshold_of(read_prepared(path.parent, path.name, cfg.limits), path) \
-        if path.is_file() else None
+    saved = threshold_of(read_json(path, str(path), cfg.limits), path) \
+        if cfg.eval.na_threshold is None and path.is_file() else None
+    return threshold_for(cfg, saved)
 
 
 def threshold_of(doc: Any, path: Path) -> float | None:
@@ -230,5 +233,5 @@ def length_prior(cfg: Config) -> torch.Tensor | None:
 
     from rcpipe.data.dataset import SquadDataset
 
-    train = SquadDataset.from_parquet(cfg.data.out_dir / "train.parquet")
+    train = SquadDataset.from_parquet(Prepared(cfg.data.out_dir).train)
     return torch.from_numpy(train.answer_length_prior(cfg.eval.max_answer_len))

@@ -44,7 +44,9 @@ from rcpipe.stages.serving import answerer
 answer = answerer(load_config("params.yaml"), pkg, "torch", 0, ".")
 served = answer([(context, question)])[0]
 print(json.dumps({"served": served,
-                  "train": sorted(m for m in sys.modules if m.startswith("rcpipe.train"))}))
+                  # rcpipe.train and its modules, not rcpipe.trained
+                  "train": sorted(m for m in sys.modules if m.split(".")[:2] == ["rcpipe",
+                                                                                 "train"])}))
 """
 
 

@@ -46,3 +46,20 @@ def test_a_fresh_interpreter_importing_a_models_user_imports_no_training_code(
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout) == []
+
+
+def test_the_params_threshold_wins_over_the_saved_one(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from rcpipe import layout
+    from rcpipe.config import load_config
+    from rcpipe.trained.model_file import na_threshold, threshold_for
+    from tests.conftest import write_params
+
+    monkeypatch.chdir(tmp_path)
+    chosen = load_config(write_params(tmp_path / "a.yaml"))
+    fixed = load_config(write_params(tmp_path / "b.yaml", eval={"na_threshold": 0.25}))
+    assert threshold_for(chosen, 0.5) == 0.5 and threshold_for(chosen, None) is None
+    assert threshold_for(fixed, 0.5) == threshold_for(fixed, None) == 0.25
+    assert na_threshold(chosen, "bidaf") is None  # nothing saved: the model's own rule
+    layout.write_json(layout.na_threshold_file("bidaf"), {"na_threshold": 0.5})
+    assert (na_threshold(chosen, "bidaf"), na_threshold(fixed, "bidaf")) == (0.5, 0.25)

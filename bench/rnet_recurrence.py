@@ -1,8 +1,9 @@
 """Benchmark: R-Net's recurrences as they are against the ones they replaced, side by side.
 
-"old" is the reference copy kept in tests/models/test_rnet_recurrence.py (the gated
-attention directions one after the other, CharGRU packed); "new" is rcpipe's (both
-directions in one batched loop, CharGRU static-shaped). Reports, on the CPU:
+"old" is the reference copy kept in bench/rnet_reference.py (the gated attention
+directions one after the other, CharGRU packed; tests/models/test_rnet_recurrence.py holds
+rcpipe's to it); "new" is rcpipe's (both directions in one batched loop, CharGRU
+static-shaped). Reports, on the CPU:
 
 - the aten ops dispatched (below autograd: kernels and views) by one forward+backward of
   BiGatedAttentionRNN at the R-Net paper's size (d = 75, Lc 200, Lq 20, batch 32), and the
@@ -10,7 +11,7 @@ directions in one batched loop, CharGRU static-shaped). Reports, on the CPU:
 - the wall time of one R-Net forward+backward at params.demo.yaml's rnet sizes and at the
   paper's, and of CharGRU alone at the demo's, median of ``--repeats`` runs after a warm-up.
 
-Run from the repository root (it imports tests/):
+Run from the repository root (it imports bench/rnet_reference.py):
 
     OMP_NUM_THREADS=1 .venv/bin/python -m bench.rnet_recurrence [--repeats 5] [--threads 1]
 """
@@ -27,16 +28,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from bench.rnet_reference import OldBiGatedAttentionRNN, OpLog, with_reference_recurrences
 from rcpipe.config import ModelConfig
 from rcpipe.models import ModelInputs, build_model
 from rcpipe.models.batch import Batch
 from rcpipe.models.gated_rnn import BiGatedAttentionRNN
 from rcpipe.models.layers import span_loss
-from tests.models.test_rnet_recurrence import (
-    OldBiGatedAttentionRNN,
-    OpLog,
-    with_reference_recurrences,
-)
 
 DEMO = ModelConfig(hidden=48, char_dim=8, char_hidden=32, layers=1, dropout=0.0)
 PAPER = ModelConfig(hidden=75, char_dim=8, char_hidden=75, layers=3, dropout=0.2)

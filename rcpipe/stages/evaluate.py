@@ -21,11 +21,11 @@ from typing import Any
 from rcpipe import layout
 from rcpipe.config import Config
 from rcpipe.data.prepared import Prepared
+from rcpipe.data.squad import load_document
 from rcpipe.errors import InputError
 from rcpipe.fingerprints import Stamp, source_identity
 from rcpipe.locks import hold
 from rcpipe.outputs import output_set, settle
-from rcpipe.stages.io import load_dataset
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def _evaluate(cfg: Config, variant: str, force: bool) -> dict[str, Any]:
     model.to(device)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
-    doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir, cfg.limits)
+    doc = load_document(cfg.data.dev_file, cfg.data.cache_dir, cfg.limits)
     # whole contexts, each longer one read as data.window's windows
     dev = Split(SquadDataset.from_parquet(Prepared(cfg.data.out_dir).dev), doc)
     heldout, source = _heldout(cfg, metrics.dataset_version(doc) == "2.0")

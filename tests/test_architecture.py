@@ -105,13 +105,141 @@ def test_no_import_runs_back_up_a_floor() -> None:
     ("inference/x.py", "from rcpipe.trained import onnx"),  # reading takes any nn.Module
     ("data/x.py", "from rcpipe.models import build_model"),  # data builds batches only
     ("models/x.py", "from rcpipe.data.dataset import Batch"),  # models never import data
-    ("data/x.py", "from rcpipe.models.layers import OOV"),  # only Batch from models
+    ("data/x.py", "from rcpipe.models.embeddings import OOV"),  # only Batch from models
     ("train/x.py", "import flows.train_all"),  # nothing in rcpipe imports flows
-    ("config.py", "from rcpipe.stages import train"),
+    ("config/load.py", "from rcpipe.stages import train"),
     ("variants.py", "from rcpipe.models import bidaf"),  # the registry names families only
 ])
 def test_the_check_finds_an_import_that_breaks_the_floors(rel: str, line: str) -> None:
     assert len(violations({rel: line + "\n"})) == 1
+
+
+# flows/ and bench/ sit above rcpipe. Flows call stages only: a flow is Prefect tasks around
+# rcpipe.stages, given what a stage is called with (config, variants), where its outputs lie
+# (layout) and the logs (logs, console, errors); scoring for metrics.headline alone, the pure
+# (EM, F1) of a metrics file a stage wrote, which the scores table shows as `rcpipe report`
+# does (a stage passing it on would be an alias). Bench measures anything of rcpipe and may
+# run the flows. Neither imports tests/ (tests import them), and flows never import bench.
+FLOWS = {"stages", "config", "layout", "logs", "console", "variants", "errors", "scoring"}
+KNOWN_ABOVE = {("flows", "scoring"): {"rcpipe.scoring.metrics.headline"}}
+
+
+def violations_above(files: dict[str, str]) -> list[str]:
+    """Imports that break the rules of flows/ and bench/, for files given as {path under the
+    repository: source}."""
+    found = []
+    for rel, source in files.items():
+        top = Path(rel).parts[0]
+        for module, name in _imports_of_source(source):
+            parts = module.split(".")
+            if parts[0] == "tests" or (top, parts[0]) == ("flows", "bench"):
+                found.append(f"{rel} imports {module}: {top} may not import {parts[0]}")
+                continue
+            if top != "flows" or parts[0] != "rcpipe":
+                continue  # bench: anything of rcpipe and flows, and its own scripts
+            target = parts[1] if len(parts) > 1 else name
+            if target == "__version__":
+                continue
+            if target not in FLOWS:
+                found.append(f"{rel} imports {module}: flows call stages, not {target}")
+            elif (top, target) in KNOWN_ABOVE and f"{module}.{name}" not in \
+                    KNOWN_ABOVE[(top, target)]:
+                found.append(f"{rel} imports {module}.{name}: only "
+                             f"{sorted(KNOWN_ABOVE[(top, target)])} from {target}")
+    return found
+
+
+def _sources_above() -> dict[str, str]:
+    # bench/out/ holds the outputs of bench runs (copies of earlier trees among them): not code
+    return {str(p.relative_to(ROOT)): p.read_text()
+            for top in ("flows", "bench") for p in sorted((ROOT / top).rglob("*.py"))
+            if (ROOT / "bench" / "out") not in p.parents}
+
+
+def test_flows_call_stages_and_nothing_above_rcpipe_imports_tests() -> None:
+    files = _sources_above()
+    assert any(f.startswith("flows/") for f in files) and any(f.startswith("bench/") for f in files)
+    assert violations_above(files) == []
+
+
+@pytest.mark.parametrize(("rel", "line"), [
+    ("flows/x.py", "from rcpipe.cluster.job_runs import check_run_name"),  # through a stage
+    ("flows/x.py", "from rcpipe.models import build_model"),  # flows build no model
+    ("flows/x.py", "from rcpipe.scoring.compare import paired_difference"),  # headline only
+    ("flows/x.py", "import rcpipe.train.local"),
+    ("flows/x.py", "from bench.accuracy import PRESETS"),  # a flow runs without the bench
+    ("flows/x.py", "from tests.dvc_project import project"),
+    ("bench/x.py", "from tests.models.test_rnet_recurrence import OpLog"),  # bench/rnet_reference
+    ("bench/gpu/x.py", "import tests.conftest"),
+])
+def test_the_check_finds_an_import_above_rcpipe_that_breaks_the_rules(rel: str, line: str
+                                                                      ) -> None:
+    assert len(violations_above({rel: line + "\n"})) == 1
+
+
+@pytest.mark.parametrize(("rel", "line"), [
+    ("flows/x.py", "from rcpipe import layout, stages"),
+    ("flows/x.py", "from rcpipe.scoring.metrics import headline"),
+    ("flows/x.py", "from flows.logs import rcpipe_logs_to_prefect"),
+    ("bench/x.py", "from rcpipe.models.rnet import CharGRU"),  # bench: anything of rcpipe
+    ("bench/x.py", "from flows.train_all import train_all"),
+    ("bench/x.py", "from accuracy import PRESETS"),  # a bench script beside it
+])
+def test_what_flows_and_bench_may_import_passes(rel: str, line: str) -> None:
+    assert violations_above({rel: line + "\n"}) == []
+
+
+def _module_name(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def cycles(files: dict[str, str]) -> list[list[str]]:
+    """The circles of imports among modules given as {dotted name: source}: every import
+    counts, inside a function or under TYPE_CHECKING too (each still says the one module
+    needs the other)."""
+    edges: dict[str, set[str]] = {m: set() for m in files}
+    for module, source in files.items():
+        for target, name in _imports_of_source(source):
+            full = f"{target}.{name}"
+            edges[module].add(full if full in files else target)
+    found, index, low, stack, on = [], {}, {}, [], set()
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges[v] & set(files):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+                on.discard(component[-1])
+            if len(component) > 1 or v in edges[v]:
+                found.append(sorted(component))
+
+    for v in sorted(files):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_imports_run_in_a_circle() -> None:
+    files = {_module_name(p): p.read_text() for p in sorted((ROOT / "rcpipe").rglob("*.py"))}
+    assert cycles(files) == []
+
+
+def test_the_check_finds_a_circle() -> None:
+    assert cycles({"a.gate": "from a.version import Remote\n",
+                   "a.version": "def f():\n    from a import gate\n",
+                   "a": "", "a.remote": ""}) == [["a.gate", "a.version"]]
+    assert cycles({"a.gate": "from a.remote import Remote\n",
+                   "a.version": "from a.gate import Gate\nfrom a.remote import Remote\n",
+                   "a.remote": ""}) == []
 
 
 def test_the_map_is_linked_from_the_readme() -> None:

@@ -68,7 +68,7 @@ def violations(files: dict[str, str], owners: dict[str, set[str]]) -> list[str]:
             for name in sorted(parts & set(owners)):
                 if rel not in owners[name]:
                     found.append(f"rcpipe/{rel}:{node.lineno}: {node.value!r} spells {name}, "
-                                 f"which {' and '.join(sorted(owners[name]))} own")
+                                 f"a name of {' and '.join(sorted(owners[name]))}")
     return found
 
 

@@ -46,11 +46,11 @@ def publish(where: Remote, record: dict[str, Any]) -> dict[str, Any]:
     models = sorted({k for r in rows for k in r} - {"night", "promoted", "champion",
                                                     "gate gain"},
                     key=lambda m: (m == "ensemble", m))
-    report_link = where.link(LINK_SECONDS, "versions", run, "report", "report.html") \
-        if "report.html" in sent else None
+    report_link = where.link(LINK_SECONDS, "versions", run, "report", layout.REPORT_PAGE) \
+        if layout.REPORT_PAGE in sent else None
     png = plots.nights_png(rows, models)
     html = pages.nights_html(rows, models, png, report_link).encode()
-    out = {"report": sent.get("report.html"), "report_link": report_link}
+    out = {"report": sent.get(layout.REPORT_PAGE), "report_link": report_link}
     table = _csv(rows, ["night", "promoted", "gate gain", "champion", *models])
     for parts in ((), ("versions", run, "report")):  # the latest, and this night's
         out["nights"] = where.write(html, *parts, "nights.html")

@@ -19,6 +19,11 @@ with initial weights at the params' sizes if it has none. Without, it makes one 
 bench/out/serve-run/: synthetic data, prepared, and a model of params.demo.yaml's size with
 untrained weights (how long an answer takes does not depend on what the weights learned).
 
+``--slowloris N`` (Serve arms): after the load, N connections opened to the service that
+send nothing, and one real question beside them: how many the guard (rcpipe/serve/guard.py)
+closed with 408, how long after its opening the last one was closed (within
+serve.header_timeout_s, 10), and the question's status and latency.
+
 ``--compare runtime``: the eager forward against the exported graph (`rcpipe export` runs
 first when the model has no model.onnx), both on Ray Serve with one replica.
 
@@ -28,6 +33,7 @@ Writes bench/out/serve.json (bench/out/serve-runtime.json with ``--compare runti
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
@@ -168,6 +174,45 @@ def long_payload(payloads: list[dict[str, Any]], tokens: int, model: str) -> dic
             "model": model}
 
 
+async def _slowloris(url: str, n: int, payload: dict[str, Any], wait_s: float
+                     ) -> dict[str, Any]:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    opened: list[tuple[float, asyncio.StreamReader, asyncio.StreamWriter]] = []
+    t0 = time.monotonic()
+    for _ in range(n):
+        reader, writer = await asyncio.open_connection(host, int(port))
+        opened.append((time.monotonic(), reader, writer))
+    opening_s = time.monotonic() - t0
+
+    async def until_closed(since: float, reader: asyncio.StreamReader) -> tuple[float, bytes]:
+        reply = await reader.read()  # to the end: the guard's 408, then its close
+        return time.monotonic() - since, reply
+
+    waits = [asyncio.create_task(asyncio.wait_for(until_closed(t, r), wait_s))
+             for t, r, _ in opened]
+    t1 = time.perf_counter()
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        answer = await client.post("/answer", json=payload)
+    answer_ms = 1000 * (time.perf_counter() - t1)
+    closed = [w for w in await asyncio.gather(*waits, return_exceptions=True)
+              if isinstance(w, tuple)]
+    for _, _, writer in opened:
+        writer.close()
+    return {"silent": n, "opening_s": round(opening_s, 2), "closed": len(closed),
+            "closed_408": sum(reply.startswith(b"HTTP/1.1 408") for _, reply in closed),
+            "closed_after_s_min": round(min((s for s, _ in closed), default=0), 2),
+            "closed_after_s_max": round(max((s for s, _ in closed), default=0), 2),
+            "answer_status": answer.status_code, "answer_ms": round(answer_ms, 1)}
+
+
+def slowloris(url: str, n: int, payload: dict[str, Any], wait_s: float = 60) -> dict[str, Any]:
+    """``n`` silent connections to the service and one question beside them (loopback only):
+    how many were closed (with 408), how soon after their opening, and the answer's status."""
+    if not url.startswith("http://127."):
+        raise ValueError(f"the slow clients talk to this machine only, not {url}")
+    return asyncio.run(_slowloris(url, n, payload, wait_s))
+
+
 def measure(arm: str, workdir: Path, params: Path, model: str, args: argparse.Namespace,
             payloads: list[dict[str, Any]], baseline: Path | None) -> dict[str, Any]:
     """One arm: "before" (the baseline tree's uvicorn service) or "serve-N" (N replicas)."""
@@ -212,6 +257,8 @@ def measure(arm: str, workdir: Path, params: Path, model: str, args: argparse.Na
         after = httpx.get(f"{url}/health").json()
         long = long_payload(payloads, args.long_tokens, model)
         longs = [load(url, [long], concurrency=1) for _ in range(3)]
+        slow = slowloris(url, args.slowloris, payloads[0]) \
+            if args.slowloris and arm != "before" else None
     finally:
         proc.terminate()
         try:
@@ -228,7 +275,7 @@ def measure(arm: str, workdir: Path, params: Path, model: str, args: argparse.Na
         "batches": batches, "mean_batch": round(result.requests / max(batches, 1), 2),
         "long_tokens": args.long_tokens, "long_ms": round(long_ms[1], 1),
         "long_status": longs[0].statuses, "long_windows": (longs[0].bodies[0] or {}).get(
-            "windows")}
+            "windows"), "slowloris": slow}
 
 
 def main() -> None:
@@ -251,11 +298,14 @@ def main() -> None:
                          "serve-N-onnx (the exported graph)")
     ap.add_argument("--compare", choices=("service", "runtime"), default="service",
                     help="runtime: --arms serve-1-onnx,serve-1 (`rcpipe export` first)")
+    ap.add_argument("--slowloris", type=int, default=0, metavar="N",
+                    help="Serve arms: N silent connections and a question beside them")
     ap.add_argument("--untrained", action="store_true",
                     help="with --workdir: an untrained model at the params' sizes if none")
     args = ap.parse_args()
-    if not 1 <= args.requests <= 5000 or not 1 <= args.concurrency <= 500:
-        ap.error("--requests must be 1..5000 and --concurrency 1..500")
+    if not 1 <= args.requests <= 5000 or not 1 <= args.concurrency <= 500 \
+            or not 0 <= args.slowloris <= 10_000:
+        ap.error("--requests must be 1..5000, --concurrency 1..500, --slowloris 0..10000")
 
     weights = "trained"
     workdir, params = args.workdir, args.params
@@ -282,6 +332,8 @@ def main() -> None:
                   f"{args.long_tokens}-token document {r['long_ms']:6.0f} ms "
                   f"({r['long_windows']} windows)  start-up {r['startup_s']:5.1f} s",
                   flush=True)
+            if r["slowloris"]:
+                print(f"{'':>8}  slow clients: {r['slowloris']}", flush=True)
     report = {
         "model": args.model, "weights": weights, "requests": args.requests,
         "concurrency": args.concurrency, "threads": args.threads, "wait_ms": args.wait_ms,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from typing import Any
 from ray import serve
 from ray.serve.exceptions import BackPressureError
 
+from rcpipe.serve import guard
 from rcpipe.serve.app import (
     Limits,
     ModelFailed,
@@ -145,11 +147,23 @@ def start(host: str, port: int, limits: Limits, keep_alive_s: int) -> None:
     The proxy is uvicorn: it closes a connection idle for ``keep_alive_s`` after a response,
     and answers 408 to a request not done in its ``request_timeout_s``, set past the app's
     own deadlines (body, answer) so that theirs, with JSON, come first. It has no deadline
-    for a request's headers (README, "Serving on Ray Serve": what is and is not enforced).
+    for a request's headers: ``guarded`` puts guard.py in front of it.
     """
     serve.start(http_options={
         "host": host, "port": port, "keep_alive_timeout_s": keep_alive_s,
         "request_timeout_s": limits.body_timeout_s + limits.timeout_s + 5})
+
+
+def guarded(sock: socket.socket, limits: Limits, keep_alive_s: int, header_timeout_s: float,
+            max_connections: int) -> guard.Running:
+    """Serve's proxy on a free loopback port, behind the guard on ``sock`` (the public
+    address, bound by `rcpipe serve` before the models load): the guard holds each
+    request's head to ``header_timeout_s`` and the connections to ``max_connections``."""
+    with socket.socket() as s:  # a free port: the proxy binds it a moment later
+        s.bind(("127.0.0.1", 0))
+        inner = s.getsockname()[1]
+    start("127.0.0.1", inner, limits, keep_alive_s)
+    return guard.Running(sock, ("127.0.0.1", inner), header_timeout_s, max_connections)
 
 
 def run(app: Any, name: str = "rcpipe", route_prefix: str = "/") -> None:

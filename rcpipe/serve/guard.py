@@ -1,29 +1,28 @@
-"""The guard: a small TCP front for Ray Serve's HTTP proxy, enforcing what the proxy cannot.
+"""The guard: a small TCP front for Ray Serve's HTTP proxy (uvicorn), which has no deadline
+for a request's head (its keep-alive timer starts after a response): a client sending
+nothing, or a head a byte at a time, would hold a descriptor for ever.
 
-Serve's proxy is uvicorn, whose keep-alive timer starts only after a response: a client that
-opens a connection and sends nothing, or its request head a byte at a time, holds a
-descriptor for ever. The guard listens on the public address and relays to the proxy on a
-loopback port. Each request's head (up to its blank line) must arrive whole within
-``header_timeout_s`` of its first byte (the first request's: of the connection's opening),
-else 408; a head over HEAD_CAP is 431; Transfer-Encoding 411; a malformed head 400; one
-connection over ``max_connections`` 503: each a JSON ``{"detail"}`` as the app's, then the
-connection closes. Bodies and responses are relayed as they come (the app keeps its own
-body deadline); Content-Length says where the next head starts. The idle time before a
-keep-alive request is the proxy's: it closes its side and the guard closes the client's.
-
-    python -m rcpipe.serve.guard --listen 0.0.0.0:8000 --upstream 127.0.0.1:8001
+Per connection, each request's head must arrive whole within ``header_timeout_s`` of its
+first byte (the first request's: of the connection's opening), else 408; a head over
+HEAD_CAP is 431, Transfer-Encoding 411, a malformed head 400, a connection over
+``max_connections`` 503: each a JSON ``{"detail"}`` as the app's, then the close. Bodies and
+responses are relayed as they come (the app keeps its body deadline), Content-Length
+telling where the next head starts; the wait before a keep-alive request is the proxy's
+timer: the proxy closing closes the client.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import resource
 import socket
 import sys
 import threading
+from http import HTTPStatus
 
 log = logging.getLogger("rcpipe.serve")
 
@@ -32,12 +31,11 @@ END = b"\r\n\r\n"
 LINGER_S = 1.0
 # uvicorn trusts these from 127.0.0.1, the guard: a client's own would be believed
 FORWARDING = {b"x-forwarded-for", b"x-forwarded-proto", b"forwarded"}
-REASONS = {400: "Bad Request", 408: "Request Timeout", 411: "Length Required",
-           431: "Request Header Fields Too Large", 502: "Bad Gateway",
-           503: "Service Unavailable"}
 
 
 class Refused(Exception):
+    """A request the guard answers itself: ``status`` with a JSON detail, then the close."""
+
     def __init__(self, status: int, detail: str) -> None:
         super().__init__(detail)
         self.status, self.detail = status, detail
@@ -92,8 +90,10 @@ class Guard:
             await self.relay(reader, writer)
         except Refused as e:
             await refuse(reader, writer, e)
-        except (OSError, asyncio.IncompleteReadError):
-            pass  # either side went away: both are closed below
+        # a side went away, or the guard is stopping (a cancel ends this task as done: the
+        # server's callback would log a cancelled one)
+        except (OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass
         finally:
             self.clients.discard(writer)
             writer.close()
@@ -170,7 +170,7 @@ async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
     still streaming (a later head stalled while the last answer is sent) cuts it: such a
     client is stalling, and gets no more."""
     body = json.dumps({"detail": why.detail}).encode()
-    writer.write(f"HTTP/1.1 {why.status} {REASONS[why.status]}\r\ncontent-type: "
+    writer.write(f"HTTP/1.1 {why.status} {HTTPStatus(why.status).phrase}\r\ncontent-type: "
                  f"application/json\r\ncontent-length: {len(body)}\r\nconnection: close"
                  "\r\n\r\n".encode() + body)
     try:
@@ -214,28 +214,23 @@ class Running:
         self.thread.start()
 
     def stop(self) -> None:
-        def close() -> None:
+        """Stop listening, drop every connection, and end the loop once their tasks end."""
+        async def shutdown() -> None:
             self.server.close()
-            for writer in list(self.guard.clients):
-                writer.transport.abort()
-            self.loop.call_later(0.1, self.loop.stop)  # the aborted clients' tasks end first
+            tasks = asyncio.all_tasks() - {asyncio.current_task()}
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
-        self.loop.call_soon_threadsafe(close)
-        self.thread.join(5)
+        asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
         self.loop.close()
 
 
-def address(option: str, value: str) -> tuple[str, int]:
-    from rcpipe.errors import InputError
-
-    host, colon, port = value.rpartition(":")
-    if not colon or not port.isdigit():
-        raise InputError(option, value, "expected HOST:PORT")
-    return host.strip("[]"), int(port)
-
-
 def main(argv: list[str] | None = None) -> None:
-    """The guard alone, beside a Serve proxy started elsewhere (the cluster's head pod)."""
+    """`python -m rcpipe.serve.guard`: the guard alone, in front of a proxy started elsewhere
+    (infra/kuberay/rayservice.yaml: a container beside Ray in each pod)."""
     from rcpipe.config import load_config
     from rcpipe.errors import InputError
     from rcpipe.serve.server import listen
@@ -247,19 +242,32 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        (host, port), upstream = address("--listen", args.listen), address("--upstream",
-                                                                           args.upstream)
+        host, port = _address("--listen", args.listen)
+        upstream = _address("--upstream", args.upstream)
         s = load_config(args.params).serve
-        running = Running(listen(host, port), upstream, s.header_timeout_s, s.max_connections)
+        sock = listen(host, port)
     except InputError as e:
         print(e.line(), file=sys.stderr)
         sys.exit(e.exit_code)
+    fit_descriptors(s.max_connections)
+    guard = Guard(upstream, s.header_timeout_s, s.max_connections)
     log.info(f"guard on {args.listen} -> {args.upstream}: heads within "
-             f"{s.header_timeout_s:g} s, {s.max_connections} connections")
-    try:
-        running.thread.join()
-    except KeyboardInterrupt:
-        running.stop()
+             f"{s.header_timeout_s:g} s, at most {s.max_connections} connections")
+
+    async def forever() -> None:
+        await (await guard.listen(sock)).serve_forever()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(forever())
+
+
+def _address(option: str, value: str) -> tuple[str, int]:
+    from rcpipe.errors import InputError
+
+    host, colon, port = value.rpartition(":")
+    if not colon or not port.isdigit():
+        raise InputError(option, value, "expected HOST:PORT")
+    return host.strip("[]"), int(port)
 
 
 if __name__ == "__main__":

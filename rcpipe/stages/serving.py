@@ -99,24 +99,32 @@ def serve(cfg: Config, models: list[str] | None = None, host: str = "127.0.0.1",
     from rcpipe.serve import deployments, server
     from rcpipe.serve.app import Limits
 
-    server.listen(host, port).close()  # a bad or taken port is said before the models load
-    limits = limits or Limits()
-    app, served = application(cfg, models, limits, threads, runtime, replicas)
-    count = replicas or cfg.serve.replicas
-    join_ray(count * cfg.serve.replica_cpus * len([m for m in served if m != ENSEMBLE]))
-    t0 = time.perf_counter()
-    deployments.start(host, port, limits, cfg.serve.keep_alive_s)
-    deployments.run(app)
-    how = "autoscaled" if cfg.serve.autoscaling and not replicas else f"{count} replica(s)"
-    log.info(f"serve ({runtime}, Ray Serve, {how} a model): {', '.join(served)} on "
-             f"http://{host}:{port}/ (POST /answer, the page at /), up in "
-             f"{time.perf_counter() - t0:.1f} s; Ctrl-C stops")
+    # a bad or taken port is said before the models load; the guard serves on the socket
+    sock = server.listen(host, port)
     try:
+        limits = limits or Limits()
+        app, served = application(cfg, models, limits, threads, runtime, replicas)
+        count = replicas or cfg.serve.replicas
+        join_ray(count * cfg.serve.replica_cpus * len([m for m in served if m != ENSEMBLE]))
+    except BaseException:
+        sock.close()
+        raise
+    t0 = time.perf_counter()
+    s = cfg.serve
+    front = deployments.guarded(sock, limits, s.keep_alive_s, s.header_timeout_s,
+                                s.max_connections)
+    try:
+        deployments.run(app)
+        how = "autoscaled" if s.autoscaling and not replicas else f"{count} replica(s)"
+        log.info(f"serve ({runtime}, Ray Serve, {how} a model): {', '.join(served)} on "
+                 f"http://{host}:{port}/ (POST /answer, the page at /), up in "
+                 f"{time.perf_counter() - t0:.1f} s; Ctrl-C stops")
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
         pass
     finally:
+        front.stop()
         deployments.shutdown()
 
 

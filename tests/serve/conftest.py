@@ -1,5 +1,6 @@
 """The answer service over the session's trained models: Ray Serve on the session's local
-Ray (one Serve start per module that asks for it), its proxy on a free loopback port."""
+Ray (one Serve start per module that asks for it), behind the guard as `rcpipe serve` runs
+it (deployments.guarded): the guard on a free loopback port, the proxy on another."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from tests.ray_nodes import free_port
 # suite's two other workers held the cores
 LIMITS = Limits(body_timeout_s=6.0)
 KEEP_ALIVE_S = 2
+HEADER_TIMEOUT_S = 3.0  # the guard's: short, so that its end-to-end test takes seconds
 
 
 @dataclass(frozen=True)
@@ -39,15 +41,31 @@ def light(cfg: Config) -> Config:
     return cfg.model_copy(update={"serve": cfg.serve.model_copy(update={"replica_cpus": 0})})
 
 
+@dataclass(frozen=True)
+class Front:
+    url: str  # the guard's: what `rcpipe serve` listens on
+    proxy: str  # Serve's proxy behind it
+
+
 @pytest.fixture(scope="session")
-def serve_on_ray(trained: Trained) -> Iterator[str]:
-    """Ray Serve started once on the session's Ray; yields the proxy's URL."""
-    from rcpipe.serve import deployments
+def front(trained: Trained) -> Iterator[Front]:
+    """Ray Serve started once on the session's Ray, behind the guard."""
+    from rcpipe.serve import deployments, server
 
     port = free_port()
-    deployments.start("127.0.0.1", port, LIMITS, KEEP_ALIVE_S)
-    yield f"http://127.0.0.1:{port}"
+    running = deployments.guarded(server.listen("127.0.0.1", port), LIMITS, KEEP_ALIVE_S,
+                                  HEADER_TIMEOUT_S, max_connections=1024)
+    host, inner = running.guard.upstream
+    yield Front(f"http://127.0.0.1:{port}", f"http://{host}:{inner}")
+    running.stop()
     deployments.shutdown()
+
+
+@pytest.fixture(scope="session")
+def serve_on_ray(front: Front) -> str:
+    """The URL of Serve's proxy itself: the app's own limits are tested without the guard's
+    (which refuses a chunked body with 411 before the app's streaming limit sees it)."""
+    return front.proxy
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,10 @@ trained on would flatter the threshold.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from rcpipe.data.prepared import Prepared, PreparedHeldout
 
 
 def heldout_count(articles: int, fraction: float) -> int:
@@ -54,18 +55,6 @@ def split_articles(doc: dict[str, Any], fraction: float, seed: int
             rest | {"data": [a for i, a in enumerate(data) if i in held]})
 
 
-@dataclass(frozen=True)
-class PreparedHeldout:
-    """Prepare's held-out questions: the rows, their SQuAD JSON, where they came from
-    (data/prepared.py's ``Prepared.heldout`` finds them)."""
-
-    parquet: Path
-    doc: Path
-    source: str  # "heldout" (a slice of train) or "file:<path>"
-
-
 def prepared_heldout(out_dir: Path) -> PreparedHeldout | None:
     """``Prepared(out_dir).heldout()``, for the callers not yet moved to it."""
-    from rcpipe.data.prepared import Prepared  # prepared.py imports this module
-
     return Prepared(out_dir).heldout()

@@ -23,12 +23,21 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from rcpipe import reads
 from rcpipe.config import ReadLimits
-from rcpipe.data.heldout import PreparedHeldout
 
 if TYPE_CHECKING:
     import numpy as np
 
     from rcpipe.config import Config
+
+
+@dataclass(frozen=True)
+class PreparedHeldout:
+    """Prepare's held-out questions (data/heldout.py chose them): the rows, their SQuAD
+    JSON, where they came from."""
+
+    parquet: Path
+    doc: Path
+    source: str  # "heldout" (a slice of train) or "file:<path>"
 
 
 @dataclass(frozen=True)

@@ -98,7 +98,7 @@ def main(overrides: list[str], workdir: Path = ROOT) -> None:
 
 def _steps(workdir: Path, model: str) -> int | str:
     """The steps a variant trained (its summary.json); "" for the ensemble."""
-    summary = workdir / layout.model_dir(model) / "summary.json"
+    summary = workdir / layout.summary_file(model)
     return json.loads(summary.read_text())["steps"] if summary.is_file() else ""
 
 if __name__ == "__main__":

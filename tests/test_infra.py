@@ -716,6 +716,34 @@ def rayservice_problems(doc: dict[str, Any]) -> list[str]:
         problems += [f"deployment {n} is not one the application has" for n in names - known]
     if doc["spec"]["rayClusterConfig"]["rayVersion"] != dockerfile_args()["RAY_VERSION"]:
         problems.append("rayVersion is not the image's Ray")
+    return problems + guard_problems(doc, config["http_options"])
+
+
+def guard_problems(doc: dict[str, Any], http: dict[str, Any]) -> list[str]:
+    """Every pod that runs Serve's proxy has the guard in front of it (serve/guard.py): it
+    relays to the proxy's own address and listens on the port the serve Service targets."""
+    cluster = doc["spec"]["rayClusterConfig"]
+    pods = [("head", cluster["headGroupSpec"])] + [
+        (g["groupName"], g) for g in cluster.get("workerGroupSpecs", [])]
+    problems = []
+    for name, group in pods:
+        containers = group["template"]["spec"]["containers"]
+        guards = [c for c in containers if c.get("name") == "serve-guard"]
+        if len(guards) != 1:
+            problems.append(f"{name}: no serve-guard container in front of Serve's proxy")
+            continue
+        argv = [str(a) for a in guards[0]["command"]]
+        upstream = argv[argv.index("--upstream") + 1] if "--upstream" in argv else ""
+        if upstream != f"{http['host']}:{http['port']}":
+            problems.append(f"{name}: the guard relays to {upstream}, Serve's proxy is on "
+                            f"{http['host']}:{http['port']}")
+        listen = argv[argv.index("--listen") + 1] if "--listen" in argv else ""
+        if name == "head":
+            ports = {p.get("name"): p["containerPort"] for c in containers
+                     for p in c.get("ports", [])}
+            if not listen.endswith(f":{ports.get('serve')}"):
+                problems.append(f"head: the guard listens on {listen}, the serve port is "
+                                f"{ports.get('serve')}")
     return problems
 
 
@@ -744,7 +772,8 @@ def test_the_rayservice_check_rejects_broken_copies() -> None:
              "not a package on the DVC remote"),
             (lambda c: c["applications"][0]["deployments"][0].update(name="Reader"),
              "deployment Reader is not one"),
-            (lambda c: c["applications"][0].update(route_prefix=7), "Ray Serve's schema")):
+            (lambda c: c["applications"][0].update(route_prefix=7), "Ray Serve's schema"),
+            (lambda c: c["http_options"].update(port=8002), "the guard relays to")):
         doc = copy.deepcopy(good)
         config = serve_config(doc)
         break_it(config)

@@ -20,6 +20,7 @@ from rcpipe.config import VARIANTS, Config
 from rcpipe.errors import InputError, RunError
 from rcpipe.locks import hold
 from rcpipe.outputs import output_set, settle
+from rcpipe.trained import package_dir
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ def _export(cfg: Config, model: str, questions: int, tolerance: float) -> dict[s
     eager = reader.models[model].cpu()
     source, where = locations(model)
     variant = model if model in VARIANTS else \
-        json.loads((Path(model) / "config.json").read_text())["variant"]
+        json.loads((Path(model) / package_dir.CONFIG).read_text())["variant"]
     dev = load_squad(cfg.data.dev_file, cfg.data.cache_dir, require_answers=False,
                      limits=cfg.limits)
     pairs = [(dev.contexts[q.context_index], q.question) for q in dev.questions[:questions]]

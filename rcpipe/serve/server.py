@@ -10,9 +10,9 @@ from rcpipe.errors import InputError
 def listen(host: str, port: int) -> socket.socket:
     """A socket bound to host:port, or a one-line error naming the option at fault.
 
-    `rcpipe serve` binds it before the models load and closes it before Ray Serve's proxy
-    binds the same address, so a port out of range, taken or not allowed, or a host that
-    does not resolve, is said at once rather than after Ray's start-up.
+    `rcpipe serve` binds it before the models load and hands it to the guard in front of Ray
+    Serve's proxy (serve/guard.py), so a port out of range, taken or not allowed, or a host
+    that does not resolve, is said at once rather than after Ray's start-up.
     """
     if not 0 < port < 65536:
         raise InputError("--port", str(port), "must be between 1 and 65535")

@@ -1,0 +1,29 @@
+"""What every rank of a run needs to train one variant: the ``Job``, built in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rcpipe.config import Config
+
+
+@dataclass
+class Job:
+    """What every rank needs to train one variant (plain data: Ray pickles it)."""
+
+    config: dict[str, Any]  # Config.model_dump(mode="json")
+    variant: str
+    train_path: str  # Parquet, a path every rank can read
+    dev_path: str
+    vocab_sha256: str
+    threads: int = 0  # torch CPU threads; 0: leave torch's default
+
+
+def make_job(cfg: Config, variant: str, data: dict[str, str]) -> Job:
+    """``variant``'s Job under ``cfg``; ``data``: the prepared data's paths and vocabulary
+    digest as ``Prepared.job_fields()`` gives them (read once on the driver: a search's
+    trials share them). A Ray Train job sets ``threads`` from its scaling
+    (cluster/train_job.py); one process takes train.threads."""
+    return Job(config=cfg.model_dump(mode="json"), variant=variant, **data,
+               threads=cfg.train.threads)

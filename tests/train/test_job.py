@@ -1,0 +1,19 @@
+"""The Job every rank is given (train/job.py), built in one place from the prepared data."""
+
+from __future__ import annotations
+
+from rcpipe.config import load_config
+from rcpipe.data.prepared import Prepared
+from rcpipe.train.job import make_job
+from tests.conftest import Prepared as PreparedFixture
+
+
+def test_a_job_carries_the_config_and_where_every_rank_reads_the_data(
+        prepared: PreparedFixture) -> None:
+    cfg = load_config(prepared.cfg.source, ["train.threads=3"])
+    data = Prepared(prepared.out_dir.resolve()).job_fields()
+    job = make_job(cfg, "qanet", data)
+    assert job.variant == "qanet" and job.threads == 3
+    assert job.config == cfg.model_dump(mode="json")  # plain data: Ray pickles it
+    assert (job.train_path, job.dev_path, job.vocab_sha256) == \
+        (data["train_path"], data["dev_path"], data["vocab_sha256"])

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -134,11 +134,9 @@ def _run(params_path: Path, sets: list[str], variants: list[str], synth_data: bo
          version: bool, run_name: str | None) -> dict[str, Any]:
     from prefect.runtime import flow_run
 
-    from rcpipe.cluster.job_runs import check_run_name, stop_followed
-
     cfg = load_config(params_path, sets)
     # one Ray job per run and variant: a retried task or a rescheduled flow run follows it
-    run = check_run_name(run_name) if run_name else str(flow_run.get_id())
+    run = stages.check_run_name(run_name) if run_name else str(flow_run.get_id())
     seconds: dict[str, float] = {}
 
     def timed(name: str, fn: Callable[..., T], *args: Any) -> T:
@@ -154,7 +152,7 @@ def _run(params_path: Path, sets: list[str], variants: list[str], synth_data: bo
 
     # a night whose variants are all trained from these inputs starts no Ray
     stale = [v for v in variants if not stages.trained_is_current(cfg, v)]
-    with _cluster(cfg, len(variants), bool(stale)) as slots:
+    with stages.train_slots(cfg, len(variants), bool(stale)) as slots:
         get_run_logger().info("train: %d variant(s) to train, %d at a time (%s trained "
                               "from these inputs already)", len(stale), slots,
                               ", ".join(sorted(set(variants) - set(stale))) or "none")
@@ -165,7 +163,7 @@ def _run(params_path: Path, sets: list[str], variants: list[str], synth_data: bo
             # Prefect's cancellation (TerminationSignal) or Ctrl-C reach this thread only;
             # the train tasks follow their Ray jobs in worker threads: stop the jobs here
             if not isinstance(e, Exception):
-                stop_followed(get_run_logger().warning)
+                stages.stop_jobs(get_run_logger().warning)
             raise
     if failed:  # nothing is versioned: yesterday's models and champion stay
         kept = "; nothing versioned, the champion stays" if version else ""
@@ -181,25 +179,6 @@ def _run(params_path: Path, sets: list[str], variants: list[str], synth_data: bo
 
         timed("version", version_run, cfg, str(params_path), sets, list(variants))
     return {"scores": scores, "seconds": seconds, "workdir": str(Path.cwd())}
-
-
-@contextlib.contextmanager
-def _cluster(cfg: Config, variants: int, needed: bool = True) -> Iterator[int]:
-    """The Ray that trains, and how many variants go to it at once (none started when
-    nothing is to be trained: each variant's task then finds its model current).
-
-    Through the Jobs API every variant is submitted at once: Ray queues the jobs that do not
-    fit yet, and an autoscaling cluster grows to its maximum for them (the GPUs it has now
-    may be none). A joined or local Ray takes as many as its resources hold now.
-    """
-    from rcpipe.cluster.jobs_api import jobs_api_address
-    from rcpipe.cluster.train_job import jobs_that_fit, ray_cluster
-
-    if jobs_api_address(cfg) or not needed:
-        yield variants
-        return
-    with ray_cluster(cfg.train.ray_address):  # one Ray for every variant's job
-        yield jobs_that_fit(cfg)
 
 
 def _submit(cfg: Config, variant: str, run: str) -> PrefectFuture[Any]:

@@ -207,7 +207,7 @@ def local_ray() -> Iterator[None]:
     """
     import ray
 
-    from rcpipe.cluster.train_job import start_local_ray
+    from rcpipe.cluster.ray_runtime import start_local_ray
 
     # the workers find S3 credentials in their own environment (rcpipe never hands them
     # keys): the test cluster's processes carry the dummy ones the loopback S3 takes

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import psutil
 
-from rcpipe.cluster.train_job import LOCAL_RAY_ENV
+from rcpipe.cluster.ray_runtime import LOCAL_RAY_ENV
 
 RAY = str(Path(sys.executable).parent / "ray")
 # detect a lost node in ~3 s instead of ~30 s (Ray's defaults suit real networks)
 FAST_FAILURE = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3",
                 "RAY_health_check_timeout_ms": "1000"}
-# Ray Train's controller polls its workers as on rcpipe's local Ray (cluster/train_job.py's
+# Ray Train's controller polls its workers as on rcpipe's local Ray (cluster/ray_runtime.py's
 # LOCAL_RAY_ENV): a job's end is seen sooner than at Ray's 2 s
 POLL = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
 FAST_POLL = {POLL: LOCAL_RAY_ENV[POLL]}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from rcpipe.cluster.train_job import TRAIN_V2_DEFAULT_SINCE
+from rcpipe.cluster.ray_runtime import TRAIN_V2_DEFAULT_SINCE
 from tests.test_infra import (
     DOCKERFILE,
     INFRA,

@@ -28,7 +28,7 @@ from rcpipe.config import Config, lay
 from rcpipe.errors import InputError
 from rcpipe.models import ModelInputs
 from rcpipe.train.checkpoint import RANK_METRIC
-from rcpipe.train.worker import Job
+from rcpipe.train.job import make_job
 
 log = logging.getLogger(__name__)
 EXPERIMENT = "search"  # the Tune run's folder under the search's storage
@@ -107,9 +107,9 @@ def plan(cfg: Config, variant: str) -> Plan:
 
 def _autoscales() -> bool:
     """A joined cluster (train.ray_address, or a job on its head) may grow to fit a trial."""
-    from rcpipe.cluster import train_job
+    from rcpipe.cluster.ray_runtime import joined
 
-    return train_job.joined() is not None
+    return joined() is not None
 
 
 def param_space(cfg: Config, variant: str) -> dict[str, Any]:
@@ -192,7 +192,7 @@ def trial(sample: dict[str, Any], *, base: dict[str, Any], variant: str, p: Plan
     from rcpipe.cluster import train_job
 
     cfg = trial_config(Config.model_validate(base), variant, sample, p)
-    job = Job(config=cfg.model_dump(mode="json"), variant=variant, **paths)
+    job = make_job(cfg, variant, paths)
     trial_id = tune.get_context().get_trial_id()
     trainer = train_job.make_trainer(
         job, cfg, refs | {"progress": None}, f"{storage[0]}/{TRIALS}", storage[1],
@@ -202,74 +202,92 @@ def trial(sample: dict[str, Any], *, base: dict[str, Any], variant: str, p: Plan
 
 
 class TrialLines:
-    """A line per finished trial with its score (Tune's callback, on the driver)."""
+    """A line per finished trial with its score, and the trials' placement groups removed
+    as they end (see _recorder): what the driver does at Tune's hooks (``callback``)."""
 
-    def __new__(cls, variant: str, trials: int, p: Plan, groups: Any) -> Any:
-        from ray.tune import Callback
+    def __init__(self, variant: str, trials: int, p: Plan, groups: Any) -> None:
+        self.variant, self.trials, self.plan = variant, trials, p
+        self.groups = groups  # the queue of (trial id, placement group) the trials fill
+        self.done = 0
+        self.held: dict[str, list[Any]] = {}  # trial id -> its placement groups
+        self.ended: set[str] = set()
+        self.drained = 0.0  # when the queue was last read (monotonic seconds)
+
+    def callback(self) -> Any:
+        """These lines as a Ray Tune Callback (RunConfig's callbacks)."""
+        return _tune_callback(self)
+
+    def step(self) -> None:
+        """Tune's loop went round: read the queue, a second apart at most."""
+        if time.monotonic() - self.drained > 1.0:
+            self._drain()
+
+    def trial_ended(self, trial: Any, failed: bool) -> None:
+        """A trial finished, was stopped by ASHA or failed: its groups go, its line is said."""
+        self.ended.add(trial.trial_id)
+        self._drain()
+        if failed:
+            how = "failed"
+        else:
+            how = "finished" if ran_it_all(trial.last_result or {}, self.plan) \
+                else "stopped by ASHA"
+        self._line(trial, how)
+
+    def release_all(self) -> None:
+        """After the search: every trial ended, every placement group goes."""
+        self._drain(every=True)
+
+    def _drain(self, every: bool = False) -> None:
+        """Read the queue; remove every placement group of a trial that ended (``every``: of
+        every trial, the search being over).
+
+        A stopped trial's controller may still see its workers go (their group removed) and
+        start a new group before it dies itself: that group comes in after the trial ended,
+        so it is removed here, not kept for ever."""
         from ray.util.placement_group import remove_placement_group
         from ray.util.queue import Empty
 
-        class _Lines(Callback):  # type: ignore[misc]
-            def __init__(self) -> None:
-                self.done = 0
-                self.held: dict[str, list[Any]] = {}  # trial id -> its placement groups
-                self.ended: set[str] = set()
-                self.drained = 0.0  # when the queue was last read (monotonic seconds)
+        self.drained = time.monotonic()
+        while True:
+            try:
+                trial_id, pg = self.groups.get_nowait()
+            except Empty:
+                break
+            self.held.setdefault(trial_id, []).append(pg)
+        for trial_id in set(self.held) if every else self.ended & set(self.held):
+            for pg in self.held.pop(trial_id):
+                try:
+                    remove_placement_group(pg)
+                except Exception:  # noqa: BLE001, S110 - removed already by Train
+                    pass
 
-            def _drain(self, every: bool = False) -> None:
-                """Read the queue; remove every placement group of a trial that ended
-                (``every``: of every trial, the search being over).
+    def _line(self, trial: Any, how: str) -> None:
+        self.done += 1
+        last = trial.last_result or {}
+        score = last.get(RANK_METRIC)
+        log.info("tune %s: trial %d/%d %s %s at step %s: %s %s", self.variant, self.done,
+                 self.trials, trial.trial_id, how, last.get("step", 0), RANK_METRIC,
+                 f"{score:.2f}" if score is not None else "-")
 
-                A stopped trial's controller may still see its workers go (their group
-                removed) and start a new group before it dies itself: that group comes in
-                after the trial ended, so it is removed here, not kept for ever."""
-                self.drained = time.monotonic()
-                while True:
-                    try:
-                        trial_id, pg = groups.get_nowait()
-                    except Empty:
-                        break
-                    self.held.setdefault(trial_id, []).append(pg)
-                for trial_id in set(self.held) if every else self.ended & set(self.held):
-                    for pg in self.held.pop(trial_id):
-                        try:
-                            remove_placement_group(pg)
-                        except Exception:  # noqa: BLE001, S110 - removed already by Train
-                            pass
 
-            def _release(self, trial: Any) -> None:
-                """Remove the ended trial's placement groups (see _recorder)."""
-                self.ended.add(trial.trial_id)
-                self._drain()
+def _tune_callback(lines: TrialLines) -> Any:
+    """A Ray Tune Callback that hands its three hooks to ``lines`` (Tune's base class does
+    nothing at the others). Made when a search runs: importing rcpipe loads no Ray."""
+    from ray.tune import Callback
 
-            def release_all(self) -> None:
-                """After the search: every trial ended, every placement group goes."""
-                self._drain(every=True)
+    class Hooks(Callback):  # type: ignore[misc]
+        def on_step(self, iteration: int, trials: list[Any], **info: Any) -> None:
+            lines.step()
 
-            def on_step(self, iteration: int, trials: list[Any], **info: Any) -> None:
-                if time.monotonic() - self.drained > 1.0:  # a queue read a second at most
-                    self._drain()
+        def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any,
+                              **info: Any) -> None:
+            lines.trial_ended(trial, failed=False)
 
-            def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any,
-                                  **info: Any) -> None:
-                self._release(trial)
-                self._line(trial, "finished" if ran_it_all(trial.last_result or {}, p)
-                           else "stopped by ASHA")
+        def on_trial_error(self, iteration: int, trials: list[Any], trial: Any,
+                           **info: Any) -> None:
+            lines.trial_ended(trial, failed=True)
 
-            def on_trial_error(self, iteration: int, trials: list[Any], trial: Any,
-                               **info: Any) -> None:
-                self._release(trial)
-                self._line(trial, "failed")
-
-            def _line(self, trial: Any, how: str) -> None:
-                self.done += 1
-                last = trial.last_result or {}
-                score = last.get(RANK_METRIC)
-                log.info("tune %s: trial %d/%d %s %s at step %s: %s %s", variant, self.done,
-                         trials, trial.trial_id, how, last.get("step", 0), RANK_METRIC,
-                         f"{score:.2f}" if score is not None else "-")
-
-        return _Lines()
+    return Hooks()
 
 
 def run(cfg: Config, variant: str, inputs: ModelInputs, dev_doc: dict[str, Any],
@@ -316,7 +334,7 @@ def run(cfg: Config, variant: str, inputs: ModelInputs, dev_doc: dict[str, Any],
                                         reduction_factor=cfg.tune.reduction_factor)),
             run_config=tune.RunConfig(name=EXPERIMENT, storage_path=path,
                                       storage_filesystem=filesystem, verbose=0,
-                                      callbacks=[lines]))
+                                      callbacks=[lines.callback()]))
     t0 = time.perf_counter()
     grid = tuner.fit()
     lines.release_all()  # (a failed search ends its Ray job, which removes them all)

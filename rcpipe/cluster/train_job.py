@@ -18,7 +18,7 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -26,11 +26,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from rcpipe.cluster.ray_runtime import joined
 from rcpipe.config import Config
 from rcpipe.errors import InputError
 from rcpipe.models import ModelInputs
 from rcpipe.train.checkpoint import RANK_METRIC
-from rcpipe.train.worker import Job, Worker
+from rcpipe.train.job import Job
+from rcpipe.train.worker import Worker
 
 log = logging.getLogger(__name__)
 
@@ -113,119 +115,13 @@ def train_worker(config: dict[str, Any]) -> None:
 # ---------------------------------------------------------------- driver side
 
 
-# A local Ray is one machine that no cloud preempts, running short jobs: no preemption
-# watcher (one process less to start per job) and the controller polls its workers every
-# 0.5 s instead of 2 s (a job's end is seen sooner). ~2.5 s less per job on 2 cores.
-# (0.2 s saved 1.4 s more a job, but then the controller of a trial that Tune had just
-# stopped saw its workers gone before it died itself and started a new worker group, whose
-# placement group outlived the search: cluster/search.py now removes those too.)
-LOCAL_RAY_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
-                 "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
-
-
-_joined: str | None = None  # the address of the cluster this process joined; None: local
-
-
-# What ray.init raises when its raylet has not registered within Ray's fixed 30 s
-# (ray/_private/node.py): seen on a 2-core machine busy with other Ray and Prefect start-ups
-NODE_STARTUP_TIMEOUT = "timed out during startup"
-
-
-def start_local_ray(num_cpus: int | None = None) -> None:
-    """ray.init of a local cluster; its processes inherit LOCAL_RAY_ENV (unless set)."""
-    import ray
-
-    global _joined
-    for key, value in LOCAL_RAY_ENV.items():
-        os.environ.setdefault(key, value)
-    start_once_more_if_slow(lambda: ray.init(
-        num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
-        logging_level="WARNING", log_to_driver=False), ray.shutdown)
-    _joined = None
-
-
-def start_once_more_if_slow(start: Callable[[], Any], stop: Callable[[], Any]) -> None:
-    """``start()``; when the node did not come up in Ray's time (a busy machine, not a
-    broken setup: the same start passes when the load has passed), ``stop()`` what it left
-    and start once more, with a line saying so. Any other error is raised as it is."""
-    try:
-        start()
-    except Exception as e:  # noqa: BLE001 - ray.init raises a bare Exception for this
-        if NODE_STARTUP_TIMEOUT not in str(e):
-            raise
-        log.warning("the local Ray did not start within Ray's 30 s (a busy machine?): "
-                    "starting it once more")
-        stop()
-        start()
-
-
-def joined() -> str | None:
-    """The address of the cluster this process joined (it may autoscale); None: local."""
-    return _joined
-
-
-@contextmanager
-def ray_cluster(address: str | None) -> Iterator[None]:
-    """Join the Ray cluster at ``address``, reuse this process's, or start a local one."""
-    import ray
-
-    global _joined
-    if ray.is_initialized():
-        yield
-        return
-    address = address or os.environ.get("RAY_ADDRESS")  # a cluster's job environment
-    if address:
-        ray.init(address=address, logging_level="WARNING", log_to_driver=False)
-        _joined = address
-    else:
-        start_local_ray()
-    try:
-        yield
-    finally:
-        ray.shutdown()
-        _joined = None
-
-
-# Ray's switch for Train V2, and the first Ray that has it on by default
-TRAIN_V2_SWITCH = "RAY_TRAIN_V2_ENABLED"
-TRAIN_V2_DEFAULT_SINCE = "2.51"
-
-
-def check_train_v2() -> None:
-    """Refuse, in one line, a Ray whose Train V2 is off.
-
-    rcpipe resumes a run by starting the same RunConfig(storage_path, name) again: V2 finds
-    the run's checkpoints there, V1 would quietly train from step 0 (it resumes only through
-    Trainer.restore). Whether V2 is on is Ray's own decision, asked as ray.train asks it
-    (is_v2_enabled: RAY_TRAIN_V2_ENABLED, else the Ray version's default).
-    """
-    import ray
-
-    where = f"ray {ray.__version__}"
-    try:
-        from ray.train.v2._internal.constants import is_v2_enabled
-    except ImportError:  # a Ray from before Train V2
-        raise InputError(where, TRAIN_V2_SWITCH, "this Ray has no Train V2, which rcpipe "
-                         "needs to resume a run: install the locked Ray (make setup)") from None
-    if is_v2_enabled():
-        return
-    value = os.environ.get(TRAIN_V2_SWITCH)
-    if value is not None:
-        raise InputError(where, TRAIN_V2_SWITCH, f"Ray Train V2 is off ({TRAIN_V2_SWITCH}="
-                         f"{value}), and rcpipe resumes a run only through V2: unset "
-                         f"{TRAIN_V2_SWITCH} or set it to 1")
-    raise InputError(where, TRAIN_V2_SWITCH, "Ray Train V2 is off by default before Ray "
-                     f"{TRAIN_V2_DEFAULT_SINCE}, and rcpipe resumes a run only through V2: "
-                     f"set {TRAIN_V2_SWITCH}=1 or install the locked Ray (make setup)")
-
-
 def check_fits(cfg: Config) -> None:
     """Refuse at once a job that this machine's Ray can never place: Ray Train would wait
     for the resources forever, at 0 steps. A joined cluster may autoscale to fit the job,
     so only a local Ray (what this machine has) is held to it."""
     import ray
 
-    if _joined is not None:
+    if joined() is not None:
         return
     t = cfg.train
     have = ray.cluster_resources()
@@ -331,13 +227,14 @@ def user_error(error: BaseException) -> InputError | None:
     return None
 
 
-def forget_run(storage_path: str, filesystem: Any, name: str = RUN_NAME) -> None:
-    """Delete a run's checkpoints (``rcpipe train --force``, an old run pruned), wherever
-    they are stored."""
+def forget_run(storage_path: str, filesystem: Any, name: str | None = RUN_NAME) -> None:
+    """Delete a run's checkpoints (``rcpipe train --force``, an old run pruned), or with
+    ``name`` None everything under ``storage_path`` (``rcpipe tune --force``: the search
+    and its trials), wherever they are stored."""
     from pyarrow import fs
 
     filesystem = filesystem or fs.LocalFileSystem()
-    run = f"{storage_path}/{name}"
+    run = storage_path if name is None else f"{storage_path}/{name}"
     if filesystem.get_file_info(run).type != fs.FileType.NotFound:
         filesystem.delete_dir(run)
 

@@ -15,7 +15,13 @@ from rcpipe.stages.predict import predict
 from rcpipe.stages.report import report
 from rcpipe.stages.scoring import ensemble, score
 from rcpipe.stages.serving import serve
-from rcpipe.stages.train import train, trained_is_current
+from rcpipe.stages.train import (
+    check_run_name,
+    stop_jobs,
+    train,
+    train_slots,
+    trained_is_current,
+)
 from rcpipe.stages.tune import tune
 
 __all__ = [
@@ -23,4 +29,5 @@ __all__ = [
     "score", "synth", "train", "trained_is_current", "tune", "write_json",
     "explain", "report",
     "export", "package", "predict", "serve",
+    "check_run_name", "stop_jobs", "train_slots",  # a flow's many variants (train-all)
 ]

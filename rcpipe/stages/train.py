@@ -22,18 +22,20 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import replace
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rcpipe import fingerprints, layout
 from rcpipe.config import Config
 from rcpipe.console import shared_progress
+from rcpipe.data.prepared import Prepared
 from rcpipe.errors import InputError, RunError
 from rcpipe.fingerprints import Fingerprint
 from rcpipe.locks import hold
 from rcpipe.outputs import settle
-from rcpipe.stages.io import load_dataset
+from rcpipe.stages import opening
 
 if TYPE_CHECKING:  # heavy (torch): imported where they are used
     from rich.progress import Progress, TaskID
@@ -43,15 +45,6 @@ if TYPE_CHECKING:  # heavy (torch): imported where they are used
     from rcpipe.train.runs import Runs
 
 log = logging.getLogger(__name__)
-
-
-def _model_inputs(cfg: Config) -> ModelInputs:
-    from rcpipe.trained.model_file import prepared_inputs
-
-    d = cfg.data.out_dir
-    if not (d / "train.parquet").is_file():
-        raise InputError(d, "", "no prepared data; run `rcpipe prepare` first")
-    return prepared_inputs(d, cfg.data.word_dim)
 
 
 def train(cfg: Config, variant: str, force: bool = False, run: str | None = None,
@@ -66,23 +59,25 @@ def train(cfg: Config, variant: str, force: bool = False, run: str | None = None
     by this driver; the job's driver on the head holds it through a Jobs API): a second is
     refused with the holder's line, or with ``wait`` waits for it.
     """
-    from rcpipe.cluster import train_job
-    from rcpipe.cluster.jobs_api import jobs_api_address
-
-    cfg.models.of(variant)  # an unknown variant is the user's mistake, found before Ray starts
-    train_job.check_train_v2()  # before anything is deleted, loaded or started
+    opening.check_trainable(cfg, variant)  # before anything is deleted, loaded or started
     # the submitter of a Ray job may not see the prepared data: the job's driver checks it
-    key = fingerprints.training(cfg, variant) \
-        if (cfg.data.out_dir / "train.parquet").is_file() else None
-    if jobs_api_address(cfg):  # the run is a Ray job on the cluster's head
+    key = _key(cfg, variant) if Prepared(cfg.data.out_dir).train.is_file() else None
+    if opening.through_jobs_api(cfg):  # the run is a Ray job on the cluster's head
         if key is not None and not force and (done := _finished(variant, key)) is not None:
             return _nothing_to_do(variant, done)
-        return _train_as_job(cfg, variant, key, force, run, detach)
+        return opening.as_ray_job(cfg, variant, force, run, detach, "train",
+                                  lambda: _finished_by_job(variant, key),
+                                  layout.summary_file(variant), "summary of these inputs' run")
     with hold(layout.model_dir(variant), f"{variant} is being trained", wait):
         settle(layout.model_dir(variant))  # a set a killed stage committed: whole first
         if key is not None and not force and (done := _finished(variant, key)) is not None:
             return _nothing_to_do(variant, done)
         return _train_here(cfg, variant, key, force)
+
+
+def _key(cfg: Config, variant: str) -> Fingerprint:
+    """What a run of ``variant`` is trained from (rcpipe/fingerprints.py)."""
+    return fingerprints.training(cfg, variant, Prepared(cfg.data.out_dir).training_files())
 
 
 def _nothing_to_do(variant: str, summary: dict[str, Any]) -> dict[str, Any]:
@@ -98,21 +93,23 @@ def _train_here(cfg: Config, variant: str, key: Fingerprint | None, force: bool
     from rcpipe.train.checkpoint import RANK_METRIC, finish_run, read_meta
     from rcpipe.train.runs import Runs, run_name
 
-    inputs = _model_inputs(cfg)
-    key = key or fingerprints.training(cfg, variant)
-    _check_model_config(cfg, variant, inputs)
+    inputs = opening.model_inputs(cfg)
+    key = key or _key(cfg, variant)
+    opening.check_build(cfg, variant, inputs, f"models.{variant}",
+                        lambda: cfg.models.of(variant))
     runs, name = Runs(variant), run_name(key)
-    path, filesystem = train_job.storage(cfg, variant, layout.runs_dir(variant))
+    storage = opening.run_storage(cfg, variant, layout.runs_dir(variant))
+    path, filesystem = storage
     log.info("train %s: %s", variant, _why(variant, key, runs, name, force))
     if force or (runs.get(name) or {}).get("finished"):  # a finished run's storage is spent
-        train_job.forget_run(path, filesystem, name)
+        opening.forget(storage, name)
     runs.started(name, key)
     stored = train_job.latest_step(path, filesystem, name)  # where a resumed run goes on from
-    dev_doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir, cfg.limits)
+    dev_doc = opening.dev_document(cfg)
     t0 = time.perf_counter()
     result = _fit(cfg, variant, inputs, dev_doc, path, filesystem, name)
     if result.checkpoint is None:
-        raise InputError(cfg.data.out_dir / "train.parquet", "",
+        raise InputError(Prepared(cfg.data.out_dir).train, "",
                          "training produced no checkpoint (no batch to train on?)")
     with result.checkpoint.as_directory() as d:
         meta = read_meta(Path(d))
@@ -128,7 +125,7 @@ def _train_here(cfg: Config, variant: str, key: Fingerprint | None, force: bool
                              resumed_from_step=resumed)
     runs.finished(name)
     for old in runs.stale(cfg.train.keep_runs, name):  # train.keep_runs: the newest kept
-        train_job.forget_run(path, filesystem, old)
+        opening.forget(storage, old)
         runs.drop(old)
     return summary
 
@@ -136,9 +133,9 @@ def _train_here(cfg: Config, variant: str, key: Fingerprint | None, force: bool
 def trained_is_current(cfg: Config, variant: str) -> bool:
     """Whether the model in place finished training from cfg's inputs: `train` would do
     nothing (the flow starts no Ray for such a variant)."""
-    if not (cfg.data.out_dir / "train.parquet").is_file():
+    if not Prepared(cfg.data.out_dir).train.is_file():
         return False
-    return _finished(variant, fingerprints.training(cfg, variant)) is not None
+    return _finished(variant, _key(cfg, variant)) is not None
 
 
 def _why(variant: str, key: Fingerprint, runs: Runs, name: str, force: bool) -> str:
@@ -180,22 +177,24 @@ def _finished(variant: str, key: Fingerprint) -> dict[str, Any] | None:
     return summary if same else None
 
 
+def _finished_by_job(variant: str, key: Fingerprint | None) -> dict[str, Any] | None:
+    """The summary the Ray job left here: of these inputs' run (any finished run's, when
+    the prepared data is not here to key it on)."""
+    summary = _finished(variant, key) if key is not None else _summary(variant)
+    return summary if summary is not None and summary.get("finished") else None
+
+
 def _fit(cfg: Config, variant: str, inputs: ModelInputs, dev_doc: dict[str, Any],
          path: str, filesystem: Any, name: str) -> Any:
     """The Ray Train job, to its end; Ray Train's Result. A checkpoint store that fails
     mid-run is one RunError line, not Ray's traceback."""
     from rcpipe.cluster import train_job
+    from rcpipe.train.job import make_job
     from rcpipe.train.progress import ProgressLog
-    from rcpipe.train.worker import Job
-    from rcpipe.trained.model_file import vocab_digest
 
-    prepared = cfg.data.out_dir.resolve()
-    with train_job.ray_cluster(cfg.train.ray_address):
+    with opening.on_ray(cfg):
         train_job.check_fits(cfg)  # before any job starts: Ray would wait forever
-        job = Job(config=cfg.model_dump(mode="json"), variant=variant,
-                  train_path=str(prepared / "train.parquet"),
-                  dev_path=str(prepared / "dev.parquet"),
-                  vocab_sha256=vocab_digest(cfg.data.out_dir))
+        job = make_job(cfg, variant, opening.job_data(cfg))
         log.info("train %s: Ray Train job of %d worker(s), run storage %s%s/%s", variant,
                  cfg.train.num_workers, "s3://" if filesystem is not None else "", path, name)
         shown = ProgressLog(variant, layout.live_dir(variant))  # lines, the live dev curve
@@ -215,31 +214,6 @@ def _fit(cfg: Config, variant: str, inputs: ModelInputs, dev_doc: dict[str, Any]
     return result
 
 
-def _train_as_job(cfg: Config, variant: str, key: Fingerprint | None, force: bool,
-                  run: str | None, detach: bool) -> dict[str, Any]:
-    """`rcpipe train` in a Ray job (rcpipe.cluster.jobs_api); its summary, from the shared disk."""
-    from rcpipe.cluster.jobs_api import submit_train
-
-    # the job's log lines go to rcpipe.cluster.jobs_api' log
-    submit_train(cfg, variant, force, run=run, detach=detach)
-    summary = _finished(variant, key) if key is not None else _summary(variant)
-    if summary is None or not summary.get("finished"):
-        raise InputError(layout.summary_file(variant), "", "the Ray job finished but this "
-                         "directory has no summary of these inputs' run: it must be on the "
-                         "file system the cluster's nodes share")
-    return summary
-
-
-def _check_model_config(cfg: Config, variant: str, inputs: ModelInputs) -> None:
-    """Build the model once here, so a bad size fails now, not on every Ray worker."""
-    from rcpipe.models import build_model
-
-    try:
-        build_model(variant, cfg.models.of(variant), replace(inputs, vectors=None))
-    except ValueError as e:
-        raise InputError(cfg.source, f"models.{variant}", str(e)) from None
-
-
 def _show(bar: Progress, task: TaskID, shown: ProgressLog, message: dict[str, Any]) -> None:
     """One progress message from rank 0 (a step, or a dev evaluation): logged and drawn
     by ``shown``, and the terminal's bar moves with every step message."""
@@ -248,3 +222,41 @@ def _show(bar: Progress, task: TaskID, shown: ProgressLog, message: dict[str, An
         bar.update(task, completed=message["epoch"],
                    description=f"train {shown.variant} step {message['step']} loss "
                                f"{message['loss']:.3f} {message['examples_per_s']:.0f} ex/s")
+
+
+# ------------------------------------------------------------ a flow's variants (train-all)
+
+
+def check_run_name(name: str) -> str:
+    """``name``, when it can name a run (a part of its Ray jobs' ids), else one InputError
+    line; a flow's runs are named by the user or by the flow run's id."""
+    from rcpipe.cluster.job_runs import check_run_name as checked
+
+    return checked(name)
+
+
+@contextmanager
+def train_slots(cfg: Config, variants: int, needed: bool = True) -> Iterator[int]:
+    """The Ray that trains ``variants`` variants, and how many go to it at once (none
+    started when nothing is to be trained: each variant's stage then finds its model current).
+
+    Through the Jobs API every variant is submitted at once: Ray queues the jobs that do not
+    fit yet, and an autoscaling cluster grows to its maximum for them (the GPUs it has now
+    may be none). A joined or local Ray takes as many as its resources hold now.
+    """
+    if opening.through_jobs_api(cfg) or not needed:
+        yield variants
+        return
+    from rcpipe.cluster.train_job import jobs_that_fit
+
+    with opening.on_ray(cfg):  # one Ray for every variant's job
+        yield jobs_that_fit(cfg)
+
+
+def stop_jobs(on_line: Callable[[str], None]) -> list[str]:
+    """Stop the Ray jobs this process's train stages follow through a Jobs API (a flow
+    cancelled or interrupted: the stages follow them in worker threads, which the signal
+    does not reach), each said to ``on_line``; their ids."""
+    from rcpipe.cluster.job_runs import stop_followed
+
+    return stop_followed(on_line)

@@ -14,18 +14,17 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import shutil
 import time
-from dataclasses import replace
-from pathlib import Path
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from rcpipe import layout
-from rcpipe.config import Config, space_values
+from rcpipe.config import Config, ModelConfig, lay, space_values
+from rcpipe.data.prepared import Prepared
 from rcpipe.errors import InputError
-from rcpipe.stages.io import load_dataset
+from rcpipe.stages import opening
 
 if TYPE_CHECKING:  # the stages load no training code until a search runs
     from rcpipe.cluster.search import Plan
@@ -39,42 +38,31 @@ def tune(cfg: Config, variant: str, force: bool = False, run: str | None = None,
 
     Through a cluster's Jobs API the search is a Ray job on the head (``run``, ``detach``:
     as `rcpipe train`)."""
-    from rcpipe.cluster import search, train_job
-    from rcpipe.cluster.jobs_api import jobs_api_address, submit_train
-    from rcpipe.stages.train import _model_inputs
+    from rcpipe.cluster import search
 
-    cfg.models.of(variant)
-    train_job.check_train_v2()
+    opening.check_trainable(cfg, variant)
     trials_path = layout.tune_trials(variant)
-    if jobs_api_address(cfg):
-        submit_train(cfg, variant, force, run=run, detach=detach, command="tune")
-        if (done := _finished(trials_path, None)) is None:
-            raise InputError(trials_path, "", "the Ray job finished but this directory has "
-                             "no trials file: it must be on the file system the cluster's "
-                             "nodes share")
-        return done
-    storage = train_job.storage(cfg, f"tune/{variant}", layout.tune_run(variant))
+    if opening.through_jobs_api(cfg):
+        return opening.as_ray_job(cfg, variant, force, run, detach, "tune",
+                                  lambda: _finished(trials_path, None), trials_path,
+                                  "trials file")
+    storage = opening.run_storage(cfg, f"tune/{variant}", layout.tune_run(variant))
     digest = _digest(cfg, variant)
     if force:
-        _forget(storage)
+        opening.forget(storage)
         for path in (trials_path, layout.tune_params(variant)):
             path.unlink(missing_ok=True)
     elif (done := _finished(trials_path, digest)) is not None:
         log.info("tune %s: already finished (%s); nothing to do", variant, trials_path)
         return done
-    inputs = _model_inputs(cfg)
+    inputs = opening.model_inputs(cfg)
     _check_trials_build(cfg, variant, inputs)
-    dev_doc = load_dataset(cfg.data.dev_file, cfg.data.cache_dir, cfg.limits)
-    prepared = cfg.data.out_dir.resolve()
-    from rcpipe.trained.model_file import vocab_digest
-
-    paths = {"train_path": str(prepared / "train.parquet"),
-             "dev_path": str(prepared / "dev.parquet"),
-             "vocab_sha256": vocab_digest(cfg.data.out_dir)}
-    with train_job.ray_cluster(cfg.train.ray_address):
+    dev_doc = opening.dev_document(cfg)
+    data = opening.job_data(cfg)
+    with opening.on_ray(cfg):
         plan = search.plan(cfg, variant)
         _check_same_search(storage, digest, force)
-        trials, ended = search.run(cfg, variant, inputs, dev_doc, paths, storage, plan)
+        trials, ended = search.run(cfg, variant, inputs, dev_doc, data, storage, plan)
     return _write(cfg, variant, trials, plan, digest, ended)
 
 
@@ -83,7 +71,6 @@ def _write(cfg: Config, variant: str, trials: list[dict[str, Any]], plan: Plan,
     """The layer and the trials' file; an interrupted search (``ended`` False) writes them
     too, from the trials so far, marked unfinished: the next run resumes it."""
     from rcpipe.cluster.search import chosen_layer, rounded
-    from rcpipe.data.heldout import prepared_heldout
     from rcpipe.train.checkpoint import RANK_METRIC, rank_data
 
     scored = [t for t in trials if t["best"] is not None]
@@ -95,7 +82,7 @@ def _write(cfg: Config, variant: str, trials: list[dict[str, Any]], plan: Plan,
     seconds = max((t["curve"][-1][0] for t in scored), default=0.0)
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     finished = sum(t["status"] == "finished" for t in trials)
-    held = prepared_heldout(Path(cfg.data.out_dir))
+    held = Prepared(cfg.data.out_dir).heldout()
     data = rank_data(held.source if held else None)
     header = (f"# rcpipe tune {variant}, {when}: the best of {len(trials)} trials (ASHA on "
               f"Ray Tune, up to {plan.budget} each, {finished} ran them all)\n"
@@ -159,31 +146,19 @@ def _check_same_search(storage: tuple[str, Any], digest: str, force: bool) -> No
         f.write(json.dumps({"digest": digest}).encode())
 
 
-def _forget(storage: tuple[str, Any]) -> None:
-    from pyarrow import fs
-
-    path, filesystem = storage
-    if filesystem is None:
-        shutil.rmtree(path, ignore_errors=True)
-    elif filesystem.get_file_info(path).type != fs.FileType.NotFound:
-        filesystem.delete_dir(path)
-
-
 def _check_trials_build(cfg: Config, variant: str, inputs: Any) -> None:
     """Build the model at every value of each architecture key the search tries, here,
     so a size that cannot build fails now, not in a trial."""
-    from rcpipe.config import ModelConfig, lay
-    from rcpipe.models import build_model
-
     arch = set(ModelConfig.architecture_fields())
     own = cfg.models.of(variant).model_dump()
     for key, spec in cfg.tune.of(variant).space.items():
         if key.split(".")[0] not in arch:
             continue
         for value in space_values(spec):
-            try:
-                build_model(variant, ModelConfig.model_validate(lay(own, key, value)),
-                            replace(inputs, vectors=None))
-            except ValueError as e:
-                raise InputError(cfg.source, f"tune.{variant}.space.{key}",
-                                 f"{value!r}: {e}") from None
+            opening.check_build(cfg, variant, inputs, f"tune.{variant}.space.{key}",
+                                partial(_trial_model, own, key, value), f"{value!r}: ")
+
+
+def _trial_model(own: dict[str, Any], key: str, value: Any) -> ModelConfig:
+    """The variant's settings with one searched key at ``value``."""
+    return ModelConfig.model_validate(lay(own, key, value))

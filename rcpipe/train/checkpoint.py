@@ -19,26 +19,27 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rcpipe.layout import MODEL, SUMMARY
+from rcpipe.layout import CHECKPOINT_META, CURVE, MODEL, SUMMARY
 from rcpipe.outputs import output_set
 from rcpipe.train.progress import finished
 
-STATE, META = "state.pt", "meta.json"
-CURVE = "metrics.json"  # beside model.pt: the finished run's dev curve
-# The score a run's checkpoints are ranked by, as each evaluation reports it (worker.py), and
-# what it is measured on: Ray Train keeps the best checkpoints by it (cluster.py), the best one
-# becomes model.pt (stages/train.py) and `rcpipe tune` optimises it (search.py)
+# The score a run's checkpoints are ranked by, as each evaluation reports it (evaluation.py),
+# and what it is measured on: Ray Train keeps the best checkpoints by it
+# (cluster/train_job.py), the best one becomes model.pt (stages/train.py) and `rcpipe tune`
+# optimises it (cluster/search.py)
 RANK_METRIC = "rank"
+
+
 def rank_data(heldout_source: str | None) -> str:
     """The data RANK_METRIC was measured on, as tune/<variant>.yaml's header names it:
-    prepare's held-out questions (their source), else dev (worker.scores)."""
+    prepare's held-out questions (their source), else dev (evaluation.scores)."""
     if heldout_source is None:
         return "the dev set (data.dev_file): prepare held nothing out"
     return f"the held-out questions ({heldout_source}, data.heldout), never trained on"
 
 
 def read_meta(checkpoint: Path) -> dict[str, Any]:
-    meta: dict[str, Any] = json.loads((checkpoint / META).read_text())
+    meta: dict[str, Any] = json.loads((checkpoint / CHECKPOINT_META).read_text())
     return meta
 
 

@@ -28,17 +28,17 @@ import torch
 from torch import nn
 
 from rcpipe.config import Config, load_config
+from rcpipe.data.prepared import Prepared
 from rcpipe.errors import InputError
-from rcpipe.layout import LIVE, model_dir
+from rcpipe.layout import CHECKPOINT_METRICS, LIVE, model_dir
 from rcpipe.locks import hold
 from rcpipe.logs import setup as setup_logging
 from rcpipe.models import ModelInputs
 from rcpipe.train.checkpoint import RANK_METRIC, finish_run, read_meta
+from rcpipe.train.job import make_job
 from rcpipe.train.progress import ProgressLog
-from rcpipe.train.worker import Job, Worker
-from rcpipe.trained.model_file import device_of, prepared_inputs, vocab_digest
-
-METRICS = "metrics.json"  # what report() was given, beside each checkpoint
+from rcpipe.train.worker import Worker
+from rcpipe.trained.model_file import device_of, prepared_inputs
 
 
 class LocalSession:
@@ -80,14 +80,14 @@ class LocalSession:
         tmp = self.run_dir / f".{name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(directory, tmp)
-        (tmp / METRICS).write_text(json.dumps(metrics))
+        (tmp / CHECKPOINT_METRICS).write_text(json.dumps(metrics))
         tmp.replace(self.run_dir / name)  # a checkpoint appears whole or not at all
         self._prune()
 
     @staticmethod
     def _rank(checkpoint: Path) -> float:
-        """What checkpoints are kept by: held-out F1, ties broken as worker.scores says."""
-        return json.loads((checkpoint / METRICS).read_text())[RANK_METRIC]
+        """What checkpoints are kept by: held-out F1, ties broken as evaluation.scores says."""
+        return json.loads((checkpoint / CHECKPOINT_METRICS).read_text())[RANK_METRIC]
 
     def best(self) -> Path | None:
         return max(self.checkpoints(), key=self._rank, default=None)
@@ -124,11 +124,11 @@ def _train_local(cfg: Config, variant: str, run_dir: Path,
     if cfg.train.num_workers != 1:
         raise InputError(cfg.source, "train.num_workers", "one process trains alone: set "
                          "train.num_workers=1 (rcpipe train runs several through Ray)")
-    prepared = cfg.data.out_dir
-    if not (prepared / "train.parquet").is_file():
-        raise InputError(prepared, "", "no prepared data; run `rcpipe prepare` first")
+    prepared = Prepared(cfg.data.out_dir)
+    if not prepared.train.is_file():
+        raise InputError(prepared.out_dir, "", "no prepared data; run `rcpipe prepare` first")
     run_dir.mkdir(parents=True, exist_ok=True)
-    inputs = prepared_inputs(prepared, cfg.data.word_dim)
+    inputs = prepared_inputs(prepared.out_dir, cfg.data.word_dim)
     dev_doc = load_document(cfg.data.dev_file, cfg.data.cache_dir)
     shown = ProgressLog(variant, run_dir / LIVE)  # log lines and the live dev curve
 
@@ -140,15 +140,12 @@ def _train_local(cfg: Config, variant: str, run_dir: Path,
     session = LocalSession(run_dir, device_of(cfg), inputs, dev_doc,
                            cfg.train.keep_checkpoints, progress)
     session.clean()
-    job = Job(config=cfg.model_dump(mode="json"), variant=variant,
-              train_path=str(prepared / "train.parquet"), dev_path=str(prepared / "dev.parquet"),
-              vocab_sha256=vocab_digest(prepared),
-              threads=cfg.train.threads)
+    job = make_job(cfg, variant, prepared.job_fields())
     t0 = time.perf_counter()
     Worker(job, session).train()
     with session.latest() as last:
         if last is None:
-            raise InputError(prepared / "train.parquet", "", "training produced no checkpoint")
+            raise InputError(prepared.train, "", "training produced no checkpoint")
         meta = read_meta(last)
     return finish_run(variant, run_dir, meta, session.best() or last, time.perf_counter() - t0)
 

@@ -163,3 +163,47 @@ def test_trials_share_a_gpu_by_the_fraction_asked(make_config, synth_v1) -> None
     plan = json.loads(done.stdout.strip().splitlines()[-1])
     assert plan["concurrent"] == 2  # 4 CPUs fit 4 trials, the one GPU two halves
     assert plan["gpus_per_worker"] == 0.5 and plan["cpus_per_worker"] == 1
+
+
+def test_a_trials_placement_groups_go_when_it_ends_and_each_end_is_a_line(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """TrialLines on its own, without Ray running: the queue is a list, the removal recorded."""
+    import importlib
+
+    from ray.util.queue import Empty
+
+    from rcpipe.cluster.search import Plan, TrialLines
+
+    class Groups(list):  # what the trials put, in the order they put it
+        def get_nowait(self) -> tuple[str, str]:
+            if not self:
+                raise Empty
+            return self.pop(0)
+
+    removed: list[str] = []
+    # the module (ray.util's own name placement_group is the function)
+    placement = importlib.import_module("ray.util.placement_group")
+    monkeypatch.setattr(placement, "remove_placement_group", removed.append)
+    groups = Groups([("t1", "pg-a"), ("t2", "pg-b")])
+    plan = Plan("step", 6, 2, 2, 1.0, 0.0, 1)
+    lines = TrialLines("bidaf", 3, plan, groups)
+    assert lines.callback().on_trial_complete is not None  # Tune's hooks, made on demand
+
+    def trial(trial_id: str, step: int) -> object:
+        return type("Trial", (), {"trial_id": trial_id,
+                                  "last_result": {"step": step, "rank": 50.0}})()
+
+    with caplog.at_level("INFO", logger="rcpipe.cluster.search"):
+        lines.trial_ended(trial("t1", 6), failed=False)
+        assert removed == ["pg-a"]  # t2 runs on: its group stays
+        groups.append(("t1", "pg-late"))  # t1's dying controller started one more
+        lines.trial_ended(trial("t2", 2), failed=False)
+        lines.trial_ended(trial("t3", 0), failed=True)
+    assert removed == ["pg-a", "pg-late", "pg-b"]
+    said = [r.getMessage() for r in caplog.records]
+    assert [m.split(" at step")[0] for m in said] == [
+        "tune bidaf: trial 1/3 t1 finished", "tune bidaf: trial 2/3 t2 stopped by ASHA",
+        "tune bidaf: trial 3/3 t3 failed"]
+    groups.append(("t4", "pg-d"))
+    lines.release_all()  # the search over: every group goes
+    assert removed[-1] == "pg-d"

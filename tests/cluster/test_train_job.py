@@ -148,7 +148,7 @@ def test_a_local_ray_that_did_not_come_up_in_time_is_started_once_more(
     """ray.init's own words when its raylet has not registered in 30 s (a busy machine):
     stopped and started again, with a line; any other failure, or a second timeout, raised.
     (Checked once against a real ray.init whose node check was held back for 31 s.)"""
-    from rcpipe.cluster.train_job import NODE_STARTUP_TIMEOUT, start_once_more_if_slow
+    from rcpipe.cluster.ray_runtime import NODE_STARTUP_TIMEOUT, start_once_more_if_slow
 
     calls: list[str] = []
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import ray
 
-from rcpipe.cluster import train_job
+from rcpipe.cluster import ray_runtime
 from rcpipe.errors import InputError
 from tests.conftest import write_params
 
@@ -24,7 +24,7 @@ PREFIX = f"error: ray {ray.__version__}: {SWITCH}: "
 
 def refusal() -> str:
     with pytest.raises(InputError) as raised:
-        train_job.check_train_v2()
+        ray_runtime.check_train_v2()
     line = str(raised.value)
     assert line.startswith(PREFIX) and "\n" not in line, line
     return line
@@ -32,9 +32,9 @@ def refusal() -> str:
 
 def test_the_locked_ray_runs_train_v2(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(SWITCH, raising=False)
-    train_job.check_train_v2()
+    ray_runtime.check_train_v2()
     monkeypatch.setenv(SWITCH, "1")
-    train_job.check_train_v2()
+    ray_runtime.check_train_v2()
 
 
 @pytest.mark.parametrize("value", ["0", "false", ""])

@@ -68,14 +68,14 @@ def test_through_the_jobs_api_every_variant_goes_at_once(
     """Ray queues what does not fit and an autoscaler grows to its maximum for it: the flow
     does not size the parallel variants from the GPUs the cluster has when it starts (none,
     scaled down) and joins no Ray of its own for it."""
-    from flows.train_all import _cluster
-    from rcpipe.cluster import train_job
+    from rcpipe import stages
+    from rcpipe.cluster import ray_runtime, train_job
 
     def no_ray(*_: object) -> None:
         pytest.fail("the flow sized the jobs from a Ray of its own")
 
-    monkeypatch.setattr(train_job, "ray_cluster", no_ray)
+    monkeypatch.setattr(ray_runtime, "ray_cluster", no_ray)
     monkeypatch.setattr(train_job, "jobs_that_fit", no_ray)
     cfg = make_config(synth_v1, train={"ray_address": "http://head:8265"})
-    with _cluster(cfg, 4) as slots:
+    with stages.train_slots(cfg, 4) as slots:
         assert slots == 4

@@ -144,7 +144,7 @@ def test_the_lr_decays_on_a_plateau_of_dev_f1(prepared: Prepared, tmp_path: Path
 
 def test_checkpoints_are_ranked_on_the_heldout_questions_not_dev(v2_splits) -> None:  # noqa: ANN001
     from rcpipe.scoring.metrics import headline
-    from rcpipe.train.worker import scores
+    from rcpipe.train.evaluation import scores
 
     dev, heldout = v2_splits
     cfg = load_config(ROOT / "params.yaml")

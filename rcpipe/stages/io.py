@@ -1,4 +1,4 @@
-"""File helpers shared by the stages: atomic JSON writes, validated JSON mappings, the dev set."""
+"""File helpers shared by the stages: atomic JSON writes, validated JSON mappings."""
 
 from __future__ import annotations
 
@@ -7,11 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from rcpipe.config import ReadLimits
-from rcpipe.data.squad import DEFAULT, load_document
+from rcpipe.data.squad import DEFAULT
 from rcpipe.errors import InputError
 from rcpipe.layout import write_json as write_json  # the stages' one JSON write
-
-load_dataset = load_document  # the stages' dev-set reader: the raw JSON, validated
 
 
 def read_mapping(path: Path, value: type | tuple[type, ...], what: str,

@@ -228,7 +228,7 @@ def _vocabularies(cfg: Config, train: tuple, *others: tuple) -> tuple:  # (file,
     lacking = sum(1 for w in word_counts if w not in vectored)
     log.info(f"prepare: {lacking} of {len(word_counts)} training words have no vector: "
              f"{_MISSING[d.missing_vectors]} (data.missing_vectors={d.missing_vectors})")
-    # a trained word's row here is its trainable row's start (layers.WordEmbedding)
+    # a trained word's row here is its trainable row's start (embeddings.WordEmbedding)
     emb, hits = embedding_matrix(words, vectors, d.word_dim)
     return words, chars, emb, hits, trained
 

@@ -140,7 +140,7 @@ def champion_app(args: dict[str, Any]) -> Any:
     cfg = load_config(args.get("params", "params.yaml"))
     package = str(args["package"])
     if "://" in package:
-        from rcpipe.stages.version import Remote
+        from rcpipe.stages.remote import Remote
 
         where = Remote(Path(args.get("workspace", ".")), args.get("remote"))
         key = hashlib.sha256(package.encode()).hexdigest()[:16]  # one folder per package

@@ -26,7 +26,7 @@ DVC_YAML = REPO / "dvc.yaml"
 # the module behind each `rcpipe <command>` that dvc.yaml runs
 ENTRY = {"fetch": "rcpipe/stages/fetch.py", "prepare": "rcpipe/stages/data.py",
          "train": "rcpipe/stages/train.py", "evaluate": "rcpipe/stages/evaluate.py",
-         "ensemble": "rcpipe/stages/scoring.py", "report": "rcpipe/stages/report.py"}
+         "ensemble": "rcpipe/stages/ensemble.py", "report": "rcpipe/stages/report.py"}
 # modules that only print or define the error type: not a reason to retrain anything
 NOT_DEPS = {"rcpipe/console.py", "rcpipe/logs.py", "rcpipe/errors.py", "rcpipe/__init__.py"}
 

@@ -6,6 +6,7 @@ implementation. Heavy libraries are imported inside the stage that needs them, w
 """
 
 from rcpipe.stages.data import prepare, prepared_is_current, synth
+from rcpipe.stages.ensemble import ensemble
 from rcpipe.stages.evaluate import evaluate
 from rcpipe.stages.explain import explain
 from rcpipe.stages.export import export
@@ -13,7 +14,7 @@ from rcpipe.stages.io import read_mapping, write_json
 from rcpipe.stages.package import package
 from rcpipe.stages.predict import predict
 from rcpipe.stages.report import report
-from rcpipe.stages.scoring import ensemble, score
+from rcpipe.stages.score import score
 from rcpipe.stages.serving import serve
 from rcpipe.stages.train import (
     check_run_name,

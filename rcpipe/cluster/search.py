@@ -254,7 +254,7 @@ class TrialLines:
             except Empty:
                 break
             self.held.setdefault(trial_id, []).append(pg)
-        for trial_id in set(self.held) if every else self.ended & set(self.held):
+        for trial_id in [t for t in self.held if every or t in self.ended]:  # held's order
             for pg in self.held.pop(trial_id):
                 try:
                     remove_placement_group(pg)

@@ -199,7 +199,7 @@ def test_a_trials_placement_groups_go_when_it_ends_and_each_end_is_a_line(
         groups.append(("t1", "pg-late"))  # t1's dying controller started one more
         lines.trial_ended(trial("t2", 2), failed=False)
         lines.trial_ended(trial("t3", 0), failed=True)
-    assert removed == ["pg-a", "pg-late", "pg-b"]
+    assert removed == ["pg-a", "pg-b", "pg-late"]  # in the order the groups came
     said = [r.getMessage() for r in caplog.records]
     assert [m.split(" at step")[0] for m in said] == [
         "tune bidaf: trial 1/3 t1 finished", "tune bidaf: trial 2/3 t2 stopped by ASHA",

@@ -56,12 +56,12 @@ def _train(cfg: Config) -> None:
     from rcpipe.data.dataset import SquadDataset, bucket_batches
     from rcpipe.layout import model_dir
     from rcpipe.models import build_model
-    from rcpipe.stages.train import _model_inputs
+    from rcpipe.stages.opening import model_inputs
     from rcpipe.train.loop import make_optimizer, train_step
     from rcpipe.trained.model_file import model_payload, vocab_digest
 
     torch.manual_seed(0)
-    inputs, model_cfg = _model_inputs(cfg), cfg.models.of("bidaf")
+    inputs, model_cfg = model_inputs(cfg), cfg.models.of("bidaf")
     model = build_model("bidaf", model_cfg, inputs)
     optimizer, scheduler = make_optimizer(model, model_cfg.optim)
     data = SquadDataset.from_parquet(cfg.data.out_dir / "train.parquet")

@@ -151,17 +151,7 @@ def _prepare(cfg: Config, files: OutputSet) -> dict[str, Any]:
     _write_prepared(files, out, tables, words, chars, emb)
     if held.source is not None:  # heldout.json beside heldout.parquet, or neither
         files.write_json(out.heldout_doc, held.doc)
-    questions_kept = len({r.index for r in kept})
-    report = {
-        # kept counts questions; rows the Parquet's rows (a long context: a row a window)
-        "train": {"questions": len(train.questions), "kept": questions_kept,
-                  "dropped": dict(sorted(dropped.items())), "rows": len(kept),
-                  "windows": {k: windows[k] for k in WINDOW_COUNTS}},
-        "dev": {"questions": len(dev.questions), "kept": len(dev_rows), "dropped": {}},
-    }
-    if held.source is not None:  # like dev, never dropped; meta.json says where from
-        n = len(held.file.questions)
-        report["heldout"] = {"questions": n, "kept": n, "dropped": {}}
+    report = _report(train, dev, held, kept, dropped, windows, len(dev_rows))
     files.write_json(out.report, report)
     done("write")
     seconds = time.perf_counter() - t0
@@ -189,6 +179,23 @@ def _prepare(cfg: Config, files: OutputSet) -> dict[str, Any]:
         f"dev {dv['kept']}/{dv['questions']}; {held.described()}; vocab {len(words)} "
         f"words, {len(chars)} chars; {seconds:.1f}s -> {d.out_dir}"
     )
+    return report
+
+
+def _report(train: Any, dev: Any, held: Any, kept: list[Any], dropped: dict[str, int],
+            windows: dict[str, int], dev_kept: int) -> dict[str, Any]:
+    """report.json: each split's questions read, kept and dropped (with why), so
+    ``questions == kept + sum(dropped)`` holds for every split."""
+    report = {
+        # kept counts questions; rows the Parquet's rows (a long context: a row a window)
+        "train": {"questions": len(train.questions), "kept": len({r.index for r in kept}),
+                  "dropped": dict(sorted(dropped.items())), "rows": len(kept),
+                  "windows": {k: windows[k] for k in WINDOW_COUNTS}},
+        "dev": {"questions": len(dev.questions), "kept": dev_kept, "dropped": {}},
+    }
+    if held.source is not None:  # like dev, never dropped; meta.json says where from
+        n = len(held.file.questions)
+        report["heldout"] = {"questions": n, "kept": n, "dropped": {}}
     return report
 
 

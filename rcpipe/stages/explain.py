@@ -15,13 +15,14 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rcpipe import layout
 from rcpipe.config import VARIANTS, Config
 from rcpipe.errors import InputError
 
 if TYPE_CHECKING:  # numpy and matplotlib: imported where they are used
+    from rcpipe.data.prepared import Prepared
     from rcpipe.render.attention import Explanation
 
 log = logging.getLogger(__name__)
@@ -47,20 +48,8 @@ def explain(cfg: Config, variant: str, qid: str, out: Path | None = None
     from rcpipe.render.attention_pass import attention_maps, decode
     from rcpipe.trained.model_file import length_prior, load_model, na_threshold, threshold_for
 
-    pkg = None
     prepared = Prepared(cfg.data.out_dir)
-    if variant not in VARIANTS and Path(variant).is_dir():
-        from rcpipe.trained.package_dir import VOCAB, load_package
-
-        # a package: the dev set must be indexed alike
-        pkg = load_package(Path(variant), cfg.limits)
-        if prepared.vocab_file.is_file() and prepared.vocab_digest() != pkg.vocab_sha256:
-            raise InputError(pkg.path / VOCAB, "", f"not the vocabulary "
-                             f"{prepared.vocab_file} was prepared with: explain "
-                             "reads that dev set; prepare with the package's data")
-        variant = pkg.variant
-    else:
-        cfg.models.of(variant)  # an unknown variant is an InputError naming the choices
+    pkg, variant = _package_or_variant(cfg, variant, prepared)
     dev_path = prepared.dev
     if not dev_path.is_file():
         raise InputError(dev_path, "", "no prepared dev set; run `rcpipe prepare` first")
@@ -115,6 +104,23 @@ def explain(cfg: Config, variant: str, qid: str, out: Path | None = None
     log.info(f"explain {variant} {qid}: “{ex.answer}”{where} -> {html_path} "
              f"(+ {html_path.with_suffix('.png').name})")
     return ex, html_path
+
+
+def _package_or_variant(cfg: Config, model: str, prepared: Prepared) -> tuple[Any, str]:
+    """(the package, its variant) for a package directory, else (None, the variant), each
+    checked: a package's vocabulary must be the prepared dev set's, a variant one of the
+    params'."""
+    if model in VARIANTS or not Path(model).is_dir():
+        cfg.models.of(model)  # an unknown variant is an InputError naming the choices
+        return None, model
+    from rcpipe.trained.package_dir import VOCAB, load_package
+
+    pkg = load_package(Path(model), cfg.limits)  # a package: the dev set must be indexed alike
+    if prepared.vocab_file.is_file() and prepared.vocab_digest() != pkg.vocab_sha256:
+        raise InputError(pkg.path / VOCAB, "", f"not the vocabulary "
+                         f"{prepared.vocab_file} was prepared with: explain "
+                         "reads that dev set; prepare with the package's data")
+    return pkg, pkg.variant
 
 
 def _question_tokens(question: str, n: int) -> list[str]:

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bench.gpu import box
 from bench.gpu.build import pack, sha256
@@ -25,6 +26,10 @@ from tests.conftest import TINY_MODEL, Prepared, write_params
 ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = ("bidaf", "qanet")  # an RNN variant and QANet: two voters for the ensemble
 TRAIN_STEPS, RAY_STEPS = 4, 30
+# the box's train.buckets (the repo's params.yaml): its batches padded to these few shapes, as
+# there; unbucketed, each of the tiny epoch's batches was a shape of its own, each compiled
+# twice (default, reduce-overhead): ~45 s of the test's 200 on 2 busy cores
+BUCKETS = yaml.safe_load((ROOT / "params.yaml").read_text())["train"]["buckets"]
 
 
 def mid_epoch_every(prepared: Prepared, batch: int, steps: int) -> int:
@@ -36,7 +41,8 @@ def mid_epoch_every(prepared: Prepared, batch: int, steps: int) -> int:
     from rcpipe.data.dataset import SquadDataset
     from rcpipe.train.worker import train_batches
 
-    data = SquadDataset.from_parquet(prepared.out_dir / "train.parquet")
+    data = SquadDataset.from_parquet(prepared.out_dir / "train.parquet",
+                                     buckets=(BUCKETS["context"], BUCKETS["question"]))
     epoch = len(train_batches(data, batch, seed=0, world=1))
     return next(e for e in range(3, steps) if all(s % epoch for s in range(e, steps + 1, e)))
 
@@ -61,7 +67,7 @@ def tiny_kit(root: Path, prepared: Prepared) -> Path:
 @pytest.mark.slow
 def test_the_kit_runs_every_step_on_the_cpu(tmp_path: Path, prepared: Prepared) -> None:
     kit = tiny_kit(tmp_path, prepared)
-    params = write_params(tmp_path / "params.yaml", train={"batch_size": 8},
+    params = write_params(tmp_path / "params.yaml", train={"batch_size": 8, "buckets": BUCKETS},
                           models=dict.fromkeys(VARIANTS, TINY_MODEL))
     env_dir = tmp_path / "box"
     box.stand_in(env_dir)

@@ -12,7 +12,8 @@ random.Random(SEED) (tests/faults/killer.py), and:
 - the same command again finishes.
 
 `rcpipe train` through Ray is killed once, after its first checkpoint, with a second
-`train` and a `train --force` refused beside it (its checkpoints untouched).
+`train` and a `train --force` refused beside it (its checkpoints untouched), and the same
+command resumes it to the dev F1 of the run never interrupted.
 """
 
 from __future__ import annotations
@@ -35,7 +36,15 @@ from typing import Any
 import pytest
 
 from rcpipe.outputs import JOURNAL, finish
-from tests.conftest import TINY_MODEL, Prepared, SynthData, save_untrained_model, write_params
+from tests.conftest import (
+    RESUMED_TRAIN,
+    RESUMED_VARIANT,
+    TINY_MODEL,
+    Prepared,
+    SynthData,
+    save_untrained_model,
+    write_params,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 36
@@ -337,8 +346,14 @@ def test_export_killed_leaves_the_old_or_the_new_graph(
 
 
 def test_a_second_train_is_refused_and_a_killed_train_resumes(
-        tmp_path: Path, prepared: Prepared, join_local_ray: str) -> None:
-    cwd = _model_workdir(tmp_path, prepared, max_steps=16, epochs=50)
+        tmp_path: Path, prepared: Prepared, join_local_ray: str, undisturbed: dict) -> None:
+    """Also the kill -9 and resume that tests/cluster/test_train_job.py ran on a run of its
+    own (one Ray Train run, killed and resumed, for both): `undisturbed` is this run trained
+    without a crash (tests/conftest.py, shared with the lost-node test); the driver killed
+    with the local Ray it started is the GPU kit's ray step (tests/bench/test_gpu_kit.py)."""
+    assert VARIANT == RESUMED_VARIANT  # the run `undisturbed` trained
+    # no restart of a dead worker: the rerun alone resumes it
+    cwd = _model_workdir(tmp_path, prepared, **RESUMED_TRAIN, max_failures=0)
     command = [sys.executable, "-m", "rcpipe", "train", VARIANT]
     runs = cwd / "models" / VARIANT / "runs"
     log = (tmp_path / "first.log").open("w")
@@ -372,7 +387,10 @@ def test_a_second_train_is_refused_and_a_killed_train_resumes(
     again = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
     assert again.returncode == 0, again.stderr[-3000:]
     summary = json.loads((cwd / "models" / VARIANT / "summary.json").read_text())
-    assert summary["steps"] == 16 and summary["resumed_from_step"] > 0
+    assert summary["resumed_from_step"] > 0
+    assert summary["steps"] == undisturbed["steps"] == RESUMED_TRAIN["max_steps"]
+    # the same data order, optimizer, EMA and RNG streams: the same result, within noise
+    assert summary["best_dev_f1"] == pytest.approx(undisturbed["best_dev_f1"], abs=2.0)
     assert json.loads((cwd / "models" / VARIANT / "metrics.json").read_text())["history"] == \
         summary["history"]
     shutil.rmtree(runs, ignore_errors=True)

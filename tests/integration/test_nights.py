@@ -44,8 +44,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 VOTERS = ["bidaf", "qanet"]
 PREFIX = "nights"
-# checkpoints every 4 steps of 24, so a cancelled night leaves some behind
-TRAIN = {"max_steps": 24, "eval_every": 4, "batch_size": 4, "epochs": 50}
+# checkpoints every 4 steps of 24, so a cancelled night leaves some behind (the 24 steps
+# are ~3 s of a ~20 s run: the rest is Ray Train's start-up, which fewer steps do not cut).
+# One CPU a worker: the flow's local Ray (a CPU per core, 2 here) trains both voters at once
+# (rcpipe.cluster.train_job.jobs_that_fit) instead of one after the other, ~15 s less a
+# night that trains both; where and how fast to train is no key dvc.yaml tracks (nor a
+# run's fingerprint), so no night's decision depends on it
+TRAIN = {"max_steps": 24, "eval_every": 4, "batch_size": 4, "epochs": 50,
+         "cpus_per_worker": 1}
 
 
 def _deployment_run(env: dict[str, str], work: Path, s3_env: dict[str, str],

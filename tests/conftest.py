@@ -356,7 +356,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory, synth_v1: SynthData,
     return Trained(root, cfg, synth_v1, variants, summary)
 
 
-# A run long enough to be interrupted mid-training and resumed: tests/cluster/test_train_job.py
+# A run long enough to be interrupted mid-training and resumed: tests/faults/test_kills.py
 # kills `rcpipe train` with SIGKILL, tests/integration/test_prefect_deployment.py loses the
 # node its Ray job trains on; each compares the resumed run with `undisturbed`. bidaf: its
 # tiny model's dev F1 moves within 40 steps (qanet's, in its warm-up, does not)

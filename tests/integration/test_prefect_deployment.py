@@ -130,7 +130,7 @@ def test_a_deployment_run_loses_the_training_node_and_finishes_as_undisturbed(
     assert any("submitted Ray job" in line for line in relayed)
     assert any(f"train {variant}:" in line and "dev EM" in line for line in relayed)
 
-    # the same params, undisturbed, in one process (`undisturbed`, shared with the kill -9
+    # the same params, undisturbed, in one process (`undisturbed`, shared with test_kills.py's
     # test, trained on `prepared`: the data this flow prepared, byte for byte): the same
     # steps, the same dev F1 within noise (the data order, optimizer, EMA and RNG streams
     # resume with the checkpoint)

@@ -109,21 +109,21 @@ def best_answers(variants: list[str], runs: Path, params: Path, prepared: Path, 
 
     from rcpipe.config import load_config
     from rcpipe.data.dataset import SquadDataset
-    from rcpipe.data.heldout import prepared_heldout
+    from rcpipe.data.prepared import Prepared
     from rcpipe.data.squad import read_json
     from rcpipe.inference.reading import Split, heldout_split, heldout_then_dev
-    from rcpipe.trained.model_file import model_from_payload, vocab_digest
+    from rcpipe.trained.model_file import model_from_payload
 
     cfg = load_config(params, [f"data.out_dir={prepared}"])
     # whole contexts, a long one read as data.window's windows, as `rcpipe evaluate` reads
-    dev = Split(SquadDataset.from_parquet(prepared / "dev.parquet"), read_json(test, str(test)))
-    found = prepared_heldout(prepared)
+    dev = Split(SquadDataset.from_parquet(Prepared(prepared).dev), read_json(test, str(test)))
+    found = Prepared(prepared).heldout()
     heldout = heldout_split(found, None) if found else None
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     answers = {}
     for v in variants:
         saved = torch.load(runs / v / "model.pt", map_location="cpu", weights_only=True)
-        model, _ = model_from_payload(saved, v, vocab_digest(prepared))
+        model, _ = model_from_payload(saved, v, Prepared(prepared).vocab_digest())
         answers[v], _ = heldout_then_dev(model.to(device), dev, heldout,
                                          found.source if found else None, device,
                                          cfg.eval.max_answer_len, window=cfg.data.window)

@@ -98,12 +98,13 @@ def main() -> None:
 
     from rcpipe.config import Window, load_config
     from rcpipe.data.encode import TextEncoder
+    from rcpipe.data.prepared import Prepared
     from rcpipe.data.squad import read_json
     from rcpipe.data.tokenize import tokenize
     from rcpipe.data.windows import window_starts
     from rcpipe.inference.answer import Reader
     from rcpipe.scoring import metrics
-    from rcpipe.trained.model_file import model_from_payload, vocab_digest
+    from rcpipe.trained.model_file import model_from_payload
 
     torch.set_num_threads(args.threads)
     train_file, test = args.split / "train-v1.1.json", args.split / "test-v1.1.json"
@@ -118,7 +119,7 @@ def main() -> None:
             train("bidaf", PRESETS["cpu"], prepared, train_file, test, run, ns, seed=42)
         model_file = run / "model.pt"
     saved = torch.load(model_file, map_location="cpu", weights_only=True)
-    model, _ = model_from_payload(saved, "bidaf", vocab_digest(prepared))
+    model, _ = model_from_payload(saved, "bidaf", Prepared(prepared).vocab_digest())
     model.eval()
 
     big = load_config(ROOT / "params.yaml")  # params.yaml's window

@@ -64,10 +64,11 @@ def gate_answers(work: Path, models: dict[int, Path], sets: list[str]
     import torch
 
     from rcpipe.data.encode import TextEncoder
+    from rcpipe.data.prepared import Prepared
     from rcpipe.inference.answer import Reader
     from rcpipe.stages.fetch import sha256_of
     from rcpipe.stages.gate import gate_set
-    from rcpipe.trained.model_file import model_from_payload, vocab_digest
+    from rcpipe.trained.model_file import model_from_payload
 
     torch.set_num_threads(1)
     cfg = load_config(PARAMS, sets)
@@ -81,7 +82,7 @@ def gate_answers(work: Path, models: dict[int, Path], sets: list[str]
     found = {}
     for seed, path in models.items():
         saved = torch.load(path, map_location="cpu", weights_only=True)
-        model, inputs = model_from_payload(saved, VARIANT, vocab_digest(out))
+        model, inputs = model_from_payload(saved, VARIANT, Prepared(out).vocab_digest())
         reader = Reader(encoder, {VARIANT: model.eval()}, torch.device("cpu"),
                         cfg.eval.max_answer_len, {VARIANT: None}, no_answer=inputs.no_answer,
                         window=cfg.data.window)

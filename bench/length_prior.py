@@ -17,9 +17,10 @@ from pathlib import Path
 import torch
 
 from rcpipe.data.dataset import SquadDataset
+from rcpipe.data.prepared import Prepared
 from rcpipe.data.squad import read_json
 from rcpipe.inference.reading import evaluate_model
-from rcpipe.trained.model_file import model_from_payload, vocab_digest
+from rcpipe.trained.model_file import model_from_payload
 
 ROOT = Path(__file__).resolve().parents[1]
 SPLIT = ROOT.parent / "shared" / "data" / "squad-split"
@@ -44,7 +45,7 @@ def main() -> None:
     for path in sorted((root / "runs").glob("*/model.pt")):
         variant = path.parent.name
         saved = torch.load(path, map_location="cpu", weights_only=True)
-        model = model_from_payload(saved, variant, vocab_digest(prepared))[0].to(device)
+        model = model_from_payload(saved, variant, Prepared(prepared).vocab_digest())[0].to(device)
         plain = evaluate_model(model, dev, doc, device, args.max_answer_len).result["f1"]
         weighted = evaluate_model(model, dev, doc, device, args.max_answer_len,
                                   length_prior=prior).result["f1"]

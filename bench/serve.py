@@ -56,14 +56,15 @@ def save_untrained(cfg: Any, model: str) -> None:
     sizes of ``cfg``'s models.<model> on its prepared vocabulary."""
     import torch
 
+    from rcpipe.data.prepared import Prepared
     from rcpipe.models import build_model
-    from rcpipe.trained.model_file import model_payload, prepared_inputs, vocab_digest
+    from rcpipe.trained.model_file import model_payload, prepared_inputs
 
     inputs = prepared_inputs(cfg.data.out_dir, cfg.data.word_dim)
     net = build_model(model, cfg.models.of(model), inputs)
     Path(f"models/{model}").mkdir(parents=True, exist_ok=True)
     torch.save(model_payload(model, cfg.models.of(model), inputs, net.state_dict(),
-                             vocab_digest(cfg.data.out_dir)), f"models/{model}/model.pt")
+                             Prepared(cfg.data.out_dir).vocab_digest()), f"models/{model}/model.pt")
 
 
 def untrained_run(model: str) -> tuple[Path, Path]:

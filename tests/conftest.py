@@ -317,8 +317,9 @@ def save_untrained_model(cfg: Config, variant: str, no_answer: bool = False) -> 
 
     import torch
 
+    from rcpipe.data.prepared import Prepared
     from rcpipe.models import ModelInputs, build_model
-    from rcpipe.trained.model_file import model_payload, vocab_digest
+    from rcpipe.trained.model_file import model_payload
 
     vocab = json.loads((cfg.data.out_dir / "vocab.json").read_text())
     inputs = ModelInputs(len(vocab["words"]), len(vocab["chars"]), cfg.data.word_dim, None,
@@ -327,7 +328,7 @@ def save_untrained_model(cfg: Config, variant: str, no_answer: bool = False) -> 
     path = Path("models") / variant / "model.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(model_payload(variant, cfg.models.of(variant), inputs, model.state_dict(),
-                             vocab_digest(cfg.data.out_dir)), path)
+                             Prepared(cfg.data.out_dir).vocab_digest()), path)
     return path
 
 

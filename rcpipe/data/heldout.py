@@ -9,10 +9,7 @@ trained on would flatter the threshold.
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 from typing import Any
-
-from rcpipe.data.prepared import Prepared, PreparedHeldout
 
 
 def heldout_count(articles: int, fraction: float) -> int:
@@ -53,8 +50,3 @@ def split_articles(doc: dict[str, Any], fraction: float, seed: int
     rest = {k: v for k, v in doc.items() if k != "data"}
     return (rest | {"data": [a for i, a in enumerate(data) if i not in held]},
             rest | {"data": [a for i, a in enumerate(data) if i in held]})
-
-
-def prepared_heldout(out_dir: Path) -> PreparedHeldout | None:
-    """``Prepared(out_dir).heldout()``, for the callers not yet moved to it."""
-    return Prepared(out_dir).heldout()

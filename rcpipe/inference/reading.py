@@ -22,7 +22,7 @@ from torch import nn
 
 from rcpipe.config import Window
 from rcpipe.data.dataset import SquadDataset, bucket_batches
-from rcpipe.data.heldout import PreparedHeldout
+from rcpipe.data.prepared import PreparedHeldout
 from rcpipe.data.windows import Windows
 from rcpipe.inference.decode import best_span, predict_no_answer
 from rcpipe.inference.window_choice import Proposal, choose

@@ -51,14 +51,14 @@ class Gate:
 def gate_set(cfg: Config, dev_sha256: str) -> Gate:
     """``version.gate_file``, else the prepared held-out questions; a located InputError
     when there is none, when the file is not SQuAD, or when it is the dev set."""
-    from rcpipe.data.heldout import prepared_heldout
+    from rcpipe.data.prepared import Prepared
     from rcpipe.data.squad import fetch, parse_squad, read_json
 
     uri = cfg.version.gate_file
     if uri is not None:
         path, source = fetch(uri, cfg.data.cache_dir, limits=cfg.limits), "version.gate_file"
     else:
-        found = prepared_heldout(cfg.data.out_dir)
+        found = Prepared.of(cfg).heldout()
         if found is None:
             raise InputError(cfg.source, "version.gate_file", "no gate set: prepare held no "
                              f"questions out in {cfg.data.out_dir} (data.heldout) and no "

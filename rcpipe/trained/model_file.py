@@ -140,11 +140,6 @@ def prepared_inputs(out_dir: Path, word_dim: int) -> ModelInputs:
                        trained_words=meta.get("trained_words", 0))
 
 
-def vocab_digest(out_dir: Path) -> str:
-    """sha256 of the vocabulary a model is trained on: a model file records it."""
-    return Prepared(out_dir).vocab_digest()
-
-
 def device_of(cfg: Config) -> torch.device:
     """The device train.device names; cuda where none exists is the user's mistake."""
     import torch

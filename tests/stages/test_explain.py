@@ -31,11 +31,12 @@ def _train_tiny(cfg: Config, variant: str, steps: int = 3) -> None:
     import torch
 
     from rcpipe.data.dataset import SquadDataset, bucket_batches
+    from rcpipe.data.prepared import Prepared
     from rcpipe.layout import model_dir
     from rcpipe.models import build_model
     from rcpipe.stages.opening import model_inputs
     from rcpipe.train.loop import make_optimizer, train_step
-    from rcpipe.trained.model_file import model_payload, vocab_digest
+    from rcpipe.trained.model_file import model_payload
 
     torch.manual_seed(0)
     inputs, model_cfg = model_inputs(cfg), cfg.models.of(variant)
@@ -46,7 +47,8 @@ def _train_tiny(cfg: Config, variant: str, steps: int = 3) -> None:
         train_step(model, data.collate(indices), optimizer, scheduler, grad_clip=5.0)
     model_dir(variant).mkdir(parents=True)
     torch.save(model_payload(variant, model_cfg, inputs, model.state_dict(),
-                             vocab_digest(cfg.data.out_dir)), model_dir(variant) / "model.pt")
+                             Prepared(cfg.data.out_dir).vocab_digest()),
+               model_dir(variant) / "model.pt")
 
 
 @pytest.fixture(scope="module")

@@ -54,11 +54,12 @@ def _train(cfg: Config) -> None:
     import torch
 
     from rcpipe.data.dataset import SquadDataset, bucket_batches
+    from rcpipe.data.prepared import Prepared
     from rcpipe.layout import model_dir
     from rcpipe.models import build_model
     from rcpipe.stages.opening import model_inputs
     from rcpipe.train.loop import make_optimizer, train_step
-    from rcpipe.trained.model_file import model_payload, vocab_digest
+    from rcpipe.trained.model_file import model_payload
 
     torch.manual_seed(0)
     inputs, model_cfg = model_inputs(cfg), cfg.models.of("bidaf")
@@ -74,7 +75,8 @@ def _train(cfg: Config) -> None:
                 break
     model_dir("bidaf").mkdir(parents=True)
     torch.save(model_payload("bidaf", model_cfg, inputs, model.state_dict(),
-                             vocab_digest(cfg.data.out_dir)), model_dir("bidaf") / "model.pt")
+                             Prepared(cfg.data.out_dir).vocab_digest()),
+               model_dir("bidaf") / "model.pt")
 
 
 @pytest.fixture(scope="module")

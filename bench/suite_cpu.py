@@ -1,0 +1,230 @@
+"""Benchmark: where the test suite's CPU goes, by kind of process, and each file's wall time.
+
+`make test` on two cores is CPU-bound (both cores busy ~95% of its wall time), so it gets
+faster only by doing less work: this script says which work. It runs the suite's own
+command (`make test`'s pytest line: two workers, one torch thread each) while a sampler
+reads /proc every ``--interval`` seconds: each process's CPU seconds (user + system, all its
+threads) and its command line, read again until Ray has renamed a worker
+(``ray::TrainController``), so Ray's actors are told apart. Processes that live less than
+one interval are missed (their CPU is small). A pytest plugin (``-p bench.suite_cpu``)
+records when each test started and finished on which worker.
+
+    .venv/bin/python bench/suite_cpu.py                 # the whole suite
+    .venv/bin/python bench/suite_cpu.py tests/stages    # a part of it, any pytest arguments
+
+Prints the suite's wall time, the CPU by kind of process (with the count and the CPU per
+process), Ray's actors by class, and the files that held a worker longest; writes
+bench/out/suite_cpu.json. Linux only (/proc).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "bench" / "out"
+TIMELINE_ENV = "RCPIPE_SUITE_TIMELINE"  # the plugin appends to the file this names
+
+# (kind, what in a command line marks it), first match wins: Ray's daemons before its workers
+KINDS = (
+    ("ray dashboard agent", "ray/dashboard/agent.py"),
+    ("ray dashboard", "ray/dashboard/dashboard.py"),
+    ("ray log monitor", "ray/_private/log_monitor.py"),
+    ("ray autoscaler monitor", "autoscaler/_private/monitor.py"),
+    ("ray runtime-env agent", "runtime_env/agent/main.py"),
+    ("ray gcs", "gcs_server"),
+    ("ray raylet", "raylet"),
+    ("ray worker", "ray::"),
+    ("ray worker", "default_worker.py"),
+    ("pytest worker", "import sys;exec(eval(sys.stdin.readline()))"),  # xdist's
+    ("prefect server", "prefect.server"),
+    ("prefect server", "prefect server start"),
+    ("prefect flow run", "prefect.runner"),
+    ("prefect flow run", "prefect.engine"),
+    ("prefect other", "prefect"),
+    ("dvc", "/bin/dvc"),
+    ("rcpipe command", "/bin/rcpipe"),
+    ("rcpipe command", "-m rcpipe"),
+    ("bench script", "bench/"),
+    ("pytest", "pytest"),
+)
+
+
+def kind_of(command: str) -> str:
+    """The kind of process a command line is (KINDS), else its program's name."""
+    for kind, mark in KINDS:
+        if mark in command:
+            return kind
+    program = command.split(" ", 1)[0]
+    return "python other" if "python" in program else Path(program).name or "unnamed"
+
+
+def ray_actor(command: str) -> str | None:
+    """A Ray worker's actor class (``ray::TrainController.run`` -> TrainController)."""
+    found = re.match(r"ray::(\w+)", command)
+    return found.group(1) if found else None
+
+
+def read_processes(tick: float) -> dict[str, tuple[float, str]]:
+    """Every process now: ``pid:start`` -> (CPU seconds so far, command line)."""
+    now: dict[str, tuple[float, str]] = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state is field 3
+            cpu = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        except (OSError, IndexError, ValueError):
+            continue  # gone between listing and reading
+        now[f"{pid}:{fields[19]}"] = (cpu, command.decode(errors="replace").strip())
+    return now
+
+
+class Sampler(threading.Thread):
+    """Reads /proc until stopped; keeps each process's last CPU seconds and the most telling
+    command line it had (a Ray worker's once Ray has named it)."""
+
+    def __init__(self, interval: float, ignore: set[str]) -> None:
+        super().__init__(daemon=True)
+        self.interval, self.ignore = interval, ignore
+        self.seen: dict[str, list[Any]] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        tick = os.sysconf("SC_CLK_TCK")
+        while not self.stop.is_set():
+            for key, (cpu, command) in read_processes(tick).items():
+                if key in self.ignore:
+                    continue
+                if key not in self.seen:  # started during the run: all its CPU counts
+                    self.seen[key] = [cpu, command]
+                else:
+                    entry = self.seen[key]
+                    entry[0] = cpu
+                    if command and (not entry[1] or ray_actor(command)):
+                        entry[1] = command
+            self.stop.wait(self.interval)
+
+
+def summarize(seen: dict[str, list[Any]]) -> dict[str, Any]:
+    """CPU seconds by kind of process and by Ray actor class."""
+    kinds: Counter[str] = Counter()
+    count: Counter[str] = Counter()
+    actors: Counter[str] = Counter()
+    actor_count: Counter[str] = Counter()
+    for used, command in seen.values():
+        kind = kind_of(command) if command else "unnamed (kernel)"
+        if kind == "unnamed (kernel)":
+            continue
+        kinds[kind] += used
+        count[kind] += 1
+        actor = ray_actor(command)
+        if actor:
+            actors[actor] += used
+            actor_count[actor] += 1
+    return {"total_cpu_s": round(sum(kinds.values()), 1),
+            "kinds": [{"kind": k, "cpu_s": round(v, 1), "processes": count[k]}
+                      for k, v in kinds.most_common()],
+            "ray_actors": [{"actor": a, "cpu_s": round(v, 1), "processes": actor_count[a]}
+                           for a, v in actors.most_common()]}
+
+
+def file_walls(timeline: Path) -> list[dict[str, Any]]:
+    """Each test file's wall seconds on the worker that ran it (first start to last end)."""
+    events = [json.loads(line) for line in timeline.read_text().splitlines()]
+    if any(e["worker"] != "main" for e in events):  # xdist's controller hears them all too
+        events = [e for e in events if e["worker"] != "main"]
+    spans: dict[tuple[str, str], list[float]] = {}
+    for event in events:
+        key = (event["worker"], event["test"].split("::")[0])
+        span = spans.setdefault(key, [event["t"], event["t"]])
+        span[0], span[1] = min(span[0], event["t"]), max(span[1], event["t"])
+    return sorted(({"file": f, "worker": w, "wall_s": round(b - a, 1)}
+                   for (w, f), (a, b) in spans.items()), key=lambda r: -r["wall_s"])
+
+
+# --------------------------------------------------------------- the pytest plugin (-p)
+
+
+def _record(nodeid: str, event: str) -> None:
+    path = os.environ.get(TIMELINE_ENV)
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"test": nodeid, "event": event, "t": time.time(),
+                                "worker": os.environ.get("PYTEST_XDIST_WORKER", "main")}) + "\n")
+
+
+def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
+    _record(nodeid, "start")
+
+
+def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
+    _record(nodeid, "end")
+
+
+# ------------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("pytest_args", nargs="*", help="what pytest runs (default: the suite)")
+    ap.add_argument("--interval", type=float, default=0.5, help="seconds between samples")
+    ap.add_argument("--workers", default="2", help="pytest -n, as `make test` (2)")
+    args = ap.parse_args()
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    timeline = OUT / "suite_timeline.jsonl"
+    timeline.unlink(missing_ok=True)
+    # `make test`'s command, with the plugin; one torch thread a process, as there
+    command = [sys.executable, "-m", "pytest", "-n", args.workers, "--dist", "loadfile",
+               "--no-loadscope-reorder", "-q", "-p", "bench.suite_cpu", *args.pytest_args]
+    env = os.environ | {"OMP_NUM_THREADS": "1", TIMELINE_ENV: str(timeline),
+                        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
+                                                                    os.environ.get("PYTHONPATH")]))}
+    sampler = Sampler(args.interval, ignore=set(read_processes(os.sysconf("SC_CLK_TCK"))))
+    sampler.start()
+    t0 = time.perf_counter()
+    ran = subprocess.run(command, cwd=ROOT, env=env)
+    wall = time.perf_counter() - t0
+    sampler.stop.set()
+    sampler.join()
+
+    result = {"command": " ".join(command[1:]), "returncode": ran.returncode,
+              "wall_s": round(wall, 1), "cores": os.cpu_count(),
+              **summarize(sampler.seen),
+              "files": file_walls(timeline) if timeline.exists() else []}
+    result["busy_share"] = round(result["total_cpu_s"] / (wall * (os.cpu_count() or 1)), 2)
+    (OUT / "suite_cpu.json").write_text(json.dumps(result, indent=1) + "\n")
+
+    print(f"\nsuite: {wall:.0f} s wall, exit {ran.returncode}; {result['total_cpu_s']:.0f} "
+          f"CPU s on {result['cores']} cores (busy {result['busy_share']:.0%})")
+    print(f"{'kind of process':28} {'CPU s':>8} {'share':>6} {'procs':>6} {'CPU s each':>10}")
+    for row in result["kinds"][:16]:
+        print(f"{row['kind']:28} {row['cpu_s']:8.1f} "
+              f"{row['cpu_s'] / max(result['total_cpu_s'], 1e-9):6.0%} {row['processes']:6d} "
+              f"{row['cpu_s'] / row['processes']:10.1f}")
+    print(f"\n{'Ray actor':28} {'CPU s':>8} {'procs':>6} {'CPU s each':>10}")
+    for row in result["ray_actors"][:12]:
+        print(f"{row['actor']:28} {row['cpu_s']:8.1f} {row['processes']:6d} "
+              f"{row['cpu_s'] / row['processes']:10.1f}")
+    print(f"\n{'test file (longest on a worker)':60} {'worker':>6} {'wall s':>7}")
+    for row in result["files"][:15]:
+        print(f"{row['file']:60} {row['worker']:>6} {row['wall_s']:7.1f}")
+    print(f"\nwritten: {OUT / 'suite_cpu.json'}")
+    sys.exit(ran.returncode)
+
+
+if __name__ == "__main__":
+    main()

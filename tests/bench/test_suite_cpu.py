@@ -1,0 +1,70 @@
+"""bench/suite_cpu.py's reading of /proc and of the suite's timeline."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.suite_cpu import file_walls, kind_of, ray_actor, read_processes, summarize
+
+
+def test_processes_are_told_apart_by_their_command_lines() -> None:
+    py = "/x/.venv/bin/python"
+    assert kind_of(f"{py} -u /x/ray/dashboard/agent.py --node-id=1") == "ray dashboard agent"
+    assert kind_of("/x/ray/core/src/ray/gcs/gcs_server --port 1") == "ray gcs"
+    assert kind_of("ray::TrainController.run") == "ray worker"
+    assert kind_of(f"{py} /x/ray/_private/workers/default_worker.py --a") == "ray worker"
+    assert kind_of(f"{py} -u -c import sys;exec(eval(sys.stdin.readline()))") == \
+        "pytest worker"
+    assert kind_of(f"{py} /x/.venv/bin/rcpipe train bidaf") == "rcpipe command"
+    assert kind_of(f"{py} /x/.venv/bin/dvc repro") == "dvc"
+    assert kind_of(f"{py} -m prefect.runner._workspace_supervisor s.json") == "prefect flow run"
+    assert kind_of(f"{py} -c pass") == "python other"
+    assert kind_of("/usr/bin/git status") == "git"
+    assert ray_actor("ray::RayTrainWorker.run_train_fn") == "RayTrainWorker"
+    assert ray_actor("ray::IDLE") == "IDLE" and ray_actor(f"{py} x.py") is None
+
+
+def test_a_child_process_is_read_with_its_cpu() -> None:
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import time\nend = time.time() + 0.4\nwhile time.time() < end: "
+                              "pass\ntime.sleep(30)"])
+    try:
+        time.sleep(1.0)
+        found = [v for k, v in read_processes(os.sysconf("SC_CLK_TCK")).items()
+                 if k.startswith(f"{child.pid}:")]
+        assert len(found) == 1
+        cpu, command = found[0]
+        assert 0.2 < cpu < 1.5 and "time.sleep(30)" in command
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_cpu_is_summed_by_kind_and_by_ray_actor_and_kernel_threads_left_out() -> None:
+    seen = {"1:1": [3.0, "ray::TrainController.run"], "2:1": [1.0, "ray::TrainController"],
+            "3:1": [4.5, "ray::RayTrainWorker.run"], "4:1": [2.0, "/usr/bin/git log"],
+            "5:1": [9.0, ""]}
+    got = summarize(seen)
+    assert got["total_cpu_s"] == 10.5
+    assert got["kinds"][0] == {"kind": "ray worker", "cpu_s": 8.5, "processes": 3}
+    assert got["ray_actors"] == [
+        {"actor": "RayTrainWorker", "cpu_s": 4.5, "processes": 1},
+        {"actor": "TrainController", "cpu_s": 4.0, "processes": 2}]
+
+
+def test_a_files_wall_time_is_its_first_start_to_its_last_end_on_its_worker(
+        tmp_path: Path) -> None:
+    events = [("gw0", "tests/a.py::t1", "start", 10.0), ("gw0", "tests/a.py::t1", "end", 12.0),
+              ("gw0", "tests/a.py::t2", "start", 12.0), ("gw0", "tests/a.py::t2", "end", 15.5),
+              ("gw1", "tests/b.py::t", "start", 10.0), ("gw1", "tests/b.py::t", "end", 11.0),
+              ("main", "tests/a.py::t1", "start", 10.1), ("main", "tests/a.py::t2", "end", 15.6)]
+    timeline = tmp_path / "t.jsonl"
+    timeline.write_text("".join(json.dumps({"worker": w, "test": n, "event": e, "t": t}) + "\n"
+                                for w, n, e, t in events))
+    assert file_walls(timeline) == [{"file": "tests/a.py", "worker": "gw0", "wall_s": 5.5},
+                                    {"file": "tests/b.py", "worker": "gw1", "wall_s": 1.0}]

@@ -92,12 +92,16 @@ def start_head(temp_dir: Path, env: dict[str, str], cpus: int) -> tuple[Node, st
 
 
 def stop_all(nodes: list[Node]) -> None:
-    """Every process of these nodes (not `ray stop`: that stops every Ray on the machine)."""
-    for node in nodes:
-        for p in psutil.process_iter(["cmdline"]):
-            if any(str(node.temp_dir) in c for c in p.info["cmdline"] or []):
-                with contextlib.suppress(psutil.Error):
-                    p.kill()
+    """Every process of these nodes (not `ray stop`: that stops every Ray on the machine):
+    those whose command line or open files are under a node's temp dir. Ray retitles its
+    dashboard agent and workers (``ray::DashboardAgent``), so the command line alone missed
+    them: the agent of a killed raylet then spun at a third of a core for minutes."""
+    dirs = [str(node.temp_dir) for node in nodes]
+    for p in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if any(d in c for c in p.info["cmdline"] or [] for d in dirs) or \
+                    any(f.path.startswith(d) for f in p.open_files() for d in dirs):
+                p.kill()
     for node in nodes:
         shutil.rmtree(node.temp_dir.parent, ignore_errors=True)
 

@@ -116,14 +116,16 @@ def best_answers(variants: list[str], runs: Path, params: Path, prepared: Path, 
 
     cfg = load_config(params, [f"data.out_dir={prepared}"])
     # whole contexts, a long one read as data.window's windows, as `rcpipe evaluate` reads
-    dev = Split(SquadDataset.from_parquet(Prepared(prepared).dev), read_json(test, str(test)))
-    found = Prepared(prepared).heldout()
+    files = Prepared(prepared)
+    dev = Split(SquadDataset.from_parquet(files.dev), read_json(test, str(test)))
+    found = files.heldout()
+    digest = files.vocab_digest()
     heldout = heldout_split(found, None) if found else None
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     answers = {}
     for v in variants:
         saved = torch.load(runs / v / "model.pt", map_location="cpu", weights_only=True)
-        model, _ = model_from_payload(saved, v, Prepared(prepared).vocab_digest())
+        model, _ = model_from_payload(saved, v, digest)
         answers[v], _ = heldout_then_dev(model.to(device), dev, heldout,
                                          found.source if found else None, device,
                                          cfg.eval.max_answer_len, window=cfg.data.window)

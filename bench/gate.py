@@ -79,10 +79,11 @@ def gate_answers(work: Path, models: dict[int, Path], sets: list[str]
     encoder = TextEncoder.from_vocab(json.loads((out / "vocab.json").read_text()),
                                      meta.get("char_limit", cfg.data.limits.char))
     ds = encoder.squad(gate.squad)
+    digest = Prepared(out).vocab_digest()
     found = {}
     for seed, path in models.items():
         saved = torch.load(path, map_location="cpu", weights_only=True)
-        model, inputs = model_from_payload(saved, VARIANT, Prepared(out).vocab_digest())
+        model, inputs = model_from_payload(saved, VARIANT, digest)
         reader = Reader(encoder, {VARIANT: model.eval()}, torch.device("cpu"),
                         cfg.eval.max_answer_len, {VARIANT: None}, no_answer=inputs.no_answer,
                         window=cfg.data.window)

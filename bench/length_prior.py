@@ -42,10 +42,11 @@ def main() -> None:
                              .answer_length_prior(args.max_answer_len))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     out = {}
+    digest = Prepared(prepared).vocab_digest()
     for path in sorted((root / "runs").glob("*/model.pt")):
         variant = path.parent.name
         saved = torch.load(path, map_location="cpu", weights_only=True)
-        model = model_from_payload(saved, variant, Prepared(prepared).vocab_digest())[0].to(device)
+        model = model_from_payload(saved, variant, digest)[0].to(device)
         plain = evaluate_model(model, dev, doc, device, args.max_answer_len).result["f1"]
         weighted = evaluate_model(model, dev, doc, device, args.max_answer_len,
                                   length_prior=prior).result["f1"]

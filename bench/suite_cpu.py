@@ -4,8 +4,9 @@
 faster only by doing less work: this script says which work. It runs the suite's own
 command (`make test`'s pytest line: two workers, one torch thread each) while a sampler
 reads /proc every ``--interval`` seconds: each process's CPU seconds (user + system, all its
-threads) and its command line, read again until Ray has renamed a worker
-(``ray::TrainController``), so Ray's actors are told apart. Processes that live less than
+threads) and its command line (a Ray worker's read again until Ray has retitled it
+``ray::TrainController``, so Ray's actors are told apart; its kind is the command it was
+launched with). Processes that live less than
 one interval are missed (their CPU is small). A pytest plugin (``-p bench.suite_cpu``)
 records when each test started and finished on which worker.
 
@@ -28,6 +29,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,17 +37,21 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "out"
 TIMELINE_ENV = "RCPIPE_SUITE_TIMELINE"  # the plugin appends to the file this names
 
-# (kind, what in a command line marks it), first match wins: Ray's daemons before its workers
+# (kind, what in a command line marks it), first match wins: the raylet and the GCS first (the
+# raylet's own command line names the agent's and the workers' scripts it launches)
 KINDS = (
+    ("ray raylet", "/raylet/raylet "),
+    ("ray gcs", "/gcs/gcs_server "),
     ("ray dashboard agent", "ray/dashboard/agent.py"),
+    ("ray dashboard agent", "ray::DashboardAgent"),  # its title, if first seen retitled
+    ("ray runtime-env agent", "runtime_env/agent/main.py"),
+    ("ray runtime-env agent", "ray::RuntimeEnvAgent"),
     ("ray dashboard", "ray/dashboard/dashboard.py"),
     ("ray log monitor", "ray/_private/log_monitor.py"),
     ("ray autoscaler monitor", "autoscaler/_private/monitor.py"),
-    ("ray runtime-env agent", "runtime_env/agent/main.py"),
-    ("ray gcs", "gcs_server"),
-    ("ray raylet", "raylet"),
+    ("ray worker", "workers/default_worker.py"),
+    ("ray worker", "workers/setup_worker.py"),
     ("ray worker", "ray::"),
-    ("ray worker", "default_worker.py"),
     ("pytest worker", "import sys;exec(eval(sys.stdin.readline()))"),  # xdist's
     ("prefect server", "prefect.server"),
     ("prefect server", "prefect server start"),
@@ -58,6 +64,8 @@ KINDS = (
     ("bench script", "bench/"),
     ("pytest", "pytest"),
 )
+
+RETITLED = {"ray worker", "ray dashboard agent", "ray runtime-env agent"}  # ray::<class>
 
 
 def kind_of(command: str) -> str:
@@ -75,64 +83,88 @@ def ray_actor(command: str) -> str | None:
     return found.group(1) if found else None
 
 
-def read_processes(tick: float) -> dict[str, tuple[float, str]]:
-    """Every process now: ``pid:start`` -> (CPU seconds so far, command line)."""
-    now: dict[str, tuple[float, str]] = {}
+def read_cpu(tick: float) -> dict[str, tuple[int, float]]:
+    """Every process now: ``pid:start`` -> (pid, CPU seconds so far)."""
+    now: dict[str, tuple[int, float]] = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
-            fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state is field 3
-            cpu = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-        except (OSError, IndexError, ValueError):
+        except OSError:
             continue  # gone between listing and reading
-        now[f"{pid}:{fields[19]}"] = (cpu, command.decode(errors="replace").strip())
+        fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state is field 3
+        now[f"{pid}:{fields[19]}"] = (int(pid), (int(fields[11]) + int(fields[12])) / tick)
     return now
 
 
+def command_of(pid: int) -> str:
+    """A process's command line as it reads now ('' once gone, or for a kernel thread)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+            errors="replace").strip()
+    except OSError:
+        return ""
+
+
+@dataclass
+class Seen:
+    """A process started during the run: its CPU seconds so far (all of them count), the
+    command it was launched with (its kind) and its title now (a Ray actor's class)."""
+
+    cpu: float
+    launch: str
+    title: str
+
+    def named(self) -> bool:
+        """Whether its title is final: Ray retitles the processes it launches, a worker
+        first ``ray::IDLE``, then its actor's class."""
+        return kind_of(self.launch) not in RETITLED or \
+            ray_actor(self.title) not in (None, "IDLE")
+
+
 class Sampler(threading.Thread):
-    """Reads /proc until stopped; keeps each process's last CPU seconds and the most telling
-    command line it had (a Ray worker's once Ray has named it)."""
+    """Reads /proc until stopped: each process's CPU seconds, its command line once, and
+    a Ray process's again until Ray has named it."""
 
     def __init__(self, interval: float, ignore: set[str]) -> None:
         super().__init__(daemon=True)
         self.interval, self.ignore = interval, ignore
-        self.seen: dict[str, list[Any]] = {}
+        self.seen: dict[str, Seen] = {}
         self.stop = threading.Event()
 
     def run(self) -> None:
         tick = os.sysconf("SC_CLK_TCK")
         while not self.stop.is_set():
-            for key, (cpu, command) in read_processes(tick).items():
+            for key, (pid, cpu) in read_cpu(tick).items():
                 if key in self.ignore:
                     continue
-                if key not in self.seen:  # started during the run: all its CPU counts
-                    self.seen[key] = [cpu, command]
-                else:
-                    entry = self.seen[key]
-                    entry[0] = cpu
-                    if command and (not entry[1] or ray_actor(command)):
-                        entry[1] = command
+                entry = self.seen.get(key)
+                if entry is None:
+                    command = command_of(pid)
+                    self.seen[key] = Seen(cpu, command, command)
+                    continue
+                entry.cpu = cpu
+                if not entry.named():
+                    entry.title = command_of(pid) or entry.title
             self.stop.wait(self.interval)
 
 
-def summarize(seen: dict[str, list[Any]]) -> dict[str, Any]:
-    """CPU seconds by kind of process and by Ray actor class."""
+def summarize(seen: dict[str, Seen]) -> dict[str, Any]:
+    """CPU seconds by kind of process (as launched) and by Ray actor class (as titled)."""
     kinds: Counter[str] = Counter()
     count: Counter[str] = Counter()
     actors: Counter[str] = Counter()
     actor_count: Counter[str] = Counter()
-    for used, command in seen.values():
-        kind = kind_of(command) if command else "unnamed (kernel)"
-        if kind == "unnamed (kernel)":
+    for process in seen.values():
+        if not process.launch:  # a kernel thread
             continue
-        kinds[kind] += used
+        kind = kind_of(process.launch)
+        kinds[kind] += process.cpu
         count[kind] += 1
-        actor = ray_actor(command)
+        actor = ray_actor(process.title)
         if actor:
-            actors[actor] += used
+            actors[actor] += process.cpu
             actor_count[actor] += 1
     return {"total_cpu_s": round(sum(kinds.values()), 1),
             "kinds": [{"kind": k, "cpu_s": round(v, 1), "processes": count[k]}
@@ -193,7 +225,7 @@ def main() -> None:
     env = os.environ | {"OMP_NUM_THREADS": "1", TIMELINE_ENV: str(timeline),
                         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
                                                                     os.environ.get("PYTHONPATH")]))}
-    sampler = Sampler(args.interval, ignore=set(read_processes(os.sysconf("SC_CLK_TCK"))))
+    sampler = Sampler(args.interval, ignore=set(read_cpu(os.sysconf("SC_CLK_TCK"))))
     sampler.start()
     t0 = time.perf_counter()
     ran = subprocess.run(command, cwd=ROOT, env=env)

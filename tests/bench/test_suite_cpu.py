@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.suite_cpu import file_walls, kind_of, ray_actor, read_processes, summarize
+from bench.suite_cpu import Seen, command_of, file_walls, kind_of, ray_actor, read_cpu, summarize
 
 
 def test_processes_are_told_apart_by_their_command_lines() -> None:
@@ -35,10 +35,11 @@ def test_a_child_process_is_read_with_its_cpu() -> None:
                               "pass\ntime.sleep(30)"])
     try:
         time.sleep(1.0)
-        found = [v for k, v in read_processes(os.sysconf("SC_CLK_TCK")).items()
+        found = [v for k, v in read_cpu(os.sysconf("SC_CLK_TCK")).items()
                  if k.startswith(f"{child.pid}:")]
         assert len(found) == 1
-        cpu, command = found[0]
+        pid, cpu = found[0]
+        command = command_of(pid)
         assert 0.2 < cpu < 1.5 and "time.sleep(30)" in command
     finally:
         child.kill()
@@ -46,9 +47,11 @@ def test_a_child_process_is_read_with_its_cpu() -> None:
 
 
 def test_cpu_is_summed_by_kind_and_by_ray_actor_and_kernel_threads_left_out() -> None:
-    seen = {"1:1": [3.0, "ray::TrainController.run"], "2:1": [1.0, "ray::TrainController"],
-            "3:1": [4.5, "ray::RayTrainWorker.run"], "4:1": [2.0, "/usr/bin/git log"],
-            "5:1": [9.0, ""]}
+    worker = "/x/bin/python /x/ray/_private/workers/default_worker.py"
+    seen = {"1:1": Seen(3.0, worker, "ray::TrainController.run"),
+            "2:1": Seen(1.0, worker, "ray::TrainController"),
+            "3:1": Seen(4.5, worker, "ray::RayTrainWorker.run"),
+            "4:1": Seen(2.0, "/usr/bin/git log", "/usr/bin/git log"), "5:1": Seen(9.0, "", "")}
     got = summarize(seen)
     assert got["total_cpu_s"] == 10.5
     assert got["kinds"][0] == {"kind": "ray worker", "cpu_s": 8.5, "processes": 3}
@@ -68,3 +71,13 @@ def test_a_files_wall_time_is_its_first_start_to_its_last_end_on_its_worker(
                                 for w, n, e, t in events))
     assert file_walls(timeline) == [{"file": "tests/a.py", "worker": "gw0", "wall_s": 5.5},
                                     {"file": "tests/b.py", "worker": "gw1", "wall_s": 1.0}]
+
+
+def test_a_retitled_ray_daemon_keeps_the_kind_it_was_launched_as() -> None:
+    agent = Seen(2.0, "/x/bin/python -u /x/ray/dashboard/agent.py --node-id=1", "")
+    assert not agent.named()  # read again until Ray titles it
+    agent.title = "ray::DashboardAgent"
+    assert agent.named()
+    assert summarize({"1:1": agent})["kinds"] == [
+        {"kind": "ray dashboard agent", "cpu_s": 2.0, "processes": 1}]
+    assert Seen(1.0, "/x/ray/gcs/gcs_server --port 1", "/x/ray/gcs/gcs_server --port 1").named()

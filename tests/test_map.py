@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MAP = ROOT / "docs" / "architecture.md"
 CELL_CHARS = 400  # a row a reader takes in at a glance
 # the one module that is Ray Serve itself: stages/serving.py imports it inside its functions
-LOADS_RAY = {"rcpipe.serve.deployments"}
+LOADS_RAY = {"rcpipe.serve.deployments", "rcpipe.cluster.run_abort"}
 HEAVY = ("ray", "spacy", "prefect")
 
 

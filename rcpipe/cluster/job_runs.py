@@ -13,6 +13,12 @@ submit_job is refused: "already exists").
 A submitter that is interrupted (Ctrl-C, SIGTERM, a Prefect cancellation) stops the job it
 follows, unless asked to detach; one whose log stream broke (an Exception, not an
 interruption) leaves it running, for its retry or the same command to follow again.
+
+A process cancelled as a whole (stop_followed: the train-all flow's main thread, when
+Prefect cancels the run) starts no job any more, and the Ray Train jobs its threads fit on
+this process's own Ray (cluster/train_job.py, ``fitting``) give up following them before
+that Ray is shut down: a thread calling Ray after the shutdown would start a new local
+Ray for itself (Ray's auto-init), and the cancelled process would not end.
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ STOP_WAIT_S = 10.0  # Ray kills an entrypoint 3 s after its SIGTERM (RAY_JOB_STO
 _lock = threading.Lock()
 _followed: dict[str, Any] = {}  # submission id -> its client: the jobs this process follows
 _cancelled = threading.Event()  # stop_followed was called: no job starts any more
+_fits = threading.Condition(_lock)  # notified when a local fit stops following its job
+_fitting = 0  # how many local Ray Train fits follow their jobs in this process now
 
 
 def check_run_name(name: str) -> str:
@@ -133,7 +141,9 @@ def following(client: Any, job_id: str, detach: bool,
 
 
 def stop_followed(on_line: Callable[[str], None] = log.warning) -> list[str]:
-    """Stop every job this process follows, and start no more; the ids stopped.
+    """Stop every job this process follows, and start no more; the ids stopped. Returns
+    once the local fits have stopped calling Ray too (STOP_WAIT_S at most), so that the
+    caller may shut this process's Ray down, which ends their jobs.
 
     For another thread to call when the process is cancelled: the train-all flow's main
     thread does when Prefect cancels the run, since its train tasks follow their jobs in
@@ -144,7 +154,34 @@ def stop_followed(on_line: Callable[[str], None] = log.warning) -> list[str]:
         jobs = dict(_followed)
     for job_id, client in jobs.items():
         stop(client, job_id, on_line)
+    with _fits:
+        if not _fits.wait_for(lambda: _fitting == 0, timeout=STOP_WAIT_S):
+            on_line(f"{_fitting} Ray Train job(s) still followed after {STOP_WAIT_S:.0f} s: "
+                    "they end with this process's Ray")
     return list(jobs)
+
+
+def cancelled() -> bool:
+    """Whether stop_followed was called: this process follows and starts no Ray job."""
+    return _cancelled.is_set()
+
+
+@contextmanager
+def fitting() -> Iterator[Callable[[], bool]]:
+    """While a thread follows a Ray Train job on this process's Ray (train_job.fit): it
+    polls the ``cancelled`` it is given, and once that is true calls Ray no more and
+    leaves. Raises RuntimeError at once in a cancelled process (no job starts)."""
+    global _fitting
+    with _lock:
+        if _cancelled.is_set():
+            raise RuntimeError("this process was cancelled: it starts no Ray job")
+        _fitting += 1
+    try:
+        yield cancelled
+    finally:
+        with _fits:
+            _fitting -= 1
+            _fits.notify_all()
 
 
 def stop(client: Any, job_id: str, on_line: Callable[[str], None]) -> None:

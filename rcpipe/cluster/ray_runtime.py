@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from rcpipe.cluster.job_runs import cancelled
 from rcpipe.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,8 @@ def ray_cluster(address: str | None) -> Iterator[None]:
     if ray.is_initialized():
         yield
         return
+    if cancelled():  # a retried task of a cancelled flow: its Ray is being shut down
+        raise RuntimeError("this process was cancelled: it starts no Ray")
     address = address or os.environ.get("RAY_ADDRESS")  # a cluster's job environment
     if address:
         ray.init(address=address, logging_level="WARNING", log_to_driver=False)

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rcpipe.cluster import job_runs
 from rcpipe.cluster.ray_runtime import joined
 from rcpipe.config import Config
 from rcpipe.errors import InputError
@@ -281,35 +282,65 @@ def fit(job: Job, inputs: ModelInputs, dev_doc: dict[str, Any], cfg: Config,
     """Run the TorchTrainer of run ``name`` to the end (resuming it where its storage holds
     checkpoints); ``on_progress(message)`` sees rank 0's messages.
 
-    Returns Ray Train's Result (its checkpoints live in the run's storage).
+    Returns Ray Train's Result (its checkpoints live in the run's storage). Raises
+    RuntimeError within 0.5 s once this process is cancelled (job_runs.stop_followed).
     """
     import ray
-    from ray.util.queue import Empty, Queue
+    from ray.util.queue import Queue
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    # the progress queue lives on the driver's node: on another it would die with that node
-    # and take the driver down with it, while Ray Train restarts the workers elsewhere
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    progress = Queue(maxsize=10_000, actor_options={"num_cpus": 0, "scheduling_strategy": here})
-    trainer = make_trainer(job, cfg, {"inputs": ray.put(inputs), "dev_doc": ray.put(dev_doc),
-                                      "progress": progress}, storage_path, filesystem,
-                           name)
-    outcome: dict[str, Any] = {}
+    from rcpipe.cluster import run_abort
 
-    def run() -> None:
-        try:
-            outcome["result"] = trainer.fit()
-        except BaseException as e:  # noqa: BLE001 - re-raised on the calling thread
-            outcome["error"] = e
+    with job_runs.fitting() as cancelled:
+        # the progress queue lives on the driver's node: on another it would die with that
+        # node and take the driver down with it, while Ray Train restarts the workers elsewhere
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
+                                              soft=False)
+        progress = Queue(maxsize=10_000,
+                         actor_options={"num_cpus": 0, "scheduling_strategy": here})
+        trainer = make_trainer(job, cfg, {"inputs": ray.put(inputs),
+                                          "dev_doc": ray.put(dev_doc), "progress": progress},
+                               storage_path, filesystem, name,
+                               callbacks=(run_abort.AnnounceController(progress),))
+        outcome: dict[str, Any] = {}
 
-    thread = threading.Thread(target=run, name="ray-train-fit", daemon=True)
-    thread.start()
-    while thread.is_alive() or progress.qsize():
-        try:
-            on_progress(progress.get(timeout=0.5))
-        except Empty:
-            continue
+        def run() -> None:
+            try:
+                outcome["result"] = trainer.fit()
+            except BaseException as e:  # noqa: BLE001 - re-raised on the calling thread
+                outcome["error"] = e
+
+        thread = threading.Thread(target=run, name="ray-train-fit", daemon=True)
+        thread.start()
+        controller = _follow(thread, progress, on_progress, cancelled)
+        if cancelled():  # before the canceller shuts this process's Ray down
+            if controller is not None:
+                run_abort.abort(controller, name)
+            raise RuntimeError(f"this process was cancelled: Ray Train run {name} stopped; "
+                               "its checkpoints so far stay, to be resumed")
     thread.join()
     if "error" in outcome:
         raise outcome["error"]
     return outcome["result"]
+
+
+def _follow(thread: threading.Thread, progress: Any, on_progress: Any,
+            cancelled: Any) -> Any:
+    """Hand rank 0's messages to ``on_progress`` until the fit ``thread`` has ended and the
+    ``progress`` queue is empty, or until ``cancelled()``; the run's Train V2 controller
+    (run_abort.AnnounceController's message), None when it has not started."""
+    from ray.util.queue import Empty
+
+    from rcpipe.cluster import run_abort
+
+    controller = None
+    while not cancelled() and (thread.is_alive() or progress.qsize()):
+        try:
+            message = progress.get(timeout=0.5)
+        except Empty:
+            continue
+        if run_abort.CONTROLLER in message:
+            controller = message[run_abort.CONTROLLER]
+        else:
+            on_progress(message)
+    return controller

@@ -5,7 +5,8 @@ on loopback (the DVC remote), night after night in one DVC workspace:
 1. trains both voters, versions, crowns the first champion;
 2. nothing changed: trains nothing, evaluates nothing, in a fraction of night 1's time;
    the champion stays;
-3. new training data (more articles), cancelled mid-training;
+3. new training data (more articles) and longer runs, cancelled mid-training: the flow
+   run ends by itself (its Ray Train runs aborted), well before Prefect's SIGKILL;
 4. the same data again: the cancelled night's checkpoints resume, the rest trains anew on
    the new data, everything is evaluated again and the gate decides;
 5. one variant's params changed: only it trains.
@@ -52,6 +53,7 @@ PREFIX = "nights"
 # run's fingerprint), so no night's decision depends on it
 TRAIN = {"max_steps": 24, "eval_every": 4, "batch_size": 4, "epochs": 50,
          "cpus_per_worker": 1}
+LONGER = 48  # the max_steps of nights 3 to 5 (see night 3)
 
 
 def _deployment_run(env: dict[str, str], work: Path, s3_env: dict[str, str],
@@ -183,7 +185,11 @@ def test_four_nights_and_a_cancelled_one_train_only_what_changed(
           f"{second_s / first_s:.2f}x")
     assert second_s < 0.6 * first_s
 
-    # night 3: more training articles; cancelled once a variant has a checkpoint
+    # night 3: more training articles and longer runs (from a run's first checkpoint to its
+    # end then takes longer than a cancellation takes to land, on a slow machine too);
+    # cancelled once a new run has a checkpoint
+    params["train"]["max_steps"] = LONGER
+    (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     train = json.loads((work / "data/synth/train.json").read_text())
     more = synth.generate(11, 4, 3, 3, version="1.1", title_prefix="t-more")
     synth.write({**train, "data": train["data"] + more["data"]}, work / "data/synth/train.json")
@@ -193,19 +199,28 @@ def test_four_nights_and_a_cancelled_one_train_only_what_changed(
     while not _a_new_run_checkpointed(work, night1):
         assert time.monotonic() < deadline, "night 3 never checkpointed a new run"
         time.sleep(0.5)
+    t0 = time.monotonic()
     subprocess.run([stack._prefect(), "flow-run", "cancel", run_id], env=env, check=True,
                    capture_output=True, timeout=60)
     _wait_until_final(env, run_id)
+    cancelled_s = time.monotonic() - t0
     assert _summaries(work) == night1  # yesterday's models stay in place
     assert len(_decisions(s3)) == 2 and _champion(s3) == champion
+    stored = {v: _latest_step(work, v, night1) for v in VOTERS}  # the new runs' checkpoints
+    print(f"night 3 cancelled: the flow run ended {cancelled_s:.1f} s after `prefect "
+          f"flow-run cancel`, its runs stopped at steps {stored} of {LONGER}")
+    assert max(stored.values()) > 0 and all(s < LONGER for s in stored.values())
+    assert cancelled_s < 30  # the flow's process group ended by itself: no runner's SIGKILL
 
     # night 4: the cancelled night's runs resume; every variant ends on the new data
     _night(env, work, s3_env)
     night4 = _summaries(work)
     for v in VOTERS:
         assert night4[v]["run"] != night1[v]["run"]  # trained anew on the new data
-        assert night4[v]["steps"] == TRAIN["max_steps"]
-    assert any(s["resumed_from_step"] > 0 for s in night4.values()), night4
+        assert night4[v]["steps"] == LONGER
+        # from the last checkpoint Ray Train recorded: a step night 3 stored, or none
+        resumed = night4[v]["resumed_from_step"]
+        assert (0 < resumed <= stored[v]) if stored[v] else resumed == 0, (v, resumed, stored)
     assert all(_mtime(p) != t for p, t in zip(watched, before, strict=True))
     decisions = _decisions(s3)
     assert len(decisions) == 3 and isinstance(decisions[-1]["promoted"], bool)
@@ -279,6 +294,13 @@ def _nights_a_person_can_compare(work: Path, origin: Path,
     assert all(d["run"] in page for d in decisions) and "champion" in page
     report = urllib.request.urlopen(last["report_link"], timeout=30).read().decode()
     assert "rcpipe evaluation report" in report
+
+
+def _latest_step(work: Path, variant: str, before: dict[str, dict[str, Any]]) -> int:
+    """The latest step a run of ``variant`` other than ``before``'s has stored; 0: none."""
+    steps = [int(p.name[len("step-"):]) for p in work.glob(f"models/{variant}/runs/run-*/step-*")
+             if p.parent.name != before[variant]["run"]]
+    return max(steps, default=0)
 
 
 def _a_new_run_checkpointed(work: Path, before: dict[str, dict[str, Any]]) -> bool:

@@ -59,6 +59,17 @@ class RaySession:
         self.device: torch.device = ray.train.torch.get_device()
         self._inputs, self._dev_doc, self._queue = inputs, dev_doc, progress
         self._dev: dict[str, Any] | None = None
+        self._raylet = os.getppid()  # the node's raylet started this worker process
+
+    def check_node(self) -> None:
+        """Raise once this worker's raylet has gone (its node shut down or lost: a cancelled
+        flow's local Ray, whose whole process group Prefect's SIGTERM reaches). Orphaned,
+        a worker trained on for seconds, until Ray's own check ended it, and stored
+        checkpoints that no controller recorded (a cancelled night's runs reached their
+        last step)."""
+        if os.getppid() != self._raylet:
+            raise RuntimeError(f"rank {self.rank}: this worker's Ray node is gone (its raylet "
+                               "ended): it trains and stores nothing more")
 
     def inputs(self) -> ModelInputs:
         import ray
@@ -95,10 +106,12 @@ class RaySession:
         import ray.train
         from ray.train import Checkpoint
 
+        self.check_node()  # before the checkpoint is stored
         checkpoint = Checkpoint.from_directory(directory) if directory is not None else None
         ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=name)
 
     def progress(self, message: dict[str, Any]) -> None:
+        self.check_node()  # every few steps, rank 0 (the others at each checkpoint)
         if self._queue is None:
             return
         try:

@@ -146,3 +146,22 @@ def test_a_users_mistake_found_in_a_ray_train_worker_is_one_line_at_the_driver(
     assert "not a readable Parquet file" in found.value.what
     assert found.value.exit_code == 2 and "\n" not in found.value.line()
     assert not Path("models/bidaf/summary.json").exists()
+
+
+def test_a_worker_whose_raylet_has_gone_stores_and_trains_nothing_more(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prefect's SIGTERM reaches a cancelled flow's local Ray too: its raylet ends, and the
+    orphaned worker (re-parented) must not store another checkpoint nor train on."""
+    import os
+
+    from rcpipe.cluster.train_job import RaySession
+
+    session = RaySession.__new__(RaySession)  # the fields a running worker's session has
+    session.rank, session._raylet, session._queue = 0, os.getppid(), None
+    session.check_node()  # its raylet is there
+    session.progress({"step": 10})
+    monkeypatch.setattr(os, "getppid", lambda: 1)  # orphaned: init adopted it
+    with pytest.raises(RuntimeError, match="Ray node is gone"):
+        session.report({"step": 12}, None, "step-00000012")
+    with pytest.raises(RuntimeError, match="Ray node is gone"):
+        session.progress({"step": 20})

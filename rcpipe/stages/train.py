@@ -254,9 +254,11 @@ def train_slots(cfg: Config, variants: int, needed: bool = True) -> Iterator[int
 
 
 def stop_jobs(on_line: Callable[[str], None]) -> list[str]:
-    """Stop the Ray jobs this process's train stages follow through a Jobs API (a flow
-    cancelled or interrupted: the stages follow them in worker threads, which the signal
-    does not reach), each said to ``on_line``; their ids."""
+    """Stop the Ray jobs this process's train stages follow through a Jobs API, and have
+    the Ray Train runs they fit on this process's Ray aborted (a flow cancelled or
+    interrupted: the stages follow them in worker threads, which the signal does not
+    reach), each Jobs-API job said to ``on_line``; their ids. On return no stage calls
+    Ray any more: the caller may shut it down."""
     from rcpipe.cluster.job_runs import stop_followed
 
     return stop_followed(on_line)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -25,6 +26,17 @@ FAST_FAILURE = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_
 # LOCAL_RAY_ENV): a job's end is seen sooner than at Ray's 2 s
 POLL = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
 FAST_POLL = {POLL: LOCAL_RAY_ENV[POLL]}
+
+
+def recorded_steps(run: Path) -> list[int]:
+    """The steps of a Ray Train run's checkpoints that its controller recorded (its checkpoint
+    manager's snapshot under the run's storage: what a resumed run goes on from), not only
+    stored as files; [] before the first."""
+    try:
+        snapshot = (run / "checkpoint_manager_snapshot.json").read_text()
+    except OSError:
+        return []
+    return sorted({int(n) for n in re.findall(r"step-(\d{8})", snapshot)})
 
 
 def free_port() -> int:

@@ -167,17 +167,17 @@ def cancelled() -> bool:
 
 
 @contextmanager
-def fitting() -> Iterator[Callable[[], bool]]:
+def fitting() -> Iterator[None]:
     """While a thread follows a Ray Train job on this process's Ray (train_job.fit): it
-    polls the ``cancelled`` it is given, and once that is true calls Ray no more and
-    leaves. Raises RuntimeError at once in a cancelled process (no job starts)."""
+    polls ``cancelled()``, and once that is true calls Ray no more and leaves. Raises
+    RuntimeError at once in a cancelled process (no job starts)."""
     global _fitting
-    with _lock:
+    with _fits:
         if _cancelled.is_set():
             raise RuntimeError("this process was cancelled: it starts no Ray job")
         _fitting += 1
     try:
-        yield cancelled
+        yield
     finally:
         with _fits:
             _fitting -= 1

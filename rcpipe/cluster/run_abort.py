@@ -41,9 +41,9 @@ class AnnounceController(ControllerCallback):
         self.progress.actor.put_nowait.remote({CONTROLLER: me})
 
 
-def abort(controller: Any, name: str) -> bool:
+def abort(controller: Any, name: str) -> None:
     """Abort the run of ``controller`` (its workers killed, the checkpoints it recorded
-    kept); whether Ray confirmed it within ABORT_WAIT_S."""
+    kept), waiting ABORT_WAIT_S at most."""
     try:
         ray.get(controller.abort.remote(), timeout=ABORT_WAIT_S)
     except ray.exceptions.RayActorError:
@@ -51,5 +51,3 @@ def abort(controller: Any, name: str) -> bool:
     except Exception as e:  # noqa: BLE001 - the cancellation goes on: Ray's shutdown ends it
         log.warning("Ray Train run %s: abort failed (%.200r); it ends with this process's "
                     "Ray", name, e)
-        return False
-    return True

@@ -304,7 +304,7 @@ def fit(job: Job, inputs: ModelInputs, dev_doc: dict[str, Any], cfg: Config,
 
     from rcpipe.cluster import run_abort
 
-    with job_runs.fitting() as cancelled:
+    with job_runs.fitting():
         # the progress queue lives on the driver's node: on another it would die with that
         # node and take the driver down with it, while Ray Train restarts the workers elsewhere
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
@@ -325,8 +325,8 @@ def fit(job: Job, inputs: ModelInputs, dev_doc: dict[str, Any], cfg: Config,
 
         thread = threading.Thread(target=run, name="ray-train-fit", daemon=True)
         thread.start()
-        controller = _follow(thread, progress, on_progress, cancelled)
-        if cancelled():  # before the canceller shuts this process's Ray down
+        controller = _follow(thread, progress, on_progress)
+        if job_runs.cancelled():  # before the canceller shuts this process's Ray down
             if controller is not None:
                 run_abort.abort(controller, name)
             raise RuntimeError(f"this process was cancelled: Ray Train run {name} stopped; "
@@ -337,17 +337,16 @@ def fit(job: Job, inputs: ModelInputs, dev_doc: dict[str, Any], cfg: Config,
     return outcome["result"]
 
 
-def _follow(thread: threading.Thread, progress: Any, on_progress: Any,
-            cancelled: Any) -> Any:
+def _follow(thread: threading.Thread, progress: Any, on_progress: Any) -> Any:
     """Hand rank 0's messages to ``on_progress`` until the fit ``thread`` has ended and the
-    ``progress`` queue is empty, or until ``cancelled()``; the run's Train V2 controller
-    (run_abort.AnnounceController's message), None when it has not started."""
+    ``progress`` queue is empty, or until this process is cancelled; the run's Train V2
+    controller (run_abort.AnnounceController's message), None when it has not started."""
     from ray.util.queue import Empty
 
     from rcpipe.cluster import run_abort
 
     controller = None
-    while not cancelled() and (thread.is_alive() or progress.qsize()):
+    while not job_runs.cancelled() and (thread.is_alive() or progress.qsize()):
         try:
             message = progress.get(timeout=0.5)
         except Empty:

@@ -20,9 +20,9 @@ def test_stop_followed_returns_once_every_fit_has_left() -> None:
     inside, events = threading.Event(), []
 
     def fit() -> None:  # as train_job.fit: polls, then leaves after a last Ray call
-        with job_runs.fitting() as cancelled:
+        with job_runs.fitting():
             inside.set()
-            while not cancelled():
+            while not job_runs.cancelled():
                 time.sleep(0.05)
             time.sleep(0.3)  # the abort's round trip
             events.append("fit left")

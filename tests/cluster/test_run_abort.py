@@ -15,7 +15,7 @@ import pytest
 from rcpipe import stages
 from rcpipe.cluster import job_runs, run_abort
 from tests import ray_nodes
-from tests.cluster.test_train_job import _registered_checkpoint, _run_dir
+from tests.cluster.test_train_job import _run_dir
 from tests.conftest import TINY_MODEL
 
 
@@ -41,7 +41,7 @@ def test_a_cancelled_process_aborts_its_run_and_trains_no_more(
     trainer = threading.Thread(target=train, daemon=True)
     trainer.start()
     deadline = time.monotonic() + 180
-    while not _registered_checkpoint(_run_dir("bidaf")):
+    while not ray_nodes.recorded_steps(_run_dir("bidaf")):
         assert trainer.is_alive() and time.monotonic() < deadline, failed
         time.sleep(0.1)
 

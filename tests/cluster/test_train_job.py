@@ -17,15 +17,6 @@ from tests import ray_nodes
 from tests.conftest import TINY_MODEL, SynthData
 
 
-def _registered_checkpoint(checkpoints: Path) -> bool:
-    """Whether Ray Train's controller has registered a reported checkpoint (not only its files)."""
-    snapshot = checkpoints / "checkpoint_manager_snapshot.json"
-    try:
-        return "step-" in snapshot.read_text()
-    except OSError:
-        return False
-
-
 def _run_dir(variant: str) -> Path:
     """The variant's one keyed run (train/runs.py), or where it will be once it starts."""
     return next(Path(f"models/{variant}/runs").glob("run-*"), Path("no-run-yet"))
@@ -64,7 +55,7 @@ def test_failure_config_restarts_a_run_whose_worker_died(prepared_here) -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not killed:
             workers = ray_nodes.train_workers(psutil.Process())  # local_ray's
-            if workers and _registered_checkpoint(_run_dir("bidaf")):
+            if workers and ray_nodes.recorded_steps(_run_dir("bidaf")):
                 workers[0].kill()  # SIGKILL, as an OOM killer or a lost node would
                 killed.append(workers[0].pid)
             time.sleep(0.2)

@@ -28,6 +28,8 @@ import re
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,7 @@ from flows import stack
 from flows.version import decision_markdown
 from rcpipe.config import VARIANTS
 from rcpipe.data import synth
+from tests import ray_nodes
 from tests.conftest import AWS_WORKER_ENV, SynthData, questions_of
 from tests.dvc_project import BUCKET, make_project, sh
 
@@ -303,46 +306,40 @@ def _nights_a_person_can_compare(work: Path, origin: Path,
 def _recorded_step(work: Path, variant: str, before: dict[str, dict[str, Any]]) -> int:
     """The latest checkpoint Ray Train's controller recorded for a run of ``variant`` other
     than ``before``'s (the one a resumed run goes on from); 0: none."""
-    snapshots = [p for p in work.glob(f"models/{variant}/runs/run-*/"
-                                      "checkpoint_manager_snapshot.json")
-                 if p.parent.name != before[variant]["run"]]
-    steps = [int(n) for p in snapshots for n in re.findall(r"step-(\d{8})", p.read_text())]
-    return max(steps, default=0)
+    return max((step for run in work.glob(f"models/{variant}/runs/run-*")
+                if run.name != before[variant]["run"]
+                for step in ray_nodes.recorded_steps(run)), default=0)
+
+
+@contextmanager
+def _client(env: dict[str, str]) -> Iterator[Any]:
+    """A Prefect client of the stack's API (``env``'s)."""
+    from prefect import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"]}), \
+            get_client(sync_client=True) as client:
+        yield client
 
 
 def _cancel(env: dict[str, str], run_id: str) -> None:
     """Set the flow run Cancelling, as `prefect flow-run cancel` does: the worker sees it
     and sends the flow run's process group SIGTERM."""
-    from prefect import get_client
-    from prefect.settings import PREFECT_API_URL, temporary_settings
     from prefect.states import Cancelling
 
-    with temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"]}), \
-            get_client(sync_client=True) as client:
+    with _client(env) as client:
         client.set_flow_run_state(run_id, Cancelling())
 
 
 def _a_new_run_checkpointed(work: Path, before: dict[str, dict[str, Any]]) -> bool:
-    """Whether a variant's run other than ``before``'s has stored a checkpoint."""
-    old = {s["run"] for s in before.values()}
-    for run in work.glob("models/*/runs/run-*"):
-        snapshot = run / "checkpoint_manager_snapshot.json"  # Ray Train has registered it
-        try:
-            if run.name not in old and "step-" in snapshot.read_text():
-                return True
-        except OSError:
-            continue
-    return False
+    """Whether a variant's run other than ``before``'s has recorded a checkpoint."""
+    return any(_recorded_step(work, v, before) for v in before)
 
 
 def _wait_until_final(env: dict[str, str], run_id: str, timeout: float = 120) -> None:
     """Until the cancelled flow run is Cancelled (its process gone)."""
-    from prefect import get_client
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
     deadline = time.monotonic() + timeout
-    with temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"]}), \
-            get_client(sync_client=True) as client:
+    with _client(env) as client:
         while True:
             state = client.read_flow_run(run_id).state
             if state is not None and state.is_final():

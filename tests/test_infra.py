@@ -779,3 +779,17 @@ def test_the_rayservice_check_rejects_broken_copies() -> None:
         break_it(config)
         doc["spec"]["serveConfigV2"] = yaml.safe_dump(config)
         assert any(words in p for p in rayservice_problems(doc)), words
+
+
+def test_a_run_in_the_checkout_leaves_git_clean() -> None:
+    """`make demo` or `dvc repro` here writes the stages' stamps and the locks beside their
+    outputs (`.predictions.lock` at the top, as predictions/ is there): git ignores them."""
+    import subprocess
+
+    from rcpipe.locks import lock_file
+
+    made = [str(layout.stamp("evaluate-bidaf")), str(lock_file(Path("predictions"))),
+            str(lock_file(Path("metrics"))), str(lock_file(Path("models/bidaf")))]
+    checked = subprocess.run(["git", "check-ignore", "--no-index", *made], cwd=REPO,
+                             capture_output=True, text=True)
+    assert sorted(checked.stdout.split()) == sorted(made)

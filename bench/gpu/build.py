@@ -3,18 +3,19 @@
 The box (bench/gpu/README.md) has Python 3.12, torch with CUDA, numpy, pyarrow, PyYAML, rich
 and typer, and no registry, spaCy, Ray or pydantic. The kit carries:
 
-  gpu-kit/base/     every call: the article split prepared at params.yaml's sizes (v1.1 and
-                    v2.0 Parquet, no word vectors) with each test file, the wheels the box
-                    lacks (pydantic and its parts, jsonschema and its parts for Ray), and
-                    manifest.json (versions, sizes, the Ray archive's sha256)
-  gpu-kit/ray-<i>/  one part each of Ray's cp312 wheel, unpacked and recompressed (tar.xz):
-                    the wheel (~76 MiB) alone is over a call's 64 MiB, so its parts arrive
-                    in separate calls and the box joins them on its disk
+  gpu-kit/base/  every call: the article split prepared at params.yaml's sizes (v1.1 and v2.0
+                 Parquet, no word vectors) with each test file, the wheels the box lacks
+                 (pydantic and its parts, jsonschema and its parts for Ray), and manifest.json
+                 (versions, sizes, the Ray archive's sha256, the plan with each call's MiB)
+  gpu-kit/ray/   call 2: Ray's cp312 wheel slimmed (box.RAY_LEFT_OUT: the Java jars, RLlib,
+                 Serve, the dashboard's web build) and packed as one tar.xz
 
-Versions are uv.lock's, and the Ray wheel is checked against the lock's sha256. The build
-needs the registry and /work/shared (spaCy prepares here): `make gpu-kit`, never the tests.
+Versions are uv.lock's, and the Ray wheel is checked against the lock's sha256. Each call's
+carry is measured with the working tree and written into bench/gpu/plan.json (tracked: the
+dry run holds it to the limits). The build needs the registry and /work/shared (spaCy
+prepares here): `make gpu-kit`, never the tests.
 
-    .venv/bin/python bench/gpu/build.py [--split DIR] [--kit gpu-kit] [--parts 2]
+    .venv/bin/python bench/gpu/build.py [--split DIR] [--kit gpu-kit]
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import argparse
 import hashlib
 import json
 import lzma
-import math
 import shutil
 import subprocess
 import sys
@@ -38,10 +38,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.accuracy import SPLIT, prepare  # noqa: E402 - the repo root first
-from bench.gpu.box import RAY, WHEELS  # noqa: E402
+from bench.gpu.box import RAY, RAY_LEFT_OUT, WHEELS  # noqa: E402
 
 MiB = 2**20
-CALL_LIMIT = 64 * MiB  # what one device call carries: working tree + carried paths
+PLAN = ROOT / "bench" / "gpu" / "plan.json"  # the calls, their carries and device-minutes
 VERSIONS = ("1.1", "2.0")
 # the box: CPython 3.12 on x86-64 Linux (pip matches each manylinux tag exactly)
 PLATFORM = ["--python-version", "3.12", "--implementation", "cp",
@@ -79,26 +79,27 @@ def check_locked_hash(wheel: Path, package: dict[str, Any]) -> None:
         raise SystemExit(f"{wheel.name}: not the wheel uv.lock pins")
 
 
-def pack(tree: Path, archive: Path, parts: int, out_dirs: list[Path]) -> list[Path]:
-    """``tree`` as one tar.xz (Python's lzma reads it on the box: no zstd needed there), cut
-    into ``parts`` pieces, piece i in out_dirs[i]; the pieces joined in order are the archive."""
+def pack(tree: Path, archive: Path) -> Path:
+    """``tree`` as one tar.xz (Python's lzma reads it on the box: no zstd needed there)."""
+    archive.parent.mkdir(parents=True, exist_ok=True)
     with lzma.open(archive, "wb", preset=9) as xz, tarfile.open(fileobj=xz, mode="w") as tar:
         for path in sorted(tree.iterdir()):
             tar.add(path, arcname=path.name)  # file modes kept: Ray's gcs_server, raylet run
-    size = archive.stat().st_size
-    step = math.ceil(size / parts)
-    written = []
-    with archive.open("rb") as f:
-        for i, out in enumerate(out_dirs[:parts]):
-            out.mkdir(parents=True, exist_ok=True)
-            piece = out / f"{archive.name}.{i + 1}"
-            piece.write_bytes(f.read(step))
-            written.append(piece)
-    return written
+    return archive
 
 
-def ray_parts(lock: dict[str, dict[str, Any]], kit: Path, parts: int) -> dict[str, Any]:
-    """Ray's locked cp312 wheel, checked, unpacked and packed into ``parts`` pieces."""
+def slim(tree: Path) -> int:
+    """Cut what Ray Train on one node never loads (box.RAY_LEFT_OUT); the bytes cut."""
+    cut = 0
+    for rel in RAY_LEFT_OUT:
+        if (path := tree / rel).exists():
+            cut += size_of(path)
+            shutil.rmtree(path)
+    return cut
+
+
+def ray_slim(lock: dict[str, dict[str, Any]], kit: Path) -> dict[str, Any]:
+    """Ray's locked cp312 wheel, checked, unpacked, slimmed and packed into gpu-kit/ray/."""
     with tempfile.TemporaryDirectory(prefix="gpu-kit-ray-") as tmp:
         wheel, = download([RAY], lock, Path(tmp) / "whl")
         check_locked_hash(wheel, lock[RAY])
@@ -108,12 +109,12 @@ def ray_parts(lock: dict[str, dict[str, Any]], kit: Path, parts: int) -> dict[st
                 z.extract(info, tree)
                 if mode := info.external_attr >> 16:
                     (tree / info.filename).chmod(mode & 0o777)
-        archive = Path(tmp) / f"{wheel.name.removesuffix('.whl')}.tar.xz"
-        pieces = pack(tree, archive, parts, [kit / f"ray-{i + 1}" for i in range(parts)])
-        return {"wheel": wheel.name, "wheel_bytes": wheel.stat().st_size,
-                "archive": archive.name, "archive_bytes": archive.stat().st_size,
-                "archive_sha256": sha256(archive),
-                "parts": [str(p.relative_to(kit.parent)) for p in pieces]}
+        cut = slim(tree)
+        archive = pack(tree, kit / "ray" / f"{wheel.name.removesuffix('.whl')}.tar.xz")
+        return {"wheel": wheel.name, "wheel_bytes": wheel.stat().st_size, "cut_bytes": cut,
+                "left_out": list(RAY_LEFT_OUT), "archive": archive.name,
+                "archive_bytes": archive.stat().st_size, "archive_sha256": sha256(archive),
+                "path": str(archive.relative_to(kit.parent))}
 
 
 def size_of(path: Path) -> int:
@@ -131,17 +132,14 @@ def working_tree_bytes() -> int:
                if p and (ROOT / p.decode()).is_file())
 
 
-def calls(kit: Path, parts: list[str]) -> list[dict[str, Any]]:
-    """Each call's carry (bench/gpu/README.md's plan: base always, Ray's first part in call
-    1, the rest in call 2) and its bytes with the working tree."""
+def measured_plan(kit: Path) -> dict[str, Any]:
+    """bench/gpu/plan.json with each call's carry measured: its paths and the working tree."""
+    plan = json.loads(PLAN.read_text())
     tree = working_tree_bytes()
-    base, ray = f"{kit.name}/base", [str(Path(p).parent) for p in parts]
-    carries = [[base, *ray[:1]], [base, *ray[1:]], [base]]
-    out = []
-    for i, paths in enumerate(carries, 1):
-        total = tree + sum(size_of(kit.parent / p) for p in paths)
-        out.append({"call": i, "carry": paths, "bytes": total, "mib": round(total / MiB, 1)})
-    return out
+    for call in plan["calls"]:
+        total = tree + sum(size_of(kit.parent / p) for p in call["carry"])
+        call["mib"] = round(total / MiB, 1)
+    return plan
 
 
 def main() -> None:
@@ -150,7 +148,6 @@ def main() -> None:
                     help="folder of train-v<V>.json and test-v<V>.json")
     ap.add_argument("--kit", type=Path, default=ROOT / "gpu-kit")
     ap.add_argument("--params", type=Path, default=ROOT / "params.yaml")
-    ap.add_argument("--parts", type=int, default=2, help="pieces of Ray's archive (calls)")
     args = ap.parse_args()
     kit, base = args.kit.resolve(), args.kit.resolve() / "base"
     lock = locked()
@@ -165,19 +162,24 @@ def main() -> None:
                          "meta": json.loads((out / "prepared" / "meta.json").read_text())}
     shutil.rmtree(base / "wheels", ignore_errors=True)
     wheels = download(list(WHEELS), lock, base / "wheels")
-    for old in kit.glob("ray-*"):
-        shutil.rmtree(old)
-    ray = ray_parts(lock, kit, args.parts)
+    for old in (*kit.glob("ray-*"), kit / "ray"):  # ray-1, ray-2: the kit before the slimming
+        shutil.rmtree(old, ignore_errors=True)
+    ray = ray_slim(lock, kit)
     manifest = {"params": str(args.params.relative_to(ROOT)), "split": str(args.split),
                 "data": data, "wheels": {w.name: w.stat().st_size for w in wheels},
-                "ray": ray, "calls": calls(kit, ray["parts"])}
+                "ray": ray}
     (base / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    for name, path in [("base", base), *((p, kit.parent / p) for p in ray["parts"])]:
-        print(f"{name:<40} {size_of(path) / MiB:7.1f} MiB")
-    for c in manifest["calls"]:
-        print(f"call {c['call']}: working tree + {' + '.join(c['carry'])} = {c['mib']} MiB")
-    if over := [c for c in manifest["calls"] if c["bytes"] > CALL_LIMIT]:
-        raise SystemExit(f"over a call's 64 MiB: {over}")
+    plan = measured_plan(kit)  # base's size with its manifest
+    manifest["plan"] = plan
+    (base / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    PLAN.write_text(json.dumps(plan, indent=1) + "\n")
+    print(f"Ray {ray['wheel_bytes'] / MiB:.1f} MiB wheel, {ray['cut_bytes'] / MiB:.1f} MiB cut "
+          f"-> {ray['archive_bytes'] / MiB:.1f} MiB archive")
+    for c in plan["calls"]:
+        print(f"call {c['call']}: working tree + {' + '.join(c['carry'])} = {c['mib']} MiB, "
+              f"{c['device_minutes']} device-minutes")
+    if over := [c["call"] for c in plan["calls"] if c["mib"] > plan["carry_limit_mib"]]:
+        raise SystemExit(f"calls {over}: over a call's {plan['carry_limit_mib']} MiB")
     print(f"-> {kit}")
 
 

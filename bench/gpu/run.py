@@ -1,22 +1,25 @@
 """The GPU kit's runner: each device call runs one call's steps on the box (bench/gpu/README.md).
 
-    python3 bench/gpu/run.py [options] 1|2|3|all|STEP...      (bash bench/gpu/run.sh does it)
+    python3 bench/gpu/run.py [options] 1|2|all|STEP...      (bash bench/gpu/run.sh does it)
 
-Steps, each writing <step>.json to --out ($OUT on the box) and logging to call-<n>.log:
-  setup     the kit's wheels into <state>/site; Ray's archive once all its parts arrived
-  train     every variant of every --versions trained at once on the one device, each a
-            detached process (python -m rcpipe.train.local, setsid: it outlives the call)
-  audit     bench/train_speed.py --audit, one variant a process: graphs, breaks, kernels
-  ray       `rcpipe train qanet` as a Ray Train job (NCCL on CUDA, one worker), killed with
-            SIGKILL after its first checkpoint and run again: it resumes from there
+The calls and their steps are bench/gpu/plan.json's. Steps, each writing <step>.json to
+--out ($OUT on the box) as soon as it has a figure, and logging to call-<n>.log:
+  setup     the kit's wheels into <state>/site; Ray's slimmed archive where the call carries it
+  speed     bench/train_speed.py fp32 (TF32) and bf16, one variant a process, on the idle GPU
+  compiled  the Worker's TrainStep with train.compile off and default (--compile-modes) on
+            train.buckets' batches, QANet (--compile-variants), in a child with a time cap
+  train     every variant of every --versions trained at once on the one device, each its
+            own process (python -m rcpipe.train.local), for the minutes the call has left
   wait      until the trainings end (or the call's --budget is near)
   evaluate  each variant's best model at its held-out threshold, the ensemble (bench/accuracy.py)
-  speed     bench/train_speed.py fp32 (TF32) and bf16, one variant a process
-  compiled  the Worker's TrainStep with train.compile off, default and reduce-overhead, on
-            train.buckets' batches collated ahead as the Worker feeds them
-The box's state (installed site, Ray's parts, runs) lives in --state, which outlives the calls
-while the machine stays warm. ``--device cpu`` with a tiny kit goes through every step with
-no GPU (tests/bench/test_gpu_kit.py): compiled uses the aot_eager backend there.
+  ray       `rcpipe train qanet` as a Ray Train job (NCCL on CUDA, one worker), killed with
+            SIGKILL after its first checkpoint and run again: it resumes from there
+  audit     bench/train_speed.py --audit, one variant a process: graphs, breaks, kernels
+``--steps open`` keeps only the steps whose figures no GPU draw in bench/gpu/results/ has
+yet (bench/gpu/results.py), so a later draw spends its minutes on what is missing. The
+box's state (installed site, runs) lives in --state. ``--device cpu`` with a tiny kit goes
+through every step with no GPU (tests/bench/test_gpu_kit.py): compiled uses the aot_eager
+backend there.
 """
 
 from __future__ import annotations
@@ -38,13 +41,17 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # bench.gpu.results, rcpipe: the repo is the working tree
+
+from bench.gpu.results import PLAN, open_steps  # noqa: E402 - the repo root first
+
 VARIANTS = ("bidaf", "bidaf_selfattn", "rnet", "rnet_mult", "qanet")
-# the compiled steps, most wanted first: the time guard drops the tail
-COMPILE_ORDER = ("qanet", "rnet_mult", "bidaf", "bidaf_selfattn", "rnet")
-CALLS = {"1": ("setup", "train", "audit"),
-         "2": ("setup", "ray", "wait", "evaluate"),
-         "3": ("setup", "wait", "evaluate", "speed", "compiled"),
-         "all": ("setup", "train", "audit", "ray", "wait", "evaluate", "speed", "compiled")}
+# speed and compiled steps, most wanted first (the targets' variants): the time guard drops
+# the tail
+SPEED_ORDER = ("qanet", "rnet", "rnet_mult", "bidaf", "bidaf_selfattn")
+CALLS = {c["call"]: tuple(c["steps"]) for c in PLAN["calls"]}
+CALLS["all"] = tuple(dict.fromkeys(s for steps in CALLS.values() for s in steps))
+BUDGETS = {c["call"]: c["budget_s"] for c in PLAN["calls"]}
 
 
 @dataclass
@@ -141,39 +148,29 @@ def setup(kit: Kit) -> dict[str, Any]:
 
 
 def ray_archive(kit: Kit, ray: dict[str, Any] | None) -> str:
-    """Keep each part of Ray's archive that arrived on the box's disk; with every part there,
-    join them, check the archive's sha256 and unpack it into the site."""
+    """Where the call carries Ray's slimmed archive: check its sha256, unpack it into the
+    site (once a box)."""
     if not ray:
         return "not in the kit"
-    unpacked = kit.state / "ray.unpacked"
-    if unpacked.exists():
+    if (kit.state / "ray.unpacked").exists():
         return "installed"
-    parts_dir = kit.state / "ray-parts"
-    parts_dir.mkdir(parents=True, exist_ok=True)
-    for rel in ray["parts"]:
-        here = kit.args.kit.parent / rel
-        if here.is_file() and not (parts_dir / here.name).exists():
-            tmp = parts_dir / f".{here.name}"
-            tmp.write_bytes(here.read_bytes())
-            tmp.replace(parts_dir / here.name)  # a part is on the disk whole or not at all
-    names = [Path(rel).name for rel in ray["parts"]]
-    have = [n for n in names if (parts_dir / n).exists()]
-    if len(have) < len(names):
-        return f"{len(have)} of {len(names)} parts on the box"
-    archive = kit.state / ray["archive"]
-    digest = hashlib.sha256()
-    with archive.open("wb") as out:
-        for n in names:
-            data = (parts_dir / n).read_bytes()
-            digest.update(data)
-            out.write(data)
-    if digest.hexdigest() != ray["archive_sha256"]:
-        raise RuntimeError(f"{archive.name}: the joined parts are not the built archive")
+    archive = kit.args.kit.parent / ray["path"]
+    if not archive.is_file():
+        return "not carried by this call"
+    if sha256(archive) != ray["archive_sha256"]:
+        raise RuntimeError(f"{archive.name}: not the archive the kit was built with")
     with tarfile.open(archive, "r:xz") as tar:
         tar.extractall(kit.site, filter="data")
-    archive.unlink()
-    unpacked.write_text(ray["wheel"])
+    (kit.state / "ray.unpacked").write_text(ray["wheel"])
     return "installed"
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(2**20):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 # ------------------------------------------------------------------ trainings (detached)
@@ -192,13 +189,16 @@ def train(kit: Kit) -> dict[str, Any]:
     (kit.state / "accuracy.json").unlink(missing_ok=True)
     runs = []
     threads = max(1, (os.cpu_count() or 1) // (len(a.variants) * len(a.versions)))
+    # --minutes 0: the minutes the call has left, less the processes' start (a run's clock
+    # starts at its first step) and the evaluation after them
+    minutes = a.minutes or max(0.5, (kit.left() - a.start_reserve - a.eval_reserve) / 60)
     for version in a.versions:
         for v in a.variants:
             run_dir = kit.state / "runs" / f"v{version}" / v
             run_dir.parent.mkdir(parents=True, exist_ok=True)
             budget = ([f"train.max_steps={a.train_steps}", f"models.{v}.max_steps={a.train_steps}",
                        "train.max_minutes=0"] if a.train_steps else
-                      [f"train.max_minutes={a.minutes}", f"models.{v}.max_minutes={a.minutes}",
+                      [f"train.max_minutes={minutes:.2f}", f"models.{v}.max_minutes={minutes:.2f}",
                        f"models.{v}.max_steps=0", "train.max_steps=0"])
             argv = [sys.executable, "-m", "rcpipe.train.local", v, *params_args(kit),
                     "--run-dir", str(run_dir),
@@ -211,7 +211,9 @@ def train(kit: Kit) -> dict[str, Any]:
             runs.append({"version": version, "variant": v, "pid": proc.pid,
                          "run_dir": str(run_dir), "log": str(run_dir.with_suffix(".log"))})
             log(f"train v{version} {v}: pid {proc.pid}")
-    return {"started": time.time(), "minutes": 0 if a.train_steps else a.minutes,
+    log(f"train: {len(runs)} runs, " + (f"{a.train_steps} steps" if a.train_steps
+                                         else f"{minutes:.2f} minutes") + " each")
+    return {"started": time.time(), "minutes": 0 if a.train_steps else round(minutes, 2),
             "steps": a.train_steps, "threads": threads, "eval_every": a.eval_every,
             "params": str(a.params), "runs": runs}
 
@@ -243,10 +245,10 @@ def wait(kit: Kit) -> dict[str, Any]:
                            "back since call 1?")
     while True:
         running = [r for r in started["runs"] if alive(r["pid"])]
-        if not running or kit.left() < 2 * kit.args.reserve:  # time left to evaluate
+        if not running or kit.left() < kit.args.eval_reserve:  # time left to evaluate
             break
         log(f"wait: {len(running)} training(s) running, {kit.left():.0f} s of the call left")
-        time.sleep(min(30.0, max(1.0, kit.left() - kit.args.reserve)))
+        time.sleep(min(10.0, max(1.0, kit.left() - kit.args.eval_reserve)))
     for r in started["runs"]:
         done = (Path(r["run_dir"]) / "summary.json").is_file()
         r["status"] = "running" if alive(r["pid"]) else "done" if done else "failed"
@@ -409,8 +411,13 @@ def speed(kit: Kit) -> dict[str, Any]:
 def _per_variant(kit: Kit, name: str, extra: list[str], written: str) -> dict[str, Any]:
     a = kit.args
     out: dict[str, Any] = {"results": {}, "skipped": {}}
-    for v in a.variants:
-        if kit.left() < a.reserve:
+    ends = time.monotonic() + a.speed_seconds  # the trainings after it need the rest
+
+    def left() -> float:
+        return min(kit.left() - a.reserve / 2, ends - time.monotonic())
+
+    for v in [v for v in SPEED_ORDER if v in a.variants]:
+        if left() < a.reserve / 2:
             out["skipped"][v] = "the call's time"
             continue
         d = kit.state / name / v
@@ -420,7 +427,7 @@ def _per_variant(kit: Kit, name: str, extra: list[str], written: str) -> dict[st
                           *set_args(kit.data_sets(a.versions[0])), "--devices", a.device,
                           "--batch", str(a.batch), "--variants", v, *extra,
                           "--out", str(d / "train_speed.json"),
-                          timeout=max(1.0, kit.left() - a.reserve / 2))
+                          timeout=max(1.0, left()))
         except subprocess.TimeoutExpired:
             out["skipped"][v] = "ran past the call's time"
             continue
@@ -438,8 +445,39 @@ def _per_variant(kit: Kit, name: str, extra: list[str], written: str) -> dict[st
 
 
 def compiled(kit: Kit) -> dict[str, Any]:
-    """Examples/s of the Worker's TrainStep with train.compile off, default and
-    reduce-overhead (TF32, EMA, fused Adam with a tensor lr) on train.buckets' batches."""
+    """The compiled steps in a child process, stopped at --compile-seconds (a compile cannot
+    be stopped once begun in this process): what it measured before stays in compiled.json."""
+    a = kit.args
+    seconds = min(a.compile_seconds, kit.left() - a.reserve)
+    if seconds < a.compile_seconds / 3:
+        return {"results": {}, "skipped": {"all": "the call's time"}}
+    argv = [__file__, "compiled", "--child", "--budget", str(seconds), *forwarded(a)]
+    try:
+        python(kit, *argv, timeout=seconds + 5)
+    except subprocess.TimeoutExpired:
+        log(f"compiled: stopped after {seconds:.0f} s")
+    path = kit.state / "compiled.json"
+    got = json.loads(path.read_text()) if path.is_file() else {"results": {}, "skipped": {}}
+    for v in a.compile_variants:
+        for mode in a.compile_modes:
+            if mode not in got["results"].get(v, {}):
+                got["skipped"].setdefault(f"{v} {mode}", f"not done within {seconds:.0f} s")
+    return got
+
+
+def forwarded(a: argparse.Namespace) -> list[str]:
+    """The options a child runner needs to measure as this one would."""
+    return ["--device", a.device, "--kit", str(a.kit), "--state", str(a.state),
+            "--out", str(a.out), "--params", str(a.params), *set_args(a.set),
+            "--variants", *a.variants, "--versions", *a.versions, "--batch", str(a.batch),
+            "--speed-steps", str(a.speed_steps), "--speed-repeats", str(a.speed_repeats),
+            "--compile-variants", *a.compile_variants, "--compile-modes", *a.compile_modes,
+            "--compile-shapes", str(a.compile_shapes)]
+
+
+def compile_steps(kit: Kit) -> dict[str, Any]:
+    """Examples/s of the Worker's TrainStep with each --compile-modes (off, default,
+    reduce-overhead; TF32, EMA, fused Adam with a tensor lr) on train.buckets' batches."""
     import torch
 
     from bench.train_speed import device_name
@@ -448,16 +486,12 @@ def compiled(kit: Kit) -> dict[str, Any]:
     a = kit.args
     cfg = load_config(a.params, kit.data_sets(a.versions[0]))
     device = torch.device(a.device)
-    modes = ["off", "default", "reduce-overhead"]
     backend = "inductor" if device.type == "cuda" else "aot_eager"  # CPU: a check, not a speed
     out: dict[str, Any] = {"device": device_name(device, torch.get_num_threads()),
                            "backend": backend, "batch": a.batch, "steps": a.speed_steps,
                            "repeats": a.speed_repeats, "results": {}, "skipped": {}}
-    for v in [v for v in COMPILE_ORDER if v in (a.compile_variants or a.variants)]:
-        for mode in modes:
-            if kit.left() < a.compile_reserve:  # a compile cannot be stopped once begun
-                out["skipped"][f"{v} {mode}"] = "the call's time"
-                continue
+    for v in [v for v in SPEED_ORDER if v in a.compile_variants]:
+        for mode in a.compile_modes:
             t0 = time.perf_counter()
             try:
                 r = time_step(v, cfg, kit.prepared(a.versions[0]), device, mode, backend, a)
@@ -475,8 +509,9 @@ def compiled(kit: Kit) -> dict[str, Any]:
 
 def time_step(variant: str, cfg: Any, prepared: Path, device: Any, mode: str, backend: str,
               a: argparse.Namespace) -> dict[str, Any]:
-    """One variant's step as the Worker takes it (TrainStep over batches collated ahead),
-    every bucket shape compiled (and captured) in the warm-up, then timed runs."""
+    """One variant's step as the Worker takes it (TrainStep over batches collated ahead) on
+    the epoch's --compile-shapes most frequent padded shapes (each compiled, and captured,
+    in the warm-up: every compile is tens of seconds on the box), then timed runs."""
     import statistics
     from itertools import cycle, islice
 
@@ -501,7 +536,10 @@ def time_step(variant: str, cfg: Any, prepared: Path, device: Any, mode: str, ba
     ema = EMA(model, mcfg.optim.ema_decay) if mcfg.optim.ema_decay else None
     step = TrainStep(model, optimizer, scheduler, mcfg.optim.grad_clip, ema, compile=mode,
                      backend=backend)
-    first = {}  # a batch of each padded shape, three times: compile, warm, capture
+    shapes = epoch_shapes(data, epoch)
+    kept = {shape for shape, _ in shapes.most_common(a.compile_shapes)}
+    epoch = [i for i in epoch if (len(i), *data.padded_shape(i)) in kept]
+    first = {}  # a batch of each kept shape, three times: compile, warm, capture
     for indices in epoch:
         first.setdefault((len(indices), *data.padded_shape(indices)), indices)
     feed = cycle(epoch)
@@ -529,7 +567,8 @@ def time_step(variant: str, cfg: Any, prepared: Path, device: Any, mode: str, ba
         r: dict[str, Any] = {"examples_per_s": statistics.median(rates),
                              "step_ms": 1000 * a.batch / statistics.median(rates),
                              "runs_examples_per_s": rates, "warmup_s": warmup_s,
-                             "shapes": len(epoch_shapes(data, epoch))}
+                             "shapes": len(kept), "epoch_shapes": len(shapes),
+                             "epoch_share": sum(shapes[k] for k in kept) / sum(shapes.values())}
         if device.type == "cuda":
             r["peak_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
             r["gpu_busy"] = gpu_busy(lambda n: run(islice(feed, n)), device,
@@ -570,6 +609,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("steps", nargs="+", choices=[*CALLS, *STEPS], metavar="CALL|STEP",
                     help=f"a call ({', '.join(CALLS)}) or steps ({', '.join(STEPS)})")
+    ap.add_argument("--steps", dest="which", default="all", choices=["all", "open"],
+                    help="open: only the steps whose figures no GPU draw has yet")
+    ap.add_argument("--results", type=Path, default=ROOT / "bench" / "gpu" / "results",
+                    help="the committed draws --steps open reads")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--kit", type=Path, default=ROOT / "gpu-kit")
     ap.add_argument("--state", type=Path, default=Path("/tmp/rcpipe-kit"))
@@ -579,45 +622,72 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--set", action="append", default=[], help="a params override, repeatable")
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     ap.add_argument("--versions", nargs="+", default=["1.1"], choices=["1.1", "2.0"])
-    ap.add_argument("--minutes", type=float, default=12.0, help="training minutes a variant")
+    ap.add_argument("--minutes", type=float, default=0.0,
+                    help="training minutes a variant (0: what the call has left)")
     ap.add_argument("--train-steps", type=int, default=0, help="steps instead of minutes")
     ap.add_argument("--eval-every", type=int, default=200, help="steps between checkpoints")
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--speed-steps", type=int, default=20)
+    ap.add_argument("--speed-steps", type=int, default=8)
     ap.add_argument("--speed-repeats", type=int, default=3)
-    ap.add_argument("--speed-warmup", type=int, default=5)
-    ap.add_argument("--compile-variants", nargs="+", choices=VARIANTS,
-                    help="the compiled step's variants (default --variants)")
+    ap.add_argument("--speed-warmup", type=int, default=2)
+    ap.add_argument("--speed-seconds", type=float, default=90.0,
+                    help="the speed step (and the audit) stop their variants after this")
+    ap.add_argument("--compile-variants", nargs="+", default=["qanet"], choices=VARIANTS)
+    ap.add_argument("--compile-modes", nargs="+", default=["off", "default"],
+                    choices=["off", "default", "reduce-overhead"])
+    ap.add_argument("--compile-shapes", type=int, default=1,
+                    help="the epoch's most frequent padded shapes compiled and timed")
+    ap.add_argument("--compile-seconds", type=float, default=75.0,
+                    help="the compiled steps' child is stopped after this")
     ap.add_argument("--ray-steps", type=int, default=200)
     ap.add_argument("--ray-eval-every", type=int, default=50)
-    ap.add_argument("--budget", type=float, default=555.0,
-                    help="seconds this call may run (a device call: 600 at most)")
-    ap.add_argument("--reserve", type=float, default=45.0,
+    ap.add_argument("--budget", type=float, default=0.0,
+                    help="seconds this call may run (0: plan.json's for the call, else 555)")
+    ap.add_argument("--reserve", type=float, default=30.0,
                     help="seconds a step leaves for the ones after it")
-    ap.add_argument("--compile-reserve", type=float, default=150.0,
-                    help="no variant's compiled steps begin with less of the call left")
+    ap.add_argument("--start-reserve", type=float, default=25.0,
+                    help="seconds the training processes take to reach their first step")
+    ap.add_argument("--eval-reserve", type=float, default=40.0,
+                    help="seconds kept after the trainings for the evaluation")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    args.params, args.kit, args.state, args.out = (
-        p.resolve() for p in (args.params, args.kit, args.state, args.out))
+    args.params, args.kit, args.state, args.out, args.results = (
+        p.resolve() for p in (args.params, args.kit, args.state, args.out, args.results))
+    call = args.steps[0] if len(args.steps) == 1 and args.steps[0] in CALLS else "steps"
+    args.budget = args.budget or BUDGETS.get(call, 555.0)
     return args
+
+
+def chosen_steps(args: argparse.Namespace) -> tuple[str, list[str]]:
+    """The call's name and its steps; with --steps open, setup and the steps still open."""
+    call = args.steps[0] if len(args.steps) == 1 and args.steps[0] in CALLS else "steps"
+    steps = [s for x in args.steps for s in CALLS.get(x, (x,))]
+    if args.which == "open":
+        still = open_steps(args.results, args.versions)
+        steps = [s for s in steps if s == "setup" or s in still]
+    return call, steps
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
-    call = args.steps[0] if len(args.steps) == 1 and args.steps[0] in CALLS else "steps"
-    steps = [s for x in args.steps for s in CALLS.get(x, (x,))]
+    call, steps = chosen_steps(args)
     site = args.state / "site"
     site.mkdir(parents=True, exist_ok=True)  # a missing path entry would be cached as such
     sys.path[:0] = [str(site), str(ROOT)]  # setup's wheels and Ray, rcpipe and bench/
     os.environ["PYTHONPATH"] = os.pathsep.join(  # every child: Ray's workers too
         filter(None, [str(site), str(ROOT), os.environ.get("PYTHONPATH")]))
     kit = Kit(args)
-    log(f"call {call}: {' '.join(steps)} on {args.device}; kit {args.kit}, state {args.state}")
+    if args.child:  # the compiled steps for a parent runner: its files, none of its own
+        compile_steps(kit)
+        return
+    log(f"call {call}: {' '.join(steps)} on {args.device}; kit {args.kit}, state {args.state}, "
+        f"{args.budget:.0f} s")
     try:
         for name in steps:
             run_step(kit, name)
     finally:
         kit.write(f"call-{call}", {"call": call, "device": args.device, "steps": kit.steps,
+                                   "budget_s": args.budget,
                                    "seconds": round(time.monotonic() - kit.started, 1)})
     failed = [s for s, r in kit.steps.items() if not r["ok"]]
     log(f"call {call} done in {time.monotonic() - kit.started:.0f} s"

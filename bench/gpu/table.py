@@ -1,32 +1,30 @@
-"""The GPU kit's results as the README's GPU table (markdown), the device named, with the
-issue's targets beside the measured figures: met, not met, or open.
+"""The GPU kit's results as the GPU results table (markdown): every committed draw, newest
+first, the device named, with the issue's targets beside the measured figures: met, not
+met, or open.
 
-    .venv/bin/python bench/gpu/table.py DIR [DIR ...]
+    .venv/bin/python bench/gpu/table.py                 every draw in bench/gpu/results/
+    .venv/bin/python bench/gpu/table.py DIR [DIR ...]   one draw's calls, not yet recorded
 
-Each DIR holds what one device call brought back ($OUT: setup.json, audit.json, speed.json,
-compiled.json, accuracy.json, ray.json, call-<n>.json); a file in a later DIR replaces the
-one of the same name before it. Figures measured on a CPU (the dry run) leave every target
-open: the targets are the H100's.
+Each DIR holds what one device call brought back ($OUT: setup.json, speed.json,
+compiled.json, accuracy.json, ray.json, audit.json, call-<n>.json); a file in a later DIR
+replaces the one of the same name before it. Figures measured on a CPU (the dry run) leave
+every target open: the targets are the H100's.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-VARIANTS = ("bidaf", "bidaf_selfattn", "rnet", "rnet_mult", "qanet")
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.gpu.results import RESULTS, VARIANTS, draws, merged, on_gpu  # noqa: E402
+
 OPEN = "open"
-
-
-def load(dirs: list[Path]) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    for d in dirs:
-        for path in sorted(d.glob("*.json")):
-            found[path.stem] = json.loads(path.read_text())
-    return found
 
 
 def device(r: dict[str, Any]) -> str:
@@ -36,10 +34,6 @@ def device(r: dict[str, Any]) -> str:
                 f"Python {setup['python']}, {setup['cpus']} CPUs)")
     name = r.get("speed", {}).get("device") or r.get("audit", {}).get("device") or "?"
     return f"{name} (Python {setup.get('python', '?')}, torch {setup.get('torch', '?')})"
-
-
-def on_gpu(r: dict[str, Any]) -> bool:
-    return bool(r.get("setup", {}).get("gpu")) and r.get("setup", {}).get("device") == "cuda"
 
 
 def rates(r: dict[str, Any], variant: str) -> dict[str, float]:
@@ -211,10 +205,31 @@ def render(r: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def every_draw(found: list[dict[str, Any]]) -> str:
+    """The targets against every draw (newest first), then each draw's own tables."""
+    if not found:
+        return ("No GPU draw recorded yet (bench/gpu/results/ is empty): every target "
+                "stays open.\n")
+    lines = ["| target (H100, params.yaml sizes, batch 32) | "
+             + " | ".join(f"{d['date']} `{d['commit']}`" for d in found) + " |",
+             "|---|" + "---|" * len(found)]
+    per_draw = [targets(d["figures"]) for d in found]
+    for i, (name, _, _) in enumerate(per_draw[0]):
+        lines.append(f"| {name} | " + " | ".join(f"{t[i][1]} ({t[i][2]})" for t in per_draw)
+                     + " |")
+    for d in found:
+        lines += ["", f"### {d['date']}: {d['device']} (commit `{d['commit']}`)", "",
+                  render(d["figures"]).rstrip()]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("dirs", nargs="+", type=Path, help="the calls' $OUT folders, in order")
-    print(render(load(ap.parse_args().dirs)), end="")
+    ap.add_argument("dirs", nargs="*", type=Path,
+                    help="one draw's $OUT folders, in order (default: every recorded draw)")
+    ap.add_argument("--results", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    print(render(merged(args.dirs)) if args.dirs else every_draw(draws(args.results)), end="")
 
 
 if __name__ == "__main__":

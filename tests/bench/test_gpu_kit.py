@@ -1,10 +1,12 @@
-"""The GPU kit's dry run: bench/gpu/run.py's three calls on the CPU over a tiny kit, in a
-Python that imports only what the GPU box has (bench/gpu/box.py), then bench/gpu/table.py.
+"""The GPU kit's dry run: bench/gpu/run.py's two calls (bench/gpu/plan.json) on the CPU over a
+tiny kit, in a Python that imports only what the GPU box has (bench/gpu/box.py), the draw
+recorded (bench/gpu/results.py), then bench/gpu/table.py; and the plan held to one draw's
+device-minutes and a call's carry.
 
 Between lent sessions nothing else runs the kit, so this keeps it from rotting: every step
-(setup with Ray's archive arriving in two parts, the detached trainings, the audit, the Ray
-Train job killed and resumed, evaluation with held-out thresholds and the ensemble, speed,
-the compiled steps) runs as on the box, only small.
+(setup with Ray's slimmed archive carried by call 2 only, speed, the compiled step in its
+capped child, the trainings for the minutes left, evaluation with held-out thresholds and the
+ensemble, the Ray Train job killed and resumed, the audit) runs as on the box, only small.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.gpu import box
+from bench.gpu import box, results
 from bench.gpu.build import pack, sha256
+from bench.gpu.run import CALLS
 from tests.conftest import TINY_MODEL, Prepared, write_params
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,18 +52,17 @@ def mid_epoch_every(prepared: Prepared, batch: int, steps: int) -> int:
 
 def tiny_kit(root: Path, prepared: Prepared) -> Path:
     """gpu-kit/'s layout over the session's prepared synthetic split; a stand-in package
-    ('kitprobe') where Ray's archive would be, packed and cut in two as build.py packs Ray."""
+    ('kitprobe') where Ray's slimmed archive would be, packed as build.py packs Ray."""
     kit = root / "gpu-kit"
     v1 = kit / "base" / "v1.1"
     shutil.copytree(prepared.out_dir, v1 / "prepared")
     shutil.copyfile(prepared.data.dev, v1 / "test.json")
     (root / "src" / "kitprobe").mkdir(parents=True)
     (root / "src" / "kitprobe" / "__init__.py").write_text("ARRIVED = True\n")
-    archive = root / "kitprobe.tar.xz"
-    parts = pack(root / "src", archive, 2, [kit / "ray-1", kit / "ray-2"])
+    archive = pack(root / "src", kit / "ray" / "kitprobe.tar.xz")
     (kit / "base" / "manifest.json").write_text(json.dumps({"ray": {
         "wheel": "kitprobe", "archive": archive.name, "archive_sha256": sha256(archive),
-        "parts": [str(p.relative_to(root)) for p in parts]}}))
+        "path": str(archive.relative_to(root))}}))
     return kit
 
 
@@ -75,10 +77,10 @@ def test_the_kit_runs_every_step_on_the_cpu(tmp_path: Path, prepared: Prepared) 
     # imports as the box would too
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {
         "PYTHONPATH": str(env_dir), "OMP_NUM_THREADS": "1"}
-    second_part = kit / "ray-2"
-    held = shutil.move(second_part, tmp_path / "ray-2")  # call 1 carries the first part only
+    ray_dir = kit / "ray"
+    held = shutil.move(ray_dir, tmp_path / "ray")  # call 1 does not carry Ray
 
-    def call(n: str) -> Path:
+    def call(n: str, *more: str) -> Path:
         out = tmp_path / f"out-{n}"
         done = subprocess.run(
             [sys.executable, "bench/gpu/run.py", n, "--device", "cpu", "--kit", str(kit),
@@ -86,61 +88,96 @@ def test_the_kit_runs_every_step_on_the_cpu(tmp_path: Path, prepared: Prepared) 
              "--variants", *VARIANTS, "--train-steps", str(TRAIN_STEPS), "--eval-every", "2",
              "--batch", "8", "--ray-steps", str(RAY_STEPS),
              "--ray-eval-every", str(mid_epoch_every(prepared, 8, RAY_STEPS)),
-             "--compile-variants", "qanet",
-             "--speed-steps", "2", "--speed-repeats", "1", "--speed-warmup", "1"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+             "--speed-steps", "2", "--speed-repeats", "1", "--speed-warmup", "1",
+             # the box's time guards, loosened: two busy cores are not an H100
+             "--budget", "900", "--speed-seconds", "300", "--compile-seconds", "300", *more],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
         return out
 
     out1 = call("1")
-    shutil.move(held, second_part)  # call 2 carries the second
-    out2, out3 = call("2"), call("3")
+    shutil.move(held, ray_dir)  # call 2 carries it
+    out2 = call("2")
 
     def read(out: Path, name: str) -> dict:
         return json.loads((out / f"{name}.json").read_text())
 
-    assert read(out1, "setup")["ray"] == "1 of 2 parts on the box"
+    assert read(out1, "setup")["ray"] == "not carried by this call"
     assert read(out2, "setup")["ray"] == "installed"
     # the stand-in held: the trainings ran without dvclive, as on the box
     assert "not on the GPU box" in (tmp_path / "state/runs/v1.1/qanet.log").read_text()
     assert (tmp_path / "state" / "site" / "kitprobe" / "__init__.py").is_file()
-    for out, steps in ((out1, {"setup", "train", "audit"}),
-                       (out2, {"setup", "ray", "wait", "evaluate"}),
-                       (out3, {"setup", "wait", "evaluate", "speed", "compiled"})):
-        call_json = read(out, f"call-{out.name[-1]}")
-        assert {s for s, r in call_json["steps"].items() if r["ok"]} == steps, call_json
-        assert (out / f"call-{out.name[-1]}.json").is_file()
+    for out, n in ((out1, "1"), (out2, "2")):
+        call_json = read(out, f"call-{n}")
+        assert {s for s, r in call_json["steps"].items() if r["ok"]} == set(CALLS[n]), call_json
+        # what comes back from $OUT: at most 8 files a call (the device tool's limit)
+        assert len(list(out.iterdir())) <= 8, sorted(p.name for p in out.iterdir())
 
-    audit = read(out1, "audit")["results"]
-    assert set(audit) == set(VARIANTS)
-    assert all(a["graphs"] >= 1 and a["kernels_per_step"] > 0 for a in audit.values())
+    speed = read(out1, "speed")["results"]
+    assert all(speed[v]["fp32"]["examples_per_s"] > 0 for v in VARIANTS)
+    compiled = read(out1, "compiled")
+    assert compiled["backend"] == "aot_eager"
+    assert {m: r["examples_per_s"] > 0 for m, r in compiled["results"]["qanet"].items()} \
+        == {"off": True, "default": True}
+    assert compiled["results"]["qanet"]["default"]["shapes"] == 1  # --compile-shapes
 
-    ray = read(out2, "ray")  # killed after a registered checkpoint, resumed from it
-    assert ray["status"] == "done" and ray["backend"] == "gloo" and ray["world_size"] == 1
-    assert 0 < ray["resumed_from_step"] < ray["steps"] == RAY_STEPS
-
-    acc = read(out2, "accuracy")["versions"]["1.1"]
+    acc = read(out1, "accuracy")["versions"]["1.1"]
     assert acc["missing"] == [] and set(acc["variants"]) == set(VARIANTS)
     for v in acc["variants"].values():
         assert v["steps"] == TRAIN_STEPS and 0 <= v["test_f1"] <= 100
     assert 0 <= acc["ensemble"]["f1"] <= 100
-    assert all(r["status"] == "done" for r in read(out2, "wait")["runs"])
+    assert all(r["status"] == "done" for r in read(out1, "wait")["runs"])
 
-    speed = read(out3, "speed")["results"]
-    assert all(speed[v]["fp32"]["examples_per_s"] > 0 for v in VARIANTS)
-    compiled = read(out3, "compiled")
-    assert compiled["backend"] == "aot_eager"
-    assert {m: r["examples_per_s"] > 0 for m, r in compiled["results"]["qanet"].items()} \
-        == dict.fromkeys(("off", "default", "reduce-overhead"), True)
+    ray = read(out2, "ray")  # killed after a registered checkpoint, resumed from it
+    assert ray["status"] == "done" and ray["backend"] == "gloo" and ray["world_size"] == 1
+    assert 0 < ray["resumed_from_step"] < ray["steps"] == RAY_STEPS
+    audit = read(out2, "audit")["results"]
+    assert set(audit) == set(VARIANTS)
+    assert all(a["graphs"] >= 1 and a["kernels_per_step"] > 0 for a in audit.values())
 
-    table = subprocess.run([sys.executable, "bench/gpu/table.py", str(out1), str(out2),
-                            str(out3)], cwd=ROOT, capture_output=True, text=True, check=True)
-    text = table.stdout
-    assert "CPU" in text.splitlines()[0]  # the device named
-    assert "| `qanet` |" in text and "| ensemble |" in text
-    assert "resumed from step" in text
-    assert "| QANet >= 2,000 training examples/s |" in text
-    assert "every target stays open" in text and "| met |" not in text
+    # the draw kept: a CPU draw is recorded like a GPU one but leaves every step open
+    drawn = results.record([out1, out2], "2-core CPU (the dry run)", tmp_path / "results",
+                           at="2026-01-02", sha="abc1234")
+    assert json.loads(drawn.read_text())["figures"]["ray"]["status"] == "done"
+    assert results.open_steps(tmp_path / "results") == {s for c in CALLS.values()
+                                                         for s in c} - {"setup"}
+    table = subprocess.run([sys.executable, "bench/gpu/table.py", "--results",
+                            str(tmp_path / "results")], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout
+    assert "### 2026-01-02: 2-core CPU (the dry run) (commit `abc1234`)" in table
+    assert "| `qanet` |" in table and "| ensemble |" in table
+    assert "resumed from step" in table
+    assert "every target stays open" in table and "(met)" not in table
+
+
+def test_the_plan_fits_one_draw() -> None:
+    """bench/gpu/plan.json: the box's start and every call within the draw's device-minutes
+    (room left for one failed start), each call's runner inside its timeout, each carry
+    (measured by `make gpu-kit`) under a call's 64 MiB, and bench/gpu/README.md's plan
+    table the plan's."""
+    plan = results.PLAN
+    calls = plan["calls"]
+    assert plan["start_minutes"] + sum(c["device_minutes"] for c in calls) \
+        <= plan["budget_minutes"] <= 12
+    assert calls[0]["device_minutes"] <= 8  # call 1 alone brings back the headline figures
+    for c in calls:
+        assert c["budget_s"] < c["timeout_s"] <= 60 * c["device_minutes"], c
+        assert c["mib"] is not None and c["mib"] <= plan["carry_limit_mib"] <= 64, c
+    readme = (ROOT / "bench" / "gpu" / "README.md").read_text()
+    assert results.plan_table() in readme
+
+
+def test_the_box_lacks_what_the_kit_cuts_from_ray(tmp_path: Path) -> None:
+    """The stand-in refuses the parts of Ray the kit does not carry, so the dry run's Ray
+    job proves the training path does without them."""
+    box.stand_in(tmp_path)
+    probe = ("import importlib\nfor m in ('ray.rllib', 'ray.serve', 'ray.llm'):\n"
+             "    try:\n        importlib.import_module(m)\n    except ModuleNotFoundError"
+             " as e:\n        print('refused', m, 'not on the GPU box' in str(e))\n")
+    done = subprocess.run([sys.executable, "-c", probe], env={**os.environ,
+                          "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.split("\n")[:3] == [f"refused {m} True" for m in box.RAY_MODULES_LEFT_OUT]
 
 
 def test_the_table_weighs_gpu_figures_against_the_targets() -> None:

@@ -212,3 +212,28 @@ def test_the_table_weighs_gpu_figures_against_the_targets() -> None:
     assert text.startswith("GPU kit results on NVIDIA H100 80GB HBM3")
     assert "| QANet >= 2,000 training examples/s | 2,400 ex/s (step reduce-overhead) | met |" \
         in text
+
+
+def test_a_later_draw_runs_only_what_no_gpu_draw_has(tmp_path: Path) -> None:
+    """results.open_steps reads the recorded draws; run.py --steps open keeps setup and the
+    steps still open, call by call."""
+    from bench.gpu.run import chosen_steps, parse
+
+    gpu = {"gpu": "NVIDIA H100 80GB HBM3", "device": "cuda"}
+    every = dict.fromkeys(results.VARIANTS, {"fp32": {}, "bf16": {}})
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "setup.json").write_text(json.dumps(gpu))
+    (one / "speed.json").write_text(json.dumps({"results": every}))
+    (one / "ray.json").write_text(json.dumps({"status": "not resumed"}))
+    results.record([one], "one NVIDIA H100", tmp_path / "r", at="2026-12-01", sha="a")
+    assert results.open_steps(tmp_path / "r") == {"compiled", "train", "wait", "evaluate",
+                                                  "ray", "audit"}
+    args = parse(["1", "--steps", "open", "--results", str(tmp_path / "r")])
+    assert chosen_steps(args) == ("1", ["setup", "compiled", "train", "wait", "evaluate"])
+    # a CPU draw with every figure counts for nothing: the targets are the GPU's
+    (one / "setup.json").write_text(json.dumps({"device": "cpu", "gpu": None}))
+    (one / "ray.json").write_text(json.dumps({"status": "done"}))
+    results.record([one], "2-core CPU", tmp_path / "r", at="2026-12-02", sha="b")
+    assert "ray" in results.open_steps(tmp_path / "r")
+    assert [d["commit"] for d in results.draws(tmp_path / "r")] == ["b", "a"]  # newest first

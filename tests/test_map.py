@@ -54,3 +54,31 @@ def test_importing_rcpipe_loads_no_ray_spacy_or_prefect() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout
     assert json.loads(out) == []
+
+
+# what the map says a GPU box without Ray cannot import: FastAPI (serve/app.py) is not in
+# its image, and these two are Ray's own (the kit brings Ray in its second call only)
+NEEDS_MORE_THAN_THE_BOX = {"rcpipe.serve.app": "fastapi", **dict.fromkeys(LOADS_RAY, "ray")}
+
+
+def test_the_gpu_box_imports_every_module_the_map_says(tmp_path: Path) -> None:
+    """The map's claim against the box's own image (bench/gpu/box.py's stand-in, Ray refused
+    too): every rcpipe module imports but the ones it names, and those fail on what it says."""
+    from bench.gpu import box
+
+    box.stand_in(tmp_path)
+    modules = sorted(
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for p in (ROOT / "rcpipe").rglob("*.py") if p.name != "__main__.py")
+    code = ("import importlib, json, sys\n"
+            "sys.meta_path.insert(0, type('NoRay', (), {'find_spec': staticmethod(\n"
+            "    lambda n, p=None, t=None: (_ for _ in ()).throw(ModuleNotFoundError(\n"
+            "        name=n)) if n.partition('.')[0] == 'ray' else None)})())\n"
+            "failed = {}\n"
+            f"for m in {modules!r}:\n"
+            "    try:\n        importlib.import_module(m)\n"
+            "    except ModuleNotFoundError as e:\n        failed[m] = e.name.partition('.')[0]\n"
+            "print(json.dumps(failed))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path)}, check=True)
+    assert json.loads(out.stdout) == NEEDS_MORE_THAN_THE_BOX

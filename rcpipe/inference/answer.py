@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -24,10 +23,10 @@ from rcpipe import layout
 from rcpipe.config import Window
 from rcpipe.data.dataset import SquadDataset
 from rcpipe.data.encode import TextEncoder, token_spans
-from rcpipe.data.windows import Windows, window_starts
+from rcpipe.data.windows import Windows
 from rcpipe.inference.ensemble import majority_vote
 from rcpipe.inference.reading import EVAL_BATCH, predict, windows_of
-from rcpipe.inference.window_choice import TooLong
+from rcpipe.inference.window_choice import TooLong, over_cap
 
 ENSEMBLE = layout.ENSEMBLE
 
@@ -68,14 +67,7 @@ class Reader:
         over ``max_tokens`` gets a TooLong in its place (the others are answered): it is
         refused, never cut."""
         ds = self.encoder.pairs(pairs, self.para_limit)
-        lengths = ds.context_lengths()
-        refused = {}
-        if self.max_tokens is not None:
-            for i in np.flatnonzero(lengths > self.max_tokens).tolist():
-                n = int(lengths[i])
-                count = len(window_starts(n, self.window.length, self.window.stride)) \
-                    if self.window else 1
-                refused[i] = TooLong(n, self.max_tokens, count)
+        refused = over_cap(ds.context_lengths(), self.max_tokens, self.window)
         if refused:
             keep = [i for i in range(len(pairs)) if i not in refused]
             answered = iter(self.answer_pairs([pairs[i] for i in keep], name, token_probs)

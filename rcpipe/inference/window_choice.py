@@ -22,8 +22,11 @@ proposal and its own no-answer probability.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from rcpipe.data.windows import window_starts
 
 
 @dataclass(frozen=True)
@@ -60,3 +63,14 @@ class TooLong(ValueError):
         super().__init__(f"the context is {tokens:,} tokens ({windows:,} windows), over the "
                          f"cap of {cap:,} (data.window.max_tokens): split the document or "
                          "raise the cap")
+
+
+def over_cap(lengths: Iterable[int], cap: int | None, window: Any = None) -> dict[int, TooLong]:
+    """The one check of data.window.max_tokens: each context longer than ``cap`` tokens, by
+    its place in ``lengths``, with the windows it would have been read as (``window``:
+    data.window; None: one window); nothing when there is no cap."""
+    if cap is None:
+        return {}
+    return {i: TooLong(n, cap, len(window_starts(n, window.length, window.stride))
+                       if window else 1)
+            for i, n in enumerate(int(x) for x in lengths) if n > cap}

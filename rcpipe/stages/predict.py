@@ -211,12 +211,10 @@ def _predict_file(cfg: Config, model: str, input_file: str, out: Path | None,
 def _refuse_long(ds: Any, sq: Any, input_file: str, window: Any) -> None:
     """One located error for the first context over data.window.max_tokens: a file of
     questions is refused whole rather than answered from part of a context."""
-    from rcpipe.data.windows import window_starts
-    from rcpipe.inference.window_choice import TooLong
+    from rcpipe.inference.window_choice import over_cap
 
-    lengths = ds.context_lengths()
-    for i, n in enumerate(lengths.tolist()):
-        if n > window.max_tokens:
-            where = sq.questions[i].location.rsplit(".qas[", 1)[0] + ".context"
-            windows = len(window_starts(n, window.length, window.stride))
-            raise InputError(input_file, where, str(TooLong(n, window.max_tokens, windows)))
+    refused = over_cap(ds.context_lengths(), window.max_tokens, window)
+    if refused:
+        i, too_long = next(iter(refused.items()))  # the first, in the file's order
+        where = sq.questions[i].location.rsplit(".qas[", 1)[0] + ".context"
+        raise InputError(input_file, where, str(too_long))

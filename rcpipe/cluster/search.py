@@ -138,7 +138,7 @@ def trial_config(cfg: Config, variant: str, sample: dict[str, Any], p: Plan) -> 
     data["models"] = lay(data["models"], variant, own)
     data["train"] |= {"eval_every": p.eval_every, "cpus_per_worker": p.cpus_per_worker,
                       "threads": cfg.train.threads or max(1, math.floor(p.cpus_per_worker))}
-    return Config.model_validate(data)
+    return Config.model_validate(data)  # the trial's own settings: validated here, once
 
 
 def rounded(sample: dict[str, Any]) -> dict[str, Any]:
@@ -181,7 +181,7 @@ def _recorder(groups: Any, trial_id: str) -> Any:
     return _Record()
 
 
-def trial(sample: dict[str, Any], *, base: dict[str, Any], variant: str, p: Plan,
+def trial(sample: dict[str, Any], *, base: Config, variant: str, p: Plan,
           paths: dict[str, str], refs: dict[str, Any], storage: tuple[str, Any],
           groups: dict[str, Any]) -> None:
     """One trial (a Tune function): its Ray Train job to the end, every report to Tune;
@@ -191,7 +191,7 @@ def trial(sample: dict[str, Any], *, base: dict[str, Any], variant: str, p: Plan
 
     from rcpipe.cluster import train_job
 
-    cfg = trial_config(Config.model_validate(base), variant, sample, p)
+    cfg = trial_config(base, variant, sample, p)
     job = make_job(cfg, variant, paths)
     trial_id = tune.get_context().get_trial_id()
     trainer = train_job.make_trainer(
@@ -309,7 +309,7 @@ def run(cfg: Config, variant: str, inputs: ModelInputs, dev_doc: dict[str, Any],
 
     groups = Queue(actor_options={"num_cpus": 0})  # the trials' placement groups
     trainable = tune.with_resources(tune.with_parameters(
-        trial, base=cfg.model_dump(mode="json"), variant=variant, p=p, paths=paths,
+        trial, base=cfg, variant=variant, p=p, paths=paths,
         refs={"inputs": ray.put(inputs), "dev_doc": ray.put(dev_doc)}, storage=storage,
         groups={"queue": groups}), TRIAL_RESOURCES)
     experiment = f"{path}/{EXPERIMENT}"

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from rcpipe.config import Config
 
 
 @dataclass
 class Job:
-    """What every rank needs to train one variant (plain data: Ray pickles it)."""
+    """What every rank needs to train one variant (Ray pickles it to each rank)."""
 
-    config: dict[str, Any]  # Config.model_dump(mode="json")
+    # validated once, where the params were loaded: a rank reads it as it is (a frozen
+    # pydantic model pickles whole), never validating again
+    config: Config
     variant: str
     train_path: str  # Parquet, a path every rank can read
     dev_path: str
@@ -25,5 +26,5 @@ def make_job(cfg: Config, variant: str, data: dict[str, str]) -> Job:
     digest as ``Prepared.job_fields()`` gives them (read once on the driver: a search's
     trials share them). A Ray Train job sets ``threads`` from its scaling
     (cluster/train_job.py); one process takes train.threads."""
-    return Job(config=cfg.model_dump(mode="json"), variant=variant, **data,
+    return Job(config=cfg, variant=variant, **data,
                threads=cfg.train.threads)

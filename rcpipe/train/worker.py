@@ -26,7 +26,6 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from rcpipe.config import Config
 from rcpipe.data.dataset import Batch, SquadDataset, ahead, bucket_batches
 from rcpipe.models import ModelInputs
 from rcpipe.train.checkpoint import RANK_METRIC
@@ -88,7 +87,7 @@ class Worker:
 
     def __init__(self, job: Job, session: Session) -> None:
         self.job, self.session = job, session
-        self.cfg = cfg = Config.model_validate(job.config)
+        self.cfg = cfg = job.config
         self.mcfg = cfg.models.of(job.variant)
         if job.threads:
             torch.set_num_threads(job.threads)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 from rcpipe.config import load_config
 from rcpipe.data.prepared import Prepared
 from rcpipe.train.job import make_job
@@ -14,6 +16,7 @@ def test_a_job_carries_the_config_and_where_every_rank_reads_the_data(
     data = Prepared(prepared.out_dir.resolve()).job_fields()
     job = make_job(cfg, "qanet", data)
     assert job.variant == "qanet" and job.threads == 3
-    assert job.config == cfg.model_dump(mode="json")  # plain data: Ray pickles it
+    assert job.config is cfg  # the config as loaded and validated, not a dump to validate
+    assert pickle.loads(pickle.dumps(job)).config == cfg  # as Ray hands it to each rank
     assert (job.train_path, job.dev_path, job.vocab_sha256) == \
         (data["train_path"], data["dev_path"], data["vocab_sha256"])

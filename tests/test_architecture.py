@@ -34,6 +34,7 @@ ALLOWED: dict[str, set[str]] = {
     "cluster": BASE | {"data", "models", "train", "trained"},  # the Ray layer over train
     "serve": {"errors", "config"},  # config: the guard alone (python -m) reads the params
     "version_rules": {"config", "scoring"},  # scoring: metrics.headline (pure)
+    "pipeline": {"layout", "variants"},  # the stage table; dvc.yaml made from it
     "stages": BASE | {"data", "models", "scoring", "inference", "trained", "render",
                        "train", "cluster", "serve", "version_rules"},
     "cli": BASE | {"stages", "serve"},

@@ -1,14 +1,16 @@
-"""dvc.yaml, checked offline against DVC itself and against the code it runs.
+"""dvc.yaml, checked offline against the stage table it is made from
+(rcpipe/pipeline/stages.py), against DVC itself and against the code it runs.
 
-DVC's own schema (dvc/schema.py) and DVC's own resolution of the stages with params.yaml;
-each stage's code deps cover every rcpipe module its entry module imports (transitively);
-each variant's stages track that variant's params only; and the nightly deployment's
-overrides touch no tracked key, so `rcpipe version` can record what it ran.
+The checked-in file is what the table makes; DVC's own schema (dvc/schema.py) and DVC's own
+resolution of the stages with params.yaml; the stages run in the table's order, each reading
+what an earlier one writes; each stage's code deps cover every rcpipe module its entry module
+imports (transitively); each variant's stages track that variant's params only; and the
+nightly deployment's overrides touch no tracked key, so `rcpipe version` can record what it
+ran.
 """
 
 from __future__ import annotations
 
-import ast
 import copy
 from pathlib import Path
 from typing import Any
@@ -17,18 +19,15 @@ import pytest
 import yaml
 
 from rcpipe.config import VARIANTS, load_config
-from rcpipe.variants import REGISTRY
+from rcpipe.pipeline import dvc_yaml
+from rcpipe.pipeline.code import closure
+from rcpipe.pipeline.stages import STAGES
+from rcpipe.pipeline.stages import stage as table_row
 from rcpipe.version_rules import untracked_overrides
 from tests.conftest import SynthData
 
 REPO = Path(__file__).resolve().parents[1]
 DVC_YAML = REPO / "dvc.yaml"
-# the module behind each `rcpipe <command>` that dvc.yaml runs
-ENTRY = {"fetch": "rcpipe/stages/fetch.py", "prepare": "rcpipe/stages/data.py",
-         "train": "rcpipe/stages/train.py", "evaluate": "rcpipe/stages/evaluate.py",
-         "ensemble": "rcpipe/stages/ensemble.py", "report": "rcpipe/stages/report.py"}
-# modules that only print or define the error type: not a reason to retrain anything
-NOT_DEPS = {"rcpipe/console.py", "rcpipe/logs.py", "rcpipe/errors.py", "rcpipe/__init__.py"}
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +37,20 @@ def stages() -> dict[str, Any]:
 
     with Repo(str(REPO)) as repo:
         return {stage.addressing: stage for stage in repo.index.stages}
+
+
+def test_dvc_yaml_is_the_one_the_table_makes() -> None:
+    """A hand edit (or a table change without regenerating) fails here."""
+    assert DVC_YAML.read_text() == dvc_yaml.render(), \
+        "dvc.yaml is stale: .venv/bin/python -m rcpipe.pipeline.dvc_yaml"
+
+
+def test_the_stale_check_can_fail(tmp_path: Path) -> None:
+    stale = tmp_path / "dvc.yaml"
+    stale.write_text(dvc_yaml.render().replace("rcpipe report --force", "rcpipe report"))
+    with pytest.raises(SystemExit) as ended:
+        dvc_yaml.main(["--check", "--out", str(stale)])
+    assert ended.value.code == 1
 
 
 def test_dvc_yaml_matches_dvcs_schema() -> None:
@@ -57,29 +70,32 @@ def test_the_schema_check_can_fail() -> None:
 
 
 def test_the_pipeline_runs_rcpipe_in_order(stages: dict[str, Any]) -> None:
-    expected = ["fetch", "prepare", *(f"{s}@{v}" for s in ("train", "evaluate") for v in VARIANTS),
-                "ensemble", "report"]
+    """DVC resolves the table's stages, each an rcpipe command, each reading what the one
+    before it in the table writes."""
+    expected = [f"{s.name}@{v}" if s.per_variant else s.name for s in STAGES
+                for v in (VARIANTS if s.per_variant else [""])]
     assert sorted(stages) == sorted(expected)
     from rcpipe.cli import app
 
     commands = {c.name or c.callback.__name__ for c in app.registered_commands}
-    for address, stage in stages.items():
-        program, command, *args = stage.cmd.split()
-        assert program == "rcpipe" and command in commands, stage.cmd
+    for address, st in stages.items():
+        program, command, *args = st.cmd.split()
+        assert program == "rcpipe" and command in commands, st.cmd
         assert command == address.partition("@")[0]
-    # what each stage reads is what the one before it writes
-    outs = {str(o.def_path): a for a, s in stages.items() for o in s.outs}
+    outs = {str(o.def_path): a.partition("@")[0] for a, s in stages.items() for o in s.outs}
+    names = [s.name for s in STAGES]
+    for address, st in stages.items():  # each reads an output of the stage just before it
+        here = names.index(address.partition("@")[0])
+        read = {outs[str(d.def_path)] for d in st.deps if str(d.def_path) in outs}
+        assert here == 0 or names[here - 1] in read, (address, read)
+        assert all(names.index(r) < here for r in read), (address, read)
     for variant in VARIANTS:
-        train_deps = {str(d.def_path) for d in stages[f"train@{variant}"].deps}
-        assert outs["data/prepared"] == "prepare" and "data/prepared" in train_deps
-        assert outs[f"models/{variant}/model.pt"] == f"train@{variant}"
         assert f"predictions/{variant}.nbest.json" in \
             {str(d.def_path) for d in stages["ensemble"].deps}
-        assert outs[f"predictions/{variant}.json"] == f"evaluate@{variant}"
     report_deps = {str(d.def_path) for d in stages["report"].deps}
     for model in (*VARIANTS, "ensemble"):  # the report reads every model's answers
         assert {f"predictions/{model}.json", f"metrics/{model}.json"} <= report_deps
-    assert outs["data/cache"] == "fetch" and stages["fetch"].outs[0].persist
+    assert stages["fetch"].outs[0].persist
 
 
 def test_every_tracked_key_is_in_params_yaml_and_rcpipes_config(stages: dict[str, Any]
@@ -125,45 +141,10 @@ def test_the_nightly_deployment_can_be_versioned(stages: dict[str, Any]) -> None
     assert nightly.get("version") is True
 
 
-def _module_file(name: str) -> str | None:
-    path = REPO / Path(*name.split("."))
-    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
-        if candidate.is_file():
-            return str(candidate.relative_to(REPO))
-    return None
-
-
-def imports(path: str) -> set[str]:
-    """rcpipe files ``path`` imports anywhere in it (functions included)."""
-    found = set()
-    for node in ast.walk(ast.parse((REPO / path).read_text())):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("rcpipe"):
-            subs = {_module_file(f"{node.module}.{a.name}") for a in node.names} - {None}
-            # `from rcpipe.data import features` imports the module, not the package's body
-            if len(subs) < len(node.names):
-                found.add(_module_file(node.module))
-            found |= subs
-        elif isinstance(node, ast.Import):
-            found |= {_module_file(a.name) for a in node.names if a.name.startswith("rcpipe")}
-    if path == "rcpipe/models/__init__.py":  # builds each variant from the family it names
-        found |= {_module_file(v.family) for v in REGISTRY.values()}
-    return found - {None}
-
-
-def closure(path: str) -> set[str]:
-    seen, todo = set(), [path]
-    while todo:
-        current = todo.pop()
-        if current not in seen:
-            seen.add(current)
-            todo += imports(current)
-    return seen - NOT_DEPS
-
-
 def test_code_deps_cover_exactly_the_code_each_stage_runs(stages: dict[str, Any]) -> None:
     for address, stage in stages.items():
         code = {str(d.def_path) for d in stage.deps if str(d.def_path).startswith("rcpipe/")}
-        needed = closure(ENTRY[address.partition("@")[0]])
+        needed = closure(table_row(address.partition("@")[0]).entry)
         covered = {f for f in needed if any(f == c or f.startswith(c + "/") for c in code)}
         assert covered == needed, f"{address}: missing code deps {sorted(needed - covered)}"
         unused = {c for c in code if not any(f == c or f.startswith(c + "/") for f in needed)}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_dvc_pipeline import closure
+from rcpipe.pipeline.code import closure
 
 ROOT = Path(__file__).resolve().parents[2]
 USERS = ("rcpipe/trained/model_file.py", "rcpipe/stages/evaluate.py", "rcpipe/stages/predict.py",

@@ -1,0 +1,108 @@
+"""dvc.yaml, made from the stage table (stages.py) and each stage's code (code.py).
+
+    .venv/bin/python -m rcpipe.pipeline.dvc_yaml          writes dvc.yaml
+    .venv/bin/python -m rcpipe.pipeline.dvc_yaml --check  exit 1 when dvc.yaml is stale
+
+The file is checked in, as DVC users expect one they can read; tests/test_dvc_pipeline.py
+fails when it differs from what this module makes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rcpipe import layout
+from rcpipe.pipeline.code import ROOT, code_deps
+from rcpipe.pipeline.stages import MODELS, STAGES, VARIANT, VARIANTS, Stage
+
+DVC_YAML = ROOT / "dvc.yaml"
+HEADER = """\
+# GENERATED from rcpipe/pipeline/stages.py by `python -m rcpipe.pipeline.dvc_yaml`: edit the
+# table there, not this file (tests/test_dvc_pipeline.py fails when the two differ).
+#
+# The pipeline as DVC stages: `dvc repro` runs what changed, `dvc push` / `dvc pull` move
+# the results through the S3 remote (docs/guide: versioning).
+#
+#   {order}
+#
+# Every stage is one `rcpipe` command, the same code the CLI and the Prefect flow run.
+# `params` lists the params.yaml keys a stage's outputs depend on: keys that only say where
+# or how fast to run are left out (data.workers; train.device, threads, cpus_per_worker,
+# ray_address, storage_path, max_failures, keep_checkpoints, keep_runs), so a cluster run may
+# set them with --set and dvc.lock still describes its outputs. `deps` are the files a stage
+# reads, then the code it runs (its entry module's rcpipe imports, transitively: a folder
+# where it runs every module in it).
+"""
+
+
+def _outs(paths: list[str], s: Stage) -> list[Any]:
+    return [{p: {"persist": True, **({"desc": s.notes[p]} if p in s.notes else {})}}
+            if p in s.persist else ({p: {"desc": s.notes[p]}} if p in s.notes else p)
+            for p in paths]
+
+
+def stage_entry(s: Stage) -> dict[str, Any]:
+    v = VARIANT if s.per_variant else ""
+    entry: dict[str, Any] = {
+        "desc": s.desc, "cmd": s.cmd(v),
+        "params": [*([f"models.{VARIANT}"] if s.per_variant else []), *s.params],
+        "deps": [*s.deps(v), *code_deps(s.entry)], "outs": _outs(s.outs(v), s)}
+    if metrics := s.metrics(v):
+        entry["metrics"] = metrics
+    return {"foreach": list(VARIANTS), "do": entry} if s.per_variant else entry
+
+
+def plots() -> list[Any]:
+    """What `dvc plots show` draws: each variant's curves as training writes them
+    (rcpipe/train/progress.py: dvclive's files), and the report's charts and images."""
+    def curve(title: str, metric: str, column: str) -> dict[str, Any]:
+        return {title: {"template": "linear", "x": "step", "y": {
+            f"{layout.live_dir(v)}/plots/metrics/{metric}.tsv": column for v in VARIANTS}}}
+
+    report = layout.REPORTS
+    return [
+        curve("dev F1 during training", "dev/f1", "f1"),
+        curve("dev EM during training", "dev/em", "em"),
+        curve("held-out F1 during training (what checkpoints are ranked by)",
+              "heldout/f1", "f1"),
+        curve("training loss", "train/loss", "loss"),
+        {"dev F1 by question type": {"template": "bar_horizontal", "x": "f1", "y": {
+            f"{report}/by_type/{m}.json": "question_type" for m in MODELS}}},
+        *({f"dev F1 by {what} length": {"template": "linear", "x": "min_words", "y": {
+            f"{report}/f1_by_{what}_length.csv": list(MODELS)}}}
+          for what in ("answer", "context")),
+        *(f"{report}/{name}.png" for name in
+          ("scores", "f1_by_type", "f1_by_answer_length", "f1_by_context_length",
+           "agreement")),
+    ]
+
+
+def render() -> str:
+    doc = {"stages": {s.name: stage_entry(s) for s in STAGES}, "plots": plots()}
+    order = " -> ".join(f"{s.name}@<variant>" if s.per_variant else s.name for s in STAGES)
+    return HEADER.format(order=order) + "\n" + yaml.safe_dump(
+        doc, sort_keys=False, width=100, allow_unicode=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 when dvc.yaml is stale")
+    ap.add_argument("--out", type=Path, default=DVC_YAML)
+    args = ap.parse_args(argv)
+    text = render()
+    if args.check:
+        stale = not args.out.is_file() or args.out.read_text() != text
+        print(f"{args.out}: " + ("stale: run python -m rcpipe.pipeline.dvc_yaml" if stale
+                                 else "current"))
+        sys.exit(1 if stale else 0)
+    args.out.write_text(text)
+    print(f"-> {args.out}")
+
+
+if __name__ == "__main__":
+    main()

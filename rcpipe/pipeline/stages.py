@@ -1,0 +1,109 @@
+"""The pipeline written down once: its stages in order, each an `rcpipe` command with the
+params keys it reads, the files it reads and writes (layout.py's names) and the module it
+runs. dvc.yaml is generated from this table (rcpipe/pipeline/dvc_yaml.py), the train-all
+flow walks it (flows/train_all.py), and tests/test_dvc_pipeline.py checks it.
+
+A stage that runs per variant is written once with ``VARIANT`` where the variant's name
+goes (dvc.yaml's ``${item}`` of a ``foreach`` over the registry's names).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rcpipe import layout
+from rcpipe.variants import REGISTRY
+
+VARIANT = "${item}"  # a per-variant stage's variant, as dvc.yaml's foreach names it
+CACHE, PREPARED = "${data.cache_dir}", "${data.out_dir}"  # params-named folders
+VARIANTS = tuple(REGISTRY)
+MODELS = (*VARIANTS, layout.ENSEMBLE)  # every model the report compares
+
+# where the data comes from and how it is cut, read by every stage that reads the dev set
+DEV = ("data.dev_file", "data.cache_dir")
+WINDOW = ("data.window.length", "data.window.stride")  # a longer context read as windows
+DECODE = ("eval.max_answer_len", "eval.na_threshold", "eval.length_prior")
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage: ``rcpipe <name>`` (with ``args``), what it reads and writes."""
+
+    name: str  # the rcpipe command, and the stage's name in dvc.yaml
+    entry: str  # the module the command runs: its import closure is the stage's code
+    desc: str  # what it does, for a reader of dvc.yaml
+    params: tuple[str, ...]  # the params keys its outputs depend on
+    deps: Callable[[str], list[str]]  # the files it reads, for a variant (or "")
+    outs: Callable[[str], list[str]]  # the files it writes
+    per_variant: bool = False
+    metrics: Callable[[str], list[str]] = lambda v: []  # outputs that are metrics files
+    persist: tuple[str, ...] = ()  # outputs DVC keeps when the stage runs again
+    args: tuple[str, ...] = ()  # after the command (and the variant)
+    notes: dict[str, str] = field(default_factory=dict)  # path -> why it is there
+
+    def cmd(self, variant: str = "") -> str:
+        return " ".join(["rcpipe", self.name, *([variant] if variant else []), *self.args])
+
+
+def _p(*paths: object) -> list[str]:
+    return [str(p) for p in paths]
+
+
+# --force: DVC runs a stage because an input changed (its code, say, which the stage's own
+# stamp or a run's key does not hold: rcpipe/fingerprints.py), so the stage must not skip
+FORCE = ("--force",)
+
+STAGES: tuple[Stage, ...] = (
+    Stage("fetch", "rcpipe/stages/fetch.py",
+          "SQuAD and GloVe from the URLs in params.yaml, checked against data.sha256; the "
+          "downloads and sources.json (every source's sha256) are this stage's output",
+          ("data.train_file", "data.dev_file", "data.word_vectors", "data.cache_dir",
+           "data.sha256"),
+          deps=lambda v: [], outs=lambda v: [CACHE], persist=(CACHE,),
+          notes={CACHE: "a new SQuAD URL must not download the 2 GB of GloVe again"}),
+    Stage("prepare", "rcpipe/stages/data.py",
+          "spaCy tokenization and character indexing into Parquet, the vocabularies, the "
+          "held-out slice of the training articles (data.heldout) and report.json",
+          ("data.train_file", "data.dev_file", "data.word_vectors", "data.cache_dir",
+           "data.sha256", "data.out_dir", "data.word_dim", "data.min_word_count",
+           "data.missing_vectors", "data.min_char_count", "data.answer_search_window",
+           "data.limits", "data.heldout", "data.window.train_stride"),
+          deps=lambda v: [CACHE], outs=lambda v: [PREPARED]),
+    Stage("train", "rcpipe/stages/train.py",
+          "one Ray Train job per variant (rcpipe/cluster/train_job.py); the run lives under "
+          "models/<variant>/runs/ (or train.storage_path), the chosen model is the output",
+          ("train.num_workers", "train.epochs", "train.batch_size", "train.seed",
+           "train.eval_every", "train.max_steps", "train.max_minutes", "train.tf32",
+           "train.compile", "train.compile_backend", "train.buckets", *DECODE,
+           "data.word_dim", *WINDOW, "data.out_dir", *DEV),
+          deps=lambda v: [PREPARED, CACHE],
+          outs=lambda v: _p(layout.model_file(v), layout.summary_file(v),
+                            layout.model_dir(v) / layout.CURVE, layout.live_dir(v)),
+          per_variant=True, args=FORCE),
+    Stage("evaluate", "rcpipe/stages/evaluate.py",
+          "the variant's answers to the dev set, scored by the official SQuAD EM/F1; on "
+          "v2.0 at the no-answer threshold chosen on the held-out questions",
+          (*WINDOW, *DECODE, "data.out_dir", *DEV),
+          deps=lambda v: [str(layout.model_file(v)), PREPARED, CACHE],
+          outs=lambda v: _p(layout.predictions(v), layout.nbest(v),
+                            layout.na_threshold_file(v)),
+          metrics=lambda v: _p(layout.metrics(v), layout.by_type(v)),
+          per_variant=True, args=FORCE),
+    Stage("ensemble", "rcpipe/stages/ensemble.py",
+          "the majority vote of every variant's answers (a tie: the likeliest text)", DEV,
+          deps=lambda v: [*_p(*map(layout.nbest, VARIANTS)), CACHE],
+          outs=lambda v: _p(layout.predictions(layout.ENSEMBLE), layout.nbest(layout.ENSEMBLE)),
+          metrics=lambda v: _p(layout.metrics(layout.ENSEMBLE), layout.by_type(layout.ENSEMBLE)),
+          args=FORCE),
+    Stage("report", "rcpipe/stages/report.py",
+          "the evaluation report: report.html, a PNG per chart and the charts' data (CSV, "
+          "by_type/<model>.json rows) that dvc.yaml's plots draw", DEV,
+          deps=lambda v: [*_p(*map(layout.predictions, MODELS)),
+                          *_p(*map(layout.metrics, MODELS)), CACHE],
+          outs=lambda v: [str(layout.REPORTS)], args=FORCE),
+)
+
+
+def stage(name: str) -> Stage:
+    return next(s for s in STAGES if s.name == name)

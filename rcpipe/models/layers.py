@@ -121,11 +121,17 @@ def float32_recurrence(x: torch.Tensor) -> Iterator[None]:
 
     Under CUDA autocast (bf16 asked for) cuDNN's GRU/LSTM and the GRU cell run and return
     float16, which no GradScaler guards, and their outputs clash with bf16 or fp32 tensors
-    written into (an index put of Half into Float). Callers feed ``.float()`` inputs in the
-    block and cast the result back to the input's dtype, so outputs follow their inputs.
+    written into (an index put of Half into Float). Callers feed ``at_least_float32`` inputs
+    in the block and cast the result back to the input's dtype, so outputs follow their inputs.
     """
     with torch.autocast(x.device.type, enabled=False):
         yield
+
+
+def at_least_float32(x: torch.Tensor) -> torch.Tensor:
+    """x in float32, or float64 as it is: a float64 model (the gradient tests) keeps its
+    precision through the recurrences, and its float64 weights meet float64 inputs."""
+    return x if x.dtype == torch.float64 else x.float()
 
 
 class VariationalDropout(nn.Module):
@@ -230,7 +236,7 @@ class BiRNN(nn.Module):
         lengths = mask.sum(1).clamp(min=1)  # (B,)
         outs = []
         with float32_recurrence(x):
-            x = x.float()
+            x = at_least_float32(x)
             keep = mask.unsqueeze(-1).to(x.dtype)  # (B, L, 1)
             for fwd, bwd in zip(self.fwd, self.bwd, strict=True):
                 x = self.drop(x)

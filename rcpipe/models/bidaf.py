@@ -21,6 +21,7 @@ from rcpipe.models.batch import Batch
 from rcpipe.models.embeddings import CharCNN, Highway, WordEmbedding, chars_per_word
 from rcpipe.models.layers import (
     BiRNN,
+    Dropout,
     NoAnswerHead,
     SelfMatching,
     SpanLogits,
@@ -59,7 +60,7 @@ class BiDAF(nn.Module):
         out_dim = g_dim + 2 * d
         self.w_p1 = nn.Linear(out_dim, 1)
         self.w_p2 = nn.Linear(out_dim, 1)
-        self.drop = nn.Dropout(cfg.dropout)  # "the linear transformation before the softmax"
+        self.drop = Dropout(cfg.dropout)  # "the linear transformation before the softmax"
         self.no_answer = NoAnswerHead(out_dim) if inputs.no_answer else None
 
     def embed(self, words: torch.Tensor, chars: torch.Tensor) -> torch.Tensor:

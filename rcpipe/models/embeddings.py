@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rcpipe.models.layers import Dropout
+
 if TYPE_CHECKING:
     from rcpipe.models import ModelInputs
     from rcpipe.models.batch import Batch
@@ -91,7 +93,7 @@ class CharCNN(nn.Module):
         super().__init__()
         self.emb = nn.Embedding(vocab_size, char_dim, padding_idx=0)
         self.conv = nn.Conv1d(char_dim, filters, kernel, padding=kernel // 2)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.dim = filters
 
     def forward(self, chars: torch.Tensor) -> torch.Tensor:
@@ -109,7 +111,7 @@ class Highway(nn.Module):
         super().__init__()
         self.transform = nn.ModuleList(nn.Linear(dim, dim) for _ in range(layers))
         self.gate = nn.ModuleList(nn.Linear(dim, dim) for _ in range(layers))
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for t, g in zip(self.transform, self.gate, strict=True):

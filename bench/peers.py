@@ -130,6 +130,8 @@ DIFFERENCES = {
         "peer computes every attention weight and drops them out; rcpipe calls "
         "scaled_dot_product_attention without attention dropout",
         "peer skips a dropped layer with a Python branch; rcpipe scales it by a tensor coin",
+        "peer's encoder blocks and highway drop at their own 0.1 whatever --dropout; rcpipe "
+        "drops at --dropout (chars at 0.05 on both sides)",
     ],
 }
 

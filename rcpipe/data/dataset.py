@@ -243,7 +243,6 @@ class SquadDataset:
         outside = (y2 >= c_len) | (y1 < 0)
         y1[outside], y2[outside] = -1, -1
         cw_t, qw_t = torch.from_numpy(cw), torch.from_numpy(qw)
-        distinct = {} if self.buckets is not None else distinct_words(cc, qc)
         return Batch(
             ids=[self.ids[i] for i in rows.tolist()],
             cw=cw_t,
@@ -255,7 +254,7 @@ class SquadDataset:
             y1=torch.from_numpy(y1),
             y2=torch.from_numpy(y2),
             is_impossible=torch.from_numpy(self.impossible[rows].astype(bool)),
-            **distinct,
+            **distinct_words(cc, qc),
         )
 
 

@@ -25,8 +25,8 @@ class Batch:
     y2: torch.Tensor  # (B,)
     is_impossible: torch.Tensor  # (B,) bool
     # The batch's distinct words as char rows and, per token, its row there: given by
-    # collate only for batches padded to their own longest (not bucketed: their shapes vary
-    # anyway), so that R-Net's char GRU runs once per distinct word, not once per token
+    # collate, found on the host, so that a char embedding runs once per distinct word, not
+    # once per token (models/embeddings.py's chars_per_word; per token without them)
     words: torch.Tensor | None = None  # (U, W)
     cu: torch.Tensor | None = None  # (B, Lc) context token -> row of words
     qu: torch.Tensor | None = None  # (B, Lq)

@@ -18,9 +18,10 @@ from torch import nn
 from rcpipe.config import ModelConfig
 from rcpipe.models import ModelInputs
 from rcpipe.models.batch import Batch
-from rcpipe.models.embeddings import CharCNN, Highway, WordEmbedding
+from rcpipe.models.embeddings import CharCNN, Highway, WordEmbedding, chars_per_word
 from rcpipe.models.layers import (
     BiRNN,
+    Dropout,
     NoAnswerHead,
     SelfMatching,
     SpanLogits,
@@ -59,17 +60,19 @@ class BiDAF(nn.Module):
         out_dim = g_dim + 2 * d
         self.w_p1 = nn.Linear(out_dim, 1)
         self.w_p2 = nn.Linear(out_dim, 1)
-        self.drop = nn.Dropout(cfg.dropout)  # "the linear transformation before the softmax"
+        self.drop = Dropout(cfg.dropout)  # "the linear transformation before the softmax"
         self.no_answer = NoAnswerHead(out_dim) if inputs.no_answer else None
 
     def embed(self, words: torch.Tensor, chars: torch.Tensor) -> torch.Tensor:
-        x = torch.cat([self.word_emb(words), self.char_emb(chars)], dim=-1)  # (B, L, De)
+        """Word ids (B, L) and their char-CNN features (B, L, Dc) -> (B, L, De)."""
+        x = torch.cat([self.word_emb(words), chars], dim=-1)  # (B, L, De)
         return self.highway(x)  # (B, L, De)
 
     def forward(self, batch: Batch) -> SpanLogits:
         c_mask, q_mask = batch.c_mask, batch.q_mask
-        h = self.contextual(self.embed(batch.cw, batch.cc), c_mask)  # (B, Lc, 2d)
-        u = self.contextual(self.embed(batch.qw, batch.qc), q_mask)  # (B, Lq, 2d)
+        c_chars, q_chars = chars_per_word(self.char_emb, batch)  # (B, Lc, Dc), (B, Lq, Dc)
+        h = self.contextual(self.embed(batch.cw, c_chars), c_mask)  # (B, Lc, 2d)
+        u = self.contextual(self.embed(batch.qw, q_chars), q_mask)  # (B, Lq, 2d)
         g = self.attention_flow(h, u, c_mask, q_mask)  # (B, Lc, 8d)
         x = g
         if self.project is not None and self.self_matching is not None:

@@ -1,8 +1,10 @@
 """The embedding layer the families share: word vectors (with the trainable out-of-vocabulary
-row), a char CNN over each word, and the highway network over their concatenation."""
+row), a char CNN over each word, the highway network over their concatenation, and a char
+embedding run once per distinct word of a batch (``chars_per_word``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -10,8 +12,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rcpipe.models.layers import Dropout
+
 if TYPE_CHECKING:
     from rcpipe.models import ModelInputs
+    from rcpipe.models.batch import Batch
 
 OOV = 1  # the id data/vocab.py gives a word the vocabulary does not hold
 
@@ -76,14 +81,19 @@ class WordEmbedding(nn.Module):
 
 
 class CharCNN(nn.Module):
-    """Char embeddings -> 1D conv over each word's chars -> max over chars (BiDAF, QANet)."""
+    """Char embeddings -> 1D conv over each word's chars -> max over chars (BiDAF, QANet).
+
+    Its dropout is drawn per row of ``chars``: run by ``chars_per_word`` (as the models
+    run it in eager mode), a word that occurs several times in a batch has one mask for
+    all its occurrences.
+    """
 
     def __init__(self, vocab_size: int, char_dim: int, filters: int, kernel: int,
                  dropout: float) -> None:
         super().__init__()
         self.emb = nn.Embedding(vocab_size, char_dim, padding_idx=0)
         self.conv = nn.Conv1d(char_dim, filters, kernel, padding=kernel // 2)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.dim = filters
 
     def forward(self, chars: torch.Tensor) -> torch.Tensor:
@@ -101,10 +111,31 @@ class Highway(nn.Module):
         super().__init__()
         self.transform = nn.ModuleList(nn.Linear(dim, dim) for _ in range(layers))
         self.gate = nn.ModuleList(nn.Linear(dim, dim) for _ in range(layers))
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for t, g in zip(self.transform, self.gate, strict=True):
             gate = torch.sigmoid(g(x))
             x = gate * self.drop(F.relu(t(x))) + (1 - gate) * x
         return x
+
+
+def chars_per_word(embed: Callable[[torch.Tensor], torch.Tensor], batch: Batch
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``embed`` (B, L, W) -> (B, L, D) of every context and question token, (B, Lc, D) and
+    (B, Lq, D): once per distinct word where collate listed the batch's (``Batch.words``),
+    gathered; else per token.
+
+    A word's char embedding depends on its chars alone, and a batch of 32 SQuAD contexts
+    holds about 2.5x as many tokens as distinct words. Collate lists them on the host, off
+    the step (finding them here would read their number back from the device: a host
+    sync per step). Under torch.compile or export, per token: one static graph, whatever
+    the number of distinct words.
+    """
+    # the compiler first: a compiled graph that read batch.words would take it as an input
+    # and recompile for each number of distinct words
+    if (torch.compiler.is_compiling() or torch.compiler.is_exporting()
+            or batch.words is None or batch.cu is None or batch.qu is None):
+        return embed(batch.cc), embed(batch.qc)
+    table = embed(batch.words.unsqueeze(0)).squeeze(0)  # (U, D)
+    return F.embedding(batch.cu, table), F.embedding(batch.qu, table)  # (B, Lc, D), (B, Lq, D)

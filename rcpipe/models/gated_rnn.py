@@ -22,6 +22,7 @@ from rcpipe.models.layers import (
     NEG_INF,
     MatchGate,
     VariationalDropout,
+    at_least_float32,
     capturing,
     float32_recurrence,
     keep_attention,
@@ -102,7 +103,7 @@ def gated_attention(cells: Sequence[GatedAttentionRNN], u_p: torch.Tensor, u_q: 
     and are masked downstream."""
     dtype = u_p.dtype
     with float32_recurrence(u_p):
-        u_p, u_q = u_p.float(), u_q.float()
+        u_p, u_q = at_least_float32(u_p), at_least_float32(u_q)
         d, b, lc, dim = u_p.shape
         lq = u_q.size(1)
         # everything that does not depend on v_{t-1}, computed once, time-major so that each

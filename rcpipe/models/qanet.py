@@ -20,7 +20,7 @@ from torch import nn
 from rcpipe.config import ModelConfig
 from rcpipe.models import ModelInputs
 from rcpipe.models.batch import Batch
-from rcpipe.models.embeddings import CharCNN, Highway, WordEmbedding
+from rcpipe.models.embeddings import CharCNN, Highway, WordEmbedding, chars_per_word
 from rcpipe.models.layers import (
     NoAnswerHead,
     SpanLogits,
@@ -209,14 +209,15 @@ class QANet(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
 
     def embed(self, words: torch.Tensor, chars: torch.Tensor) -> torch.Tensor:
-        w = self.drop(self.word_emb(words))  # (B, L, p1)
-        c = self.char_emb(chars)  # (B, L, p2); char dropout is inside CharCNN
-        return self.emb_proj(self.highway(torch.cat([w, c], dim=-1)))  # (B, L, d)
+        """Word ids (B, L) and their char-CNN features (B, L, p2) -> (B, L, d)."""
+        w = self.drop(self.word_emb(words))  # (B, L, p1); char dropout is inside CharCNN
+        return self.emb_proj(self.highway(torch.cat([w, chars], dim=-1)))  # (B, L, d)
 
     def forward(self, batch: Batch) -> SpanLogits:
         c_mask, q_mask = batch.c_mask, batch.q_mask
-        c = self.emb_encoder(self.embed(batch.cw, batch.cc), c_mask)  # (B, Lc, d)
-        q = self.emb_encoder(self.embed(batch.qw, batch.qc), q_mask)  # (B, Lq, d)
+        c_chars, q_chars = chars_per_word(self.char_emb, batch)  # (B, Lc, p2), (B, Lq, p2)
+        c = self.emb_encoder(self.embed(batch.cw, c_chars), c_mask)  # (B, Lc, d)
+        q = self.emb_encoder(self.embed(batch.qw, q_chars), q_mask)  # (B, Lq, d)
         g = self.cq_attention(c, q, c_mask, q_mask)  # (B, Lc, 4d)
         m = self.cq_proj(self.drop(g))  # (B, Lc, d)
         # one stack, three passes (shared weights); dropout on every other pass's input

@@ -20,7 +20,7 @@ from torch import nn
 from rcpipe.config import ModelConfig
 from rcpipe.models import ModelInputs
 from rcpipe.models.batch import Batch
-from rcpipe.models.embeddings import WordEmbedding
+from rcpipe.models.embeddings import WordEmbedding, chars_per_word
 from rcpipe.models.gated_rnn import BiGatedAttentionRNN
 from rcpipe.models.gated_rnn import GatedAttentionRNN as GatedAttentionRNN  # re-exported
 from rcpipe.models.layers import (
@@ -30,6 +30,7 @@ from rcpipe.models.layers import (
     SelfMatching,
     SpanLogits,
     VariationalDropout,
+    at_least_float32,
     float32_recurrence,
     keep_attention,
     mask_logits,
@@ -64,7 +65,7 @@ class CharGRU(nn.Module):
         last = (lengths - 1).clamp(min=0).view(-1, 1, 1)  # (N, 1, 1): the last char's place
         x = self.emb(flat)  # (N, W, E)
         with float32_recurrence(x):
-            x32 = x.float()
+            x32 = at_least_float32(x)
             ends = [out.gather(1, last.expand(-1, 1, out.size(2))).squeeze(1)  # (N, H)
                     for out in (self.rnn(x32),  # (N, W, H) each
                                 self.rnn(reverse_padded(x32, lengths), "_reverse"))]
@@ -161,7 +162,7 @@ class PointerNetwork(nn.Module):
         a1 = masked_softmax(s1, c_mask)  # (B, Lc)
         c1 = torch.bmm(a1.unsqueeze(1), h_p).squeeze(1)  # (B, D)
         with float32_recurrence(c1):
-            h_a = self.cell(self.drop(c1).float(), r_q.float())  # (B, D)
+            h_a = self.cell(at_least_float32(self.drop(c1)), at_least_float32(r_q))  # (B, D)
         s2 = self.scores(keys, h_a)  # (B, Lc)
         return mask_logits(s1, c_mask), mask_logits(s2, c_mask)
 
@@ -196,21 +197,12 @@ class RNet(nn.Module):
         self.drop = VariationalDropout(cfg.dropout)
         self.no_answer = NoAnswerHead(2 * d) if inputs.no_answer else None
 
-    def chars(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """The char GRU's final states of every context and question token, (B, Lc, Dc)
-        and (B, Lq, Dc): once per distinct word where collate listed them (a word's state
-        depends on its chars alone), else per token (bucketed batches: static shapes)."""
-        if batch.words is None or batch.cu is None or batch.qu is None:
-            return self.char_emb(batch.cc), self.char_emb(batch.qc)
-        table = self.char_emb(batch.words.unsqueeze(0)).squeeze(0)  # (U, Dc)
-        return table[batch.cu], table[batch.qu]
-
     def embed(self, words: torch.Tensor, chars: torch.Tensor) -> torch.Tensor:
         return torch.cat([self.word_emb(words), chars], dim=-1)  # (B, L, De)
 
     def forward(self, batch: Batch) -> SpanLogits:
         c_mask, q_mask = batch.c_mask, batch.q_mask
-        c_chars, q_chars = self.chars(batch)
+        c_chars, q_chars = chars_per_word(self.char_emb, batch)
         u_p = self.encoder(self.embed(batch.cw, c_chars), c_mask)  # (B, Lc, 2d)
         u_q = self.encoder(self.embed(batch.qw, q_chars), q_mask)  # (B, Lq, 2d)
         v_p = self.question_matching(u_p, c_mask, u_q, q_mask)  # (B, Lc, d or 2d)

@@ -231,16 +231,18 @@ def test_the_char_limit_prepare_used_travels_with_the_dataset(
     assert ds.char_limit == 5 and ds.collate([0, 1]).cc.shape[2] <= 5
 
 
-def test_unbucketed_batches_list_their_distinct_words(train: SquadDataset) -> None:
-    batch = train.collate(list(range(8)))
-    assert batch.words is not None and batch.cu is not None and batch.qu is not None
-    assert torch.equal(batch.words[batch.cu], batch.cc)  # (B, Lc, W) every token's chars
-    assert torch.equal(batch.words[batch.qu], batch.qc)
-    assert len(torch.unique(batch.words, dim=0)) == len(batch.words)  # each word once
-    tokens = batch.cc.shape[0] * batch.cc.shape[1] + batch.qc.shape[0] * batch.qc.shape[1]
-    assert len(batch.words) < tokens / 2  # words repeat: far fewer rows to embed
-    train.buckets = ((400,), (50,))  # bucketed: static shapes, no data-dependent count
-    try:
-        assert train.collate(list(range(8))).words is None
-    finally:
-        train.buckets = None
+def test_batches_list_their_distinct_words(train: SquadDataset) -> None:
+    """Bucketed too: the models run their char embedding once per distinct word in eager
+    mode (a compiled step runs it per token and never reads them)."""
+    for buckets in (None, ((400,), (50,))):
+        train.buckets = buckets
+        try:
+            batch = train.collate(list(range(8)))
+        finally:
+            train.buckets = None
+        assert batch.words is not None and batch.cu is not None and batch.qu is not None
+        assert torch.equal(batch.words[batch.cu], batch.cc)  # (B, Lc, W) every token's chars
+        assert torch.equal(batch.words[batch.qu], batch.qc)
+        assert len(torch.unique(batch.words, dim=0)) == len(batch.words)  # each word once
+        tokens = batch.cc.shape[0] * batch.cc.shape[1] + batch.qc.shape[0] * batch.qc.shape[1]
+        assert len(batch.words) < tokens / 2  # words repeat: far fewer rows to embed

@@ -1,12 +1,18 @@
-"""The shared word embedding: what trains beside frozen pretrained vectors.
+"""The shared embeddings: what trains beside frozen pretrained vectors, and the char
+embedding run once per distinct word.
 
 data.missing_vectors decides what a training word the vectors lack becomes: the OOV id
 (unk), whose one vector then trains, or its own trainable row (train). Either way the frozen
 table stays frozen and out of the optimiser and the EMA.
+
+``chars_per_word`` computes each distinct word's chars once and gathers: every variant's
+outputs are bit for bit those of the per-token path, and its gradients those up to the
+order of a float64 sum (a word's occurrences are summed before the batch is).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,14 +22,16 @@ import torch
 
 from rcpipe import stages
 from rcpipe.config import Config, ModelConfig
-from rcpipe.data.dataset import SquadDataset
+from rcpipe.data.dataset import SquadDataset, distinct_words
 from rcpipe.models import ModelInputs, build_model
-from rcpipe.models.embeddings import OOV, WordEmbedding
+from rcpipe.models.batch import Batch
+from rcpipe.models.embeddings import OOV, CharCNN, WordEmbedding, chars_per_word
 from rcpipe.train.loop import EMA, make_optimizer, train_step
 from rcpipe.train.worker import train_batches
 from rcpipe.trained.model_file import model_from_payload, model_payload, prepared_inputs
+from rcpipe.variants import REGISTRY
 from tests.conftest import TINY_MODEL, Prepared, vectors_for_half
-from tests.models.conftest import CHARS, WORDS
+from tests.models.conftest import CHARS, WORDS, make_batch
 
 
 def _vectors() -> np.ndarray:
@@ -111,3 +119,64 @@ def test_what_the_vectors_lack_trains_and_the_vectors_stay(
     optimised = {id(p) for group in opt.param_groups for p in group["params"]}
     assert id(learns) in optimised and id(emb.emb.weight) not in optimised
     assert name in ema.shadow and "word_emb.emb.weight" not in ema.shadow
+
+
+def repeating_words(batch: Batch) -> Batch:
+    """``batch`` with its tokens spelt from 6 words (of 1 to 6 chars), so that words repeat
+    in context and question as in real text; padding tokens keep no chars."""
+    g = torch.Generator().manual_seed(1)
+    spellings = torch.randint(2, CHARS, (6, batch.cc.size(-1)), generator=g)  # (6, W)
+    spellings[torch.arange(spellings.size(1)) >= torch.arange(1, 7)[:, None]] = 0
+    cc = spellings[torch.randint(0, 6, batch.cw.shape, generator=g)] * batch.c_mask[..., None]
+    qc = spellings[torch.randint(0, 6, batch.qw.shape, generator=g)] * batch.q_mask[..., None]
+    return Batch(**{**batch.__dict__, "cc": cc, "qc": qc,
+                    **distinct_words(cc.numpy(), qc.numpy())})  # as collate lists them
+
+
+@pytest.mark.parametrize("variant", sorted(REGISTRY))
+def test_chars_once_per_distinct_word_change_no_output_nor_gradient(
+        variant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each variant in float64, dropout off, against the same weights run per token (the
+    path before ``chars_per_word``, and the one torch.compile and export take)."""
+    cfg = ModelConfig(hidden=8, char_dim=4, char_hidden=6, char_kernel=3, layers=2,
+                      highway_layers=1, heads=2, emb_convs=2, model_blocks=1, model_convs=2,
+                      dropout=0.0, char_dropout=0.0, stochastic_depth=0.0)
+    batch = repeating_words(make_batch(b=3, lc=12, lq=5))
+    assert batch.words is not None and len(batch.words) < batch.cw.numel()
+    torch.manual_seed(0)
+    model = build_model(variant, cfg, ModelInputs(WORDS, CHARS, 16, None, False)).double()
+    model.train()  # training's path (the EMA's eval path is the same function)
+
+    def run() -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        model.zero_grad()
+        with torch.backends.mkldnn.flags(enabled=False):  # oneDNN's RNN has no float64
+            out = model(batch)
+        loss = (out.start.masked_fill(~batch.c_mask, 0).sin().sum()
+                + out.end.masked_fill(~batch.c_mask, 0).cos().sum())
+        with torch.backends.mkldnn.flags(enabled=False):
+            loss.backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        return [out.start.detach(), out.end.detach()], grads
+
+    outs, grads = run()
+    family = importlib.import_module(REGISTRY[variant].family)
+    monkeypatch.setattr(family, "chars_per_word", lambda embed, b: (embed(b.cc), embed(b.qc)))
+    per_token_outs, per_token_grads = run()
+    for new, old in zip(outs, per_token_outs, strict=True):
+        assert torch.equal(new, old)
+    assert len(grads) == len(per_token_grads) > 0
+    for new, old in zip(grads, per_token_grads, strict=True):
+        torch.testing.assert_close(new, old, rtol=1e-12, atol=1e-14)
+
+
+def test_under_dropout_a_word_has_one_char_mask_for_all_its_occurrences() -> None:
+    torch.manual_seed(0)
+    cnn = CharCNN(CHARS, 4, 6, 3, dropout=0.5).train()
+    batch = repeating_words(make_batch(b=3, lc=12, lq=5))
+    c, q = chars_per_word(cnn, batch)  # (B, Lc, 6), (B, Lq, 6)
+    tokens = torch.cat([batch.cc.flatten(0, 1), batch.qc.flatten(0, 1)])  # (N, W)
+    features = torch.cat([c.flatten(0, 1), q.flatten(0, 1)])  # (N, 6)
+    for word in torch.unique(tokens, dim=0):
+        same = features[(tokens == word).all(dim=1)]  # (n, 6): one word's occurrences
+        assert len(same) > 1 and torch.equal(same, same[:1].expand_as(same))
+

@@ -1,0 +1,250 @@
+"""Benchmark: rcpipe's model against a peer's, at equal sizes, on the same tensors.
+
+A peer is a checkout outside this repository (its path an argument; nothing of it is
+copied here): chrischute/squad (the CS224N BiDAF baseline, commit 85623ad) for ``bidaf``,
+BangLiu/QANet-PyTorch for ``qanet``. Its model class is imported from that path and built
+at the sizes rcpipe's is; both read the same real-text batch (bench/peer_text.py: the first
+``--context`` tokens of ``--batch`` SQuAD articles, so words repeat as in real batches) and
+train with the same optimiser (Adam, lr 1e-3; no EMA, no clipping on either side). After
+``--warmup`` rounds, each of ``--repeats`` rounds times a training step (forward, loss,
+backward, Adam) and an inference forward of each side, the side that goes first
+alternating round by round; it prints medians, minimums and rcpipe/peer ratios (above 1:
+rcpipe slower), then the differences between the two models that remain.
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m bench.peers bidaf /tmp/peers/squad
+    OMP_NUM_THREADS=1 .venv/bin/python -m bench.peers bidaf /tmp/peers/squad \
+        --set char_dim=1 char_hidden=1 char_kernel=1
+    OMP_NUM_THREADS=1 .venv/bin/python -m bench.peers qanet /tmp/peers/QANet-PyTorch
+
+One torch thread unless ``--threads``. The device is the CPU; name the machine with the
+numbers (its load moves them: compare within one run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bench.peer_text import TextBatch, read_text_batch
+from rcpipe.config import ModelConfig, load_config
+from rcpipe.data.dataset import distinct_words
+from rcpipe.models import ModelInputs, build_model
+from rcpipe.models.batch import Batch
+from rcpipe.models.layers import span_loss
+
+ROOT = Path(__file__).resolve().parents[1]
+SQUAD = ROOT.parent / "shared" / "data" / "squad" / "dev-v1.1.json"
+
+
+@dataclass
+class Side:
+    name: str
+    model: nn.Module
+    forward: Callable[[], Any]  # the model on the batch
+    loss: Callable[[Any], torch.Tensor]  # of the forward's output
+
+
+def rcpipe_side(variant: str, cfg: ModelConfig, text: TextBatch, vectors: np.ndarray) -> Side:
+    inputs = ModelInputs(word_vocab=len(vectors), char_vocab=text.char_vocab,
+                         word_dim=vectors.shape[1], vectors=vectors, no_answer=False)
+    model = build_model(variant, cfg, inputs)
+    batch = Batch(ids=[str(i) for i in range(len(text.cw))], cw=text.cw, cc=text.cc,
+                  qw=text.qw, qc=text.qc, c_mask=text.cw != 0, q_mask=text.qw != 0,
+                  y1=text.y1, y2=text.y2, is_impossible=torch.zeros(len(text.cw), dtype=bool))
+    def forward() -> Any:  # collate's distinct words (on the host) counted in the step
+        cc, qc = text.cc.numpy(), text.qc.numpy()
+        return model(Batch(**{**batch.__dict__, **distinct_words(cc, qc)}))
+
+    return Side(f"rcpipe {variant}", model, forward,
+                lambda out: span_loss(out, text.y1, text.y2))
+
+
+def chrischute_bidaf(peer: Path, args: argparse.Namespace, text: TextBatch,
+                     vectors: np.ndarray) -> Side:
+    sys.path.insert(0, str(peer))
+    sys.modules.setdefault("ujson", json)  # util.py imports it at the top; no model code uses it
+    models = importlib.import_module("models")
+    model = models.BiDAF(word_vectors=torch.from_numpy(vectors), hidden_size=args.hidden,
+                         drop_prob=args.dropout)
+
+    def loss(out: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return F.nll_loss(out[0], text.y1) + F.nll_loss(out[1], text.y2)  # as its train.py
+
+    return Side("chrischute/squad BiDAF", model, lambda: model(text.cw, text.qw), loss)
+
+
+def bangliu_qanet(peer: Path, args: argparse.Namespace, text: TextBatch,
+                  vectors: np.ndarray) -> Side:
+    sys.path.insert(0, str(peer))
+    module = importlib.import_module("model.QANet")
+
+    def pos_encoder(x: torch.Tensor, min_timescale: float = 1.0,
+                    max_timescale: float = 1.0e4) -> torch.Tensor:
+        # the peer's moves its signal to x.get_device(), -1 on the CPU (an error); the same
+        # signal (its own get_timing_signal) moved to x.device instead
+        x = x.transpose(1, 2)  # (B, L, d)
+        signal = module.get_timing_signal(x.size(1), x.size(2), min_timescale, max_timescale)
+        return (x + signal.to(x.device)).transpose(1, 2)  # (B, d, L)
+
+    module.PosEncoder = pos_encoder
+    chars = torch.randn(text.char_vocab, args.char_dim)  # its char table: frozen, as default
+    model = module.QANet(torch.from_numpy(vectors), chars, text.cw.size(1), text.qw.size(1),
+                         args.hidden, dropout=args.dropout, num_head=args.heads)
+
+    def loss(out: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return F.cross_entropy(out[0], text.y1) + F.cross_entropy(out[1], text.y2)
+
+    return Side("BangLiu/QANet-PyTorch", model,
+                lambda: model(text.cw, text.cc, text.qw, text.qc), loss)
+
+
+PEERS = {"bidaf": chrischute_bidaf, "qanet": bangliu_qanet}
+
+DIFFERENCES = {
+    "bidaf": [
+        "peer has no char CNN: its embedding is the word vector projected to hidden "
+        "(Linear, no bias) under a 2-layer highway; rcpipe's highway runs over [word; char]",
+        "peer's query-to-context attention is DCN's (a (B, Lc, Lc) product), rcpipe's "
+        "BiDAF's (max over the query)",
+        "peer drops out each LSTM's output and the attention's inputs; rcpipe drops each "
+        "LSTM layer's input (one mask per sequence) and [G; M] before the output layer",
+        "peer packs each LSTM's input (pack_padded_sequence, nn.LSTM); rcpipe runs "
+        "torch.lstm unpacked, the backward direction on each row reversed within its length",
+    ],
+    "qanet": [
+        "peer's char table is frozen (its default); rcpipe's trains",
+        "peer's PosEncoder is wrapped to run on the CPU (the same signal)",
+        "peer computes every attention weight and drops them out; rcpipe calls "
+        "scaled_dot_product_attention without attention dropout",
+        "peer skips a dropped layer with a Python branch; rcpipe scales it by a tensor coin",
+        "peer's encoder blocks and highway drop at their own 0.1 whatever --dropout; rcpipe "
+        "drops at --dropout (chars at 0.05 on both sides)",
+    ],
+}
+
+
+def timed(fn: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def train_step(side: Side, optimizer: torch.optim.Optimizer) -> Callable[[], None]:
+    def step() -> None:
+        side.model.train()
+        optimizer.zero_grad(set_to_none=True)
+        side.loss(side.forward()).backward()
+        optimizer.step()
+    return step
+
+
+def inference(side: Side) -> Callable[[], None]:
+    def run() -> None:
+        side.model.eval()
+        with torch.no_grad():
+            side.forward()
+    return run
+
+
+def measure(sides: list[Side], warmup: int, repeats: int) -> dict[str, dict[str, list[float]]]:
+    """Seconds per round: {"train" | "inference": {side name: [...]}}, A/B alternated."""
+    runs = {"train": [], "inference": []}  # type: dict[str, list[Callable[[], None]]]
+    for side in sides:
+        trainable = [p for p in side.model.parameters() if p.requires_grad]
+        runs["train"].append(train_step(side, torch.optim.Adam(trainable, lr=1e-3)))
+        runs["inference"].append(inference(side))
+    times = {kind: {s.name: [] for s in sides} for kind in runs}  # type: dict[str, Any]
+    for round_ in range(warmup + repeats):
+        order = range(len(sides)) if round_ % 2 == 0 else reversed(range(len(sides)))
+        for i in order:
+            for kind, fns in runs.items():
+                seconds = timed(fns[i])
+                if round_ >= warmup:
+                    times[kind][sides[i].name].append(seconds)
+    return times
+
+
+def report(times: dict[str, dict[str, list[float]]], ours: str, peer: str) -> None:
+    print(f"| step | {ours}: median / min (s) | {peer}: median / min (s) | "
+          "ratio, median / min |")
+    print("|---|---|---|---|")
+    for kind, by_side in times.items():
+        a, b = by_side[ours], by_side[peer]
+        ma, mb = statistics.median(a), statistics.median(b)
+        print(f"| {kind} | {ma:.3f} / {min(a):.3f} | {mb:.3f} / {min(b):.3f} | "
+              f"{ma / mb:.2f}x / {min(a) / min(b):.2f}x |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("model", choices=sorted(PEERS))
+    parser.add_argument("peer", type=Path, help="the peer's checkout (outside this repo)")
+    parser.add_argument("--squad", type=Path, default=SQUAD)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--context", type=int, default=300)
+    parser.add_argument("--question", type=int, default=30)
+    parser.add_argument("--words", type=int, default=20_000, help="rows of the frozen table")
+    parser.add_argument("--word-dim", type=int, default=100)
+    parser.add_argument("--hidden", type=int, default=100)
+    parser.add_argument("--dropout", type=float, default=0.2)
+    parser.add_argument("--heads", type=int, default=4, help="QANet: both sides")
+    parser.add_argument("--char-dim", type=int, default=64, help="QANet: both sides")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="over rcpipe's params.yaml settings of the variant")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    peer = args.peer.resolve()
+    if peer.is_relative_to(ROOT):
+        parser.error(f"{peer}: a peer's checkout lives outside this repository")
+
+    text = read_text_batch(args.squad, args.batch, args.context, args.question, args.words)
+    vectors = np.random.default_rng(0).normal(size=(args.words, args.word_dim)).astype(
+        np.float32)
+    vectors[0] = 0.0  # padding
+    sizes = {"hidden": args.hidden, "dropout": args.dropout}
+    if args.model == "qanet":  # the peer's char CNN: char_dim in, hidden filters of width 5
+        sizes |= {"heads": args.heads, "char_dim": args.char_dim, "char_hidden": args.hidden,
+                  "char_kernel": 5, "char_dropout": 0.05}
+    sets = [f"models.{args.model}.{k}={v}" for k, v in sizes.items()]
+    sets += [f"models.{args.model}.{s}" for s in args.set]
+    cfg = load_config(ROOT / "params.yaml", sets).models.of(args.model)
+    torch.manual_seed(0)
+    sides = [rcpipe_side(args.model, cfg, text, vectors),
+             PEERS[args.model](peer, args, text, vectors)]
+    print(f"{args.model}: batch {args.batch}, context {args.context}, question "
+          f"{args.question} tokens of real text ({text.distinct} distinct words of "
+          f"{text.cw.numel() + text.qw.numel()} tokens), frozen {args.words} x "
+          f"{args.word_dim} word vectors, hidden {args.hidden}, dropout {args.dropout}, "
+          f"Adam, {torch.get_num_threads()} torch thread(s), {args.warmup} warm-up and "
+          f"{args.repeats} timed rounds, A/B alternated")
+    print(f"rcpipe {args.model}: " + ", ".join(
+        f"{k} {getattr(cfg, k)}" for k in ("hidden", "layers", "char_dim", "char_hidden",
+                                           "char_kernel", "dropout")))
+    for side in sides:
+        n = sum(p.numel() for p in side.model.parameters() if p.requires_grad)
+        print(f"{side.name}: {n:,} trainable parameters")
+    times = measure(sides, args.warmup, args.repeats)
+    report(times, sides[0].name, sides[1].name)
+    print("\nRemaining differences:")
+    for line in DIFFERENCES[args.model]:
+        print(f"- {line}")
+
+
+if __name__ == "__main__":
+    main()

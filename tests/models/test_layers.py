@@ -1,0 +1,53 @@
+"""Shared blocks of models/layers.py that trade nothing for speed: the reversal within each
+row's length as whole rows (the gather it replaced gives the same values and gradients) and
+the CPU dropout whose mask torch.rand draws (nn.Dropout's distribution)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rcpipe.models.layers import Dropout, VariationalDropout, reverse_padded
+
+
+def test_reverse_padded_is_the_gather_bit_for_bit_and_its_own_inverse() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(4, 7, 5, dtype=torch.float64, requires_grad=True)
+    lengths = torch.tensor([7, 3, 1, 5])
+    steps = torch.arange(7)
+    rev = lengths[:, None] - 1 - steps  # (B, L)
+    rev = torch.where(rev >= 0, rev, steps)
+    by_gather = x.gather(1, rev.unsqueeze(-1).expand_as(x))  # (B, L, D): the former path
+    ours = reverse_padded(x, lengths)
+    assert torch.equal(ours, by_gather)
+    assert torch.equal(ours[1, :3], x[1, :3].flip(0)) and torch.equal(ours[1, 3:], x[1, 3:])
+    assert torch.equal(reverse_padded(ours, lengths), x)
+    g = torch.randn_like(x)
+    assert torch.equal(torch.autograd.grad(ours, x, g)[0],
+                       torch.autograd.grad(by_gather, x, g)[0])
+
+
+@pytest.mark.parametrize("p", [0.2, 0.5])
+def test_dropout_on_the_cpu_keeps_1_minus_p_of_the_values_scaled(p: float) -> None:
+    torch.manual_seed(0)
+    drop = Dropout(p)
+    x = torch.rand(200, 500) + 1.0  # no zero of its own
+    assert drop.eval()(x) is x
+    y = drop.train()(x)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - (1 - p)) < 0.01
+    torch.testing.assert_close(y[kept], x[kept] / (1 - p))
+    x.requires_grad_()
+    y = drop(x)
+    (grad,) = torch.autograd.grad(y.sum(), x)
+    torch.testing.assert_close(grad, (y != 0).float() / (1 - p))
+    assert torch.equal(Dropout(0.0).train()(x), x)
+
+
+def test_variational_dropout_has_one_mask_per_sequence() -> None:
+    torch.manual_seed(0)
+    x = torch.rand(8, 6, 50) + 1.0
+    y = VariationalDropout(0.3).train()(x)
+    kept = y != 0  # (B, L, D)
+    assert torch.equal(kept, kept[:, :1].expand_as(kept))  # the same at every step
+    torch.testing.assert_close(y[kept], x[kept] / 0.7)

@@ -9,7 +9,8 @@ and its git commit on the workspace's git remote.
   remote holds a record of, the champion after each night marked; the latest page is also
   ``<remote>/rcpipe/nights.html``. Links are presigned HTTPS URLs where the remote signs
   (S3, a week), else the remote's own URL: never a path inside the pod that ran the night.
-- ``push_commit``: the night's dvc.lock commit and the ``champion`` tag to the git remote
+- ``push_commit``: the night's dvc.lock commit and a promotion's registry tags
+  (stages/champions.py) to the git remote
   ``version.git_remote`` when the workspace has it, so `dvc metrics diff` and `dvc exp show`
   compare nights on any clone (`git fetch`, `dvc pull`).
 """
@@ -87,16 +88,17 @@ def _csv(rows: list[dict[str, Any]], header: list[str]) -> bytes:
     return buf.getvalue().encode()
 
 
-def push_commit(root: Path, remote: str | None, commit: str | None, promoted: bool
+def push_commit(root: Path, remote: str | None, commit: str | None, tags: list[str]
                 ) -> dict[str, Any]:
-    """Push the night's commit (HEAD's branch) and, when promoted, the champion tag."""
+    """Push the night's commit (HEAD's branch) and, when promoted, the registry's tags
+    (stages/champions.py: new tags, never forced, so a clone fetches them)."""
     if remote is None or commit is None:
         return {"pushed": False, "why": "no git remote set" if commit else "no git commit"}
     if git(root, "remote", "get-url", remote).returncode != 0:
         log.info(f"version: the workspace has no git remote {remote!r}: the night's commit "
                  "stays here (version.git_remote)")
         return {"pushed": False, "why": f"no git remote {remote!r}"}
-    refs = ["HEAD"] + (["+refs/tags/champion:refs/tags/champion"] if promoted else [])
+    refs = ["HEAD"] + [f"refs/tags/{t}" for t in tags]
     done = git(root, "push", "-q", remote, *refs)
     if done.returncode != 0:
         why = (done.stderr.strip().splitlines() or ["git push failed"])[-1][:300]

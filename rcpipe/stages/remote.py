@@ -23,6 +23,13 @@ def git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
 
 
+def identity(root: Path) -> tuple[str, str]:
+    """Who commits and tags: the checkout's git identity, else rcpipe's (a pod has none)."""
+    name = git(root, "config", "user.name").stdout.strip()
+    email = git(root, "config", "user.email").stdout.strip()
+    return (name, email) if email else ("rcpipe", "rcpipe@localhost")
+
+
 class Remote:
     """The DVC remote, through DVC's own file system for it: its URL, endpoint and keys
     (``.dvc/config``, ``.dvc/config.local``, else the standard AWS environment)."""

@@ -43,6 +43,9 @@ class ServeConfig(Section):
                              "(its batch queue), and as many waiting for a replica, else 503")
     body_timeout_s: float = Field(10.0, gt=0, description="a request's body arrives whole "
                                   "within this, else 408 (a slow client)")
+    champion_poll_s: float = Field(10.0, gt=0, description="the champion app "
+                                   "(infra/kuberay/rayservice.yaml): how often each Reader "
+                                   "replica reads champion.json for a new champion")
     keep_alive_s: int = Field(5, ge=1, description="an idle connection is closed after this")
     # uvicorn (Serve's proxy) has no deadline for a request's head: rcpipe/serve/guard.py
     # fronts it with these two, so a silent or trickling client cannot hold a descriptor

@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -58,11 +60,27 @@ class Reader:
     """One model answering batches of (context, question) pairs in one model thread, so the
     replica's event loop keeps taking requests (the next batch fills) while it computes."""
 
-    def __init__(self, load: Load, max_batch: int, wait_ms: float) -> None:
+    def __init__(self, load: Load, max_batch: int, wait_ms: float, follow_s: float = 0.0
+                 ) -> None:
         self._answer = load()
         self.answer.set_max_batch_size(max_batch)
         self.answer.set_batch_wait_timeout_s(wait_ms / 1000)
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="rcpipe-model")
+        if follow_s > 0:  # the answerer follows a registry (stages/serving.py's Champion)
+            threading.Thread(target=self._follow, args=(follow_s,), daemon=True,
+                             name="rcpipe-follow").start()
+
+    def _follow(self, every_s: float) -> None:
+        """Every ``every_s``: the answerer's ``update`` loads a new model beside the one
+        answering and swaps it in (in this thread, so batches go on meanwhile); a failure is
+        logged and tried again at the next tick, never the end of the replica."""
+        update = self._answer.update  # type: ignore[attr-defined]
+        while True:
+            time.sleep(every_s)
+            try:
+                update()
+            except Exception:
+                log.exception("following the champion failed; the current one answers")
 
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.005)
     async def answer(self, pairs: list[Pair]) -> list[dict[str, Any]]:
@@ -118,9 +136,10 @@ class Ingress:
 
 def application(loads: dict[str, Load], ensembles: dict[str, list[str]], vote: Vote | None,
                 models: list[str], limits: Limits, no_answer: bool,
-                scaling: Scaling = Scaling()) -> Any:
+                scaling: Scaling = Scaling(), follow_s: float = 0.0) -> Any:
     """The bound application: a Reader per entry of ``loads`` (named Reader-<i>: a served
-    name may be a package's path), the Ingress over them."""
+    name may be a package's path), the Ingress over them; ``follow_s`` > 0: each load
+    returns an answerer with ``update()``, which every Reader replica calls that often."""
     readers = {}
     for i, (name, load) in enumerate(loads.items()):
         replicas: dict[str, Any] = {"autoscaling_config": scaling.autoscaling} \
@@ -134,7 +153,7 @@ def application(loads: dict[str, Load], ensembles: dict[str, list[str]], vote: V
             max_ongoing_requests=limits.max_pending,
             max_queued_requests=limits.max_pending,  # more: 503 (BackPressureError)
             ray_actor_options={"num_cpus": scaling.replica_cpus},
-        ).bind(load, limits.max_batch, limits.max_wait_ms)
+        ).bind(load, limits.max_batch, limits.max_wait_ms, follow_s)
     # the ingress only parses and waits: no CPU reserved, every pending request in flight
     ingress = Ingress.options(max_ongoing_requests=limits.max_pending + 64,
                               ray_actor_options={"num_cpus": 0})

@@ -66,6 +66,8 @@ class Remote:
     def write(self, data: bytes, *parts: str) -> str:
         path, url = self._where(*parts)
         try:
+            if self.fs.protocol == "local":  # a directory remote needs its folders; S3 none
+                self.fs.makedirs(self.fs.parent(path), exist_ok=True)
             self.fs.pipe_file(path, data)
         except Exception as e:  # noqa: BLE001
             raise InputError(url, "", f"cannot write: {str(e).splitlines()[0][:200]}") from None

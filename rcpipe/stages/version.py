@@ -227,6 +227,27 @@ def push_package(cfg: Config, where: Remote, run: str, variant: str, out: Path
     return out, where._where("versions", run, "packages", variant)[1]
 
 
+def pointer(record: dict[str, Any], score: dict[str, Any], members: list[str],
+            packages: dict[str, Path], answers_url: str | None, decided: dict[str, Any],
+            tags: list[str]) -> dict[str, Any]:
+    """champion.json for a promotion of ``score``'s model of the night ``record`` describes
+    (its dvc_lock, git_commit, pushed packages); ``packages``: their local directories."""
+    from rcpipe.trained.package_dir import CONFIG, sha256
+
+    model = score["model"]
+    local = packages.get(model)
+    return {"score": score, "dvc_lock": record["dvc_lock"], "git_commit": record["git_commit"],
+            # the champion's package (an ensemble has none of its own), and its config.json's
+            # sha256, which pins every other file's (the champion app checks both)
+            "package": record["packages"].get(model),
+            "package_sha256": sha256((local / CONFIG).read_bytes()) if local else None,
+            # what answers for it: the package, or the ensemble's voters
+            "packages": {v: record["packages"][v] for v in members},
+            "answers": answers_url, "gate": decided,
+            "git_tags": tags,  # GTO's version and assignment (stages/champions.py)
+            "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
 def champion_gate(root: Path, cfg: Config, where: Remote, gate: Gate,
                   record: dict[str, Any], scores: dict[str, dict[str, Any]],
                   packages: dict[str, Path], dev_sha256: str, min_gain: float, tmp: Path
@@ -259,17 +280,9 @@ def champion_gate(root: Path, cfg: Config, where: Remote, gate: Gate,
             else [candidate.model]
         if record["git_commit"]:  # the git registry first: champion.json names its tag
             tags = crown(root, record["git_commit"], run, decided, cfg.version.git_remote)
-        where.write(json.dumps({"score": candidate.as_dict(), "dvc_lock": record["dvc_lock"],
-                                "git_commit": record["git_commit"],
-                                # the champion's package (an ensemble has none of its own)
-                                "package": record["packages"].get(candidate.model),
-                                # what answers for it: the package, or the ensemble's voters
-                                "packages": {v: record["packages"][v] for v in members},
-                                "answers": answers_url, "gate": decided,
-                                "git_tags": tags,  # GTO's version and assignment
-                                "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                             time.gmtime())},
-                               indent=1).encode(), "champion.json")
+        where.write(json.dumps(pointer(record, candidate.as_dict(), members, packages,
+                                       answers_url, decided, tags), indent=1).encode(),
+                    "champion.json")
     log.info(f"champion: {'promoted' if decision.promote else 'kept'}: {decision.reason}")
     return {"promoted": decision.promote, "reason": decision.reason, "git_tags": tags,
             "candidate": candidate.as_dict(), "gate": decided, "gate_answers": answers_url,

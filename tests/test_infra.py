@@ -32,6 +32,7 @@ RAYJOB = INFRA / "kuberay" / "rayjob.yaml"
 RAYCLUSTER = INFRA / "kuberay" / "raycluster.yaml"
 STORAGE = INFRA / "kuberay" / "storage.yaml"
 RAYSERVICE = INFRA / "kuberay" / "rayservice.yaml"
+SERVE_CONFIG = INFRA / "serve" / "rcpipe.yaml"  # `serve deploy`'s: the same config
 JOB_TEMPLATE = INFRA / "prefect" / "base-job-template.json"
 
 MANIFESTS = sorted(p for p in INFRA.rglob("*") if p.suffix in {".yaml", ".yml", ".json"})
@@ -718,6 +719,13 @@ def rayservice_problems(doc: dict[str, Any]) -> list[str]:
         problems += [f"deployment {n} is not one the application has" for n in names - known]
     if doc["spec"]["rayClusterConfig"]["rayVersion"] != dockerfile_args()["RAY_VERSION"]:
         problems.append("rayVersion is not the image's Ray")
+    if config != yaml.safe_load(SERVE_CONFIG.read_text()):
+        problems.append(f"serveConfigV2 is not {SERVE_CONFIG.relative_to(REPO)}")
+    gpus = [g["groupName"] for g in doc["spec"]["rayClusterConfig"].get("workerGroupSpecs", [])
+            for c in g["template"]["spec"]["containers"]
+            if c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")]
+    if not gpus:  # Readers on GPUs (serve.replica_gpus) need a group to scale up
+        problems.append("no worker group with a GPU")
     return problems + guard_problems(doc, config["http_options"])
 
 
@@ -770,7 +778,8 @@ def test_the_rayservice_check_rejects_broken_copies() -> None:
             (lambda c: c["applications"][0]["deployments"][0].update(name="Reader"),
              "deployment Reader is not one"),
             (lambda c: c["applications"][0].update(route_prefix=7), "Ray Serve's schema"),
-            (lambda c: c["http_options"].update(port=8002), "the guard relays to")):
+            (lambda c: c["http_options"].update(port=8002), "the guard relays to"),
+            (lambda c: c["applications"][0]["args"].update(threads=3), "serveConfigV2 is not")):
         doc = copy.deepcopy(good)
         config = serve_config(doc)
         break_it(config)

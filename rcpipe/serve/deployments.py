@@ -53,6 +53,7 @@ class Scaling:
     replicas: int = 1
     autoscaling: dict[str, Any] | None = None  # min_replicas, max_replicas, target_ongoing
     replica_cpus: float = 1.0
+    replica_gpus: float = 0.0  # > 0: Ray places the replica on a GPU (its model on CUDA)
 
 
 @serve.deployment(name="Reader")
@@ -152,7 +153,9 @@ def application(loads: dict[str, Load], ensembles: dict[str, list[str]], vote: V
             # 9.6 requests/s against 120.9 here (bench/serve.py, 200 clients, 2-core CPU)
             max_ongoing_requests=limits.max_pending,
             max_queued_requests=limits.max_pending,  # more: 503 (BackPressureError)
-            ray_actor_options={"num_cpus": scaling.replica_cpus},
+            ray_actor_options={"num_cpus": scaling.replica_cpus,
+                               **({"num_gpus": scaling.replica_gpus}
+                                  if scaling.replica_gpus else {})},
         ).bind(load, limits.max_batch, limits.max_wait_ms, follow_s)
     # the ingress only parses and waits: no CPU reserved, every pending request in flight
     ingress = Ingress.options(max_ongoing_requests=limits.max_pending + 64,
@@ -176,13 +179,29 @@ def start(host: str, port: int, limits: Limits, keep_alive_s: int) -> None:
 def guarded(sock: socket.socket, limits: Limits, keep_alive_s: int, header_timeout_s: float,
             max_connections: int) -> guard.Running:
     """Serve's proxy on a free loopback port, behind the guard on ``sock`` (the public
-    address, bound by `rcpipe serve` before the models load): the guard holds each
-    request's head to ``header_timeout_s`` and the connections to ``max_connections``."""
+    address): the guard holds each request's head to ``header_timeout_s`` and the
+    connections to ``max_connections``."""
+    front = waiting(sock, header_timeout_s, max_connections)
+    behind(front, limits, keep_alive_s)
+    front.guard.ready = True
+    return front
+
+
+def waiting(sock: socket.socket, header_timeout_s: float, max_connections: int
+            ) -> guard.Running:
+    """The guard on ``sock`` at once, its upstream a free loopback port where ``behind``
+    starts Serve's proxy; until its ``guard.ready`` is set it answers every request 503
+    with Retry-After (`rcpipe serve` sets it once the app is deployed)."""
     with socket.socket() as s:  # a free port: the proxy binds it a moment later
         s.bind(("127.0.0.1", 0))
         inner = s.getsockname()[1]
-    start("127.0.0.1", inner, limits, keep_alive_s)
-    return guard.Running(sock, ("127.0.0.1", inner), header_timeout_s, max_connections)
+    return guard.Running(sock, ("127.0.0.1", inner), header_timeout_s, max_connections,
+                         ready=False)
+
+
+def behind(front: guard.Running, limits: Limits, keep_alive_s: int) -> None:
+    """Serve's proxy (on the Ray this process joined) where ``front`` relays to."""
+    start(*front.guard.upstream, limits, keep_alive_s)
 
 
 def run(app: Any, name: str = "rcpipe", route_prefix: str = "/") -> None:

@@ -12,10 +12,6 @@ from C or D, and from E after D was refused (the watcher went past it)."""
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -27,11 +23,9 @@ import yaml
 from rcpipe import stages
 from rcpipe.config import effective_yaml
 from rcpipe.serve import deployments
-from rcpipe.stages.remote import Remote
 from rcpipe.stages.serving import CHAMPION, champion_app
-from rcpipe.stages.version import pointer
 from tests.conftest import Trained
-from tests.serve.conftest import light
+from tests.serve.conftest import champion_workspace, crown_night, light
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 POLL_S = 1.0  # serve.champion_poll_s here (10 s in params.yaml)
@@ -79,41 +73,9 @@ class Load:
             t.join(timeout=120)
 
 
-def _workspace(root: Path) -> Remote:
-    root.mkdir()
-    for cmd in (["init", "--no-scm", "-q"],
-                ["remote", "add", "-d", "storage", str(root.parent / "dvc-remote")]):
-        subprocess.run([sys.executable, "-m", "dvc", *cmd], cwd=root, check=True,
-                       capture_output=True)
-    return Remote(root, None)
-
-
-def _night(where: Remote, run: str, package: Path, crowned: bool, broken: bool = False
-           ) -> None:
-    """A night's package on the remote (its weights tampered with when ``broken``); when
-    ``crowned``, champion.json names it as the gate's promotion writes it."""
-    variant = json.loads((package / "config.json").read_text())["variant"]
-    local = package.parent.parent / run / variant
-    shutil.copytree(package, local)
-    if broken:
-        weights = local / "model.safetensors"
-        data = bytearray(weights.read_bytes())
-        data[-1] ^= 0xFF
-        weights.write_bytes(bytes(data))
-    for file in sorted(local.iterdir()):
-        where.write(file.read_bytes(), "versions", run, "packages", variant, file.name)
-    url = where._where("versions", run, "packages", variant)[1]
-    record = {"run": run, "dvc_lock": f"{run}/dvc.lock", "git_commit": None,
-              "packages": {variant: url}}
-    if crowned:
-        champion = pointer(record, {"model": variant, "run": run}, [variant],
-                           {variant: local}, None, {"promoted": True}, [])
-        where.write(json.dumps(champion).encode(), "champion.json")
-
-
 def test_the_champion_app_follows_promotions_under_load(
         trained: Trained, serve_on_ray: str, tmp_path: Path) -> None:
-    where = _workspace(tmp_path / "work")
+    where = champion_workspace(tmp_path / "work")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(trained.root)
         made = {v: stages.package(trained.cfg, v, tmp_path / "made" / v)
@@ -122,7 +84,7 @@ def test_the_champion_app_follows_promotions_under_load(
     params["serve"]["champion_poll_s"] = POLL_S
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
 
-    _night(where, "nA", made["bidaf"], crowned=True)
+    crown_night(where, "nA", made["bidaf"], crowned=True)
     app = champion_app({"workspace": str(tmp_path / "work"),
                         "params": str(tmp_path / "params.yaml"), "threads": 1})
     deployments.run(app, name="champion", route_prefix="/champion")
@@ -132,14 +94,14 @@ def test_the_champion_app_follows_promotions_under_load(
     try:
         load.until("nA")
         promoted = time.monotonic()
-        _night(where, "nB", made["qanet"], crowned=True)
+        crown_night(where, "nB", made["qanet"], crowned=True)
         reached_b = load.until("nB") - promoted
-        _night(where, "nC", made["bidaf"], crowned=False)  # the gate kept B
-        _night(where, "nD", made["bidaf"], crowned=True, broken=True)
+        crown_night(where, "nC", made["bidaf"], crowned=False)  # the gate kept B
+        crown_night(where, "nD", made["bidaf"], crowned=True, broken=True)
         time.sleep(4 * POLL_S)  # D read (and refused) at least thrice
         before_e = len(load.seen)
         promoted = time.monotonic()
-        _night(where, "nE", made["bidaf"], crowned=True)
+        crown_night(where, "nE", made["bidaf"], crowned=True)
         reached_e = load.until("nE") - promoted
     finally:
         load.close()

@@ -49,6 +49,7 @@ from rcpipe.version_rules import (
     Score,
     classify_failure,
     commit_targets,
+    cost_of,
     decide,
     dev_score,
     gate_record,
@@ -137,6 +138,16 @@ def _git_commit(root: Path, message: str) -> str | None:
     return head.stdout.strip() if head.returncode == 0 else None
 
 
+def _costs(targets: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Each trained variant's training cost (version_rules.cost_of), from its summary."""
+    found = {}
+    for variant in (t.partition("@")[2] for t in targets if t.startswith("train@")):
+        path = layout.summary_file(variant)
+        if path.is_file():
+            found[variant] = cost_of(json.loads(path.read_text()))
+    return found
+
+
 def _scores(targets: Sequence[str]) -> dict[str, dict[str, Any]]:
     models = [t.partition("@")[2] for t in targets if t.startswith("evaluate@")]
     models += ["ensemble"] if "ensemble" in targets else []
@@ -197,6 +208,7 @@ def version(cfg: Config, variants: Sequence[str] = VARIANTS, *,
             "dvc_lock": lock_url,
             "scores": {m: dict(zip(("em", "f1"), headline(s), strict=True))
                        for m, s in scores.items()},
+            "cost": _costs(targets),  # the nights page's cost of each night
         }
         packages = {m: push_package(cfg, where, run, m, Path(tmp) / "packages" / m)
                     for m in scores if m in VARIANTS}

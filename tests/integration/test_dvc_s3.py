@@ -270,6 +270,9 @@ def test_version_promotes_a_better_model_and_keeps_a_better_champion(
     first = json.loads(sh(project, "rcpipe", "version", "--promote").stdout)
     assert first["promoted"] and "no champion yet" in first["reason"]
     assert first["targets"][-2:] == ["ensemble", "report"]
+    # what each variant's training cost, for the nights page (version_rules.cost_of)
+    assert set(first["cost"]) == set(VARIANTS)
+    assert all(c["wall_s"] > 0 and c["unit"] == "CPU-worker-h" for c in first["cost"].values())
     champion = json.loads(s3.get_object(Bucket=BUCKET, Key="dvc/rcpipe/champion.json")
                           ["Body"].read())
     assert champion["score"] == first["candidate"]

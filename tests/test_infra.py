@@ -690,7 +690,7 @@ def rayservice_problems(doc: dict[str, Any]) -> list[str]:
     config, the application's builder, the deployments it names, the Ray version."""
     from ray.serve.schema import ServeDeploySchema
 
-    from rcpipe.serve.deployments import Ingress, Reader
+    from rcpipe.serve.deployments import Reader
 
     problems = []
     config = serve_config(doc)
@@ -714,8 +714,9 @@ def rayservice_problems(doc: dict[str, Any]) -> list[str]:
             problems.append(f"workspace {args.get('workspace')!r} is not the image's /app "
                             "(its .dvc/config names the remote holding champion.json)")
         names = {d.get("name") for d in app.get("deployments", [])}
-        # Reader-0: the first (here the only) model's Reader, as deployments.application names it
-        known = {Ingress.name, f"{Reader.name}-0"}
+        # Reader-0: the first (here the only) model's Reader, as deployments.application
+        # names it; one model is served without an Ingress (deployments.Solo)
+        known = {f"{Reader.name}-0"}
         problems += [f"deployment {n} is not one the application has" for n in names - known]
     if doc["spec"]["rayClusterConfig"]["rayVersion"] != dockerfile_args()["RAY_VERSION"]:
         problems.append("rayVersion is not the image's Ray")

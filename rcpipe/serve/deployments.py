@@ -56,8 +56,7 @@ class Scaling:
     replica_gpus: float = 0.0  # > 0: Ray places the replica on a GPU (its model on CUDA)
 
 
-@serve.deployment(name="Reader")
-class Reader:
+class _Reader:
     """One model answering batches of (context, question) pairs in one model thread, so the
     replica's event loop keeps taking requests (the next batch fills) while it computes."""
 
@@ -101,6 +100,39 @@ class Reader:
         return [a for pair in pairs for a in self._answer_group([pair])]
 
 
+Reader = serve.deployment(name="Reader")(_Reader)
+
+
+def checked(found: dict[str, Any]) -> dict[str, Any]:
+    """A Reader's answer, or the exception the routes turn into its status."""
+    if "refused" in found:  # a context over data.window.max_tokens
+        raise TooLarge(found["refused"])
+    if found.get("failed"):
+        raise ModelFailed
+    return found
+
+
+class _Solo(_Reader):
+    """A single model's whole app in one deployment: the routes (app.py) in the Reader's own
+    replicas, so a request goes proxy -> model replica, one hop fewer than through an
+    Ingress (bench/serve_hops.py measures the hops; docs/results/serving.md). A full queue
+    is Serve's own 503 at the proxy (max_queued_requests)."""
+
+    def __init__(self, load: Load, max_batch: int, wait_ms: float, follow_s: float,
+                 models: list[str], limits: Limits, no_answer: bool) -> None:
+        super().__init__(load, max_batch, wait_ms, follow_s)
+        self.models, self.limits, self.no_answer = models, limits, no_answer
+
+    def __serve_build_asgi_app__(self) -> Any:
+        return create_app(self.ask, self.models, self.limits, self.no_answer)
+
+    async def ask(self, pair: Pair, model: str) -> dict[str, Any]:
+        return checked(await self.answer(pair))
+
+
+Solo = serve.deployment(name="Reader")(serve.ingress()(_Solo))
+
+
 @serve.deployment(name="Ingress")
 @serve.ingress()
 class Ingress:
@@ -128,35 +160,36 @@ class Ingress:
             found = await self.readers[model].answer.remote(pair)
         except BackPressureError:
             raise Overloaded from None
-        if "refused" in found:  # a context over data.window.max_tokens
-            raise TooLarge(found["refused"])
-        if found.get("failed"):
-            raise ModelFailed
-        return found
+        return checked(found)
 
 
 def application(loads: dict[str, Load], ensembles: dict[str, list[str]], vote: Vote | None,
                 models: list[str], limits: Limits, no_answer: bool,
                 scaling: Scaling = Scaling(), follow_s: float = 0.0) -> Any:
     """The bound application: a Reader per entry of ``loads`` (named Reader-<i>: a served
-    name may be a package's path), the Ingress over them; ``follow_s`` > 0: each load
+    name may be a package's path), the Ingress over them; one model and no ensemble: the
+    Reader holds the routes itself (``Solo``, no Ingress). ``follow_s`` > 0: each load
     returns an answerer with ``update()``, which every Reader replica calls that often."""
-    readers = {}
-    for i, (name, load) in enumerate(loads.items()):
-        replicas: dict[str, Any] = {"autoscaling_config": scaling.autoscaling} \
-            if scaling.autoscaling else {"num_replicas": scaling.replicas}
-        readers[name] = Reader.options(
-            name=f"Reader-{i}", **replicas,
-            # every pending request in flight at the replica, waiting in @serve.batch's
-            # queue: a batch fills from them. At 2 x max_batch the rest waited in the
-            # Ingress's router, which retries a full replica with back-off: batches of 2,
-            # 9.6 requests/s against 120.9 here (bench/serve.py, 200 clients, 2-core CPU)
-            max_ongoing_requests=limits.max_pending,
-            max_queued_requests=limits.max_pending,  # more: 503 (BackPressureError)
-            ray_actor_options={"num_cpus": scaling.replica_cpus,
-                               **({"num_gpus": scaling.replica_gpus}
-                                  if scaling.replica_gpus else {})},
-        ).bind(load, limits.max_batch, limits.max_wait_ms, follow_s)
+    replicas: dict[str, Any] = {"autoscaling_config": scaling.autoscaling} \
+        if scaling.autoscaling else {"num_replicas": scaling.replicas}
+    options = dict(
+        **replicas,
+        # every pending request in flight at the replica, waiting in @serve.batch's
+        # queue: a batch fills from them. At 2 x max_batch the rest waited in the
+        # Ingress's router, which retries a full replica with back-off: batches of 2,
+        # 9.6 requests/s against 120.9 here (bench/serve.py, 200 clients, 2-core CPU)
+        max_ongoing_requests=limits.max_pending,
+        max_queued_requests=limits.max_pending,  # more: 503 (BackPressureError)
+        ray_actor_options={"num_cpus": scaling.replica_cpus,
+                           **({"num_gpus": scaling.replica_gpus}
+                              if scaling.replica_gpus else {})})
+    args = (limits.max_batch, limits.max_wait_ms, follow_s)
+    if len(loads) == 1 and not ensembles:
+        (load,) = loads.values()
+        return Solo.options(name="Reader-0", **options).bind(load, *args, models, limits,
+                                                             no_answer)
+    readers = {name: Reader.options(name=f"Reader-{i}", **options).bind(load, *args)
+               for i, (name, load) in enumerate(loads.items())}
     # the ingress only parses and waits: no CPU reserved, every pending request in flight
     ingress = Ingress.options(max_ongoing_requests=limits.max_pending + 64,
                               ray_actor_options={"num_cpus": 0})

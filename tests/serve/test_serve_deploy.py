@@ -112,7 +112,6 @@ def test_serve_deploy_accepts_the_serve_config_file(
     app["args"] |= {"workspace": str(tmp_path / "work"),
                     "params": str(_params(trained, tmp_path / "p.yaml")),
                     "set": ["serve.replica_cpus=0"]}  # 2 CPUs here, not 2 a replica
-    app["deployments"] = [{"name": "Ingress", "num_replicas": 1}]
     (tmp_path / "rcpipe.yaml").write_text(yaml.safe_dump(config))
     env = ray_nodes.node_env({})
     serve = [str(BIN / "serve")]
@@ -144,14 +143,18 @@ def test_serve_deploy_accepts_the_serve_config_file(
 def test_readers_reserve_a_gpu_only_where_the_params_say_so() -> None:
     from rcpipe.serve.deployments import Scaling, application
 
-    def actor_options(scaling: Scaling) -> dict[str, float]:
-        app = application({"m": lambda: None}, {}, None, ["m"], Limits(), False, scaling)
-        reader = app._bound_deployment.init_args[0]["m"]  # the Ingress's handles, bound
-        return reader._bound_deployment.ray_actor_options
+    def actor_options(scaling: Scaling, models: list[str]) -> list[dict[str, float]]:
+        app = application({m: lambda: None for m in models}, {}, None, models, Limits(),
+                          False, scaling)
+        if len(models) == 1:  # the Reader holds the routes itself (Solo)
+            return [app._bound_deployment.ray_actor_options]
+        readers = app._bound_deployment.init_args[0]  # the Ingress's handles, bound
+        return [readers[m]._bound_deployment.ray_actor_options for m in models]
 
-    assert actor_options(Scaling()) == {"num_cpus": 1.0}
-    assert actor_options(Scaling(replica_cpus=2, replica_gpus=0.5)) == {
-        "num_cpus": 2, "num_gpus": 0.5}
+    for models in (["m"], ["m", "n"]):
+        assert actor_options(Scaling(), models) == [{"num_cpus": 1.0}] * len(models)
+        assert actor_options(Scaling(replica_cpus=2, replica_gpus=0.5), models) == [
+            {"num_cpus": 2, "num_gpus": 0.5}] * len(models)
 
 
 def test_a_replica_loads_on_the_device_it_reserved() -> None:

@@ -57,22 +57,35 @@ def _run(args: list[str], env: dict[str, str], cwd: Path = ROOT) -> None:
         raise SystemExit(f"error: {' '.join(args[1:4])}: {done.stderr.strip()[-500:]}")
 
 
-def up(port: int, home: Path) -> dict[str, object]:
+def start_server(port: int, home: Path) -> dict[str, object]:
+    """A bare Prefect server (no pool, no deployment) on 127.0.0.1:port, its SQLite in
+    ``home``, once it answers; ``down(home)`` stops it. `up` builds on it, and
+    tests/integration/test_infra_docs.py runs infra/'s documented commands against it."""
     home.mkdir(parents=True, exist_ok=True)
     if (home / "stack.json").exists():
         down(home, quiet=True)
     api_url = f"http://127.0.0.1:{port}/api"
-    env = server_env(home, api_url)
-    prefect = _prefect()
     server = subprocess.Popen(
-        [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=env, cwd=ROOT, stdout=(home / "server.log").open("w"),
+        [_prefect(), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=server_env(home, api_url), cwd=ROOT, stdout=(home / "server.log").open("w"),
         stderr=subprocess.STDOUT, start_new_session=True)
     stack: dict[str, object] = {"api_url": api_url, "server": server.pid}
     (home / "stack.json").write_text(json.dumps(stack))
     print(f"prefect server: starting on {api_url} (first start migrates SQLite: ~1 min)")
     try:
         _wait_healthy(api_url, home / "server.log")
+    except BaseException:
+        down(home, quiet=True)
+        raise
+    return stack
+
+
+def up(port: int, home: Path) -> dict[str, object]:
+    stack = start_server(port, home)
+    api_url = str(stack["api_url"])
+    env = server_env(home, api_url)
+    prefect = _prefect()
+    try:
         _run([prefect, "work-pool", "create", POOL, "--type", "process", "--overwrite"], env)
         _run([prefect, "--no-prompt", "deploy", "--name", "local"], env)
         worker = subprocess.Popen(

@@ -186,6 +186,31 @@ def version(
 
 
 @app.command()
+def champion(
+    ref: Annotated[bool, typer.Option(
+        "--ref", help="print only the champion's version tag, to `git checkout`")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="every promotion as JSON")] = False,
+) -> None:
+    """The champion registry of this clone (GTO's tags: `git fetch --tags` first): every
+    promotion, newest first, with the night that made it and why the gate let it through."""
+    from rcpipe.stages.champions import history
+
+    found = history(Path.cwd())
+    if not found:
+        raise InputError(Path.cwd(), "refs/tags", "no champion tag (rcpipe#champion#N): "
+                                                  "`git fetch --tags`, or no night promoted yet")
+    if ref or as_json:
+        print(found[0]["version"] if ref else json.dumps(found, indent=1))
+        return
+    for p in found:
+        gate = p["gate"]
+        gain = "" if gate.get("low") is None else \
+            f", gain {gate['diff']:+.2f} F1 [{gate['low']:+.2f}, {gate['high']:+.2f}]"
+        print(f"{p['tag']}  {p['version']}  {p['commit'][:9]}  {p['at']}\n"
+              f"  {p['subject']}{gain}\n  {p['reason']}")
+
+
+@app.command()
 def explain(
     model: Annotated[str, typer.Option("--model", help="the variant to explain, or a "
                                                         "package directory")],

@@ -217,3 +217,14 @@ def gate_record(decision: Decision, gate: GateSet, gate_f1: Mapping[str, float],
         "questions": d.questions if d else gate.questions,
         "paragraphs": d.paragraphs if d else gate.paragraphs,
     }
+
+
+def cost_of(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """What a variant's training cost, from its summary.json: the run that finished (a
+    night that did not retrain it finds the same run), its wall time and device-hours
+    (wall time x workers: one GPU a worker on CUDA; on the CPU a worker is whatever CPUs
+    train.cpus_per_worker gave it, so "CPU-worker-h")."""
+    wall, workers = float(summary.get("wall_seconds", 0.0)), int(summary.get("world_size", 1))
+    gpu = str(summary.get("device", "cpu")).startswith("cuda")
+    return {"run": summary.get("run"), "wall_s": round(wall, 1), "workers": workers,
+            "hours": round(wall * workers / 3600, 4), "unit": "GPU-h" if gpu else "CPU-worker-h"}

@@ -32,6 +32,7 @@ RAYJOB = INFRA / "kuberay" / "rayjob.yaml"
 RAYCLUSTER = INFRA / "kuberay" / "raycluster.yaml"
 STORAGE = INFRA / "kuberay" / "storage.yaml"
 RAYSERVICE = INFRA / "kuberay" / "rayservice.yaml"
+SERVE_CONFIG = INFRA / "serve" / "rcpipe.yaml"  # `serve deploy`'s: the same config
 JOB_TEMPLATE = INFRA / "prefect" / "base-job-template.json"
 
 MANIFESTS = sorted(p for p in INFRA.rglob("*") if p.suffix in {".yaml", ".yml", ".json"})
@@ -689,7 +690,7 @@ def rayservice_problems(doc: dict[str, Any]) -> list[str]:
     config, the application's builder, the deployments it names, the Ray version."""
     from ray.serve.schema import ServeDeploySchema
 
-    from rcpipe.serve.deployments import Ingress, Reader
+    from rcpipe.serve.deployments import Reader
 
     problems = []
     config = serve_config(doc)
@@ -706,16 +707,26 @@ def rayservice_problems(doc: dict[str, Any]) -> list[str]:
             continue
         if builder.__name__ != "champion_app":
             problems.append(f"{app['import_path']}: not the champion's builder")
-        package = str(app.get("args", {}).get("package", ""))
-        remote = load_dvc_remote()
-        if not (package.startswith(f"{remote}/rcpipe/versions/") and "/packages/" in package):
-            problems.append(f"package {package!r} is not a package on the DVC remote {remote}")
+        args = app.get("args", {})
+        if "package" in args:  # the app follows champion.json: nothing to edit by hand
+            problems.append(f"package {args['package']!r} named by hand")
+        if args.get("workspace") != "/app":
+            problems.append(f"workspace {args.get('workspace')!r} is not the image's /app "
+                            "(its .dvc/config names the remote holding champion.json)")
         names = {d.get("name") for d in app.get("deployments", [])}
-        # Reader-0: the first (here the only) model's Reader, as deployments.application names it
-        known = {Ingress.name, f"{Reader.name}-0"}
+        # Reader-0: the first (here the only) model's Reader, as deployments.application
+        # names it; one model is served without an Ingress (deployments.Solo)
+        known = {f"{Reader.name}-0"}
         problems += [f"deployment {n} is not one the application has" for n in names - known]
     if doc["spec"]["rayClusterConfig"]["rayVersion"] != dockerfile_args()["RAY_VERSION"]:
         problems.append("rayVersion is not the image's Ray")
+    if config != yaml.safe_load(SERVE_CONFIG.read_text()):
+        problems.append(f"serveConfigV2 is not {SERVE_CONFIG.relative_to(REPO)}")
+    gpus = [g["groupName"] for g in doc["spec"]["rayClusterConfig"].get("workerGroupSpecs", [])
+            for c in g["template"]["spec"]["containers"]
+            if c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")]
+    if not gpus:  # Readers on GPUs (serve.replica_gpus) need a group to scale up
+        problems.append("no worker group with a GPU")
     return problems + guard_problems(doc, config["http_options"])
 
 
@@ -747,13 +758,6 @@ def guard_problems(doc: dict[str, Any], http: dict[str, Any]) -> list[str]:
     return problems
 
 
-def load_dvc_remote() -> str:
-    for line in (REPO / ".dvc" / "config").read_text().splitlines():
-        if line.strip().startswith("url ="):
-            return line.split("=", 1)[1].strip()
-    raise AssertionError(".dvc/config has no remote url")
-
-
 def test_the_rayservice_serves_the_champions_package() -> None:
     doc = load(RAYSERVICE)
     assert doc["kind"] == "RayService" and rayservice_problems(doc) == []
@@ -769,11 +773,14 @@ def test_the_rayservice_check_rejects_broken_copies() -> None:
             (lambda c: c["applications"][0].update(import_path="rcpipe.stages.nowhere:app"),
              "no such builder"),
             (lambda c: c["applications"][0]["args"].update(package="/tmp/pkg"),
-             "not a package on the DVC remote"),
+             "named by hand"),
+            (lambda c: c["applications"][0]["args"].update(workspace="/tmp"),
+             "is not the image's /app"),
             (lambda c: c["applications"][0]["deployments"][0].update(name="Reader"),
              "deployment Reader is not one"),
             (lambda c: c["applications"][0].update(route_prefix=7), "Ray Serve's schema"),
-            (lambda c: c["http_options"].update(port=8002), "the guard relays to")):
+            (lambda c: c["http_options"].update(port=8002), "the guard relays to"),
+            (lambda c: c["applications"][0]["args"].update(threads=3), "serveConfigV2 is not")):
         doc = copy.deepcopy(good)
         config = serve_config(doc)
         break_it(config)

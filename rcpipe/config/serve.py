@@ -34,6 +34,9 @@ class ServeConfig(Section):
                                             "load; None: a fixed `replicas`")
     replica_cpus: float = Field(1.0, ge=0, description="Ray CPUs a Reader replica holds "
                                 "(0: placed anywhere; the service's threads are --threads)")
+    replica_gpus: float = Field(0.0, ge=0, description="GPUs a Reader replica holds "
+                                "(Ray's num_gpus; a fraction shares one): its model on CUDA; "
+                                "0, the default: on the CPU")
     max_batch: int = Field(16, ge=1, le=1024, description="requests per forward pass "
                            "(@serve.batch's max_batch_size)")
     batch_wait_ms: float = Field(5.0, ge=0, le=10_000, description="how long a batch "
@@ -43,6 +46,9 @@ class ServeConfig(Section):
                              "(its batch queue), and as many waiting for a replica, else 503")
     body_timeout_s: float = Field(10.0, gt=0, description="a request's body arrives whole "
                                   "within this, else 408 (a slow client)")
+    champion_poll_s: float = Field(10.0, gt=0, description="the champion app "
+                                   "(infra/kuberay/rayservice.yaml): how often each Reader "
+                                   "replica reads champion.json for a new champion")
     keep_alive_s: int = Field(5, ge=1, description="an idle connection is closed after this")
     # uvicorn (Serve's proxy) has no deadline for a request's head: rcpipe/serve/guard.py
     # fronts it with these two, so a silent or trickling client cannot hold a descriptor

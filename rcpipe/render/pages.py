@@ -186,9 +186,10 @@ def report_html(info: dict[str, Any], scores: list[dict[str, Any]], scores_png: 
 
 
 def nights_html(rows: list[dict[str, Any]], models: list[str], png: bytes,
-                report_url: str | None) -> str:
+                report_url: str | None, costs: list[dict[str, Any]] | None = None) -> str:
     """The nights page: each versioned night's dev F1 per model, the gate's decision and
-    the champion after it (tables.night_rows), and the chart."""
+    the champion after it (tables.night_rows), the chart, and what each night's training
+    cost (tables.night_costs)."""
     header = ["night", "promoted", "gate gain", "champion", *models]
     link = f' This night\'s report: <a href="{escape(report_url)}">report.html</a>.' \
         if report_url else ""
@@ -198,4 +199,11 @@ def nights_html(rows: list[dict[str, Any]], models: list[str], png: bytes,
             f"the gate decides on its own gate set (README, Versioning).{link}</p>",
             _img(png, "dev F1 night after night"),
             _table(header, [[r.get(k, "") for k in header] for r in reversed(rows)])]
+    if costs:
+        spent = ["night", *models, "total"]
+        body += ["<h2>What each night cost</h2>",
+                 '<p class="note">Training only, per variant: wall time and device-hours '
+                 "(wall time x workers; GPU-h on CUDA, CPU-worker-h on the CPU); empty where "
+                 "the night did not retrain the variant.</p>",
+                 _table(spent, [[r.get(k, "") for k in spent] for r in reversed(costs)])]
     return _page("rcpipe nights", "\n".join(body))

@@ -239,3 +239,23 @@ def night_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                      **{m: round(float(s["f1"]), 2)
                         for m, s in sorted(record.get("scores", {}).items())}})
     return rows
+
+
+def night_costs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per versioned night (oldest first): what training each variant cost that
+    night (wall time, device-hours: version_rules.cost_of), "" where the night did not
+    retrain it (the same run as the night before) or its record has no cost, and the
+    night's total device-hours."""
+    rows, before = [], {}
+    for record in records:
+        row: dict[str, Any] = {"night": record["run"]}
+        total: dict[str, float] = {}
+        for model, cost in sorted((record.get("cost") or {}).items()):
+            key = (cost.get("run"), cost.get("wall_s"))
+            if before.get(model) != key:
+                row[model] = f"{cost['wall_s'] / 60:.1f} min, {cost['hours']:.2f} {cost['unit']}"
+                total[cost["unit"]] = total.get(cost["unit"], 0.0) + cost["hours"]
+            before[model] = key
+        row["total"] = ", ".join(f"{h:.2f} {u}" for u, h in sorted(total.items())) or "0"
+        rows.append(row)
+    return rows

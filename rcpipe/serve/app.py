@@ -80,6 +80,8 @@ class AnswerResponse(BaseModel):
     votes: int | None = Field(None, description="ensemble: models voting for the answer")
     windows: int = Field(1, description="windows the context was read as (1: whole)")
     window: int = Field(0, description="the window the answer came from (0: the first)")
+    night: str | None = Field(None, description="the champion app: the night whose champion "
+                              "answered")
     ms: float = Field(description="time in the service, milliseconds")
 
 
@@ -153,7 +155,7 @@ def create_app(ask: Ask, models: list[str], limits: Limits = Limits(),
             prob=found["prob"], na_prob=found["na_prob"], tokens=found["tokens"],
             p_start=_rounded(found["p_start"]), p_end=_rounded(found["p_end"]),
             votes=found.get("votes"), windows=found.get("windows", 1),
-            window=found.get("window", 0),
+            window=found.get("window", 0), night=found.get("night"),
             ms=round(1000 * (time.perf_counter() - t0), 2))
 
     return app

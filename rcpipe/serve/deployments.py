@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -51,18 +53,34 @@ class Scaling:
     replicas: int = 1
     autoscaling: dict[str, Any] | None = None  # min_replicas, max_replicas, target_ongoing
     replica_cpus: float = 1.0
+    replica_gpus: float = 0.0  # > 0: Ray places the replica on a GPU (its model on CUDA)
 
 
-@serve.deployment(name="Reader")
-class Reader:
+class _Reader:
     """One model answering batches of (context, question) pairs in one model thread, so the
     replica's event loop keeps taking requests (the next batch fills) while it computes."""
 
-    def __init__(self, load: Load, max_batch: int, wait_ms: float) -> None:
+    def __init__(self, load: Load, max_batch: int, wait_ms: float, follow_s: float = 0.0
+                 ) -> None:
         self._answer = load()
         self.answer.set_max_batch_size(max_batch)
         self.answer.set_batch_wait_timeout_s(wait_ms / 1000)
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="rcpipe-model")
+        if follow_s > 0:  # the answerer follows a registry (stages/serving.py's Champion)
+            threading.Thread(target=self._follow, args=(follow_s,), daemon=True,
+                             name="rcpipe-follow").start()
+
+    def _follow(self, every_s: float) -> None:
+        """Every ``every_s``: the answerer's ``update`` loads a new model beside the one
+        answering and swaps it in (in this thread, so batches go on meanwhile); a failure is
+        logged and tried again at the next tick, never the end of the replica."""
+        update = self._answer.update  # type: ignore[attr-defined]
+        while True:
+            time.sleep(every_s)
+            try:
+                update()
+            except Exception:
+                log.exception("following the champion failed; the current one answers")
 
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.005)
     async def answer(self, pairs: list[Pair]) -> list[dict[str, Any]]:
@@ -80,6 +98,39 @@ class Reader:
                 log.exception("answering failed")
                 return [{"failed": True}]
         return [a for pair in pairs for a in self._answer_group([pair])]
+
+
+Reader = serve.deployment(name="Reader")(_Reader)
+
+
+def checked(found: dict[str, Any]) -> dict[str, Any]:
+    """A Reader's answer, or the exception the routes turn into its status."""
+    if "refused" in found:  # a context over data.window.max_tokens
+        raise TooLarge(found["refused"])
+    if found.get("failed"):
+        raise ModelFailed
+    return found
+
+
+class _Solo(_Reader):
+    """A single model's whole app in one deployment: the routes (app.py) in the Reader's own
+    replicas, so a request goes proxy -> model replica, one hop fewer than through an
+    Ingress (bench/serve_hops.py measures the hops; docs/results/serving.md). A full queue
+    is Serve's own 503 at the proxy (max_queued_requests)."""
+
+    def __init__(self, load: Load, max_batch: int, wait_ms: float, follow_s: float,
+                 models: list[str], limits: Limits, no_answer: bool) -> None:
+        super().__init__(load, max_batch, wait_ms, follow_s)
+        self.models, self.limits, self.no_answer = models, limits, no_answer
+
+    def __serve_build_asgi_app__(self) -> Any:
+        return create_app(self.ask, self.models, self.limits, self.no_answer)
+
+    async def ask(self, pair: Pair, model: str) -> dict[str, Any]:
+        return checked(await self.answer(pair))
+
+
+Solo = serve.deployment(name="Reader")(serve.ingress()(_Solo))
 
 
 @serve.deployment(name="Ingress")
@@ -109,32 +160,36 @@ class Ingress:
             found = await self.readers[model].answer.remote(pair)
         except BackPressureError:
             raise Overloaded from None
-        if "refused" in found:  # a context over data.window.max_tokens
-            raise TooLarge(found["refused"])
-        if found.get("failed"):
-            raise ModelFailed
-        return found
+        return checked(found)
 
 
 def application(loads: dict[str, Load], ensembles: dict[str, list[str]], vote: Vote | None,
                 models: list[str], limits: Limits, no_answer: bool,
-                scaling: Scaling = Scaling()) -> Any:
+                scaling: Scaling = Scaling(), follow_s: float = 0.0) -> Any:
     """The bound application: a Reader per entry of ``loads`` (named Reader-<i>: a served
-    name may be a package's path), the Ingress over them."""
-    readers = {}
-    for i, (name, load) in enumerate(loads.items()):
-        replicas: dict[str, Any] = {"autoscaling_config": scaling.autoscaling} \
-            if scaling.autoscaling else {"num_replicas": scaling.replicas}
-        readers[name] = Reader.options(
-            name=f"Reader-{i}", **replicas,
-            # every pending request in flight at the replica, waiting in @serve.batch's
-            # queue: a batch fills from them. At 2 x max_batch the rest waited in the
-            # Ingress's router, which retries a full replica with back-off: batches of 2,
-            # 9.6 requests/s against 120.9 here (bench/serve.py, 200 clients, 2-core CPU)
-            max_ongoing_requests=limits.max_pending,
-            max_queued_requests=limits.max_pending,  # more: 503 (BackPressureError)
-            ray_actor_options={"num_cpus": scaling.replica_cpus},
-        ).bind(load, limits.max_batch, limits.max_wait_ms)
+    name may be a package's path), the Ingress over them; one model and no ensemble: the
+    Reader holds the routes itself (``Solo``, no Ingress). ``follow_s`` > 0: each load
+    returns an answerer with ``update()``, which every Reader replica calls that often."""
+    replicas: dict[str, Any] = {"autoscaling_config": scaling.autoscaling} \
+        if scaling.autoscaling else {"num_replicas": scaling.replicas}
+    options = dict(
+        **replicas,
+        # every pending request in flight at the replica, waiting in @serve.batch's
+        # queue: a batch fills from them. At 2 x max_batch the rest waited in the
+        # Ingress's router, which retries a full replica with back-off: batches of 2,
+        # 9.6 requests/s against 120.9 here (bench/serve.py, 200 clients, 2-core CPU)
+        max_ongoing_requests=limits.max_pending,
+        max_queued_requests=limits.max_pending,  # more: 503 (BackPressureError)
+        ray_actor_options={"num_cpus": scaling.replica_cpus,
+                           **({"num_gpus": scaling.replica_gpus}
+                              if scaling.replica_gpus else {})})
+    args = (limits.max_batch, limits.max_wait_ms, follow_s)
+    if len(loads) == 1 and not ensembles:
+        (load,) = loads.values()
+        return Solo.options(name="Reader-0", **options).bind(load, *args, models, limits,
+                                                             no_answer)
+    readers = {name: Reader.options(name=f"Reader-{i}", **options).bind(load, *args)
+               for i, (name, load) in enumerate(loads.items())}
     # the ingress only parses and waits: no CPU reserved, every pending request in flight
     ingress = Ingress.options(max_ongoing_requests=limits.max_pending + 64,
                               ray_actor_options={"num_cpus": 0})
@@ -157,13 +212,29 @@ def start(host: str, port: int, limits: Limits, keep_alive_s: int) -> None:
 def guarded(sock: socket.socket, limits: Limits, keep_alive_s: int, header_timeout_s: float,
             max_connections: int) -> guard.Running:
     """Serve's proxy on a free loopback port, behind the guard on ``sock`` (the public
-    address, bound by `rcpipe serve` before the models load): the guard holds each
-    request's head to ``header_timeout_s`` and the connections to ``max_connections``."""
+    address): the guard holds each request's head to ``header_timeout_s`` and the
+    connections to ``max_connections``."""
+    front = waiting(sock, header_timeout_s, max_connections)
+    behind(front, limits, keep_alive_s)
+    front.guard.ready = True
+    return front
+
+
+def waiting(sock: socket.socket, header_timeout_s: float, max_connections: int
+            ) -> guard.Running:
+    """The guard on ``sock`` at once, its upstream a free loopback port where ``behind``
+    starts Serve's proxy; until its ``guard.ready`` is set it answers every request 503
+    with Retry-After (`rcpipe serve` sets it once the app is deployed)."""
     with socket.socket() as s:  # a free port: the proxy binds it a moment later
         s.bind(("127.0.0.1", 0))
         inner = s.getsockname()[1]
-    start("127.0.0.1", inner, limits, keep_alive_s)
-    return guard.Running(sock, ("127.0.0.1", inner), header_timeout_s, max_connections)
+    return guard.Running(sock, ("127.0.0.1", inner), header_timeout_s, max_connections,
+                         ready=False)
+
+
+def behind(front: guard.Running, limits: Limits, keep_alive_s: int) -> None:
+    """Serve's proxy (on the Ray this process joined) where ``front`` relays to."""
+    start(*front.guard.upstream, limits, keep_alive_s)
 
 
 def run(app: Any, name: str = "rcpipe", route_prefix: str = "/") -> None:

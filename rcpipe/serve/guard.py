@@ -29,16 +29,18 @@ log = logging.getLogger("rcpipe.serve")
 HEAD_CAP = 16 * 1024  # h11's cap on an incomplete head, which uvicorn keeps
 END = b"\r\n\r\n"
 LINGER_S = 1.0
+STARTING_RETRY_S = 2  # Retry-After while the service starts: a deploy takes seconds
 # uvicorn trusts these from 127.0.0.1, the guard: a client's own would be believed
 FORWARDING = {b"x-forwarded-for", b"x-forwarded-proto", b"forwarded"}
 
 
 class Refused(Exception):
-    """A request the guard answers itself: ``status`` with a JSON detail, then the close."""
+    """A request the guard answers itself: ``status`` with a JSON detail, then the close;
+    ``retry_after``: seconds a client waits before asking again (a Retry-After header)."""
 
-    def __init__(self, status: int, detail: str) -> None:
+    def __init__(self, status: int, detail: str, retry_after: int | None = None) -> None:
         super().__init__(detail)
-        self.status, self.detail = status, detail
+        self.status, self.detail, self.retry_after = status, detail, retry_after
 
 
 def relayed(head: bytes, peer: str) -> tuple[bytes, int]:
@@ -70,10 +72,13 @@ def relayed(head: bytes, peer: str) -> tuple[bytes, int]:
 
 class Guard:
     def __init__(self, upstream: tuple[str, int], header_timeout_s: float,
-                 max_connections: int) -> None:
+                 max_connections: int, ready: bool = True) -> None:
         self.upstream, self.header_timeout_s = upstream, header_timeout_s
         self.max_connections = max_connections
         self.clients: set[asyncio.StreamWriter] = set()
+        # False while `rcpipe serve` starts Ray and deploys the app: every request is 503
+        # with Retry-After (Serve's proxy would answer 404, "no such route", meanwhile)
+        self.ready = ready
 
     async def listen(self, sock: socket.socket) -> asyncio.Server:
         # the reader's limit is the head's cap (readuntil past it: LimitOverrunError);
@@ -105,6 +110,9 @@ class Guard:
         try:
             while raw := await self.head(reader, opened if pump is None else None):
                 head, length = relayed(raw, peer)
+                if not self.ready:
+                    raise Refused(503, "the service is starting; try again shortly",
+                                  retry_after=STARTING_RETRY_S)
                 if upstream is None:  # connected once a head is whole: a silent client costs one fd
                     try:
                         back, upstream = await asyncio.open_connection(*self.upstream)
@@ -170,9 +178,10 @@ async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
     still streaming (a later head stalled while the last answer is sent) cuts it: such a
     client is stalling, and gets no more."""
     body = json.dumps({"detail": why.detail}).encode()
+    retry = "" if why.retry_after is None else f"retry-after: {why.retry_after}\r\n"
     writer.write(f"HTTP/1.1 {why.status} {HTTPStatus(why.status).phrase}\r\ncontent-type: "
-                 f"application/json\r\ncontent-length: {len(body)}\r\nconnection: close"
-                 "\r\n\r\n".encode() + body)
+                 f"application/json\r\ncontent-length: {len(body)}\r\n{retry}connection: "
+                 "close\r\n\r\n".encode() + body)
     try:
         writer.write_eof()
         # what the client still sends is read for a moment: closing over unread bytes
@@ -204,10 +213,10 @@ class Running:
     free to wait for Ctrl-C."""
 
     def __init__(self, sock: socket.socket, upstream: tuple[str, int],
-                 header_timeout_s: float, max_connections: int) -> None:
+                 header_timeout_s: float, max_connections: int, ready: bool = True) -> None:
         fit_descriptors(max_connections)
         self.loop = asyncio.new_event_loop()
-        self.guard = Guard(upstream, header_timeout_s, max_connections)
+        self.guard = Guard(upstream, header_timeout_s, max_connections, ready)
         self.server = self.loop.run_until_complete(self.guard.listen(sock))
         self.thread = threading.Thread(target=self.loop.run_forever, name="rcpipe-guard",
                                        daemon=True)

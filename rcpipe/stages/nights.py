@@ -6,12 +6,15 @@ and its git commit on the workspace's git remote.
 - ``publish``: the run's report (every file `rcpipe report` wrote under reports/) goes to
   ``<remote>/rcpipe/versions/<run>/report/``, and beside it the nights page
   (``nights.html``, ``nights.png``, ``nights.csv``): each model's dev F1 over every night the
-  remote holds a record of, the champion after each night marked; the latest page is also
+  remote holds a record of, the champion after each night marked, and each night's training
+  cost (the record's ``cost``); the latest page is also
   ``<remote>/rcpipe/nights.html``. Links are presigned HTTPS URLs where the remote signs
   (S3, a week), else the remote's own URL: never a path inside the pod that ran the night.
-- ``push_commit``: the night's dvc.lock commit and the ``champion`` tag to the git remote
+- ``push_commit``: the night's dvc.lock commit and a promotion's registry tags
+  (stages/champions.py) to the git remote
   ``version.git_remote`` when the workspace has it, so `dvc metrics diff` and `dvc exp show`
-  compare nights on any clone (`git fetch`, `dvc pull`).
+  compare nights on any clone (`git fetch`, `dvc pull`). The cluster's nightly runs without
+  git (the image's ``core.no_scm``): its nights are compared on the nights page alone.
 """
 
 from __future__ import annotations
@@ -42,14 +45,16 @@ def publish(where: Remote, record: dict[str, Any]) -> dict[str, Any]:
         for file in sorted(p for p in layout.REPORTS.rglob("*") if p.is_file()):
             name = file.relative_to(layout.REPORTS).as_posix()
             sent[name] = where.write(file.read_bytes(), "versions", run, "report", name)
-    rows = tables.night_rows(_records(where, run) + [record])
+    records = _records(where, run) + [record]
+    rows = tables.night_rows(records)
     models = sorted({k for r in rows for k in r} - {"night", "promoted", "champion",
                                                     "gate gain"},
                     key=lambda m: (m == "ensemble", m))
     report_link = where.link(LINK_SECONDS, "versions", run, "report", layout.REPORT_PAGE) \
         if layout.REPORT_PAGE in sent else None
     png = plots.nights_png(rows, models)
-    html = pages.nights_html(rows, models, png, report_link).encode()
+    html = pages.nights_html(rows, models, png, report_link,
+                             tables.night_costs(records)).encode()
     out = {"report": sent.get(layout.REPORT_PAGE), "report_link": report_link}
     table = _csv(rows, ["night", "promoted", "gate gain", "champion", *models])
     for parts in ((), ("versions", run, "report")):  # the latest, and this night's
@@ -87,16 +92,17 @@ def _csv(rows: list[dict[str, Any]], header: list[str]) -> bytes:
     return buf.getvalue().encode()
 
 
-def push_commit(root: Path, remote: str | None, commit: str | None, promoted: bool
+def push_commit(root: Path, remote: str | None, commit: str | None, tags: list[str]
                 ) -> dict[str, Any]:
-    """Push the night's commit (HEAD's branch) and, when promoted, the champion tag."""
+    """Push the night's commit (HEAD's branch) and, when promoted, the registry's tags
+    (stages/champions.py: new tags, never forced, so a clone fetches them)."""
     if remote is None or commit is None:
         return {"pushed": False, "why": "no git remote set" if commit else "no git commit"}
     if git(root, "remote", "get-url", remote).returncode != 0:
         log.info(f"version: the workspace has no git remote {remote!r}: the night's commit "
                  "stays here (version.git_remote)")
         return {"pushed": False, "why": f"no git remote {remote!r}"}
-    refs = ["HEAD"] + (["+refs/tags/champion:refs/tags/champion"] if promoted else [])
+    refs = ["HEAD"] + [f"refs/tags/{t}" for t in tags]
     done = git(root, "push", "-q", remote, *refs)
     if done.returncode != 0:
         why = (done.stderr.strip().splitlines() or ["git push failed"])[-1][:300]

@@ -23,6 +23,13 @@ def git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
 
 
+def identity(root: Path) -> tuple[str, str]:
+    """Who commits and tags: the checkout's git identity, else rcpipe's (a pod has none)."""
+    name = git(root, "config", "user.name").stdout.strip()
+    email = git(root, "config", "user.email").stdout.strip()
+    return (name, email) if email else ("rcpipe", "rcpipe@localhost")
+
+
 class Remote:
     """The DVC remote, through DVC's own file system for it: its URL, endpoint and keys
     (``.dvc/config``, ``.dvc/config.local``, else the standard AWS environment)."""
@@ -59,6 +66,8 @@ class Remote:
     def write(self, data: bytes, *parts: str) -> str:
         path, url = self._where(*parts)
         try:
+            if self.fs.protocol == "local":  # a directory remote needs its folders; S3 none
+                self.fs.makedirs(self.fs.parent(path), exist_ok=True)
             self.fs.pipe_file(path, data)
         except Exception as e:  # noqa: BLE001
             raise InputError(url, "", f"cannot write: {str(e).splitlines()[0][:200]}") from None

@@ -4,13 +4,13 @@ trained variant through trained/model_file.py, a package directory through train
 ``--runtime onnx`` its exported graph), each in its own Reader deployment.
 
 Locally it starts its own Ray (or joins RAY_ADDRESS's); on a cluster the RayService of
-infra/kuberay/rayservice.yaml builds the application with ``champion_app``: the champion's
-package from the DVC remote. No training code is imported.
+infra/kuberay/rayservice.yaml builds the application with ``champion_app``: the champion
+that the DVC remote's champion.json names, followed from night to night (``Champion``). No
+training code is imported.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import time
@@ -31,7 +31,7 @@ def answerer(cfg: Config, name: str, runtime: str, threads: int, root: str) -> A
     import torch
 
     os.chdir(root)  # the run's models/ and data/ are relative to where `rcpipe serve` ran
-    reader = load_reader(cfg, [name], runtime, threads)
+    reader = load_reader(on_device(cfg), [name], runtime, threads)
     if threads:
         torch.set_num_threads(threads)
 
@@ -40,6 +40,15 @@ def answerer(cfg: Config, name: str, runtime: str, threads: int, root: str) -> A
                 for a in reader.answer_pairs(pairs, name, token_probs=True)]
 
     return answer
+
+
+def on_device(cfg: Config, replica: bool = True) -> Config:
+    """``cfg`` with the device a model loads on: in a Reader replica, CUDA when the replica
+    holds a GPU (serve.replica_gpus), else the CPU, whatever train.device says (a CPU
+    replica on a GPU node must not take a GPU it did not reserve); the driver's check
+    (``replica`` False: the head of a cluster has no GPU) on the CPU."""
+    device = "cuda" if replica and cfg.serve.replica_gpus > 0 else "cpu"
+    return cfg.model_copy(update={"train": cfg.train.model_copy(update={"device": device})})
 
 
 def vote(answers: list[dict[str, Any]]) -> dict[str, Any]:
@@ -61,7 +70,7 @@ def application(cfg: Config, models: list[str] | None, limits: Any, threads: int
     from rcpipe.serve.deployments import application as bind
 
     names = models or [ENSEMBLE]
-    reader = load_reader(cfg, names, runtime, threads)
+    reader = load_reader(on_device(cfg, replica=False), names, runtime, threads)
     loaded = list(reader.models)
     served = list(dict.fromkeys([*names, *(loaded if ENSEMBLE in names else [])]))
     root = str(Path.cwd())
@@ -70,7 +79,7 @@ def application(cfg: Config, models: list[str] | None, limits: Any, threads: int
     scaling = Scaling(
         replicas=replicas or cfg.serve.replicas,
         autoscaling=None if auto is None or replicas else auto.model_dump(),
-        replica_cpus=cfg.serve.replica_cpus)
+        replica_cpus=cfg.serve.replica_cpus, replica_gpus=cfg.serve.replica_gpus)
     ensembles = {ENSEMBLE: loaded} if ENSEMBLE in served else {}
     app = bind(loads, ensembles, vote if ensembles else None, served, limits,
                reader.no_answer, scaling)
@@ -99,22 +108,22 @@ def serve(cfg: Config, models: list[str] | None = None, host: str = "127.0.0.1",
     from rcpipe.serve import deployments, server
     from rcpipe.serve.app import Limits
 
-    # a bad or taken port is said before the models load; the guard serves on the socket
+    # a bad or taken port is said before the models load; the guard answers on it at once,
+    # 503 with Retry-After until the app is deployed (rather than refused connections, then
+    # Serve's 404 while the app deploys)
     sock = server.listen(host, port)
+    s = cfg.serve
+    front = deployments.waiting(sock, s.header_timeout_s, s.max_connections)
+    serving = False  # Serve started: a mistake before it (a bad model) starts no Ray
     try:
         limits = limits or Limits()
         app, served = application(cfg, models, limits, threads, runtime, replicas)
-        count = replicas or cfg.serve.replicas
-        join_ray(count * cfg.serve.replica_cpus * len([m for m in served if m != ENSEMBLE]))
-    except BaseException:
-        sock.close()
-        raise
-    t0 = time.perf_counter()
-    s = cfg.serve
-    front = deployments.guarded(sock, limits, s.keep_alive_s, s.header_timeout_s,
-                                s.max_connections)
-    try:
+        count = replicas or s.replicas
+        join_ray(count * s.replica_cpus * len([m for m in served if m != ENSEMBLE]))
+        t0, serving = time.perf_counter(), True
+        deployments.behind(front, limits, s.keep_alive_s)
         deployments.run(app)
+        front.guard.ready = True
         how = "autoscaled" if s.autoscaling and not replicas else f"{count} replica(s)"
         log.info(f"serve ({runtime}, Ray Serve, {how} a model): {', '.join(served)} on "
                  f"http://{host}:{port}/ (POST /answer, the page at /), up in "
@@ -125,31 +134,116 @@ def serve(cfg: Config, models: list[str] | None = None, host: str = "127.0.0.1",
         pass
     finally:
         front.stop()
-        deployments.shutdown()
+        sock.close()
+        if serving:
+            deployments.shutdown()
+
+
+CHAMPION = "champion"  # the name the champion app serves under, whichever night it is
+
+
+class Champion:
+    """In a Reader replica: the model ``<remote>/rcpipe/champion.json`` names (its
+    "package"), and ``update``, which the Reader calls every serve.champion_poll_s: a new
+    champion's package is downloaded, checked (config.json's sha256 against champion.json's
+    "package_sha256", every other file against config.json's, trained/package_dir.py) and
+    loaded while the old one answers, then swapped in between two batches. A package that
+    fails is refused once, said, and the current champion goes on answering; a night the
+    gate rejected never touches champion.json, so it changes nothing here."""
+
+    def __init__(self, cfg: Config, workspace: str, remote: str | None, threads: int,
+                 replica: bool = True) -> None:
+        from rcpipe.stages.remote import Remote
+
+        self.cfg, self.threads = on_device(cfg, replica), threads
+        self.where = Remote(Path(workspace), remote)
+        self.refused: set[str] = set()
+        self.url: str | None = None
+        self._current: tuple[Any, str] | None = None  # (answer, night): swapped as one
+        self.no_answer = False
+        if not self.update():
+            raise InputError(self.where.url + "/rcpipe/champion.json", "",
+                             "no champion to serve (no night promoted yet, or its package "
+                             "was refused: see the log)")
+
+    def update(self) -> bool:
+        """Load the champion champion.json names now if it is a new one; True if swapped."""
+        pointer = self.where.read_json("champion.json")
+        if pointer is None:
+            return False
+        url, night = pointer.get("package"), str(pointer.get("score", {}).get("run"))
+        if url == self.url or url in self.refused:
+            return False
+        if not url:  # an ensemble: its voters' packages, which one Reader does not hold
+            log.warning(f"champion of {night} is an ensemble: not served here; the "
+                        f"champion app keeps {self._night()}")
+            self.refused.add(url)
+            return False
+        try:
+            answer, no_answer = self._load(url, pointer.get("package_sha256"))
+        except InputError as e:
+            log.error(f"champion of {night} refused: {e}; {self._night()} keeps answering")
+            self.refused.add(url)
+            return False
+        self._current, self.url, self.no_answer = (answer, night), url, no_answer
+        log.info(f"champion of {night} answering ({url})")
+        return True
+
+    def _night(self) -> str:
+        return self._current[1] if self._current else "nothing"
+
+    def _load(self, url: str, config_sha256: str | None) -> tuple[Any, bool]:
+        import shutil
+        import tempfile
+
+        from rcpipe.trained.package_dir import CONFIG, sha256
+
+        tmp = Path(tempfile.mkdtemp(prefix="rcpipe-champion-"))
+        try:
+            self.where.download(url, tmp)
+            if config_sha256 and sha256((tmp / CONFIG).read_bytes()) != config_sha256:
+                raise InputError(url, CONFIG, "sha256 is not champion.json's package_sha256")
+            reader = load_reader(self.cfg, [str(tmp)], "torch", self.threads)
+        finally:  # the model is in memory: its files are not read again
+            shutil.rmtree(tmp, ignore_errors=True)
+        name = str(tmp)
+
+        def answer(pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
+            return [{"refused": str(a)} if isinstance(a, Exception) else a
+                    for a in reader.answer_pairs(pairs, name, token_probs=True)]
+
+        return answer, reader.no_answer
+
+    def __call__(self, pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
+        assert self._current is not None, "a Champion is built with one"
+        answer, night = self._current  # one champion for the whole batch
+        return [a | {"night": night} for a in answer(pairs)]
 
 
 def champion_app(args: dict[str, Any]) -> Any:
-    """The RayService's application (infra/kuberay/rayservice.yaml): ``args["package"]``, a
-    package on the DVC remote (champion.json's "package", read through the workspace's
-    .dvc/config) or a directory, downloaded and served as the default model;
-    ``args["params"]``: the params file (its serve section, data.window). Promoting a new
-    champion changes ``package``: Serve rolls the replicas over to it, new ones answering
-    before old ones drain (tests/serve/test_rollout.py)."""
+    """The RayService's application (infra/kuberay/rayservice.yaml): the champion of the
+    DVC remote that ``args["workspace"]``'s .dvc/config names (``args["remote"]``: another
+    remote than the default), served as the model "champion" and followed: each Reader
+    replica swaps in a newly promoted champion by itself (``Champion``), so a promotion
+    needs no edit of the manifest and no redeploy. ``args["params"]``: the params file
+    (its serve section, data.window), ``args["set"]``: dotted overrides laid over it as
+    `--set` does (the Readers' CPUs, GPUs, autoscaling: infra/serve/rcpipe.yaml);
+    ``args["threads"]``: torch threads a replica uses."""
     from rcpipe.serve.app import Limits
+    from rcpipe.serve.deployments import Scaling
+    from rcpipe.serve.deployments import application as bind
 
-    cfg = load_config(args.get("params", "params.yaml"))
-    package = str(args["package"])
-    if "://" in package:
-        from rcpipe.stages.remote import Remote
-
-        where = Remote(Path(args.get("workspace", ".")), args.get("remote"))
-        key = hashlib.sha256(package.encode()).hexdigest()[:16]  # one folder per package
-        package = str(where.download(package, Path(args.get("cache", "/tmp/rcpipe-champion"))
-                                     / key))
-    if not Path(package).is_dir():
-        raise InputError(package, "", "no package directory")
+    cfg = load_config(args.get("params", "params.yaml"), [str(s) for s in args.get("set", [])])
+    workspace = str(Path(args.get("workspace", ".")).resolve())
+    threads = int(args.get("threads", 1))
+    # loaded here once first: no champion, or a broken one, fails the deploy with its reason
+    first = Champion(cfg, workspace, args.get("remote"), threads, replica=False)
     s = cfg.serve
     limits = Limits(max_batch=s.max_batch, max_wait_ms=s.batch_wait_ms, timeout_s=s.timeout_s,
                     max_pending=s.max_pending, body_timeout_s=s.body_timeout_s)
-    app, _ = application(cfg, [package], limits, int(args.get("threads", 1)))
-    return app
+    load = partial(Champion, cfg, workspace, args.get("remote"), threads)
+    scaling = Scaling(replicas=s.replicas, replica_cpus=s.replica_cpus,
+                      replica_gpus=s.replica_gpus,
+                      autoscaling=None if s.autoscaling is None else s.autoscaling.model_dump())
+    return bind({CHAMPION: load}, {}, None, [CHAMPION], limits, first.no_answer, scaling,
+                follow_s=s.champion_poll_s)

@@ -8,11 +8,12 @@ the remote's objects (``<remote>/rcpipe/versions/<run>/``), with each evaluated 
 disappears (a pod) leaves a version anyone can `dvc pull` and models anyone can download.
 With ``promote`` the champion gate follows (rcpipe/stages/gate.py): the run's models and
 the champion of ``<remote>/rcpipe/champion.json`` answer the same gate set (never the dev
-set), the run's best there is its candidate, and rcpipe.version_rules.decide moves the pointer
-(and the git tag ``champion``) only when the paired interval of the candidate's F1 minus
-the champion's lies above ``version.min_gain``; the pointer names the winner's packages and
-the answers it gave, and the run's record holds the decision with its interval. Last
-(rcpipe/stages/nights.py): the night's commit and tag go to the git remote
+set), the run's best there is its candidate, and rcpipe.version_rules.decide moves the
+pointer (and assigns GTO's champion stage, stages/champions.py) only when the paired
+interval of the candidate's F1 minus the champion's lies above ``version.min_gain``; the
+pointer names the winner's packages and the answers it gave, and the run's record holds the
+decision with its interval. Last
+(rcpipe/stages/nights.py): the night's commit and tags go to the git remote
 ``version.git_remote`` when the workspace has one, and its report and the nights page (dev
 F1 per model over every recorded night, the champion marked) to
 ``versions/<run>/report/``, with a presigned link the flow's artifact shows.
@@ -40,13 +41,15 @@ from rcpipe import layout
 from rcpipe.config import VARIANTS, Config
 from rcpipe.errors import InputError
 from rcpipe.scoring.metrics import headline
+from rcpipe.stages.champions import crown
 from rcpipe.stages.gate import Gate, answers, champion_answers, gate_f1, gate_set, store_answers
 from rcpipe.stages.nights import publish, push_commit
-from rcpipe.stages.remote import Remote, git
+from rcpipe.stages.remote import Remote, git, identity
 from rcpipe.version_rules import (
     Score,
     classify_failure,
     commit_targets,
+    cost_of,
     decide,
     dev_score,
     gate_record,
@@ -126,13 +129,23 @@ def _git_commit(root: Path, message: str) -> str | None:
         return None
     git(root, "add", "dvc.lock")
     if git(root, "diff", "--cached", "--quiet", "--", "dvc.lock").returncode != 0:
-        who = [] if git(root, "config", "user.email").stdout.strip() else \
-            ["-c", "user.name=rcpipe", "-c", "user.email=rcpipe@localhost"]
-        done = git(root, *who, "commit", "-q", "-m", message, "--", "dvc.lock")
+        name, email = identity(root)
+        done = git(root, "-c", f"user.name={name}", "-c", f"user.email={email}", "commit",
+                   "-q", "-m", message, "--", "dvc.lock")
         if done.returncode != 0:
             raise InputError(root / "dvc.lock", "git commit", done.stderr.strip()[:300])
     head = git(root, "rev-parse", "HEAD")
     return head.stdout.strip() if head.returncode == 0 else None
+
+
+def _costs(targets: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Each trained variant's training cost (version_rules.cost_of), from its summary."""
+    found = {}
+    for variant in (t.partition("@")[2] for t in targets if t.startswith("train@")):
+        path = layout.summary_file(variant)
+        if path.is_file():
+            found[variant] = cost_of(json.loads(path.read_text()))
+    return found
 
 
 def _scores(targets: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -195,6 +208,7 @@ def version(cfg: Config, variants: Sequence[str] = VARIANTS, *,
             "dvc_lock": lock_url,
             "scores": {m: dict(zip(("em", "f1"), headline(s), strict=True))
                        for m, s in scores.items()},
+            "cost": _costs(targets),  # the nights page's cost of each night
         }
         packages = {m: push_package(cfg, where, run, m, Path(tmp) / "packages" / m)
                     for m in scores if m in VARIANTS}
@@ -206,7 +220,7 @@ def version(cfg: Config, variants: Sequence[str] = VARIANTS, *,
             record |= champion_gate(root, cfg, where, gate, record, scores, local,
                                     manifest["dev"]["sha256"], min_gain, Path(tmp))
         record["git_push"] = push_commit(root, cfg.version.git_remote, record["git_commit"],
-                                         bool(record.get("promoted")))
+                                         record.get("git_tags", []))
         record |= publish(where, record)  # the report and the nights page, on the remote
         record["record"] = where.write(json.dumps(record, indent=1).encode(), "versions", run,
                                        "version.json")
@@ -223,6 +237,27 @@ def push_package(cfg: Config, where: Remote, run: str, variant: str, out: Path
     for file in sorted(out.iterdir()):
         where.write(file.read_bytes(), "versions", run, "packages", variant, file.name)
     return out, where._where("versions", run, "packages", variant)[1]
+
+
+def pointer(record: dict[str, Any], score: dict[str, Any], members: list[str],
+            packages: dict[str, Path], answers_url: str | None, decided: dict[str, Any],
+            tags: list[str]) -> dict[str, Any]:
+    """champion.json for a promotion of ``score``'s model of the night ``record`` describes
+    (its dvc_lock, git_commit, pushed packages); ``packages``: their local directories."""
+    from rcpipe.trained.package_dir import CONFIG, sha256
+
+    model = score["model"]
+    local = packages.get(model)
+    return {"score": score, "dvc_lock": record["dvc_lock"], "git_commit": record["git_commit"],
+            # the champion's package (an ensemble has none of its own), and its config.json's
+            # sha256, which pins every other file's (the champion app checks both)
+            "package": record["packages"].get(model),
+            "package_sha256": sha256((local / CONFIG).read_bytes()) if local else None,
+            # what answers for it: the package, or the ensemble's voters
+            "packages": {v: record["packages"][v] for v in members},
+            "answers": answers_url, "gate": decided,
+            "git_tags": tags,  # GTO's version and assignment (stages/champions.py)
+            "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
 def champion_gate(root: Path, cfg: Config, where: Remote, gate: Gate,
@@ -251,22 +286,16 @@ def champion_gate(root: Path, cfg: Config, where: Remote, gate: Gate,
             candidate, champion, paired_difference(gate.doc, theirs, found[candidate.model]),
             gate.info, min_gain)
     decided = gate_record(decision, gate.info, f1, candidate, champion, min_gain)
+    tags: list[str] = []
     if decision.promote:
         members = [v for v in VARIANTS if v in packages] if candidate.model == "ensemble" \
             else [candidate.model]
-        where.write(json.dumps({"score": candidate.as_dict(), "dvc_lock": record["dvc_lock"],
-                                "git_commit": record["git_commit"],
-                                # the champion's package (an ensemble has none of its own)
-                                "package": record["packages"].get(candidate.model),
-                                # what answers for it: the package, or the ensemble's voters
-                                "packages": {v: record["packages"][v] for v in members},
-                                "answers": answers_url, "gate": decided,
-                                "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                             time.gmtime())},
-                               indent=1).encode(), "champion.json")
-        if record["git_commit"]:
-            git(root, "tag", "-f", "champion", record["git_commit"])
+        if record["git_commit"]:  # the git registry first: champion.json names its tag
+            tags = crown(root, record["git_commit"], run, decided, cfg.version.git_remote)
+        where.write(json.dumps(pointer(record, candidate.as_dict(), members, packages,
+                                       answers_url, decided, tags), indent=1).encode(),
+                    "champion.json")
     log.info(f"champion: {'promoted' if decision.promote else 'kept'}: {decision.reason}")
-    return {"promoted": decision.promote, "reason": decision.reason,
+    return {"promoted": decision.promote, "reason": decision.reason, "git_tags": tags,
             "candidate": candidate.as_dict(), "gate": decided, "gate_answers": answers_url,
             "champion_before": champion.as_dict() if champion else None}

@@ -270,10 +270,16 @@ def test_version_promotes_a_better_model_and_keeps_a_better_champion(
     first = json.loads(sh(project, "rcpipe", "version", "--promote").stdout)
     assert first["promoted"] and "no champion yet" in first["reason"]
     assert first["targets"][-2:] == ["ensemble", "report"]
+    # what each variant's training cost, for the nights page (version_rules.cost_of)
+    assert set(first["cost"]) == set(VARIANTS)
+    assert all(c["wall_s"] > 0 and c["unit"] == "CPU-worker-h" for c in first["cost"].values())
     champion = json.loads(s3.get_object(Bucket=BUCKET, Key="dvc/rcpipe/champion.json")
                           ["Body"].read())
     assert champion["score"] == first["candidate"]
-    assert sh(project, "git", "rev-parse", "champion").stdout.strip() == first["git_commit"]
+    # the registry's GTO tags on the night's commit (rcpipe/stages/champions.py)
+    assert champion["git_tags"] == ["rcpipe#champion#1", "rcpipe@v0.0.1"]
+    assert sh(project, "git", "rev-list", "-n1", "rcpipe#champion#1").stdout.strip() == \
+        first["git_commit"]
     assert "dvc.lock" in sh(project, "git", "show", "--name-only", "--format=", "HEAD").stdout
     lock = s3.get_object(Bucket=BUCKET, Key=f"dvc/rcpipe/versions/{first['run']}/dvc.lock")
     assert lock["Body"].read() == (project / "dvc.lock").read_bytes()

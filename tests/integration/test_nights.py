@@ -40,6 +40,7 @@ from flows import stack
 from flows.version import decision_markdown
 from rcpipe.config import VARIANTS
 from rcpipe.data import synth
+from rcpipe.stages.champions import history
 from tests import ray_nodes
 from tests.conftest import AWS_WORKER_ENV, SynthData, questions_of
 from tests.dvc_project import BUCKET, make_project, sh
@@ -288,9 +289,9 @@ def _nights_a_person_can_compare(work: Path, origin: Path,
     pushed = set(sh(origin, "git", "log", "--format=%H").stdout.split())
     assert all(d["git_push"]["pushed"] and d["git_commit"] in pushed for d in decisions)
     assert len({d["git_commit"] for d in decisions}) == 3  # night 2 changed no dvc.lock
-    tagged = sh(origin, "git", "rev-list", "-n1", "champion").stdout.strip()
     promoted = [d for d in decisions if d["promoted"]]
-    assert tagged == promoted[-1]["git_commit"]
+    # one GTO assignment per promotion on the git remote, newest first
+    assert [p["commit"] for p in history(origin)] == [d["git_commit"] for d in promoted][::-1]
     # night 5 retrained qanet alone: its dev metrics moved, bidaf's did not
     diff = json.loads(sh(work, "dvc", "metrics", "diff", "HEAD~1", "HEAD", "--json").stdout)
     assert "metrics/qanet.json" in diff and "metrics/bidaf.json" not in diff

@@ -31,3 +31,33 @@ def test_the_page_lists_every_night_newest_first_with_its_chart() -> None:
     html = pages.nights_html(rows, ["bidaf"], png, "https://x/report.html?sig=1")
     assert html.index("<td>n2</td>") < html.index("<td>n1</td>")
     assert 'href="https://x/report.html?sig=1"' in html and "data:image/png" in html
+
+
+def test_each_night_costs_what_it_trained_and_nothing_for_what_it_kept() -> None:
+    """Night 2 retrained nothing (the same runs as night 1): it cost nothing; night 3
+    retrained qanet alone on 4 GPUs."""
+    from rcpipe.version_rules import cost_of
+
+    bidaf = cost_of({"run": "run-b1", "wall_seconds": 1800, "world_size": 1, "device": "cpu"})
+    qanet = cost_of({"run": "run-q1", "wall_seconds": 3600, "world_size": 4,
+                     "device": "cuda:0"})
+    longer = cost_of({"run": "run-q2", "wall_seconds": 5400, "world_size": 4,
+                      "device": "cuda:0"})
+    assert (qanet["hours"], qanet["unit"]) == (4.0, "GPU-h")
+    assert (bidaf["hours"], bidaf["unit"]) == (0.5, "CPU-worker-h")
+    records = [_record("n1", True, "bidaf", bidaf=50.0) | {"cost": {"bidaf": bidaf,
+                                                                     "qanet": qanet}},
+               _record("n2", False, "bidaf", bidaf=50.0) | {"cost": {"bidaf": bidaf,
+                                                                      "qanet": qanet}},
+               _record("n3", False, "bidaf", bidaf=50.0) | {"cost": {"bidaf": bidaf,
+                                                                      "qanet": longer}}]
+    costs = tables.night_costs(records)
+    assert costs[0] == {"night": "n1", "bidaf": "30.0 min, 0.50 CPU-worker-h",
+                        "qanet": "60.0 min, 4.00 GPU-h",
+                        "total": "0.50 CPU-worker-h, 4.00 GPU-h"}
+    assert costs[1] == {"night": "n2", "total": "0"}
+    assert costs[2] == {"night": "n3", "qanet": "90.0 min, 6.00 GPU-h", "total": "6.00 GPU-h"}
+    rows = tables.night_rows(records)
+    html = pages.nights_html(rows, ["bidaf", "qanet"], plots.nights_png(rows, ["bidaf"]),
+                             None, costs)
+    assert "What each night cost" in html and "<td>90.0 min, 6.00 GPU-h</td>" in html

@@ -5,6 +5,9 @@ it (deployments.guarded): the guard on a free loopback port, the proxy on anothe
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +17,8 @@ import pytest
 
 from rcpipe.config import Config
 from rcpipe.serve.app import Limits
+from rcpipe.stages.remote import Remote
+from rcpipe.stages.version import pointer
 from tests.conftest import Trained
 from tests.ray_nodes import free_port
 
@@ -86,3 +91,37 @@ def service(trained: Trained, serve_on_ray: str) -> Service:
             for qa in p["qas"]:
                 contexts[qa["id"]], questions[qa["id"]] = p["context"], qa["question"]
     return Service(serve_on_ray, trained, nbest, contexts, questions)
+
+
+def champion_workspace(root: Path) -> Remote:
+    """A DVC workspace at ``root`` (no git) whose default remote is a local directory beside
+    it: where nights put their packages and champion.json."""
+    root.mkdir()
+    for cmd in (["init", "--no-scm", "-q"],
+                ["remote", "add", "-d", "storage", str(root.parent / "dvc-remote")]):
+        subprocess.run([sys.executable, "-m", "dvc", *cmd], cwd=root, check=True,
+                       capture_output=True)
+    return Remote(root, None)
+
+
+def crown_night(where: Remote, run: str, package: Path, crowned: bool,
+                broken: bool = False) -> None:
+    """A night's package on the remote (its weights tampered with when ``broken``); when
+    ``crowned``, champion.json names it as the gate's promotion writes it."""
+    variant = json.loads((package / "config.json").read_text())["variant"]
+    local = package.parent.parent / run / variant
+    shutil.copytree(package, local)
+    if broken:
+        weights = local / "model.safetensors"
+        data = bytearray(weights.read_bytes())
+        data[-1] ^= 0xFF
+        weights.write_bytes(bytes(data))
+    for file in sorted(local.iterdir()):
+        where.write(file.read_bytes(), "versions", run, "packages", variant, file.name)
+    url = where._where("versions", run, "packages", variant)[1]
+    record = {"run": run, "dvc_lock": f"{run}/dvc.lock", "git_commit": None,
+              "packages": {variant: url}}
+    if crowned:
+        champion = pointer(record, {"model": variant, "run": run}, [variant],
+                           {variant: local}, None, {"promoted": True}, [])
+        where.write(json.dumps(champion).encode(), "champion.json")

@@ -1,5 +1,6 @@
-"""A new champion rolled out without dropping requests: clients keep asking while the app
-is redeployed over another package (as the RayService does when its package changes), and
+"""A new application rolled out without dropping requests: clients keep asking while the app
+is redeployed over another package (as the RayService is when its manifest or image
+changes; a new champion it follows by itself, tests/serve/test_champion_follow.py), and
 every request is answered, by the old model and then the new one."""
 
 from __future__ import annotations

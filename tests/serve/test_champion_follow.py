@@ -1,0 +1,116 @@
+"""The champion app follows the registry by itself (stages/serving.py's ``Champion``): on the
+session's local Ray, the application infra/kuberay/rayservice.yaml deploys
+(``champion_app``) over a DVC remote (a local directory) answers under steady load while
+nights go by, each night's packages pushed beside its record and champion.json written as
+`rcpipe version --promote` writes it (stages/version.py's ``pointer``):
+
+  A crowned before the deploy -> B crowned -> C rejected (champion.json untouched) ->
+  D crowned with a broken package (its weights' sha256 is not config.json's) -> E crowned.
+
+Every request is answered 200; answers come from B within BOUND_S of its promotion, never
+from C or D, and from E after D was refused (the watcher went past it)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from rcpipe import stages
+from rcpipe.config import effective_yaml
+from rcpipe.serve import deployments
+from rcpipe.stages.serving import CHAMPION, champion_app
+from tests.conftest import Trained
+from tests.serve.conftest import champion_workspace, crown_night, light
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+POLL_S = 1.0  # serve.champion_poll_s here (10 s in params.yaml)
+# a promotion reaches the answers within a poll, the package's download and its load; on
+# 2 shared cores (the suite's other worker busy) the load alone has taken seconds
+BOUND_S = 20.0
+
+
+class Load:
+    """Clients asking without pause: (time answered, status, night) per request."""
+
+    def __init__(self, url: str, clients: int = 3) -> None:
+        self.url, self.seen, self.stop = url, [], threading.Event()
+        self.threads = [threading.Thread(target=self._ask) for _ in range(clients)]
+        for t in self.threads:
+            t.start()
+
+    def _ask(self) -> None:
+        with httpx.Client(timeout=60) as client:
+            while not self.stop.is_set():
+                r = client.post(f"{self.url}/answer", json={
+                    "context": "Ada wrote it in 1843.", "question": "When did Ada write it?"})
+                night = r.json().get("night") if r.status_code == 200 else r.text[:200]
+                self.seen.append((time.monotonic(), r.status_code, night))
+
+    def until(self, night: str, timeout: float = 120) -> float:
+        """When ``night``'s champion first answered (waiting for it)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = [t for t, _, n in list(self.seen) if n == night]
+            if found:
+                return found[0]
+            time.sleep(0.1)
+        raise AssertionError(f"{night} never answered: {self.nights()}")
+
+    def nights(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for _, status, night in list(self.seen):
+            counts[f"{status} {night}"] = counts.get(f"{status} {night}", 0) + 1
+        return counts
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=120)
+
+
+def test_the_champion_app_follows_promotions_under_load(
+        trained: Trained, serve_on_ray: str, tmp_path: Path) -> None:
+    where = champion_workspace(tmp_path / "work")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(trained.root)
+        made = {v: stages.package(trained.cfg, v, tmp_path / "made" / v)
+                for v in ("bidaf", "qanet")}
+    params = yaml.safe_load(effective_yaml(light(trained.cfg)))
+    params["serve"]["champion_poll_s"] = POLL_S
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+
+    crown_night(where, "nA", made["bidaf"], crowned=True)
+    app = champion_app({"workspace": str(tmp_path / "work"),
+                        "params": str(tmp_path / "params.yaml"), "threads": 1})
+    deployments.run(app, name="champion", route_prefix="/champion")
+    url = f"{serve_on_ray}/champion"
+    assert httpx.get(f"{url}/models", timeout=30).json()["models"] == [CHAMPION]
+    load = Load(url)
+    try:
+        load.until("nA")
+        promoted = time.monotonic()
+        crown_night(where, "nB", made["qanet"], crowned=True)
+        reached_b = load.until("nB") - promoted
+        crown_night(where, "nC", made["bidaf"], crowned=False)  # the gate kept B
+        crown_night(where, "nD", made["bidaf"], crowned=True, broken=True)
+        time.sleep(4 * POLL_S)  # D read (and refused) at least thrice
+        before_e = len(load.seen)
+        promoted = time.monotonic()
+        crown_night(where, "nE", made["bidaf"], crowned=True)
+        reached_e = load.until("nE") - promoted
+    finally:
+        load.close()
+        deployments.serve.delete("champion")
+    counts = load.nights()
+    assert {s for _, s, _ in load.seen} == {200}, counts
+    assert {n for _, _, n in load.seen} == {"nA", "nB", "nE"}, counts
+    # between B's promotion and E's, B alone answered after its first answer
+    assert {n for _, _, n in load.seen[:before_e] if n != "nA"} == {"nB"}
+    assert reached_b < BOUND_S and reached_e < BOUND_S
+    print(f"\n{len(load.seen)} requests, all 200 {counts}; a promotion answered after "
+          f"{reached_b:.1f} s (B) and {reached_e:.1f} s (E), polling every {POLL_S:g} s")

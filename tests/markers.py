@@ -111,6 +111,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
             report.outcome = "failed"
             report.longrepr = "marker audit: " + "\n".join(
                 f"{test} {audit.VERB[kind]} ({what}) but is not marked "
-                f"{audit.MARKER_OF[kind]}"
-                for test, kind, what in (line.split("\t", 2) for line in found[seen:]))
+                f"{audit.MARKER_OF[kind]} [in process {pid}]"
+                for test, kind, what, pid in (line.split("\t") for line in found[seen:]))
 

@@ -176,4 +176,4 @@ def test_make_test_fast_is_the_audited_rest() -> None:
                                                           make, re.M)}
     assert f"{audit.SWITCH}=1" in rules["test-fast"]
     assert '-m "$(FAST_TESTS)"' in rules["test-fast"]
-    assert " -m " not in rules["test"] and audit.SWITCH not in rules["test"]
+    assert ' -m "' not in rules["test"] and audit.SWITCH not in rules["test"]

@@ -155,6 +155,7 @@ print(json.dumps(p.__dict__))
 """
 
 
+@pytest.mark.integration
 def test_trials_share_a_gpu_by_the_fraction_asked(make_config, synth_v1) -> None:  # noqa: ANN001
     """tune.gpus_per_trial 0.5 on a Ray of one GPU (a real Ray declaring one; no CUDA is
     needed to plan): two trials at once, each worker holding half the GPU."""

@@ -11,7 +11,9 @@ through one of a few calls, wrapped here to ask first whether the running test m
   prefect_test_harness runs), ``prefect server start`` in a subprocess;
 - s3: moto's ``ThreadedMotoServer.start``, ``moto_server`` in a subprocess;
 - train: ``rcpipe.train.worker.Worker.train``, the loop every training run goes through
-  (train_local, each Ray Train rank, ``rcpipe train``, a flow, a dvc stage).
+  (train_local, each Ray Train rank, ``rcpipe train``, a flow, a dvc stage), and the
+  optimizer step past STEPS_ALLOWED in one test (torch's global step hook: a test's own
+  loop that overfits a batch or trains a model for its fixture).
 
 It raises before the call, so an audited run starts nothing heavy. tests/conftest.py
 installs it in the pytest process and puts this directory on PYTHONPATH, so that Python
@@ -43,7 +45,7 @@ from typing import Any
 SWITCH = "RCPIPE_MARKER_AUDIT"  # "1": audit
 TEST = "RCPIPE_MARKER_AUDIT_TEST"  # the running test's node id
 ALLOWED = "RCPIPE_MARKER_AUDIT_ALLOWED"  # what its markers allow: "ray,prefect,s3,train"
-LOG = "RCPIPE_MARKER_AUDIT_LOG"  # a file: one line per refusal, "<test>\t<kind>\t<what>"
+LOG = "RCPIPE_MARKER_AUDIT_LOG"  # a file: a line a refusal, "<test>\t<kind>\t<what>\t<pid>"
 
 # what each marker allows a test to start
 ALLOWS = {"integration": ("ray", "prefect", "s3"), "trains": ("train",)}
@@ -66,7 +68,7 @@ def hit(kind: str, what: str) -> None:
     log = os.environ.get(LOG)
     if log:
         with open(log, "a", encoding="utf-8") as f:
-            f.write(f"{test}\t{kind}\t{what} (pid {os.getpid()})\n")
+            f.write(f"{test}\t{kind}\t{what}\t{os.getpid()}\n")
     raise MarkerAuditError(message)
 
 
@@ -102,11 +104,28 @@ def _patch_worker(module: Any) -> None:
     cls.train = _audited("train", "rcpipe.train.worker.Worker.train", cls.train)
 
 
+# more optimizer steps than this in one test train a model too (overfitting a batch); a
+# model's unit test takes a step or a few
+STEPS_ALLOWED = 50
+_steps: dict[str, int] = {}  # test -> optimizer steps taken in this process
+
+
+def _patch_optimizer(module: Any) -> None:
+    def counted(optimizer: Any, args: Any, kwargs: Any) -> None:
+        test = os.environ.get(TEST, "")
+        _steps[test] = _steps.get(test, 0) + 1
+        if _steps[test] == STEPS_ALLOWED + 1:
+            hit("train", f"over {STEPS_ALLOWED} optimizer steps")
+
+    module.register_optimizer_step_post_hook(counted)
+
+
 PATCHES: dict[str, Callable[[Any], None]] = {
     "ray": _patch_ray,
     "moto.server": _patch_moto,
     "prefect.server.api.server": _patch_prefect,
     "rcpipe.train.worker": _patch_worker,
+    "torch.optim.optimizer": _patch_optimizer,
 }
 
 

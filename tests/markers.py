@@ -7,9 +7,11 @@ Two checks, both cheap:
   fixtures a fixture asks for). Read from what pytest collected, so it also catches a test
   that would only reuse a session fixture another test started, which no run-time check
   sees; the test fails before its fixtures start.
-- With RCPIPE_MARKER_AUDIT=1 (make test-fast, and make test's fast part): the run-time
-  audit of tests/marker_audit/sitecustomize.py, for what a test starts itself, in its
-  body, in a helper, in a fixture of its module or in a subprocess.
+- With RCPIPE_MARKER_AUDIT=1 (make test-fast): the run-time audit of
+  tests/marker_audit/sitecustomize.py, for what a test starts itself, in its body, in a
+  helper, in a fixture of its module or in a subprocess. In the fast selection nothing
+  heavy may start at all, so a start there is never hidden behind a marked test that
+  started the thing first.
 """
 
 from __future__ import annotations

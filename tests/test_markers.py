@@ -3,10 +3,12 @@ starts Ray, Prefect or an S3 server unmarked `integration`, or trains unmarked `
 fails; make test-fast runs the rest under the audit.
 
 Why this shape: the audit is what makes the fast selection trustworthy, and it runs where
-that selection runs (make test-fast, and make test's first part), so it costs no second
-run; this file proves the audit refuses each kind of start (in the test, in a fixture, in
-a subprocess) on a probe suite of one-line tests, cheaply, since it refuses before starting
-anything, and keeps the Makefile's two targets on one marker expression.
+that selection runs (make test-fast is the audited run), so it costs no second run of the
+~1,070 fast tests inside this file; this file proves the audit refuses each kind of start
+(in the test, in a fixture, in a subprocess, by fixture name) on a probe suite of one-line
+tests, cheaply, since it refuses before starting anything, and keeps make test-fast on the
+audit and the marker expression. The fixture check (tests/markers.py) runs in every run,
+make test (CI) included.
 """
 
 from __future__ import annotations

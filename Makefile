@@ -13,7 +13,7 @@ LOCKED_TORCH := $(shell sed -n '/^name = "torch"$$/{n;s/^version = "\(.*\)"$$/\1
 PY_TAG := $(shell $(PYTHON) -c 'import sys; print("cp%d%d" % sys.version_info[:2])' 2>/dev/null)
 LOCAL_TORCH := $(firstword $(wildcard $(WHEELS)/torch-$(LOCKED_TORCH)+cpu-$(PY_TAG)-*.whl))
 
-.PHONY: setup test demo up down lint clean browser gpu-kit
+.PHONY: setup test test-fast demo up down lint clean browser gpu-kit
 PREFECT_PORT ?= 4200
 # pytest workers for make test (pytest-xdist): the suite waits much of its time on Ray,
 # Prefect and dvc start-ups, so two workers on 2 cores took 666-679 s on clean clones against
@@ -23,6 +23,10 @@ PREFECT_PORT ?= 4200
 # tests/conftest.py gives them, the long ones first, so no worker ends alone on one.
 # TEST_WORKERS=0: one process, no xdist.
 TEST_WORKERS ?= 2
+# make test-fast: the tests that start no Ray, Prefect or S3 server and train no model
+# (pyproject.toml's markers; docs/dev/testing.md), under the marker audit
+# (tests/marker_audit/): one of them that starts such a thing fails instead
+FAST_TESTS := not integration and not trains and not slow
 
 setup: $(BIN)/rcpipe
 
@@ -56,6 +60,12 @@ test: setup
 	@# spin against each other (25 min instead of 12)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile \
 	  --no-loadscope-reorder
+
+test-fast: setup
+	$(BIN)/ruff check .
+	$(BIN)/python -m compileall -q -j0 rcpipe flows bench tests > /dev/null
+	RCPIPE_MARKER_AUDIT=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) \
+	  --dist loadfile --no-loadscope-reorder -m "$(FAST_TESTS)"
 
 demo: setup
 	$(BIN)/python -m flows.demo

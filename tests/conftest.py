@@ -19,17 +19,23 @@ import yaml
 from rcpipe import stages
 from rcpipe.config import Config, load_config
 from rcpipe.data import synth
+from tests.markers import (  # noqa: F401 - the markers' rules: hooks, registered from here
+    pytest_configure,
+    pytest_runtest_makereport,
+    pytest_runtest_protocol,
+    pytest_runtest_setup,
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The long files first: every file with a test marked slow or integration (Ray,
+    """The long files first: every file with a test marked slow, integration or trains (Ray,
     Prefect and dvc start-ups, minutes each) ahead of the rest, each file's tests kept
     together and in order. `make test`'s workers take a file each as they free up, in this
     order (--no-loadscope-reorder; xdist's own order, most tests first, ran the files of
     one or two long tests last, one worker alone with them for minutes at the end), so the
     short files fill the end and the two workers finish together."""
     long = {item.path for item in items
-            if item.get_closest_marker("slow") or item.get_closest_marker("integration")}
+            if any(item.get_closest_marker(m) for m in ("slow", "integration", "trains"))}
     items.sort(key=lambda item: item.path not in long)  # stable: files stay contiguous
 
 

@@ -11,6 +11,7 @@ import textwrap
 import typing
 from pathlib import Path
 
+import pytest
 import yaml
 
 from rcpipe.config import VARIANTS, ModelConfig, ModelsConfig
@@ -77,6 +78,7 @@ EXAMPLE = """
 """
 
 
+@pytest.mark.trains
 def test_a_sixth_variant_needs_its_module_its_entry_and_its_test(
         prepared: Prepared, tmp_path: Path) -> None:
     (tmp_path / "params.yaml").write_text(Path(prepared.cfg.source).read_text())

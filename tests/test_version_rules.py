@@ -258,6 +258,8 @@ def gate_models(tmp_path_factory: pytest.TempPathFactory) -> GateModels:
     return GateModels(root, cfg, models, (files["gate1"], files["gate2"]))
 
 
+@pytest.mark.integration
+@pytest.mark.trains
 def test_the_gate_keeps_the_champion_against_another_seed_and_promotes_a_better_model(
         gate_models: GateModels, s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

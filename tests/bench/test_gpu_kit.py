@@ -66,6 +66,8 @@ def tiny_kit(root: Path, prepared: Prepared) -> Path:
     return kit
 
 
+@pytest.mark.integration
+@pytest.mark.trains
 @pytest.mark.slow
 def test_the_kit_runs_every_step_on_the_cpu(tmp_path: Path, prepared: Prepared) -> None:
     kit = tiny_kit(tmp_path, prepared)

@@ -23,6 +23,8 @@ def _steps() -> list[str]:
     return sorted(p.name for p in _run_dir("bidaf").glob("step-*"))
 
 
+@pytest.mark.integration
+@pytest.mark.trains
 @pytest.mark.usefixtures("local_ray")
 def test_a_cancelled_process_aborts_its_run_and_trains_no_more(
         prepared_here, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001

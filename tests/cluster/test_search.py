@@ -38,6 +38,8 @@ def _every_cpu_is_free_again() -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.integration
+@pytest.mark.trains
 @pytest.mark.usefixtures("local_ray")
 def test_a_search_writes_the_best_as_a_params_layer_and_resumes(prepared_here) -> None:  # noqa: ANN001
     cfg = prepared_here(train={"batch_size": 16, "epochs": 5},
@@ -90,6 +92,7 @@ def test_a_search_writes_the_best_as_a_params_layer_and_resumes(prepared_here) -
     ("qanet", {"max_steps": 4, "qanet": {"space": {"hidden": {"choice": [8, 9]}}}},
      "tune.qanet.space.hidden"),  # 9 is not divisible by the 2 heads: it cannot build
 ])
+@pytest.mark.integration
 def test_a_search_that_cannot_run_here_fails_before_any_trial(
         prepared_here, variant: str, tune: dict, key: str) -> None:  # noqa: ANN001
     from rcpipe.errors import InputError
@@ -152,6 +155,7 @@ print(json.dumps(p.__dict__))
 """
 
 
+@pytest.mark.integration
 def test_trials_share_a_gpu_by_the_fraction_asked(make_config, synth_v1) -> None:  # noqa: ANN001
     """tune.gpus_per_trial 0.5 on a Ray of one GPU (a real Ray declaring one; no CUDA is
     needed to plan): two trials at once, each worker holding half the GPU."""

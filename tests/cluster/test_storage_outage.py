@@ -27,6 +27,7 @@ def own_s3(monkeypatch: pytest.MonkeyPatch) -> Any:
     state["server"].stop()
 
 
+@pytest.mark.trains
 @pytest.mark.usefixtures("local_ray")
 @pytest.mark.integration
 def test_the_store_goes_down_mid_run_a_rerun_finishes_and_runs_resume_from_it(

@@ -27,6 +27,8 @@ def _metas(variant: str) -> list[dict]:
     return [json.loads(p.read_text()) for p in found]
 
 
+@pytest.mark.integration
+@pytest.mark.trains
 @pytest.mark.usefixtures("local_ray")
 def test_two_workers_hold_identical_weights_after_every_step(prepared_here) -> None:  # noqa: ANN001
     cfg = prepared_here(train={"num_workers": 2, "max_steps": 2, "eval_every": 1,
@@ -43,6 +45,8 @@ def test_two_workers_hold_identical_weights_after_every_step(prepared_here) -> N
     assert metas[0]["replica_digests"][0] != metas[1]["replica_digests"][0]
 
 
+@pytest.mark.integration
+@pytest.mark.trains
 @pytest.mark.usefixtures("local_ray")
 def test_failure_config_restarts_a_run_whose_worker_died(prepared_here) -> None:  # noqa: ANN001
     # BiDAF's two modeling layers (the paper's): with one the run can end before the kill
@@ -121,6 +125,8 @@ def test_a_local_ray_that_did_not_come_up_in_time_is_started_once_more(
         assert calls.count("start") == (2 if message == NODE_STARTUP_TIMEOUT else 1)
 
 
+@pytest.mark.integration
+@pytest.mark.trains
 @pytest.mark.usefixtures("local_ray")
 def test_a_users_mistake_found_in_a_ray_train_worker_is_one_line_at_the_driver(
         prepared_here) -> None:  # noqa: ANN001

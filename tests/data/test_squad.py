@@ -255,6 +255,7 @@ def test_fetch_unreachable_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 # ---------------------------------------------------------------------------------- fetch: s3
 
 
+@pytest.mark.integration
 def test_fetch_s3(s3: Any, tmp_path: Path) -> None:
     body = gzip.compress(json.dumps(DOC).encode())
     s3.put_object(Bucket="rcpipe-test", Key="squad/dev-v2.0.json.gz", Body=body)
@@ -268,6 +269,7 @@ def test_fetch_s3(s3: Any, tmp_path: Path) -> None:
     assert fetch(uri, tmp_path / "cache") == path  # cached: S3 is not asked again
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("uri", ["s3://rcpipe-test/nope.json", "s3://no-such-bucket/x.json"])
 def test_fetch_s3_missing(s3: Any, tmp_path: Path, uri: str) -> None:
     with pytest.raises(InputError) as info:

@@ -46,6 +46,8 @@ from tests.conftest import (
     write_params,
 )
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 36
 VARIANT = "bidaf"
@@ -230,6 +232,7 @@ def _model_workdir(root: Path, prepared: Prepared, **train: Any) -> Path:
     return root
 
 
+@pytest.mark.trains
 def test_train_killed_leaves_the_old_or_the_new_model(tmp_path: Path,
                                                       prepared: Prepared) -> None:
     import torch
@@ -345,6 +348,8 @@ def test_export_killed_leaves_the_old_or_the_new_graph(
 # ------------------------------------------------------------- rcpipe train through Ray
 
 
+@pytest.mark.integration
+@pytest.mark.trains
 def test_a_second_train_is_refused_and_a_killed_train_resumes(
         tmp_path: Path, prepared: Prepared, join_local_ray: str, undisturbed: dict) -> None:
     """Also the kill -9 and resume that tests/cluster/test_train_job.py ran on a run of its

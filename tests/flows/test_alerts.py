@@ -131,6 +131,7 @@ def run_through(client: Any, deployment_id: UUID, *states: Any) -> str:
     return run.name
 
 
+@pytest.mark.integration
 def test_applied_alerts_fire_on_a_real_server(
         prefect_api: None, webhook: tuple[str, queue.Queue[dict[str, str]]],
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

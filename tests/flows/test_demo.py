@@ -57,6 +57,7 @@ def two_busy_cpus() -> Iterator[None]:
             p.wait()
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_the_demo_starts_prefect_on_a_fresh_home_beside_two_busy_cpus(
         tmp_path: Path, two_busy_cpus: None) -> None:

@@ -15,7 +15,7 @@ from rcpipe.config import load_config
 from tests.conftest import write_params
 from tests.flows.conftest import flow_run_logs
 
-pytestmark = pytest.mark.usefixtures("prefect_api")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_api")]
 
 
 @task

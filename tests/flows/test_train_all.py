@@ -11,7 +11,8 @@ from flows.train_all import train_all
 from tests.conftest import TINY_MODEL, SynthData, write_params
 from tests.flows.conftest import flow_run_logs
 
-pytestmark = pytest.mark.usefixtures("prefect_api", "local_ray")
+pytestmark = [pytest.mark.integration, pytest.mark.trains,
+              pytest.mark.usefixtures("prefect_api", "local_ray")]
 
 
 def _params(root: Path, synth: SynthData) -> Path:

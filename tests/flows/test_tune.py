@@ -14,7 +14,7 @@ import flows.tune
 from rcpipe.config import Config
 from tests.conftest import Prepared
 
-pytestmark = pytest.mark.usefixtures("prefect_api")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_api")]
 
 
 def test_the_tune_flow_searches_each_variant_once_with_the_flows_params(

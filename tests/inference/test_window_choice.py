@@ -184,6 +184,8 @@ def assert_unchanged(model: nn.Module, dataset: SquadDataset,
             np.testing.assert_allclose(new[key], old[key], atol=1e-6)
 
 
+@pytest.mark.integration
+@pytest.mark.trains
 def test_a_context_under_the_limit_is_answered_as_before(trained: Any) -> None:
     """The session's trained bidaf (and qanet at its initial weights) on its dev set."""
     from rcpipe.trained.model_file import load_model

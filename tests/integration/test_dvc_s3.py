@@ -27,7 +27,7 @@ from rcpipe.scoring.metrics import score
 from tests.conftest import SynthData, questions_of
 from tests.dvc_project import BUCKET, make_project, sh
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.trains, pytest.mark.integration]
 
 OUTPUTS = ("data/cache", "data/prepared", "models", "predictions", "metrics", "reports")
 

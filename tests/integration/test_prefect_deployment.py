@@ -38,6 +38,8 @@ from tests.conftest import (
     write_params,
 )
 
+pytestmark = pytest.mark.trains
+
 # the run tests/conftest.py's `undisturbed` trained, with the cluster's settings on top
 TRAIN = RESUMED_TRAIN | {"max_failures": 2, "cpus_per_worker": 1}
 

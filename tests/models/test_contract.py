@@ -83,6 +83,7 @@ def test_best_span_is_ordered_and_inside_the_context(variant: str) -> None:
     assert (prob > 0).all()
 
 
+@pytest.mark.trains
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("no_answer", [False, True], ids=["v1.1", "v2.0"])
 def test_overfits_one_batch(variant: str, no_answer: bool) -> None:

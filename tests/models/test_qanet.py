@@ -107,6 +107,7 @@ def test_extra_padding_changes_nothing(no_answer: bool) -> None:
     assert (more.start[:, lc:] < -1e29).all()  # the new padding is masked
 
 
+@pytest.mark.trains
 @pytest.mark.parametrize("no_answer", [False, True])
 def test_overfits_one_batch(no_answer: bool) -> None:
     model = small(no_answer)

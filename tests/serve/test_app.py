@@ -13,6 +13,8 @@ import pytest
 from bench.loadgen import load
 from tests.serve.conftest import KEEP_ALIVE_S, LIMITS, Service
 
+pytestmark = [pytest.mark.integration, pytest.mark.trains]
+
 
 def test_answers_are_the_ones_evaluate_gives(service: Service) -> None:
     info = httpx.get(f"{service.url}/models").json()

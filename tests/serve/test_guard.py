@@ -242,6 +242,8 @@ def test_a_bad_address_is_one_line(option: str, value: str,
     assert capsys.readouterr().err == f"error: {option}: {value}: expected HOST:PORT\n"
 
 
+@pytest.mark.integration
+@pytest.mark.trains
 def test_rcpipe_serve_cuts_a_silent_connection_while_it_answers(service: Service,
                                                                  front: Front) -> None:
     """The session's Serve behind `rcpipe serve`'s own front (deployments.guarded)."""

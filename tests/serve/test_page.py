@@ -13,6 +13,8 @@ import pytest
 
 from tests.serve.conftest import Service
 
+pytestmark = [pytest.mark.integration, pytest.mark.trains]
+
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 

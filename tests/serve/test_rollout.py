@@ -20,6 +20,8 @@ from rcpipe.stages.serving import application
 from tests.conftest import Trained
 from tests.serve.conftest import LIMITS, light
 
+pytestmark = [pytest.mark.integration, pytest.mark.trains]
+
 
 def test_replacing_the_model_drops_no_request(trained: Trained, serve_on_ray: str,
                                                tmp_path: Path) -> None:

@@ -28,6 +28,8 @@ def test_a_missing_model_is_an_input_error(make_config, synth_v1: SynthData  # n
         stages.evaluate(make_config(synth_v1), "qanet")
 
 
+@pytest.mark.integration
+@pytest.mark.trains
 @pytest.mark.usefixtures("local_ray")
 def test_v2_models_predict_no_answer_probabilities(
         make_config, synth_v2: SynthData) -> None:  # noqa: ANN001

@@ -18,6 +18,8 @@ from rcpipe.config import Config, load_config
 from rcpipe.models import views_of
 from tests.conftest import TINY_MODEL, Prepared, Trained, questions_of, write_params
 
+pytestmark = [pytest.mark.integration, pytest.mark.trains]
+
 TRAINED = ("bidaf", "rnet_mult", "qanet")
 SHARED = ("bidaf", "qanet")  # the session's `trained` models; rnet_mult is trained here
 

@@ -21,6 +21,8 @@ from rcpipe.stages.serving import answerer
 from rcpipe.trained.onnx import ONNX, RECORD, sha256
 from tests.conftest import Trained, questions_of
 
+pytestmark = [pytest.mark.integration, pytest.mark.trains]
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -113,6 +113,7 @@ def in_run(run: Run, monkeypatch: pytest.MonkeyPatch) -> Run:
     return run
 
 
+@pytest.mark.trains
 def test_the_answer_past_token_1500_is_the_one_in_the_paragraph_alone(in_run: Run) -> None:
     from rcpipe.data.tokenize import tokenize
     from rcpipe.stages.predict import load_reader
@@ -134,6 +135,7 @@ def test_the_answer_past_token_1500_is_the_one_in_the_paragraph_alone(in_run: Ru
     assert isinstance(before, dict) and before["end"] <= len(FILLER)
 
 
+@pytest.mark.trains
 def test_evaluate_and_explain_read_the_long_dev_set_as_windows(in_run: Run) -> None:
     stages.evaluate(in_run.cfg, "bidaf")
     nbest = json.loads(Path("predictions/bidaf.nbest.json").read_text())
@@ -151,6 +153,7 @@ def test_evaluate_and_explain_read_the_long_dev_set_as_windows(in_run: Run) -> N
     assert f"window {ex.window + 1}" in html.read_text()
 
 
+@pytest.mark.trains
 def test_predict_refuses_a_context_over_the_cap_in_one_line(
         in_run: Run, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     big = tmp_path / "big.txt"
@@ -176,6 +179,7 @@ def test_predict_refuses_a_context_over_the_cap_in_one_line(
     assert err.startswith(f"error: {tmp_path / 'qs.json'}: data[0].paragraphs[1].context: ")
 
 
+@pytest.mark.trains
 def test_the_services_reader_reads_windows_and_refuses_over_the_cap(in_run: Run) -> None:
     """What a Reader replica of `rcpipe serve` runs on a batch: the long document read as
     windows, the answer the paragraph alone gets, every token's probabilities; a context

@@ -71,6 +71,8 @@ def _table(card: str, heading: str) -> dict[str, list[str]]:
     return {r[0]: r[1:] for r in rows[1:]}  # without the header row
 
 
+@pytest.mark.integration
+@pytest.mark.trains
 def test_a_package_holds_its_files_and_their_digests(trained: Trained, packaged: Path) -> None:
     names = {p.name for p in packaged.iterdir()}
     assert names == {WEIGHTS, CONFIG, VOCAB, CARD}  # v1.1: no threshold file
@@ -87,6 +89,8 @@ def test_a_package_holds_its_files_and_their_digests(trained: Trained, packaged:
                                                              trained.data.dev)]
 
 
+@pytest.mark.integration
+@pytest.mark.trains
 def test_the_model_cards_numbers_are_the_metrics_files(trained: Trained,
                                                         packaged: Path) -> None:
     card = (packaged / CARD).read_text()
@@ -113,6 +117,8 @@ def test_the_model_cards_numbers_are_the_metrics_files(trained: Trained,
     assert "Intended use and limits" in card
 
 
+@pytest.mark.integration
+@pytest.mark.trains
 def test_the_package_answers_as_the_run_does_without_training_code(
         trained: Trained, packaged: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -145,6 +151,8 @@ def test_the_package_answers_as_the_run_does_without_training_code(
     assert served["prob"] == pytest.approx(one["prob"], rel=1e-5, abs=1e-9)
 
 
+@pytest.mark.integration
+@pytest.mark.trains
 def test_a_tampered_package_is_one_line_and_exit_2(trained: Trained, packaged: Path,
                                                    tmp_path: Path) -> None:
     bad = tmp_path / "bad"
@@ -168,6 +176,8 @@ def test_a_tampered_package_is_one_line_and_exit_2(trained: Trained, packaged: P
         assert "Traceback" not in out.stderr
 
 
+@pytest.mark.integration
+@pytest.mark.trains
 def test_explain_takes_a_package(trained: Trained, packaged: Path, tmp_path: Path,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(trained.root)
@@ -178,6 +188,8 @@ def test_explain_takes_a_package(trained: Trained, packaged: Path, tmp_path: Pat
         (theirs.variant, theirs.answer, theirs.start, theirs.end)
 
 
+@pytest.mark.integration
+@pytest.mark.trains
 def test_packaging_needs_an_evaluated_variant(trained: Trained, tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # no models/, no metrics/

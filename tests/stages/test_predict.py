@@ -34,6 +34,8 @@ def _read(path: str | Path) -> dict:
     return json.loads(Path(path).read_text())
 
 
+@pytest.mark.integration
+@pytest.mark.trains
 def test_predict_input_file_gives_evaluates_answers(in_run: Trained, tmp_path: Path) -> None:
     for model in (*in_run.variants, "ensemble"):
         out = tmp_path / f"{model}.json"
@@ -47,6 +49,8 @@ def test_predict_input_file_gives_evaluates_answers(in_run: Trained, tmp_path: P
             assert mine[qid]["na_prob"] == pytest.approx(entry["na_prob"], abs=1e-9)
 
 
+@pytest.mark.integration
+@pytest.mark.trains
 def test_predict_one_question_gives_evaluates_answer_and_its_span(in_run: Trained) -> None:
     nbest = {m: _read(f"predictions/{m}.nbest.json") for m in (*in_run.variants, "ensemble")}
     contexts = {qa["id"]: p["context"] for a in in_run.data.dev_doc["data"]
@@ -63,6 +67,8 @@ def test_predict_one_question_gives_evaluates_answer_and_its_span(in_run: Traine
             assert got["prob"] == pytest.approx(answers[qa["id"]]["prob"], rel=1e-5, abs=1e-9)
 
 
+@pytest.mark.integration
+@pytest.mark.trains
 def test_cli_prints_json_and_a_mistake_is_one_line(in_run: Trained, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     passage = tmp_path / "passage.txt"
@@ -96,6 +102,8 @@ class _Exploit:
         return (Path.touch, (Path("pwned"),))
 
 
+@pytest.mark.integration
+@pytest.mark.trains
 def test_a_model_file_that_is_not_what_the_params_say_is_refused(
         trained: Trained, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:

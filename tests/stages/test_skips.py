@@ -14,6 +14,8 @@ import pytest
 from rcpipe import layout, stages
 from tests.conftest import Trained
 
+pytestmark = [pytest.mark.integration, pytest.mark.trains]
+
 
 @pytest.fixture
 def run(trained: Trained, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201

@@ -21,7 +21,7 @@ from rcpipe.errors import InputError
 from rcpipe.scoring.metrics import score
 from tests.conftest import TINY_MODEL, SynthData, Trained, questions_of
 
-pytestmark = pytest.mark.usefixtures("local_ray")
+pytestmark = [pytest.mark.integration, pytest.mark.trains, pytest.mark.usefixtures("local_ray")]
 
 
 @pytest.fixture(autouse=True)

@@ -122,6 +122,7 @@ def test_the_training_forward_is_one_graph_but_r_nets_gated_loop(prepared: Prepa
         assert (out["graphs"], out["graph_breaks"]) == (1, 0), out["reasons"]
 
 
+@pytest.mark.trains
 @pytest.mark.slow
 def test_every_variant_trains_three_steps_compiled(prepared: Prepared, tmp_path: Path) -> None:
     """train.compile=default through the whole run (train_local: the Worker every rank

@@ -31,6 +31,7 @@ def paper_overrides(prepared: Prepared, steps: int, device: str = "cpu") -> list
             f"train.max_steps={steps}", "train.batch_size=16"]
 
 
+@pytest.mark.trains
 @pytest.mark.slow
 def test_every_variant_trains_from_params_yaml_without_ray_spacy_or_prefect(
         prepared: Prepared, tmp_path: Path) -> None:
@@ -60,6 +61,7 @@ def test_every_variant_trains_from_params_yaml_without_ray_spacy_or_prefect(
     assert saved["model_config"]["hidden"] == 128 and saved["model_config"]["heads"] == 8
 
 
+@pytest.mark.trains
 def test_a_local_run_resumes_from_its_latest_checkpoint_and_keeps_the_best(
         prepared: Prepared, tmp_path: Path) -> None:
     base = [f"data.out_dir={prepared.out_dir}", f"data.train_file={prepared.data.train}",
@@ -79,6 +81,7 @@ def test_a_local_run_resumes_from_its_latest_checkpoint_and_keeps_the_best(
     assert again["best_heldout_f1"] == max(h["heldout_f1"] for h in again["history"])
 
 
+@pytest.mark.trains
 def test_a_run_resumed_from_an_epochs_last_step_does_not_save_that_step_again(
         prepared: Prepared, tmp_path: Path) -> None:
     """A checkpoint at an epoch's last step is written once; resumed from it, the run must
@@ -118,6 +121,7 @@ def test_every_variant_trains_under_bf16_on_cuda(prepared: Prepared, tmp_path: P
     assert all(h["loss"] == h["loss"] for h in summary["history"])  # not NaN
 
 
+@pytest.mark.trains
 def test_early_stopping_ends_a_run_that_stopped_improving(prepared: Prepared,
                                                           tmp_path: Path) -> None:
     base = [f"data.out_dir={prepared.out_dir}", f"data.train_file={prepared.data.train}",
@@ -130,6 +134,7 @@ def test_early_stopping_ends_a_run_that_stopped_improving(prepared: Prepared,
     assert summary["steps"] == 3 and summary["best_step"] == 1
 
 
+@pytest.mark.trains
 def test_the_lr_decays_on_a_plateau_of_dev_f1(prepared: Prepared, tmp_path: Path) -> None:
     base = [f"data.out_dir={prepared.out_dir}", f"data.train_file={prepared.data.train}",
             f"data.dev_file={prepared.data.dev}", "train.batch_size=4", "train.eval_every=1",

@@ -66,6 +66,7 @@ def test_ema_tracks_and_swaps_back() -> None:
     assert torch.equal(restored.shadow["w1.weight"], ema.shadow["w1.weight"])
 
 
+@pytest.mark.trains
 def test_train_steps_reduce_the_loss() -> None:
     torch.manual_seed(0)
     m = Pointer()

@@ -30,6 +30,7 @@ def curve_steps(live: Path, name: str = "dev/f1") -> list[int]:
         return [int(row["step"]) for row in csv.DictReader(f, delimiter="\t")]
 
 
+@pytest.mark.trains
 def test_the_dev_curve_grows_while_training_and_a_resumed_run_continues_it(
         prepared: Prepared, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     base = [f"data.out_dir={prepared.out_dir}", f"data.train_file={prepared.data.train}",

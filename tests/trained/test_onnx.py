@@ -24,6 +24,8 @@ def _dev(trained: Trained) -> SquadDataset:
     return SquadDataset.from_parquet(trained.cfg.data.out_dir / "dev.parquet")
 
 
+@pytest.mark.integration
+@pytest.mark.trains
 @pytest.mark.parametrize("variant", ["bidaf", "qanet"])
 def test_the_graph_answers_as_the_eager_model_at_other_shapes(
         trained: Trained, variant: str, monkeypatch: pytest.MonkeyPatch) -> None:

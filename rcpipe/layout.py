@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from rcpipe.safe_open import write_new
+
 MODELS = Path("models")  # models/<variant>/: runs/, runs.json, model.pt, summary.json, ...
 PREDICTIONS = Path("predictions")  # <model>.json (official format), <model>.nbest.json
 METRICS = Path("metrics")  # <model>.json (official keys), <model>.by_type.json
@@ -106,13 +108,11 @@ def by_type(model: str) -> Path:
 
 
 def write(path: Path, data: bytes | str) -> None:
-    """Write atomically: a reader never sees half a file, even if the run is killed."""
+    """Write atomically: a reader never sees half a file, even if the run is killed. The
+    temporary file is a new one (safe_open: a link planted at its name is not followed)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    if isinstance(data, str):
-        tmp.write_text(data, encoding="utf-8")
-    else:
-        tmp.write_bytes(data)
+    write_new(tmp, data)
     os.replace(tmp, path)
 
 

@@ -30,6 +30,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from rcpipe.safe_open import create_new, disk_full, is_disk_full, write_new
+
 log = logging.getLogger(__name__)
 
 JOURNAL = "commit"  # .<dir>.<set>.commit beside the set's first folder: the commit point
@@ -102,17 +104,14 @@ class OutputSet:
         return staged
 
     def write(self, dest: Path, data: bytes | str) -> None:
-        staged = self.path(dest)
-        with open(staged, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
+        write_new(self.path(dest), data)
 
     def write_json(self, dest: Path, obj: Any) -> None:
         self.write(dest, json.dumps(obj, indent=1, ensure_ascii=False) + "\n")
 
     def copy(self, dest: Path, source: Path) -> None:
-        shutil.copyfile(source, self.path(dest))
+        with open(source, "rb") as src, os.fdopen(create_new(self.path(dest)), "wb") as out:
+            shutil.copyfileobj(src, out)
 
     def remove(self, dest: Path) -> None:
         """The new set has no ``dest``: it goes when the set is committed, not before."""
@@ -132,10 +131,7 @@ class OutputSet:
                             for d, s in self._moves.items()],
                   "removes": [os.path.relpath(d, home) for d in sorted(self._removes)]}
         tmp = self._beside(self.dirs[0], f"{JOURNAL}.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(record, f)
-            f.flush()
-            os.fsync(f.fileno())
+        write_new(tmp, json.dumps(record))
         os.replace(tmp, self.journal)
         _fsync_dir(home)
         finish(self.journal)
@@ -194,7 +190,14 @@ def output_set(name: str, dirs: Sequence[Path]) -> Iterator[OutputSet]:
         log.info(line)
     try:
         yield out
-    except BaseException:
+    except BaseException as e:
         out.discard()
+        if is_disk_full(e):  # pyarrow's and shutil's words, located here
+            raise disk_full(_shown(out.dirs[0])) from None
         raise
-    out.commit()
+    out.commit()  # a full disk here is safe_open's line; the next writer removes the rest
+
+
+def _shown(path: Path) -> Path:
+    """``path`` as the user named it: relative to the run directory when inside it."""
+    return path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path

@@ -32,7 +32,8 @@ def too_big(name: str | Path, size: int | str, cap: int, key: str) -> InputError
     return InputError(name, "", f"{size}, over the cap of {size_text(cap)} ({key})")
 
 
-def _kind(mode: int) -> str:
+def kind_of(mode: int) -> str:
+    """What a file that is not a regular one is, for a refusal ("a FIFO")."""
     for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                        (stat.S_ISSOCK, "a socket")):
@@ -59,7 +60,7 @@ def open_regular(path: Path, name: str | Path | None = None, inside: Path | None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        raise InputError(name, "", f"refused: {_kind(mode)}, not a regular file")
+        raise InputError(name, "", f"refused: {kind_of(mode)}, not a regular file")
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
 

@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 BASE = {"config", "errors", "console", "logs", "layout", "fingerprints", "variants", "outputs",
-        "locks", "reads"}
+        "locks", "reads", "safe_open"}
 # package -> the rcpipe packages it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {
     "config": {"errors", "variants", "reads"},
@@ -20,10 +20,12 @@ ALLOWED: dict[str, set[str]] = {
     "reads": {"errors"},  # a user's file read within its caps, JSON and YAML depth bounded
     "console": set(),
     "logs": {"console"},  # rich's handler writes on the console the bars use
-    "layout": set(),
-    "fingerprints": {"config", "layout"},  # what a run's and a stage's outputs were made from
-    "outputs": set(),  # a stage's files written as one set
-    "locks": {"errors"},  # one run at a time per output; the holder's line
+    "safe_open": {"errors", "reads"},  # writing beside outputs: no link followed, no wait
+    "layout": {"safe_open"},
+    # what a run's and a stage's outputs were made from
+    "fingerprints": {"config", "layout", "reads"},
+    "outputs": {"safe_open"},  # a stage's files written as one set
+    "locks": {"errors", "safe_open"},  # one run at a time per output; the holder's line
     "data": {"config", "errors", "console", "models", "reads"},  # models: the Batch type only
     "models": {"config", "variants"},
     "scoring": set(),  # official scoring and the paired comparison: pure, no torch

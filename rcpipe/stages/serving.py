@@ -145,7 +145,7 @@ def champion_app(args: dict[str, Any]) -> Any:
         where = Remote(Path(args.get("workspace", ".")), args.get("remote"))
         key = hashlib.sha256(package.encode()).hexdigest()[:16]  # one folder per package
         package = str(where.download(package, Path(args.get("cache", "/tmp/rcpipe-champion"))
-                                     / key))
+                                     / key, cfg.limits))
     if not Path(package).is_dir():
         raise InputError(package, "", "no package directory")
     s = cfg.serve

@@ -29,8 +29,9 @@ SUMMARY = "summary.json"  # beside model.pt: the finished run's facts and finger
 CURVE = "metrics.json"  # beside model.pt: the finished run's dev curve
 # a checkpoint's own files (models/<variant>/runs/<run>/checkpoint_*/, train/checkpoint.py):
 # the tensors, the run's state as JSON, what the checkpoint was reported with (a run without
-# Ray: train/local.py)
+# Ray: train/local.py), each file's size and sha256 at save (a checkpoint is verified before use)
 STATE, CHECKPOINT_META, CHECKPOINT_METRICS = "state.pt", "meta.json", "metrics.json"
+CHECKPOINT_SUMS = "sums.json"
 REPORT_PAGE, REPORT_DATA = "report.html", "report.json"  # rcpipe report, in its folder
 RUNS = "runs"  # models/<variant>/runs/<run>/: each keyed run's Ray Train storage (train/runs.py)
 STAMPS = Path(".rcpipe/stamps")  # <stage>.json: the inputs its outputs were made from

@@ -20,6 +20,7 @@ Writers hold the output's lock (rcpipe/locks.py): one writer of a set at a time.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -145,10 +146,30 @@ class OutputSet:
 
 def finish(journal: Path) -> int:
     """Put a committed set's files in place and remove the journal; how many moved. Each
-    step may be done twice (a second finisher, a kill during the first): a staged file
-    already moved is skipped."""
+    step may be done twice (a kill during the first finisher): a staged file already moved
+    is skipped. Finishers take turns on the journal's own flock, so a reader may finish a
+    set without its writers' lock: a second finisher finds the journal gone and stops."""
+    try:
+        fd = os.open(journal, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return 0  # finished meanwhile
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            same = os.stat(journal, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:
+            return 0  # finished by the one before us in line
+        with os.fdopen(os.dup(fd), "rb") as f:
+            record = json.loads(f.read().decode("utf-8"))
+        return _moved(journal, record)
+    finally:
+        os.close(fd)
+
+
+def _moved(journal: Path, record: dict[str, Any]) -> int:
     home = journal.parent
-    record = json.loads(journal.read_text(encoding="utf-8"))
     moved, folders = 0, set()
     for staged, dest in record["moves"]:
         target = home / dest
@@ -168,17 +189,29 @@ def finish(journal: Path) -> int:
         folders.add(target.parent)
     for folder in folders:
         _fsync_dir(folder)
+    for staged, _ in record["moves"]:  # the staging folders, empty now (a live writer's
+        for empty in (home / staged).parents:  # have other names: never this set's)
+            if empty == home:
+                break
+            try:
+                os.rmdir(empty)
+            except OSError:
+                break  # not empty (another of the set's files), or gone
     journal.unlink(missing_ok=True)
     _fsync_dir(home)
     return moved
 
 
 def settle(*dirs: Path) -> None:
-    """Finish every set committed into ``dirs`` (by any stage) before reading them: a
-    reader then sees a whole set. Only under the writers' lock of these folders."""
+    """Finish every set committed into ``dirs`` (by any stage) before reading them, with a
+    line for each: a reader then never sees a set half moved by a killed writer (old and
+    new files side by side). A reader needs no writer's lock for it (``finish``)."""
     for folder in map(_abs, dirs):
         for journal in folder.parent.glob(f".{folder.name}.*.{JOURNAL}"):
-            finish(journal)
+            moved = finish(journal)
+            if moved:
+                log.warning("%s: finished moving %d file(s) of a set committed before a kill "
+                            "(%s), before reading it", _shown(folder), moved, journal.name)
 
 
 @contextmanager

@@ -26,11 +26,12 @@ ALLOWED: dict[str, set[str]] = {
     "fingerprints": {"config", "layout", "reads"},
     "outputs": {"safe_open"},  # a stage's files written as one set
     "locks": {"errors", "safe_open"},  # one run at a time per output; the holder's line
-    "data": {"config", "errors", "console", "models", "reads"},  # models: the Batch type only
+    # models: the Batch type only; outputs: a half-moved prepared set finished before a read
+    "data": {"config", "errors", "console", "models", "reads", "outputs"},
     "models": {"config", "variants"},
     "scoring": set(),  # official scoring and the paired comparison: pure, no torch
     "inference": {"config", "errors", "data", "models", "layout", "scoring"},
-    "trained": {"config", "errors", "reads", "data", "models", "layout"},
+    "trained": {"config", "errors", "reads", "data", "models", "layout", "outputs"},
     "render": {"data", "models", "scoring", "inference", "layout"},
     "train": BASE | {"data", "models", "scoring", "inference", "trained"},
     "cluster": BASE | {"data", "models", "train", "trained"},  # the Ray layer over train

@@ -33,6 +33,7 @@ from rcpipe.config import Config, ModelConfig, ReadLimits, located
 from rcpipe.data.prepared import Prepared
 from rcpipe.errors import InputError
 from rcpipe.models import ModelInputs, build_model
+from rcpipe.outputs import settle
 
 DEFAULT = ReadLimits()  # a caller without a config reads within the params' defaults
 
@@ -164,6 +165,8 @@ def load_payload(cfg: Config, variant: str) -> tuple[nn.Module, ModelInputs, dic
     import torch
 
     path = layout.model_file(variant)
+    # train's set (model.pt, summary) and evaluate's (na_threshold.json), whole first
+    settle(path.parent, layout.PREDICTIONS)
     if not path.is_file():
         raise InputError(path, "", f"no trained model; run `rcpipe train {variant}` first")
     try:

@@ -265,10 +265,10 @@ CASES: dict[str, tuple[Callable[[Path], None] | None, list[str], str]] = {
                             "--set: a: nested over 64 deep (limits.depth)"),
     "set_a_dimension_out_of_bounds": (None, ["config", "--set",
                                              "models.bidaf.layers=1000000"],
-                                      "params.yaml: models.bidaf.layers: Input should be "
+                                      "--set: models.bidaf.layers: Input should be "
                                       "less than or equal to 64"),
     "set_a_bad_value_folded": (None, ["config", "--set", "eval.max_answer_len=-3"],
-                               "params.yaml: eval.max_answer_len: Input should be greater "
+                               "--set: eval.max_answer_len: Input should be greater "
                                "than 0"),
     "predict_input_nested_deep": (None, ["predict", "--model", "bidaf", "--input",
                                          "deep.json"],

@@ -74,10 +74,20 @@ def read_bytes(path: Path, cap: int, key: str, name: str | Path | None = None,
         size = os.fstat(f.fileno()).st_size
         if size > cap:
             raise too_big(name, size, cap, key)
-        data = f.read(cap + 1)  # a file growing as it is read is held to the cap too
+        data = read_up_to(f, cap + 1)  # a file growing as it is read is held to the cap too
     if len(data) > cap:
         raise too_big(name, f"over {size_text(cap)}", cap, key)
     return data
+
+
+def read_up_to(f: IO[bytes], n: int) -> bytes:
+    """At most ``n`` bytes of ``f``, a block at a time: ``f.read(n)`` allocates all ``n``
+    at once (a cap of 512 MB for a 2 KB file was a MemoryError in 1 GiB)."""
+    blocks, total = [], 0
+    while total < n and (block := f.read(min(BLOCK, n - total))):
+        blocks.append(block)
+        total += len(block)
+    return b"".join(blocks)
 
 
 def decode(data: bytes, name: str | Path) -> str:
@@ -109,7 +119,7 @@ def read_checked(path: Path, sha256: str | None, cap: int, key: str,
         if h.hexdigest() != sha256:
             raise InputError(path, "", f"refused: its sha256 is not the one recorded{hint}")
         f.seek(0)
-        data = f.read(cap + 1)
+        data = read_up_to(f, cap + 1)
     if hashlib.sha256(data).hexdigest() != sha256:
         raise InputError(path, "", f"refused: changed while read{hint}")
     return data

@@ -113,7 +113,7 @@ def write(path: Path, data: bytes | str) -> None:
     temporary file is a new one (safe_open: a link planted at its name is not followed)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    write_new(tmp, data)
+    write_new(tmp, data, name=path)
     os.replace(tmp, path)
 
 

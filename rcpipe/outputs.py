@@ -105,7 +105,7 @@ class OutputSet:
         return staged
 
     def write(self, dest: Path, data: bytes | str) -> None:
-        write_new(self.path(dest), data)
+        write_new(self.path(dest), data, name=_shown(_abs(dest)))
 
     def write_json(self, dest: Path, obj: Any) -> None:
         self.write(dest, json.dumps(obj, indent=1, ensure_ascii=False) + "\n")

@@ -89,9 +89,10 @@ def is_disk_full(e: BaseException) -> bool:
         e.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in str(e))
 
 
-def write_new(path: Path, data: bytes | str) -> None:
+def write_new(path: Path, data: bytes | str, name: Path | str | None = None) -> None:
     """``data`` in a new file at ``path`` (create_new), synced: on a full disk one line
-    naming ``path`` (the partial file removed)."""
+    naming ``name`` (the file the user knows it as; default ``path``), the partial file
+    removed."""
     fd = create_new(path)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -101,5 +102,5 @@ def write_new(path: Path, data: bytes | str) -> None:
     except OSError as e:
         Path(path).unlink(missing_ok=True)
         if is_disk_full(e):
-            raise disk_full(path) from None
+            raise disk_full(path if name is None else name) from None
         raise

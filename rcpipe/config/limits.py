@@ -31,6 +31,9 @@ class ReadLimits(Section):
     # GloVe 840B (300-d) is 5.6 GB of text; its zip 2 GB
     vectors_mb: float = Field(8000, gt=0, description="data.word_vectors once inflated (a "
                               ".zip's or .gz's text, as read: an archive's sizes may lie)")
+    download_idle_seconds: float = Field(60, gt=0, description="a download that receives "
+                                         "nothing this long (connecting, waiting for its "
+                                         "answer or its next byte) is left")
     download_minutes: float = Field(120, gt=0, description="a download's deadline, its "
                                     "retries included: a server that trickles is left")
 

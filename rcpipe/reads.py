@@ -12,6 +12,7 @@ import json
 import os
 import re
 import stat
+import unicodedata
 import zlib
 from itertools import accumulate
 from pathlib import Path
@@ -78,6 +79,13 @@ def read_bytes(path: Path, cap: int, key: str, name: str | Path | None = None,
     if len(data) > cap:
         raise too_big(name, f"over {size_text(cap)}", cap, key)
     return data
+
+
+def blank(text: str) -> bool:
+    """Whether ``text`` says nothing: only spaces and invisible format characters
+    (zero-width spaces and joiners, U+2060, a BOM: Unicode's Cf), which str.strip keeps
+    and the tokenizer reads as no token."""
+    return all(c.isspace() or unicodedata.category(c) == "Cf" for c in text)
 
 
 def read_up_to(f: IO[bytes], n: int) -> bytes:

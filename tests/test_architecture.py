@@ -35,7 +35,8 @@ ALLOWED: dict[str, set[str]] = {
     "render": {"data", "models", "scoring", "inference", "layout"},
     "train": BASE | {"data", "models", "scoring", "inference", "trained"},
     "cluster": BASE | {"data", "models", "train", "trained"},  # the Ray layer over train
-    "serve": {"errors", "config"},  # config: the guard alone (python -m) reads the params
+    # config: the guard alone (python -m) reads the params; reads: what counts as blank
+    "serve": {"errors", "config", "reads"},
     "version_rules": {"config", "scoring"},  # scoring: metrics.headline (pure)
     "stages": BASE | {"data", "models", "scoring", "inference", "trained", "render",
                        "train", "cluster", "serve", "version_rules"},

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rcpipe.safe_open import create_new, disk_full, is_disk_full, write_new
+from rcpipe.safe_open import create_new, disk_full, is_disk_full, open_lock, write_new
 
 log = logging.getLogger(__name__)
 
@@ -149,8 +149,8 @@ def finish(journal: Path) -> int:
     step may be done twice (a kill during the first finisher): a staged file already moved
     is skipped. Finishers take turns on the journal's own flock, so a reader may finish a
     set without its writers' lock: a second finisher finds the journal gone and stops."""
-    try:
-        fd = os.open(journal, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:  # no link followed, no FIFO waited on: one line, exit 2
+        fd = open_lock(journal, create=False)
     except FileNotFoundError:
         return 0  # finished meanwhile
     try:

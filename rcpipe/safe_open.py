@@ -46,12 +46,13 @@ def _regular(fd: int, path: Path) -> int:
     return fd
 
 
-def open_lock(path: Path) -> int:
-    """A lock file's descriptor, read-write, created when absent; refused (one line, exit 2)
-    when the name holds a link, a FIFO, a device or a directory."""
+def open_lock(path: Path, create: bool = True) -> int:
+    """A lock file's descriptor, read-write, created when absent (else, ``create`` False:
+    FileNotFoundError); refused (one line, exit 2) when the name holds a link, a FIFO, a
+    device or a directory."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-                     | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0) | os.O_NOFOLLOW
+                     | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.EACCES):
             raise _refused(path, e) from None

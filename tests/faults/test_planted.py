@@ -102,3 +102,17 @@ def test_a_fifo_stamp_is_one_line_not_a_wait(workdir: Path) -> None:
     assert [e.line() for e in said] == [  # type: ignore[attr-defined]
         f"error: {layout.stamp(stamp.name)}: refused: a FIFO, not a regular file"]
 
+
+
+def test_a_link_planted_as_a_sets_journal_is_refused_not_followed(tmp_path: Path) -> None:
+    from rcpipe.data.prepared import Prepared
+
+    victim = _victim(tmp_path)
+    (tmp_path / "prepared").mkdir()
+    journal = tmp_path / ".prepared.prepare.commit"
+    journal.symlink_to(victim)
+    with pytest.raises(InputError) as e:
+        Prepared(tmp_path / "prepared")  # a reader finishes the sets committed there first
+    assert e.value.line() == (f"error: {journal}: refused: a symbolic link, not a regular "
+                              "file (rcpipe writes it)")
+    assert victim.read_bytes() == VICTIM

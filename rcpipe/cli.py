@@ -13,6 +13,7 @@ from rcpipe import layout, stages
 from rcpipe.config import VARIANTS, Config, effective_yaml, load_config
 from rcpipe.errors import InputError
 from rcpipe.logs import setup as setup_logging
+from rcpipe.safe_open import disk_full, is_disk_full
 
 app = typer.Typer(
     help="Train and evaluate extractive QA models (BiDAF, R-Net, QANet) on SQuAD.",
@@ -348,3 +349,8 @@ def main(argv: list[str] | None = None) -> None:
     except InputError as e:  # RunError too, with its own exit code
         print(e.line(), file=sys.stderr)
         sys.exit(e.exit_code)
+    except OSError as e:  # a full disk outside a set's writes (a lock's, a log's): one line
+        if not is_disk_full(e):
+            raise
+        print(disk_full(e.filename or "the disk").line(), file=sys.stderr)
+        sys.exit(1)

@@ -27,7 +27,9 @@ from typing import Any
 
 from rcpipe import __version__, layout
 from rcpipe.config import Config
+from rcpipe.reads import read_bytes
 
+STAMP_BYTES = 10_000_000  # a stamp names each file read with its digest: KB, not MB
 # train.* keys that change where or how fast a run goes, not what it learns
 UNKEYED = frozenset({"device", "threads", "cpus_per_worker", "ray_address", "storage_path",
                      "max_failures", "keep_checkpoints", "keep_runs"})
@@ -153,9 +155,13 @@ class Stamp:
         """Whether the kept stamp is this one and every output is in place."""
         if not all(p.is_file() for p in outputs):
             return False
+        path = layout.stamp(self.name)
+        if not path.exists() and not path.is_symlink():
+            return False
+        # a FIFO or device there would block the read: refused by reads, one line
         try:
-            kept = json.loads(layout.stamp(self.name).read_text())
-        except (OSError, ValueError):
+            kept = json.loads(read_bytes(path, STAMP_BYTES, "a stamp's cap"))
+        except ValueError:
             return False
         return isinstance(kept, dict) and kept.get("digest") == self.fingerprint.digest
 

@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from rcpipe.safe_open import write_new
+
 MODELS = Path("models")  # models/<variant>/: runs/, runs.json, model.pt, summary.json, ...
 PREDICTIONS = Path("predictions")  # <model>.json (official format), <model>.nbest.json
 METRICS = Path("metrics")  # <model>.json (official keys), <model>.by_type.json
@@ -27,8 +29,9 @@ SUMMARY = "summary.json"  # beside model.pt: the finished run's facts and finger
 CURVE = "metrics.json"  # beside model.pt: the finished run's dev curve
 # a checkpoint's own files (models/<variant>/runs/<run>/checkpoint_*/, train/checkpoint.py):
 # the tensors, the run's state as JSON, what the checkpoint was reported with (a run without
-# Ray: train/local.py)
+# Ray: train/local.py), each file's size and sha256 at save (a checkpoint is verified before use)
 STATE, CHECKPOINT_META, CHECKPOINT_METRICS = "state.pt", "meta.json", "metrics.json"
+CHECKPOINT_SUMS = "sums.json"
 REPORT_PAGE, REPORT_DATA = "report.html", "report.json"  # rcpipe report, in its folder
 RUNS = "runs"  # models/<variant>/runs/<run>/: each keyed run's Ray Train storage (train/runs.py)
 STAMPS = Path(".rcpipe/stamps")  # <stage>.json: the inputs its outputs were made from
@@ -106,13 +109,11 @@ def by_type(model: str) -> Path:
 
 
 def write(path: Path, data: bytes | str) -> None:
-    """Write atomically: a reader never sees half a file, even if the run is killed."""
+    """Write atomically: a reader never sees half a file, even if the run is killed. The
+    temporary file is a new one (safe_open: a link planted at its name is not followed)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    if isinstance(data, str):
-        tmp.write_text(data, encoding="utf-8")
-    else:
-        tmp.write_bytes(data)
+    write_new(tmp, data, name=path)
     os.replace(tmp, path)
 
 

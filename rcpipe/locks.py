@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rcpipe.errors import InputError
+from rcpipe.safe_open import open_lock
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def hold(output: Path, doing: str, wait: bool = False) -> Iterator[None]:
 def _acquire(path: Path, output: Path, doing: str, wait: bool) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_lock(path)  # a link, FIFO, device or directory there: one line, exit 2
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

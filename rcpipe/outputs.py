@@ -20,6 +20,7 @@ Writers hold the output's lock (rcpipe/locks.py): one writer of a set at a time.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -29,6 +30,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from rcpipe.safe_open import create_new, disk_full, is_disk_full, open_lock, write_new
 
 log = logging.getLogger(__name__)
 
@@ -102,17 +105,14 @@ class OutputSet:
         return staged
 
     def write(self, dest: Path, data: bytes | str) -> None:
-        staged = self.path(dest)
-        with open(staged, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
+        write_new(self.path(dest), data, name=_shown(_abs(dest)))
 
     def write_json(self, dest: Path, obj: Any) -> None:
         self.write(dest, json.dumps(obj, indent=1, ensure_ascii=False) + "\n")
 
     def copy(self, dest: Path, source: Path) -> None:
-        shutil.copyfile(source, self.path(dest))
+        with open(source, "rb") as src, os.fdopen(create_new(self.path(dest)), "wb") as out:
+            shutil.copyfileobj(src, out)
 
     def remove(self, dest: Path) -> None:
         """The new set has no ``dest``: it goes when the set is committed, not before."""
@@ -132,10 +132,7 @@ class OutputSet:
                             for d, s in self._moves.items()],
                   "removes": [os.path.relpath(d, home) for d in sorted(self._removes)]}
         tmp = self._beside(self.dirs[0], f"{JOURNAL}.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(record, f)
-            f.flush()
-            os.fsync(f.fileno())
+        write_new(tmp, json.dumps(record))
         os.replace(tmp, self.journal)
         _fsync_dir(home)
         finish(self.journal)
@@ -149,10 +146,30 @@ class OutputSet:
 
 def finish(journal: Path) -> int:
     """Put a committed set's files in place and remove the journal; how many moved. Each
-    step may be done twice (a second finisher, a kill during the first): a staged file
-    already moved is skipped."""
+    step may be done twice (a kill during the first finisher): a staged file already moved
+    is skipped. Finishers take turns on the journal's own flock, so a reader may finish a
+    set without its writers' lock: a second finisher finds the journal gone and stops."""
+    try:  # no link followed, no FIFO waited on: one line, exit 2
+        fd = open_lock(journal, create=False)
+    except FileNotFoundError:
+        return 0  # finished meanwhile
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            same = os.stat(journal, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:
+            return 0  # finished by the one before us in line
+        with os.fdopen(os.dup(fd), "rb") as f:
+            record = json.loads(f.read().decode("utf-8"))
+        return _moved(journal, record)
+    finally:
+        os.close(fd)
+
+
+def _moved(journal: Path, record: dict[str, Any]) -> int:
     home = journal.parent
-    record = json.loads(journal.read_text(encoding="utf-8"))
     moved, folders = 0, set()
     for staged, dest in record["moves"]:
         target = home / dest
@@ -172,17 +189,29 @@ def finish(journal: Path) -> int:
         folders.add(target.parent)
     for folder in folders:
         _fsync_dir(folder)
+    for staged, _ in record["moves"]:  # the staging folders, empty now (a live writer's
+        for empty in (home / staged).parents:  # have other names: never this set's)
+            if empty == home:
+                break
+            try:
+                os.rmdir(empty)
+            except OSError:
+                break  # not empty (another of the set's files), or gone
     journal.unlink(missing_ok=True)
     _fsync_dir(home)
     return moved
 
 
 def settle(*dirs: Path) -> None:
-    """Finish every set committed into ``dirs`` (by any stage) before reading them: a
-    reader then sees a whole set. Only under the writers' lock of these folders."""
+    """Finish every set committed into ``dirs`` (by any stage) before reading them, with a
+    line for each: a reader then never sees a set half moved by a killed writer (old and
+    new files side by side). A reader needs no writer's lock for it (``finish``)."""
     for folder in map(_abs, dirs):
         for journal in folder.parent.glob(f".{folder.name}.*.{JOURNAL}"):
-            finish(journal)
+            moved = finish(journal)
+            if moved:
+                log.warning("%s: finished moving %d file(s) of a set committed before a kill "
+                            "(%s), before reading it", _shown(folder), moved, journal.name)
 
 
 @contextmanager
@@ -194,7 +223,14 @@ def output_set(name: str, dirs: Sequence[Path]) -> Iterator[OutputSet]:
         log.info(line)
     try:
         yield out
-    except BaseException:
+    except BaseException as e:
         out.discard()
+        if is_disk_full(e):  # pyarrow's and shutil's words, located here
+            raise disk_full(_shown(out.dirs[0])) from None
         raise
-    out.commit()
+    out.commit()  # a full disk here is safe_open's line; the next writer removes the rest
+
+
+def _shown(path: Path) -> Path:
+    """``path`` as the user named it: relative to the run directory when inside it."""
+    return path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path

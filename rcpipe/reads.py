@@ -12,6 +12,7 @@ import json
 import os
 import re
 import stat
+import unicodedata
 import zlib
 from itertools import accumulate
 from pathlib import Path
@@ -32,7 +33,8 @@ def too_big(name: str | Path, size: int | str, cap: int, key: str) -> InputError
     return InputError(name, "", f"{size}, over the cap of {size_text(cap)} ({key})")
 
 
-def _kind(mode: int) -> str:
+def kind_of(mode: int) -> str:
+    """What a file that is not a regular one is, for a refusal ("a FIFO")."""
     for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                        (stat.S_ISSOCK, "a socket")):
@@ -59,7 +61,7 @@ def open_regular(path: Path, name: str | Path | None = None, inside: Path | None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        raise InputError(name, "", f"refused: {_kind(mode)}, not a regular file")
+        raise InputError(name, "", f"refused: {kind_of(mode)}, not a regular file")
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
 
@@ -73,10 +75,27 @@ def read_bytes(path: Path, cap: int, key: str, name: str | Path | None = None,
         size = os.fstat(f.fileno()).st_size
         if size > cap:
             raise too_big(name, size, cap, key)
-        data = f.read(cap + 1)  # a file growing as it is read is held to the cap too
+        data = read_up_to(f, cap + 1)  # a file growing as it is read is held to the cap too
     if len(data) > cap:
         raise too_big(name, f"over {size_text(cap)}", cap, key)
     return data
+
+
+def blank(text: str) -> bool:
+    """Whether ``text`` says nothing: only spaces and invisible format characters
+    (zero-width spaces and joiners, U+2060, a BOM: Unicode's Cf), which str.strip keeps
+    and the tokenizer reads as no token."""
+    return all(c.isspace() or unicodedata.category(c) == "Cf" for c in text)
+
+
+def read_up_to(f: IO[bytes], n: int) -> bytes:
+    """At most ``n`` bytes of ``f``, a block at a time: ``f.read(n)`` allocates all ``n``
+    at once (a cap of 512 MB for a 2 KB file was a MemoryError in 1 GiB)."""
+    blocks, total = [], 0
+    while total < n and (block := f.read(min(BLOCK, n - total))):
+        blocks.append(block)
+        total += len(block)
+    return b"".join(blocks)
 
 
 def decode(data: bytes, name: str | Path) -> str:
@@ -108,7 +127,7 @@ def read_checked(path: Path, sha256: str | None, cap: int, key: str,
         if h.hexdigest() != sha256:
             raise InputError(path, "", f"refused: its sha256 is not the one recorded{hint}")
         f.seek(0)
-        data = f.read(cap + 1)
+        data = read_up_to(f, cap + 1)
     if hashlib.sha256(data).hexdigest() != sha256:
         raise InputError(path, "", f"refused: changed while read{hint}")
     return data

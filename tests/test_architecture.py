@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 BASE = {"config", "errors", "console", "logs", "layout", "fingerprints", "variants", "outputs",
-        "locks", "reads"}
+        "locks", "reads", "safe_open"}
 # package -> the rcpipe packages it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {
     "config": {"errors", "variants", "reads"},
@@ -20,19 +20,23 @@ ALLOWED: dict[str, set[str]] = {
     "reads": {"errors"},  # a user's file read within its caps, JSON and YAML depth bounded
     "console": set(),
     "logs": {"console"},  # rich's handler writes on the console the bars use
-    "layout": set(),
-    "fingerprints": {"config", "layout"},  # what a run's and a stage's outputs were made from
-    "outputs": set(),  # a stage's files written as one set
-    "locks": {"errors"},  # one run at a time per output; the holder's line
-    "data": {"config", "errors", "console", "models", "reads"},  # models: the Batch type only
+    "safe_open": {"errors", "reads"},  # writing beside outputs: no link followed, no wait
+    "layout": {"safe_open"},
+    # what a run's and a stage's outputs were made from
+    "fingerprints": {"config", "layout", "reads"},
+    "outputs": {"safe_open"},  # a stage's files written as one set
+    "locks": {"errors", "safe_open"},  # one run at a time per output; the holder's line
+    # models: the Batch type only; outputs: a half-moved prepared set finished before a read
+    "data": {"config", "errors", "console", "models", "reads", "outputs"},
     "models": {"config", "variants"},
     "scoring": set(),  # official scoring and the paired comparison: pure, no torch
     "inference": {"config", "errors", "data", "models", "layout", "scoring"},
-    "trained": {"config", "errors", "reads", "data", "models", "layout"},
+    "trained": {"config", "errors", "reads", "data", "models", "layout", "outputs"},
     "render": {"data", "models", "scoring", "inference", "layout"},
     "train": BASE | {"data", "models", "scoring", "inference", "trained"},
     "cluster": BASE | {"data", "models", "train", "trained"},  # the Ray layer over train
-    "serve": {"errors", "config"},  # config: the guard alone (python -m) reads the params
+    # config: the guard alone (python -m) reads the params; reads: what counts as blank
+    "serve": {"errors", "config", "reads"},
     "version_rules": {"config", "scoring"},  # scoring: metrics.headline (pure)
     "pipeline": {"layout", "variants"},  # the stage table; dvc.yaml made from it
     "stages": BASE | {"data", "models", "scoring", "inference", "trained", "render",

@@ -450,12 +450,12 @@ def test_v1_question_without_answers(workdir: Path,
 @pytest.mark.parametrize(
     ("args", "params_extra", "expected"),
     [
-        (["synth", "--set", "data.bogus=1"], {}, "error: params.yaml: data.bogus: unknown key"),
+        (["synth", "--set", "data.bogus=1"], {}, "error: --set: data.bogus: unknown key"),
         (["prepare"], {"train": {"epoch": 3}}, "error: params.yaml: train.epoch: unknown key"),
         (["ensemble"], {"typo": 1}, "error: params.yaml: typo: unknown key"),
-        (["synth", "--set", "train.epochs=many"], {}, "error: params.yaml: train.epochs: "),
+        (["synth", "--set", "train.epochs=many"], {}, "error: --set: train.epochs: "),
         (["prepare", "--set", "data.missing_vectors=zero"], {},
-         "error: params.yaml: data.missing_vectors: Input should be 'unk', 'train' or "
+         "error: --set: data.missing_vectors: Input should be 'unk', 'train' or "
          "'fixed'"),
         (["synth", "--set", "synth.seed"], {}, "error: --set: synth.seed: expected "),
         (["synth", "--params", "none.yaml"], {}, "error: none.yaml: "),

@@ -19,8 +19,8 @@ import math
 import os
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
+from contextlib import ExitStack, contextmanager
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import torch
@@ -50,7 +50,8 @@ class RaySession:
     travel to each node once, not once per worker.
     """
 
-    def __init__(self, inputs: Any, dev_doc: Any, progress: Any) -> None:
+    def __init__(self, inputs: Any, dev_doc: Any, progress: Any,
+                 storage: tuple[str, Any] | None = None) -> None:
         import ray.train
         import ray.train.torch
 
@@ -58,6 +59,7 @@ class RaySession:
         self.rank, self.world = ctx.get_world_rank(), ctx.get_world_size()
         self.device: torch.device = ray.train.torch.get_device()
         self._inputs, self._dev_doc, self._queue = inputs, dev_doc, progress
+        self._storage = storage  # the run's folder and pyarrow file system, for stored()
         self._dev: dict[str, Any] | None = None
         self._raylet = os.getppid()  # the node's raylet started this worker process
 
@@ -84,15 +86,43 @@ class RaySession:
         return self._dev
 
     @contextmanager
-    def latest(self) -> Iterator[Path | None]:
+    def stored(self) -> Iterator[Iterator[Path]]:
+        """The checkpoint Ray Train recorded last, then (if that one is broken) the older
+        ones in the run's storage, newest first, each fetched only when asked for. With none
+        recorded, the run's stored ones: a run stopped at its first checkpoint (Ctrl-C) had
+        stored it before its controller recorded it, and used to train from the start."""
         import ray.train
 
-        checkpoint = ray.train.get_checkpoint()
-        if checkpoint is None:
-            yield None
+        with ExitStack() as fetched:
+            def dirs() -> Iterator[Path]:
+                recorded = ray.train.get_checkpoint()
+                below = None
+                if recorded is not None:
+                    yield Path(fetched.enter_context(recorded.as_directory()))
+                    below = PurePosixPath(recorded.path).name
+                for checkpoint in self._in_storage(below):
+                    yield Path(fetched.enter_context(checkpoint.as_directory()))
+
+            yield dirs()
+
+    def _in_storage(self, below: str | None) -> Iterator[Any]:
+        """The run's stored checkpoints (step-<8 digits>/) older than ``below``, newest
+        first (none where the run's storage is not known: a search's trials)."""
+        from pyarrow import fs
+        from ray.train import Checkpoint
+
+        if self._storage is None:
             return
-        with checkpoint.as_directory() as d:
-            yield Path(d)
+        path, filesystem = self._storage
+        filesystem = filesystem or fs.LocalFileSystem()
+        if filesystem.get_file_info(path).type == fs.FileType.NotFound:
+            return
+        names = sorted((f.base_name for f in filesystem.get_file_info(fs.FileSelector(path))
+                        if f.type == fs.FileType.Directory and f.base_name.startswith("step-")
+                        and f.base_name[5:].isdigit()), reverse=True)
+        for name in names:
+            if below is None or name < below:
+                yield Checkpoint(f"{path}/{name}", filesystem)
 
     def prepare_model(self, model: nn.Module) -> nn.Module:
         import ray.train.torch
@@ -122,7 +152,8 @@ class RaySession:
 
 def train_worker(config: dict[str, Any]) -> None:
     """The per-worker training function TorchTrainer runs on every rank."""
-    session = RaySession(config["inputs"], config["dev_doc"], config["progress"])
+    session = RaySession(config["inputs"], config["dev_doc"], config["progress"],
+                         config.get("storage"))
     Worker(config["job"], session).train()
 
 
@@ -312,7 +343,8 @@ def fit(job: Job, inputs: ModelInputs, dev_doc: dict[str, Any], cfg: Config,
         progress = Queue(maxsize=10_000,
                          actor_options={"num_cpus": 0, "scheduling_strategy": here})
         trainer = make_trainer(job, cfg, {"inputs": ray.put(inputs),
-                                          "dev_doc": ray.put(dev_doc), "progress": progress},
+                                          "dev_doc": ray.put(dev_doc), "progress": progress,
+                                          "storage": (f"{storage_path}/{name}", filesystem)},
                                storage_path, filesystem, name,
                                callbacks=(run_abort.AnnounceController(progress),))
         outcome: dict[str, Any] = {}

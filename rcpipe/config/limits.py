@@ -28,11 +28,20 @@ class ReadLimits(Section):
                                "(--context, --context-file, each of --input's), refused "
                                "before it is tokenized")
     depth: int = Field(64, gt=0, description="JSON and YAML nesting (SQuAD nests 7 deep)")
+    # GloVe 840B (300-d) is 5.6 GB of text; its zip 2 GB
+    vectors_mb: float = Field(8000, gt=0, description="data.word_vectors once inflated (a "
+                              ".zip's or .gz's text, as read: an archive's sizes may lie)")
+    download_idle_seconds: float = Field(60, gt=0, description="a download that receives "
+                                         "nothing this long (connecting, waiting for its "
+                                         "answer or its next byte) is left")
     download_minutes: float = Field(120, gt=0, description="a download's deadline, its "
                                     "retries included: a server that trickles is left")
 
     def json_bytes(self) -> int:
         return int(self.json_mb * reads.MB)
+
+    def vectors_bytes(self) -> int:
+        return int(self.vectors_mb * reads.MB)
 
     def weights_bytes(self) -> int:
         return int(self.weights_mb * reads.MB)

@@ -112,16 +112,21 @@ def load_config(params: Layers | None = "params.yaml", overrides: list[str] | No
     raw: dict[str, Any] = {}
     for _, layer in layers:
         raw = merge_over(raw, layer)
+    set_keys = []
     for item in overrides or []:
         keys, value = parse_override(item)
         _apply(raw, keys, value, item)
+        set_keys.append(keys)
     try:
         cfg = Config.model_validate(raw)
     except ValidationError as e:
         where, what = located(e)
         if not where:  # a check across sections (Config's validators) names its key first
             where, _, what = what.removeprefix("Value error, ").partition(": ")
-        held = [f for f, layer in layers if _holds(layer, where.split("."))]
+        at = where.split(".")
+        if any(at[:len(k)] == k or k[:len(at)] == at for k in set_keys):
+            raise InputError("--set", where, what) from None  # the value at fault is --set's
+        held = [f for f, layer in layers if _holds(layer, at)]
         raise InputError((held or files)[-1 if held else 0], where, what) from None
     cfg._source = str(files[0])
     return cfg

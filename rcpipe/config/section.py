@@ -23,8 +23,16 @@ def _is_number(annotation: object) -> bool:
         all(a in (int, float, type(None)) for a in args)
 
 
+# the most any number of the params may be: a count, size, step, seed or time of rcpipe
+# reaches torch, numpy, Ray or a socket as a C int or a double that must stay exact
+# (torch.set_num_threads, numpy's seeds, settimeout); a setting's own bound may be tighter
+NUMBER_MAX = 2**31 - 1
+
+
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # inf and nan are no setting's value: `serve.timeout_s: .inf` never fires, nan compares
+    # false with everything
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -32,6 +40,18 @@ class Section(BaseModel):
         # pydantic's lax mode reads true as 1: `train.epochs: yes` is a typo, not one epoch
         if isinstance(v, bool) and _is_number(cls.model_fields[info.field_name].annotation):
             raise ValueError("expected a number, got a boolean")
+        return v
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _within_use(cls, v: object) -> object:
+        # a number of any size passes Python, then overflows where it is used (a seed of 29
+        # digits was `ValueError: Overflow` inside a Ray worker): refused here, in one line
+        for x in v if isinstance(v, tuple) else (v,):
+            if isinstance(x, int | float) and not isinstance(x, bool) and abs(x) > NUMBER_MAX:
+                said = f"{x:,}" if isinstance(x, int) and abs(x) < 10**40 else f"{x:.4g}"
+                raise ValueError(f"{said} is out of the range its use takes (at most "
+                                 f"{NUMBER_MAX:,} in size)")
         return v
 
 

@@ -31,7 +31,8 @@ class TrainConfig(Section):
     num_workers: int = Field(1, ge=1, description="Ray Train workers (one per GPU on a cluster)")
     epochs: int = Field(1, ge=1)
     batch_size: int = Field(32, gt=0, description="global batch, split across workers")
-    seed: int = 42
+    seed: int = Field(42, ge=0, description="torch's and numpy's seed (each rank adds "
+                      "1000 * its rank; numpy takes no negative one)")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     eval_every: int = Field(0, ge=0, description="steps between dev evaluations and "
                             "checkpoints (also at every epoch end); 0: per epoch only")

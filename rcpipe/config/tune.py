@@ -66,7 +66,7 @@ class _Search(Section):
     ``<variant>`` section per registered variant holds its space."""
 
     trials: int = Field(8, ge=1, description="settings sampled (Tune's num_samples)")
-    seed: int = Field(0, description="the random search's seed: the same trials again")
+    seed: int = Field(0, ge=0, description="the random search's seed: the same trials again")
     max_steps: int = Field(0, ge=0, description="a trial's steps at most (ASHA's max_t); "
                            "0: the variant's own step limit (models.<v>.max_steps, else "
                            "train.max_steps)")

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from rcpipe import reads
 from rcpipe.config import ReadLimits
+from rcpipe.outputs import settle
 
 if TYPE_CHECKING:
     import numpy as np
@@ -58,6 +59,11 @@ class Prepared:
     # every file prepare may write, in the order it lists them
     FILES: ClassVar[tuple[str, ...]] = (*SPLITS.values(), HELDOUT_DOC, VOCAB, WORD_EMB,
                                         REPORT, META)
+
+    def __post_init__(self) -> None:
+        # a set a killed prepare committed is moved into place before anything is read
+        # (rcpipe/outputs.py): evaluate and train read train.parquet beside its vocab.json
+        settle(self.out_dir)
 
     @classmethod
     def of(cls, cfg: Config) -> Prepared:

@@ -11,6 +11,7 @@ import hashlib
 import os
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,7 +88,7 @@ def fetch(uri: str, cache_dir: Path, retries: int = 3, limits: ReadLimits = DEFA
         fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=f"{PART}{os.getpid()}-")
         os.close(fd)
         try:
-            _download(uri, Path(tmp), deadline)
+            _download(uri, Path(tmp), deadline, limits.download_idle_seconds)
             os.replace(tmp, target)
             return target
         except InputError:
@@ -96,6 +97,10 @@ def fetch(uri: str, cache_dir: Path, retries: int = 3, limits: ReadLimits = DEFA
             raise InputError(uri, "", "download abandoned: not complete within "
                              f"limits.download_minutes ({limits.download_minutes:g}); its "
                              "partial file is removed") from None
+        except Idle:
+            raise InputError(uri, "", "download abandoned: nothing received for "
+                             f"limits.download_idle_seconds ({limits.download_idle_seconds:g}"
+                             "); its partial file is removed") from None
         except Exception as e:  # network errors: retry with backoff, then one clear line
             if attempt == retries or time.monotonic() >= deadline:
                 raise InputError(uri, "", f"download failed after {attempt} tries: {e}"
@@ -129,40 +134,66 @@ class Overdue(Exception):
     enough for the socket's timeout, which each read restarts)."""
 
 
-def _copy_until(resp: Any, out: Any, deadline: float, uri: str) -> None:
+class Idle(Exception):
+    """A download that received nothing for limits.download_idle_seconds: a server that
+    accepts and never answers (it held prepare until the two hours' deadline)."""
+
+
+def _waiting(deadline: float, idle: float, uri: str) -> float:
+    """How long the next wait may last: the idle limit, or the time left if shorter."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise Overdue(uri)
+    return max(0.05, min(idle, left))
+
+
+def _timed_out(deadline: float, uri: str) -> Exception:
+    """A socket's timeout, as the deadline's or the idle limit's (whichever fell)."""
+    return Overdue(uri) if time.monotonic() >= deadline - 0.05 else Idle(uri)
+
+
+def _copy_until(resp: Any, out: Any, deadline: float, idle: float, uri: str) -> None:
     while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise Overdue(uri)
-        # each read waits at most the time left: read1 returns what has arrived
-        resp.fp.raw._sock.settimeout(max(0.05, min(60.0, left)))  # noqa: SLF001
+        # each read waits at most the idle limit or the time left: read1 returns what
+        # has arrived
+        resp.fp.raw._sock.settimeout(_waiting(deadline, idle, uri))  # noqa: SLF001
         try:
             block = resp.read1(1 << 20)
         except TimeoutError:
-            raise Overdue(uri) from None
+            raise _timed_out(deadline, uri) from None
         if not block:
             return
         out.write(block)
 
 
-def _download(uri: str, dest: Path, deadline: float = float("inf")) -> None:
+def _download(uri: str, dest: Path, deadline: float = float("inf"),
+              idle: float = DEFAULT.download_idle_seconds) -> None:
     parsed = urlparse(uri)
     if parsed.scheme == "s3":
         import boto3  # slow import: only when an s3:// URI is used
+        from botocore.config import Config as Boto
         from botocore.exceptions import ClientError
 
+        waits = Boto(connect_timeout=idle, read_timeout=idle)  # each wait, not the whole
         try:
-            boto3.client("s3").download_file(parsed.netloc, parsed.path.lstrip("/"), str(dest))
+            boto3.client("s3", config=waits).download_file(parsed.netloc,
+                                                           parsed.path.lstrip("/"), str(dest))
         except ClientError as e:
             code = e.response.get("Error", {}).get("Code", "")
             if code in ("404", "NoSuchKey", "NoSuchBucket", "403", "AccessDenied"):
                 raise InputError(uri, "", f"S3 refused: {code}") from None
             raise
         return
-    left = deadline - time.monotonic()
-    with urllib.request.urlopen(uri, timeout=max(0.05, min(60.0, left))) as resp, \
-            dest.open("wb") as out:
-        _copy_until(resp, out, deadline, uri)
+    try:  # connecting and the answer's head: each wait within the idle limit
+        resp = urllib.request.urlopen(uri, timeout=_waiting(deadline, idle, uri))
+    except TimeoutError:
+        raise _timed_out(deadline, uri) from None
+    except urllib.error.URLError as e:
+        if isinstance(e.reason, TimeoutError):
+            raise _timed_out(deadline, uri) from None
+        raise
+    with resp, dest.open("wb") as out:
+        _copy_until(resp, out, deadline, idle, uri)
 
 
 # ----------------------------------------------------------------------------------- parsing

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import gzip
-import io
 import zipfile
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import count
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
+from rcpipe import reads
+from rcpipe.config import ReadLimits
 from rcpipe.errors import InputError
 
 PAD, OOV = "--NULL--", "--OOV--"  # ids 0 and 1 in both vocabularies
@@ -68,28 +73,66 @@ def case_forms(word: str) -> tuple[str, ...]:
     return (word, word.lower(), word.title(), word.upper())
 
 
-def _lines(path: Path) -> Iterator[str]:
-    if path.suffix == ".zip":
-        with zipfile.ZipFile(path) as zf:
-            member = next((n for n in zf.namelist() if n.endswith(".txt")), None)
-            if member is None:
-                raise InputError(path, "", "zip holds no .txt file")
-            with zf.open(member) as f:
-                yield from io.TextIOWrapper(f, encoding="utf-8", errors="replace")
-        return
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-        yield from f
+# a GloVe line is a word and its numbers (300-d: ~3 KB): a line past this is no vector, and
+# reading it whole (a 3 MB zip holding a 3 GB line) was a MemoryError at 3.3 GB
+LINE_BYTES = 1_000_000
 
 
-def read_vectors(path: Path, wanted: set[str], dim: int, name: str) -> dict[str, np.ndarray]:
-    """Vectors for the ``wanted`` strings from a GloVe-format text file.
+@contextmanager
+def _opened(path: Path, name: str) -> Iterator[IO[bytes]]:
+    """The text of a word-vectors file as bytes: a .zip's first .txt member, a .gz
+    inflated, else the file; a regular file only (reads.open_regular)."""
+    with reads.open_regular(path, name) as raw:
+        if path.suffix == ".zip":
+            try:
+                zf = zipfile.ZipFile(raw)
+            except zipfile.BadZipFile as e:
+                raise InputError(name, "", f"not a zip file ({e})") from None
+            with zf:
+                member = next((n for n in zf.namelist() if n.endswith(".txt")), None)
+                if member is None:
+                    raise InputError(name, "", "zip holds no .txt file")
+                with zf.open(member) as f:
+                    yield f
+        elif path.suffix == ".gz":
+            with gzip.open(raw) as f:
+                yield f
+        else:
+            yield raw
+
+
+def _lines(path: Path, name: str, cap: int) -> Iterator[str]:
+    """The file's lines, each read within LINE_BYTES, all within ``cap`` bytes once
+    inflated (limits.vectors_mb): an archive's own sizes are not trusted."""
+    total = 0
+    with _opened(path, name) as f:
+        for n in count(1):
+            try:
+                line = f.readline(LINE_BYTES + 1)
+            except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+                raise InputError(name, f"line {n}", f"cannot read: {e}") from None
+            if not line:
+                return
+            total += len(line)
+            if total > cap:
+                raise reads.too_big(name, f"over {reads.size_text(cap)} inflated", cap,
+                                    "limits.vectors_mb")
+            if len(line) > LINE_BYTES:
+                raise InputError(name, f"line {n}", f"over {LINE_BYTES:,} bytes: not a word "
+                                 "and its numbers")
+            yield line.decode("utf-8", errors="replace")
+
+
+def read_vectors(path: Path, wanted: set[str], dim: int, name: str,
+                 cap: int = ReadLimits().vectors_bytes()) -> dict[str, np.ndarray]:
+    """Vectors for the ``wanted`` strings from a GloVe-format text file (.txt, .gz, .zip),
+    read within ``cap`` bytes inflated.
 
     A line is ``word v1 ... v_dim``; the word may itself hold spaces (GloVe 840B has some),
     so the vector is the last ``dim`` fields. Only wanted lines are parsed to floats.
     """
     found: dict[str, np.ndarray] = {}
-    for n, line in enumerate(_lines(path), start=1):
+    for n, line in enumerate(_lines(path, name, cap), start=1):
         parts = line.rstrip("\n").rstrip(" ").split(" ")
         if len(parts) <= dim:
             if n == 1 and len(parts) == 2:  # word2vec-style header "count dim"

@@ -25,6 +25,8 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
+from rcpipe.reads import blank
+
 Pair = tuple[str, str]  # (context, question)
 # the answer to one pair by one model: a dict with "batch" (the size of the forward pass
 # it shared), or Overloaded / TimeoutError / TooLarge / ModelFailed raised
@@ -227,7 +229,7 @@ def _printable(text: str, most: int = 80) -> str:
 def _check_text(name: str, text: str, limit: int) -> None:
     if len(text) > limit:
         raise HTTPException(413, f"{name} is {len(text)} characters; the limit is {limit}")
-    if not text.strip():
+    if blank(text):  # zero-width characters only: as empty as spaces
         raise HTTPException(422, f"{name} is empty")
 
 

@@ -47,15 +47,17 @@ def relayed(head: bytes, peer: str) -> tuple[bytes, int]:
     """The head as the proxy gets it (the client's address as X-Forwarded-For) and the
     length of the body after it; Refused where the guard could not find the next head."""
     request, *fields = head[: -len(END)].split(b"\r\n")
-    if len(request.split(b" ")) != 3 or not request.endswith((b" HTTP/1.0", b" HTTP/1.1")):
+    if len(request.split(b" ")) != 3 or not request.endswith((b" HTTP/1.0", b" HTTP/1.1")) \
+            or any(c < 0x20 or c == 0x7F for c in request):
         raise Refused(400, "malformed request line")
     kept, length = [request], None
     for field in fields:
         name, colon, value = field.partition(b":")
         # a bare CR or LF inside: the proxy may split the line where the guard does not,
         # and read a body the guard took for the next head
+        # a control byte (NUL ...): the proxy refuses the head itself, as text/plain
         if not colon or not name.isascii() or any(c in name for c in b" \t") \
-                or b"\r" in field or b"\n" in field:
+                or any(c < 0x20 and c != 0x09 or c == 0x7F for c in field):
             raise Refused(400, "malformed header line")
         name, value = name.lower(), value.strip()
         if name == b"transfer-encoding":  # chunked: its end is in the body's own framing

@@ -225,7 +225,7 @@ def _vocabularies(cfg: Config, train: tuple, *others: tuple) -> tuple:  # (file,
         candidates = set(word_counts).union(*(F.count_words(*o)[0] for o in others))
         wanted = {f for w in candidates for f in case_forms(w)}
         vectors = read_vectors(fetch(d.word_vectors, d.cache_dir, limits=cfg.limits), wanted,
-                               d.word_dim, d.word_vectors)
+                               d.word_dim, d.word_vectors, cfg.limits.vectors_bytes())
         vectored = {w for w in candidates if any(f in vectors for f in case_forms(w))}
     words, trained = build_word_vocab(word_counts, d.min_word_count, vectored,
                                       d.missing_vectors)

@@ -144,7 +144,7 @@ def champion_answers(where: Remote, pointer: Mapping[str, Any], champion: Score,
         return None, (f"no package of {', '.join(missing or ['its voters'])} on the remote "
                       "to answer the gate set with")
     try:
-        local = {v: where.download(packages[v], tmp / "champion" / v) for v in names}
+        local = {v: where.download(packages[v], tmp / "champion" / v, gate.limits) for v in names}
         found = answers(local, gate, device, champion.model == ENSEMBLE)
     except InputError as e:
         return None, f"its package could not answer the gate set ({e.line()[7:]})"

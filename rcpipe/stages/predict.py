@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from rcpipe import layout
 from rcpipe.config import VARIANTS, Config
 from rcpipe.errors import InputError
+from rcpipe.reads import blank
 from rcpipe.stages.io import write_json
 
 if TYPE_CHECKING:  # heavy (torch): imported where it is used
@@ -145,9 +146,9 @@ def predict(cfg: Config, model: str = ENSEMBLE, question: str | None = None,
         return _predict_file(cfg, model, input_file, out, runtime)
     if context_file is not None:
         context = _read_text(context_file, cfg.limits.context_chars)
-    if not question or not question.strip():
+    if not question or blank(question):  # zero-width characters only: as empty as spaces
         raise InputError("predict", "--question", "give a question")
-    if not context or not context.strip():
+    if not context or blank(context):
         raise InputError(str(context_file or "predict"), "--context", "the context is empty")
     for option, text in (("--context", context), ("--question", question)):
         _refuse_longer(text, cfg.limits.context_chars, str(context_file or "predict"), option)

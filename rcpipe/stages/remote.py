@@ -9,11 +9,15 @@ way: version -> gate, nights -> remote.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
+from rcpipe.config import ReadLimits
 from rcpipe.errors import InputError
+from rcpipe.reads import size_text, too_big
+from rcpipe.safe_open import write_new
 
 RECORDS = "rcpipe"  # <remote>/rcpipe/: champion.json and versions/<run>/ (DVC uses files/, runs/)
 
@@ -103,18 +107,65 @@ class Remote:
         """read_json of a URL this remote wrote (None when it is gone)."""
         return self.read_json(*self._parts(url))
 
-    def download(self, url: str, dest: Path) -> Path:
+    def download(self, url: str, dest: Path, limits: ReadLimits) -> Path:
         """Every file under the directory ``url`` (a package this remote holds) into
-        ``dest``."""
+        ``dest``. A key is a name the remote's writer chose: each must name a file inside
+        ``dest`` (no ``..``, empty or absolute part, no link on the way) and each object be
+        within limits.weights_mb (a package's largest file is its weights). Every key and
+        size is checked before anything is written: a refused package writes nothing."""
         path, _ = self._where(*self._parts(url))
+        cap = limits.weights_bytes()
         try:
-            files = list(self.fs.find(path))
-            for file in files:
-                target = dest / self.fs.relpath(file, path)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(self.fs.cat_file(file))
+            found = [(file, self.fs.info(file)["size"]) for file in self.fs.find(path)]
         except Exception as e:  # noqa: BLE001 - s3fs/botocore raise many types
             raise InputError(url, "", f"cannot read: {str(e).splitlines()[0][:200]}") from None
-        if not files:
+        if not found:
             raise InputError(url, "", "nothing there")
+        files = []
+        for file, size in found:
+            name, target = confined(file, path, url, dest)
+            if size is not None and size > cap:
+                raise too_big(name, size, cap, "limits.weights_mb")
+            _real_dirs(target.parent, dest, name)
+            files.append((file, name, target))
+        for file, name, target in files:
+            data = self._read_capped(file, name, cap)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.part")
+            write_new(tmp, data)  # a link planted at either name is replaced, not followed
+            os.replace(tmp, target)
         return dest
+
+    def _read_capped(self, file: str, name: str, cap: int) -> bytes:
+        """An object's bytes, refused past ``cap`` as they arrive (a size the listing
+        understated)."""
+        try:
+            with self.fs.open(file, "rb") as f:
+                data = f.read(cap + 1)
+        except Exception as e:  # noqa: BLE001 - s3fs/botocore raise many types
+            raise InputError(name, "", f"cannot read: {str(e).splitlines()[0][:200]}") from None
+        if len(data) > cap:
+            raise too_big(name, f"over {size_text(cap)}", cap, "limits.weights_mb")
+        return data
+
+
+def confined(key: str, under: str, url: str, dest: Path) -> tuple[str, Path]:
+    """(the key's URL, its file in ``dest``) for a key found under the remote's path
+    ``under``; refused when its parts would lead out of ``dest``."""
+    head = under.rstrip("/") + "/"
+    rel = key.removeprefix(head)
+    name = f"{url}/{rel}"
+    parts = rel.split("/")
+    if not key.startswith(head) or any(p in ("", ".", "..") or "\0" in p for p in parts):
+        raise InputError(name, "", "refused: a key that leads out of the package (an empty, "
+                         f"'.' or '..' part, or an absolute path); nothing written to {dest}")
+    return name, dest.joinpath(*parts)
+
+
+def _real_dirs(folder: Path, dest: Path, name: str) -> None:
+    """Refused unless each part of ``folder`` (inside ``dest``) that exists is a real
+    directory: a link planted in ``dest`` would carry the write out of it."""
+    for part in [*reversed(folder.relative_to(dest).parents), folder.relative_to(dest)]:
+        at = dest / part
+        if at.is_symlink() or (at.exists() and not at.is_dir()):
+            raise InputError(name, "", f"refused: {at} is a link or not a directory")

@@ -54,7 +54,8 @@ def report(cfg: Config, out: Path = layout.REPORTS, force: bool = False, wait: b
     inputs: the report in place, "files" empty; ``force``: write it anyway). ``out``'s files
     are one set (rcpipe/outputs.py), one writer at a time (``wait``: for the one writing)."""
     with hold(out, f"{out} is being written", wait):
-        settle(out)
+        # and the sets it reads: evaluate's and ensemble's (their journals beside predictions/)
+        settle(out, layout.PREDICTIONS, layout.METRICS)
         return _report(cfg, out, force)
 
 

@@ -200,7 +200,7 @@ class Champion:
 
         tmp = Path(tempfile.mkdtemp(prefix="rcpipe-champion-"))
         try:
-            self.where.download(url, tmp)
+            self.where.download(url, tmp, self.cfg.limits)
             if config_sha256 and sha256((tmp / CONFIG).read_bytes()) != config_sha256:
                 raise InputError(url, CONFIG, "sha256 is not champion.json's package_sha256")
             reader = load_reader(self.cfg, [str(tmp)], "torch", self.threads)

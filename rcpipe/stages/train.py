@@ -23,7 +23,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -90,7 +90,7 @@ def _train_here(cfg: Config, variant: str, key: Fingerprint | None, force: bool
                 ) -> dict[str, Any]:
     """The Ray Train job from this driver, to the model in place (under the lock)."""
     from rcpipe.cluster import train_job
-    from rcpipe.train.checkpoint import RANK_METRIC, finish_run, read_meta
+    from rcpipe.train.checkpoint import RANK_METRIC, finish_run, first_whole, read_meta
     from rcpipe.train.runs import Runs, run_name
 
     inputs = opening.model_inputs(cfg)
@@ -107,19 +107,33 @@ def _train_here(cfg: Config, variant: str, key: Fingerprint | None, force: bool
     stored = train_job.latest_step(path, filesystem, name)  # where a resumed run goes on from
     dev_doc = opening.dev_document(cfg)
     t0 = time.perf_counter()
-    result = _fit(cfg, variant, inputs, dev_doc, path, filesystem, name)
+    result, attempt = _fit(cfg, variant, inputs, dev_doc, path, filesystem, name)
     if result.checkpoint is None:
         raise InputError(Prepared(cfg.data.out_dir).train, "",
                          "training produced no checkpoint (no batch to train on?)")
-    with result.checkpoint.as_directory() as d:
-        meta = read_meta(Path(d))
-    best = result.get_best_checkpoint(RANK_METRIC, "max") or result.checkpoint
-    with best.as_directory() as d:
+    with ExitStack() as fetched:
+        def dirs(checkpoints: list[Any]) -> Iterator[Path]:
+            for c in checkpoints:
+                yield Path(fetched.enter_context(c.as_directory()))
+
+        def say(line: str) -> None:
+            log.warning("train %s: %s", variant, line)
+
+        # each checkpoint verified before use (a broken one passed by with a line): the
+        # latest gives the run's facts, the best by RANK_METRIC its model
+        kept = list(result.best_checkpoints)
+        last = first_whole(dirs([result.checkpoint, *[c for c, _ in sorted(
+            kept, key=lambda cm: cm[1].get("step", 0), reverse=True)]]), say)
+        best = first_whole(dirs([c for c, _ in sorted(
+            kept, key=lambda cm: cm[1].get(RANK_METRIC, float("-inf")), reverse=True)]), say)
+        if last is None or best is None:
+            raise RunError(result.path, "", "no whole checkpoint: every one is broken")
+        meta = read_meta(last)
         # "finished" and the fingerprint: asked for again, the run is done (_finished)
         # a run resumed at its last step trains none and writes no checkpoint: its
         # latest one's meta names the attempt before
-        resumed = stored if meta["step"] == stored else meta["resumed_from_step"]
-        summary = finish_run(variant, layout.model_dir(variant), meta, Path(d),
+        resumed = meta["resumed_from_step"] if meta.get("attempt") == attempt else stored
+        summary = finish_run(variant, layout.model_dir(variant), meta, best,
                              time.perf_counter() - t0, checkpoints=result.path,
                              finished=True, run=name, fingerprint=key.as_dict(),
                              resumed_from_step=resumed)
@@ -185,8 +199,9 @@ def _finished_by_job(variant: str, key: Fingerprint | None) -> dict[str, Any] | 
 
 
 def _fit(cfg: Config, variant: str, inputs: ModelInputs, dev_doc: dict[str, Any],
-         path: str, filesystem: Any, name: str) -> Any:
-    """The Ray Train job, to its end; Ray Train's Result. A checkpoint store that fails
+         path: str, filesystem: Any, name: str) -> tuple[Any, str]:
+    """The Ray Train job, to its end; Ray Train's Result and the job's attempt (the token
+    its checkpoints' meta carries). A checkpoint store that fails
     mid-run is one RunError line, not Ray's traceback."""
     from rcpipe.cluster import train_job
     from rcpipe.train.job import make_job
@@ -211,14 +226,14 @@ def _fit(cfg: Config, variant: str, inputs: ModelInputs, dev_doc: dict[str, Any]
                 raise RunError(cfg.train.storage_path or path, "", f"the checkpoint store "
                                f"failed ({why}): run the same command again once it is back, "
                                "to go on from the last checkpoint it recorded") from None
-    return result
+    return result, job.attempt
 
 
 def _show(bar: Progress, task: TaskID, shown: ProgressLog, message: dict[str, Any]) -> None:
     """One progress message from rank 0 (a step, or a dev evaluation): logged and drawn
     by ``shown``, and the terminal's bar moves with every step message."""
     shown(message)
-    if "eval" not in message:
+    if "loss" in message and "eval" not in message:  # a step's (not an evaluation, a note)
         bar.update(task, completed=message["epoch"],
                    description=f"train {shown.variant} step {message['step']} loss "
                                f"{message['loss']:.3f} {message['examples_per_s']:.0f} ex/s")

@@ -8,6 +8,9 @@ and what a finished run keeps of its checkpoints.
                 data-side inputs, vocab digest and the weights, EMA weights where the
                 variant keeps an EMA)
     meta.json   step, epoch, dev scores and history, for people and the driver
+    sums.json   each of the three's size and sha256, written last: a checkpoint is used
+                (resumed from, or its model kept) only once its files match (``broken``);
+                a truncated or half-copied one is passed by for the one before
 
 Both .pt files hold only tensors and plain containers, so they load with
 ``torch.load(weights_only=True)``: loading never unpickles arbitrary objects.
@@ -15,11 +18,13 @@ Both .pt files hold only tensors and plain containers, so they load with
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from rcpipe.layout import CHECKPOINT_META, CURVE, MODEL, SUMMARY
+from rcpipe.layout import CHECKPOINT_META, CHECKPOINT_SUMS, CURVE, MODEL, STATE, SUMMARY
 from rcpipe.outputs import output_set
 from rcpipe.train.progress import finished
 
@@ -36,6 +41,56 @@ def rank_data(heldout_source: str | None) -> str:
     if heldout_source is None:
         return "the dev set (data.dev_file): prepare held nothing out"
     return f"the held-out questions ({heldout_source}, data.heldout), never trained on"
+
+
+SEALED = (STATE, MODEL, CHECKPOINT_META)  # the files sums.json vouches for
+
+
+def _sum(path: Path) -> dict[str, Any]:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return {"bytes": path.stat().st_size, "sha256": h.hexdigest()}
+
+
+def seal(checkpoint: Path) -> None:
+    """Record each file's size and sha256 (after the files: written last)."""
+    sums = {name: _sum(checkpoint / name) for name in SEALED}
+    (checkpoint / CHECKPOINT_SUMS).write_text(json.dumps(sums, indent=1))
+
+
+def broken(checkpoint: Path) -> str | None:
+    """Why the checkpoint in ``checkpoint`` cannot be used (a file missing, truncated or
+    changed since its save), or None when every file matches its recorded sum."""
+    try:
+        sums = json.loads((checkpoint / CHECKPOINT_SUMS).read_text())
+    except FileNotFoundError:
+        return f"no {CHECKPOINT_SUMS} (its files were not all written)"
+    except ValueError:
+        return f"{CHECKPOINT_SUMS} is not JSON"
+    for name in SEALED:
+        path, want = checkpoint / name, sums.get(name) or {}
+        if not path.is_file():
+            return f"{name} is missing"
+        size, recorded = path.stat().st_size, want.get("bytes")
+        if size != recorded:
+            said = f"{recorded:,}" if isinstance(recorded, int) else "none"
+            return f"{name} holds {size:,} bytes, {said} recorded"
+        if _sum(path)["sha256"] != want.get("sha256"):
+            return f"{name}'s sha256 is not the one recorded"
+    return None
+
+
+def first_whole(checkpoints: Iterable[Path], say: Callable[[str], None]) -> Path | None:
+    """The first checkpoint of ``checkpoints`` whose files match their sums; ``say`` gets
+    one line for each broken one passed by."""
+    for checkpoint in checkpoints:
+        why = broken(checkpoint)
+        if why is None:
+            return checkpoint
+        say(f"checkpoint {checkpoint.name} is broken ({why}); passed by for the one before")
+    return None
 
 
 def read_meta(checkpoint: Path) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 
 from rcpipe.config import Config
 
@@ -19,6 +20,9 @@ class Job:
     dev_path: str
     vocab_sha256: str
     threads: int = 0  # torch CPU threads; 0: leave torch's default
+    # this attempt's token, in each checkpoint's meta it writes: the driver tells a
+    # checkpoint of this attempt from one of the attempt before (stages/train.py)
+    attempt: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
 
 def make_job(cfg: Config, variant: str, data: dict[str, str]) -> Job:

@@ -34,7 +34,7 @@ from rcpipe.layout import CHECKPOINT_METRICS, LIVE, model_dir
 from rcpipe.locks import hold
 from rcpipe.logs import setup as setup_logging
 from rcpipe.models import ModelInputs
-from rcpipe.train.checkpoint import RANK_METRIC, finish_run, read_meta
+from rcpipe.train.checkpoint import RANK_METRIC, finish_run, first_whole, read_meta
 from rcpipe.train.job import make_job
 from rcpipe.train.progress import ProgressLog
 from rcpipe.train.worker import Worker
@@ -67,9 +67,8 @@ class LocalSession:
             shutil.rmtree(left, ignore_errors=True)
 
     @contextmanager
-    def latest(self) -> Iterator[Path | None]:
-        found = self.checkpoints()
-        yield found[-1] if found else None
+    def stored(self) -> Iterator[list[Path]]:
+        yield self.checkpoints()[::-1]  # newest first
 
     def prepare_model(self, model: nn.Module) -> nn.Module:
         return model
@@ -81,16 +80,26 @@ class LocalSession:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(directory, tmp)
         (tmp / CHECKPOINT_METRICS).write_text(json.dumps(metrics))
+        if (self.run_dir / name).exists():  # a broken one of this step, passed by on resume
+            shutil.rmtree((self.run_dir / name).rename(self.run_dir / f".pruned-{name}"))
         tmp.replace(self.run_dir / name)  # a checkpoint appears whole or not at all
         self._prune()
 
     @staticmethod
     def _rank(checkpoint: Path) -> float:
         """What checkpoints are kept by: held-out F1, ties broken as evaluation.scores says."""
-        return json.loads((checkpoint / CHECKPOINT_METRICS).read_text())[RANK_METRIC]
+        try:
+            return float(json.loads((checkpoint / CHECKPOINT_METRICS).read_text())[RANK_METRIC])
+        except (OSError, ValueError, KeyError, TypeError):
+            return float("-inf")  # a broken checkpoint's: ranked last, never used
 
     def best(self) -> Path | None:
-        return max(self.checkpoints(), key=self._rank, default=None)
+        """The best whole checkpoint by rank (a broken one passed by, with a line)."""
+        return first_whole(sorted(self.checkpoints(), key=self._rank, reverse=True),
+                           self.note)
+
+    def note(self, line: str) -> None:
+        self.progress({"note": line})
 
     def _prune(self) -> None:
         """Keep the best ``keep`` by rank and the latest (Ray's CheckpointConfig rule)."""
@@ -143,10 +152,11 @@ def _train_local(cfg: Config, variant: str, run_dir: Path,
     job = make_job(cfg, variant, prepared.job_fields())
     t0 = time.perf_counter()
     Worker(job, session).train()
-    with session.latest() as last:
-        if last is None:
-            raise InputError(prepared.train, "", "training produced no checkpoint")
-        meta = read_meta(last)
+    with session.stored() as found:
+        last = first_whole(found, session.note)
+    if last is None:
+        raise InputError(prepared.train, "", "training produced no whole checkpoint")
+    meta = read_meta(last)
     return finish_run(variant, run_dir, meta, session.best() or last, time.perf_counter() - t0)
 
 

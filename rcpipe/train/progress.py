@@ -122,6 +122,9 @@ class ProgressLog:
                      e["f1"], held, e["loss"], e["checkpoint"])
             self.curve.add(e)
             return
+        if "note" in message:  # a line rank 0 has for people (a broken checkpoint passed by)
+            log.warning("train %s: %s", self.variant, message["note"])
+            return
         now = time.monotonic()
         if now - self._last_line >= STEP_LINE_SECONDS:
             self._last_line = now

@@ -22,6 +22,7 @@ from torch import nn
 from rcpipe.config import ModelConfig
 from rcpipe.layout import CHECKPOINT_META, MODEL, STATE
 from rcpipe.models import ModelInputs, build_model
+from rcpipe.train.checkpoint import seal
 from rcpipe.train.loop import EMA, make_optimizer
 
 
@@ -124,3 +125,4 @@ def write_checkpoint(d: Path, trainee: Trainee, run: RunState, rngs: list[torch.
                 "best": run.best, "history": run.history}, d / STATE)
     torch.save(payload, d / MODEL)
     (d / CHECKPOINT_META).write_text(json.dumps(meta, indent=1))
+    seal(d)  # last: a checkpoint cut short has no sums, or sums its files do not match

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,7 +28,7 @@ from torch import nn
 
 from rcpipe.data.dataset import Batch, SquadDataset, ahead, bucket_batches
 from rcpipe.models import ModelInputs
-from rcpipe.train.checkpoint import RANK_METRIC
+from rcpipe.train.checkpoint import RANK_METRIC, first_whole
 from rcpipe.train.evaluation import Evaluation, Verdict
 from rcpipe.train.job import Job
 from rcpipe.train.loop import TrainStep
@@ -50,8 +50,9 @@ class Session(Protocol):
 
     def dev_doc(self) -> dict[str, Any]: ...
 
-    def latest(self) -> AbstractContextManager[Path | None]:
-        """The directory of the checkpoint to resume from, or None for a fresh run."""
+    def stored(self) -> AbstractContextManager[Iterable[Path]]:
+        """The directories of the run's checkpoints to resume from, newest first (none for
+        a fresh run); each is verified before use (checkpoint.broken)."""
         ...
 
     def prepare_model(self, model: nn.Module) -> nn.Module:
@@ -124,11 +125,17 @@ class Worker:
                 stop = self.epoch()
 
     def resume(self) -> None:
-        """The trainee, position and this rank's RNG from the latest checkpoint, if the
-        session has one."""
-        with self.session.latest() as d:
+        """The trainee, position and this rank's RNG from the newest whole checkpoint the
+        session has, if any: a broken one (truncated, half copied) is passed by for the one
+        before, with one line (rank 0's), and resumed_from_step says which was used."""
+        with self.session.stored() as found:
+            d = first_whole(found, self._note)
             if d is not None:
                 self.run = restore(self.trainee, d, self.device, self.rank, self.world)
+
+    def _note(self, line: str) -> None:
+        if self.rank == 0:
+            self.session.progress({"note": line})
 
     def epoch(self) -> bool:
         """Train the rest of the current epoch; True when a step or time limit stopped it."""
@@ -246,7 +253,8 @@ class Worker:
                 "best": run.best, "ranked_on": self.evaluation.ranked_on,
                 "history": run.history, "world_size": self.world,
                 "replica_digests": digests,  # DDP keeps every rank's weights identical
-                "resumed_from_step": run.resumed_from_step, "elapsed": run.elapsed,
+                "resumed_from_step": run.resumed_from_step, "attempt": self.job.attempt,
+                "elapsed": run.elapsed,
                 "examples_per_s": run.rate(), "device": str(self.device)}
         payload = model_payload(self.job.variant, self.mcfg, self.inputs,
                                 self.trainee.served_weights(), self.job.vocab_sha256)

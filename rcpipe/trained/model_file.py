@@ -33,6 +33,7 @@ from rcpipe.config import Config, ModelConfig, ReadLimits, located
 from rcpipe.data.prepared import Prepared
 from rcpipe.errors import InputError
 from rcpipe.models import ModelInputs, build_model
+from rcpipe.outputs import settle
 
 DEFAULT = ReadLimits()  # a caller without a config reads within the params' defaults
 
@@ -80,8 +81,12 @@ def described(saved: dict[str, Any], max_parameters: int = DEFAULT.parameters
     """The model config and inputs a payload describes, each value within its bounds and
     the whole within ``max_parameters`` weights, counted on torch's meta device (shapes,
     no memory) before the model is built for real."""
-    import torch
+    mc, inputs = _validated(saved)
+    _on_meta(saved, mc, inputs, max_parameters)
+    return mc, inputs
 
+
+def _validated(saved: dict[str, Any]) -> tuple[ModelConfig, ModelInputs]:
     try:
         mc = ModelConfig.model_validate(saved.get("model_config"))
         inputs = ModelInputs(**_Inputs.model_validate(saved.get("inputs")).model_dump(),
@@ -90,13 +95,36 @@ def described(saved: dict[str, Any], max_parameters: int = DEFAULT.parameters
         where, what = located(e)
         section = "model_config" if e.title == "ModelConfig" else "inputs"
         raise Unbuildable(f"{section}.{where}".rstrip("."), what) from None
+    return mc, inputs
+
+
+def _on_meta(saved: dict[str, Any], mc: ModelConfig, inputs: ModelInputs,
+             max_parameters: int) -> nn.Module:
+    """The model described, built on torch's meta device (shapes, no memory), refused over
+    ``max_parameters`` weights."""
+    import torch
+
     with torch.device("meta"):
         shapes = build_model(saved["variant"], mc, inputs)
     n = sum(t.numel() for t in (*shapes.parameters(), *shapes.buffers()))
     if n > max_parameters:
         raise Unbuildable("model_config", f"describes {n:,} weights, over the bound of "
                           f"{max_parameters:,} (limits.parameters)")
-    return mc, inputs
+    return shapes
+
+
+def _weights_fit(weights: Any, shapes: nn.Module) -> None:
+    """The saved weights' names and shapes against the model described, before it is built
+    for real: a config asking hidden 2048 and 6 layers beside 1.1 MB of weights allocated
+    4.1 GB before load_state_dict refused it."""
+    want = {k: tuple(t.shape) for k, t in shapes.state_dict().items()}
+    have = {k: tuple(t.shape) for k, t in weights.items()}
+    for name in [*want, *sorted(have.keys() - want.keys())]:
+        if want.get(name) != have.get(name):
+            said = "none" if name not in have else list(have[name])
+            raise PayloadMismatch("state_dict", f"{name} is {said} in the weights, "
+                                  f"{list(want[name]) if name in want else 'none'} in the "
+                                  "model described")
 
 
 def model_from_payload(saved: dict[str, Any], variant: str, vocab_sha256: str,
@@ -119,7 +147,8 @@ def model_from_payload(saved: dict[str, Any], variant: str, vocab_sha256: str,
             if isinstance(have, dict) and k in have and have[k] != want[k]:
                 raise PayloadMismatch(f"model_config.{k}", f"{have[k]!r:.40} in the file, "
                                       f"{want[k]!r} in models.{variant} of the params")
-    mc, inputs = described(saved, max_parameters)
+    mc, inputs = _validated(saved)
+    _weights_fit(saved["state_dict"], _on_meta(saved, mc, inputs, max_parameters))
     model = build_model(variant, mc, inputs)
     try:
         model.load_state_dict(saved["state_dict"])
@@ -164,6 +193,8 @@ def load_payload(cfg: Config, variant: str) -> tuple[nn.Module, ModelInputs, dic
     import torch
 
     path = layout.model_file(variant)
+    # train's set (model.pt, summary) and evaluate's (na_threshold.json), whole first
+    settle(path.parent, layout.PREDICTIONS)
     if not path.is_file():
         raise InputError(path, "", f"no trained model; run `rcpipe train {variant}` first")
     try:

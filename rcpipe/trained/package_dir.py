@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rcpipe import reads
 from rcpipe.config import VARIANTS, ReadLimits, located
 from rcpipe.errors import InputError
+from rcpipe.outputs import settle
 from rcpipe.trained.model_file import (
     PayloadMismatch,
     Unbuildable,
@@ -129,6 +130,7 @@ def load_package(path: Path, limits: ReadLimits = ReadLimits()) -> Package:
     import torch
 
     cfg_file = path / CONFIG
+    settle(path)  # a package half moved by a killed `rcpipe package`: whole first
     if not is_package(path):
         raise InputError(path, "", f"not an rcpipe package: no {CONFIG} and {WEIGHTS}")
     config = _json(path, CONFIG, reads.read_bytes(cfg_file, limits.json_bytes(),

@@ -265,10 +265,10 @@ CASES: dict[str, tuple[Callable[[Path], None] | None, list[str], str]] = {
                             "--set: a: nested over 64 deep (limits.depth)"),
     "set_a_dimension_out_of_bounds": (None, ["config", "--set",
                                              "models.bidaf.layers=1000000"],
-                                      "params.yaml: models.bidaf.layers: Input should be "
+                                      "--set: models.bidaf.layers: Input should be "
                                       "less than or equal to 64"),
     "set_a_bad_value_folded": (None, ["config", "--set", "eval.max_answer_len=-3"],
-                               "params.yaml: eval.max_answer_len: Input should be greater "
+                               "--set: eval.max_answer_len: Input should be greater "
                                "than 0"),
     "predict_input_nested_deep": (None, ["predict", "--model", "bidaf", "--input",
                                          "deep.json"],
@@ -385,3 +385,18 @@ def test_a_trickling_download_is_abandoned_at_its_deadline(
                     "limits.download_minutes (0.03); its partial file is removed")
     assert 1.5 < took < 10  # 1.8 s, not the 200 s the server would take
     assert not list(cache.glob(".part-*"))  # neither this one's nor the killed one's
+
+
+def test_a_server_that_never_answers_is_left_at_the_idle_limit(
+        here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Accepted, never answered: it held prepare to the two hours' deadline (issue 43)."""
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as server:  # the kernel accepts for it
+        uri = f"http://127.0.0.1:{server.getsockname()[1]}/train.json"
+        started = time.monotonic()
+        code, err = rcpipe(capsys, "fetch", "--set", f"data.train_file={uri}",
+                           "--set", "limits.download_idle_seconds=0.5")
+    assert_one_line(code, err, f"error: {uri}: download abandoned: nothing received for "
+                    "limits.download_idle_seconds (0.5); its partial file is removed")
+    assert time.monotonic() - started < 10

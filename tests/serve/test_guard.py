@@ -169,11 +169,14 @@ def test_keep_alive_requests_are_answered_and_a_slow_second_head_gets_408(
     (b"GET / HTTP/1.1 extra\r\n\r\n", 400, "malformed request line"),
     (b"GET / HTTP/1.1\r\nno colon\r\n\r\n", 400, "malformed header line"),
     (b"GET / HTTP/1.1\r\nX: a\nContent-Length: 5\r\n\r\n", 400, "malformed header line"),
+    # a NUL: the proxy's own refusal was text/plain, every other one JSON (issue 43)
+    (b"GET / HTTP/1.1\r\nX: a\x00b\r\n\r\n", 400, "malformed header line"),
+    (b"GET /\x00 HTTP/1.1\r\n\r\n", 400, "malformed request line"),
     (b"POST / HTTP/1.1\r\nContent-Length: -5\r\n\r\n", 400, "malformed Content-Length"),
     (b"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", 400,
      "malformed Content-Length"),
-], ids=["chunked", "oversized", "request-line", "no-colon", "bare-lf", "negative-length",
-        "two-lengths"])
+], ids=["chunked", "oversized", "request-line", "no-colon", "bare-lf", "nul-in-a-header",
+        "nul-in-the-request-line", "negative-length", "two-lengths"])
 def test_a_head_the_guard_cannot_frame_is_refused(guard: Callable[..., int], head: bytes,
                                                   status: int, words: str) -> None:
     with connect(guard()) as sock:

@@ -11,7 +11,7 @@ import torch
 from rcpipe.config import load_config
 from rcpipe.data.dataset import SquadDataset
 from rcpipe.data.prepared import Prepared
-from rcpipe.layout import CHECKPOINT_META, MODEL, STATE
+from rcpipe.layout import CHECKPOINT_META, CHECKPOINT_SUMS, MODEL, STATE
 from rcpipe.train.loop import train_step
 from rcpipe.train.state import RunState, Trainee, restore, weights_digest, write_checkpoint
 from rcpipe.trained.model_file import prepared_inputs
@@ -39,7 +39,8 @@ def test_a_checkpoint_restores_the_weights_optimiser_ema_position_and_rng(
                    best={"f1": 1.0, "step": 1}, history=[{"step": 1, "f1": 1.0}])
     rng = torch.get_rng_state()
     write_checkpoint(tmp_path, trained, run, [rng], {"weights": "of model.pt"}, {"step": 1})
-    assert {p.name for p in tmp_path.iterdir()} == {STATE, MODEL, CHECKPOINT_META}
+    assert {p.name for p in tmp_path.iterdir()} == {STATE, MODEL, CHECKPOINT_META,
+                                                    CHECKPOINT_SUMS}
 
     fresh = _trainee(prepared, seed=2)  # other initial weights, no optimiser state
     torch.manual_seed(99)  # another RNG position: the checkpoint's comes back

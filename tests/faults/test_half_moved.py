@@ -1,0 +1,111 @@
+"""Issue 43: a reader never sees a set half moved into place. A writer killed after its
+commit point (the journal's rename) but before its last move leaves new files beside old
+ones until the same command runs again; `rcpipe train` and `evaluate` read such a
+data/prepared and ended in IndexError tracebacks, a package had new weights beside the old
+config.json. Each reader now finishes the moves first (outputs.settle), with one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rcpipe import stages
+from rcpipe.config import load_config
+from rcpipe.outputs import OutputSet
+from tests.conftest import TINY_MODEL, Prepared, SynthData, write_params
+from tests.faults.test_abuse import _package
+
+
+class Killed(BaseException):
+    """The writer's end, one move into its set (as kill -9 would leave it)."""
+
+
+def _half_moved(monkeypatch: pytest.MonkeyPatch, name: str, folder: Path, new: Path) -> None:
+    """``new``'s files committed as ``folder``'s set ``name``, then the writer killed after
+    its first move: the journal and one new file in place, the others still staged."""
+    files = OutputSet(name, [folder])
+    for f in sorted(new.iterdir()):
+        files.copy(folder / f.name, f)
+    for f in folder.iterdir():
+        if not (new / f.name).exists():
+            files.remove(folder / f.name)
+    real, calls = os.replace, [0]
+
+    def replace(src: Any, dst: Any) -> None:
+        calls[0] += 1
+        if calls[0] == 3:  # 1: the journal (the commit point), 2: the first move
+            raise Killed
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(Killed):
+        files.commit()
+    monkeypatch.setattr(os, "replace", real)
+    assert files.journal.is_file()
+    differ = [f.name for f in new.iterdir()
+              if not (folder / f.name).is_file()
+              or (folder / f.name).read_bytes() != f.read_bytes()]
+    assert differ, "the set is not half moved"
+
+
+def _same(folder: Path, new: Path) -> bool:
+    return sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in new.iterdir()) \
+        and all((folder / f.name).read_bytes() == f.read_bytes() for f in new.iterdir())
+
+
+def test_train_reads_a_half_moved_prepared_set_whole(
+        prepared: Prepared, synth_v2: SynthData, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the old set: synth_v1 prepared; the new one: synth_v2 (another vocabulary)
+    shutil.copytree(prepared.out_dir, tmp_path / "data" / "prepared")
+    new_cfg = load_config(write_params(tmp_path / "v2.yaml", data={
+        "train_file": str(synth_v2.train), "dev_file": str(synth_v2.dev),
+        "out_dir": str(tmp_path / "v2"), "cache_dir": str(tmp_path / "cache")}))
+    stages.prepare(new_cfg)
+    folder = tmp_path / "data" / "prepared"
+    _half_moved(monkeypatch, "prepare", folder, tmp_path / "v2")
+    write_params(tmp_path / "params.yaml", data={
+        "train_file": str(synth_v2.train), "dev_file": str(synth_v2.dev),
+        "out_dir": "data/prepared", "cache_dir": "cache"},
+        train={"max_steps": 1, "batch_size": 8, "num_workers": 1},
+        models={"bidaf": TINY_MODEL})
+    run = subprocess.run([sys.executable, "-m", "rcpipe.train.local", "bidaf"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "NO_COLOR": "1", "TERM": "dumb"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr
+    said = [line for line in run.stderr.splitlines() if "finished moving" in line]
+    assert len(said) == 1 and "data/prepared: finished moving" in said[0], run.stderr[-2000:]
+    assert _same(folder, tmp_path / "v2")
+    assert not list(folder.parent.glob(".prepared.*"))  # journal and staging gone
+    assert json.loads(run.stdout.splitlines()[-1])["steps"] == 1
+
+
+def test_a_half_moved_package_is_read_whole(
+        prepared: Prepared, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from rcpipe import cli
+
+    monkeypatch.chdir(tmp_path)
+    params = write_params(tmp_path / "params.yaml", data={
+        "train_file": str(prepared.data.train), "dev_file": str(prepared.data.dev),
+        "out_dir": str(prepared.out_dir), "cache_dir": "cache"}, models={"bidaf": TINY_MODEL})
+    cfg = load_config(params)
+    _package(cfg, tmp_path / "pkg")  # the old package
+    wider = load_config(params, ["models.bidaf.hidden=12"])
+    _package(wider, tmp_path / "new")  # the new one: other weights, another config.json
+    _half_moved(monkeypatch, "package", tmp_path / "pkg", tmp_path / "new")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        cli.main(["predict", "--model", "pkg", "--question", "who?", "--context", "a b c"])
+    out = capsys.readouterr()
+    assert info.value.code in (0, None), out.err
+    assert json.loads(out.out)["model"] == "pkg"
+    assert _same(tmp_path / "pkg", tmp_path / "new")

@@ -156,7 +156,7 @@ def test_score_v2_gold_is_100(tmp_path: Path, synth_v2: SynthData) -> None:
     [
         (["score", "missing.json", "preds.json"], "missing.json"),
         (["score", "bad.json", "preds.json"], "bad.json"),
-        (["synth", "--set", "data.bogus=1"], "params.yaml"),
+        (["synth", "--set", "data.bogus=1"], "--set"),
         (["prepare", "--params", "nope.yaml"], "nope.yaml"),
         (["synth", "--set", "data.workers"], "--set"),
     ],

@@ -8,6 +8,7 @@ typer, and no spaCy, Prefect, DVC, boto3, Ray or pydantic.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import re
 from pathlib import Path
@@ -52,6 +53,15 @@ RAY = "ray"  # its own part of the kit: one wheel larger than a call carries, sl
 RAY_MODULES_LEFT_OUT = ("ray.rllib", "ray.serve", "ray.llm")
 RAY_LEFT_OUT = ("ray/jars", "ray/dashboard/client",
                 *(m.replace(".", "/") for m in RAY_MODULES_LEFT_OUT))
+
+
+def sha256(path: Path) -> str:
+    """A file's sha256, read a MiB at a time (the kit's archives: here and on the box)."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(2**20):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def _norm(name: str) -> str:

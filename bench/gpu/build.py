@@ -21,7 +21,6 @@ prepares here): `make gpu-kit`, never the tests.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import lzma
 import shutil
@@ -38,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.accuracy import SPLIT, prepare  # noqa: E402 - the repo root first
-from bench.gpu.box import RAY, RAY_LEFT_OUT, WHEELS  # noqa: E402
+from bench.gpu.box import RAY, RAY_LEFT_OUT, WHEELS, sha256  # noqa: E402
 
 MiB = 2**20
 PLAN = ROOT / "bench" / "gpu" / "plan.json"  # the calls, their carries and device-minutes
@@ -62,14 +61,6 @@ def download(names: list[str], lock: dict[str, dict[str, Any]], dest: Path) -> l
     subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
                     "--only-binary=:all:", *PLATFORM, "-d", str(dest), *pins], check=True)
     return sorted(dest.glob("*.whl"))
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(MiB):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def check_locked_hash(wheel: Path, package: dict[str, Any]) -> None:

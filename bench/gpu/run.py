@@ -25,7 +25,6 @@ backend there.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib
 import json
 import os
@@ -43,7 +42,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # bench.gpu.results, rcpipe: the repo is the working tree
 
-from bench.gpu.results import PLAN, open_steps  # noqa: E402 - the repo root first
+from bench.gpu.box import sha256  # noqa: E402 - the repo root first
+from bench.gpu.results import PLAN, open_steps  # noqa: E402
 
 VARIANTS = ("bidaf", "bidaf_selfattn", "rnet", "rnet_mult", "qanet")
 # speed and compiled steps, most wanted first (the targets' variants): the time guard drops
@@ -163,14 +163,6 @@ def ray_archive(kit: Kit, ray: dict[str, Any] | None) -> str:
         tar.extractall(kit.site, filter="data")
     (kit.state / "ray.unpacked").write_text(ray["wheel"])
     return "installed"
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(2**20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # ------------------------------------------------------------------ trainings (detached)

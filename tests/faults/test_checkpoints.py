@@ -19,6 +19,8 @@ from rcpipe.train.checkpoint import broken
 from rcpipe.train.local import train_local
 from tests.conftest import TINY_MODEL, Prepared
 
+pytestmark = pytest.mark.trains  # every test trains: train_local or Ray Train
+
 
 def _cfg(prepared: Prepared, steps: int) -> object:
     return load_config(prepared.cfg.source, [
@@ -84,6 +86,7 @@ def _interrupted(variant: str = "bidaf") -> None:
     record.write_text(json.dumps({"runs": [r | {"finished": None} for r in runs]}))
 
 
+@pytest.mark.integration
 @pytest.mark.usefixtures("local_ray")
 def test_ray_a_checkpoint_stored_before_its_controller_recorded_it_is_resumed_from(
         make_config, synth_v1, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001
@@ -108,6 +111,7 @@ def test_ray_a_checkpoint_stored_before_its_controller_recorded_it_is_resumed_fr
     assert [h["step"] for h in again["history"]] == [1, 2]
 
 
+@pytest.mark.integration
 @pytest.mark.usefixtures("local_ray")
 def test_ray_a_broken_latest_checkpoint_falls_back_to_the_one_before(
         make_config, synth_v1, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001

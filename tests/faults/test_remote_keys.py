@@ -20,6 +20,8 @@ from rcpipe.stages.remote import Remote
 BUCKET = "rcpipe-test"  # made by the s3 fixture
 PACKAGE = "t/rcpipe/versions/n1/bidaf"
 
+pytestmark = pytest.mark.integration  # the s3 fixture: moto's server
+
 
 @pytest.fixture
 def remote(s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Remote:

@@ -27,7 +27,7 @@ from rcpipe.stages.serving import CHAMPION, champion_app
 from tests.conftest import Trained
 from tests.serve.conftest import champion_workspace, crown_night, light
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.trains, pytest.mark.slow]
 POLL_S = 1.0  # serve.champion_poll_s here (10 s in params.yaml)
 # a promotion reaches the answers within a poll, the package's download and its load; on
 # 2 shared cores (the suite's other worker busy) the load alone has taken seconds

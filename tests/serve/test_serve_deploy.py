@@ -60,6 +60,7 @@ def _params(trained: Trained, path: Path) -> Path:
 
 
 @pytest.mark.integration
+@pytest.mark.trains
 @pytest.mark.slow
 def test_rcpipe_serve_answers_503_with_retry_after_until_its_app_is_up(
         head: tuple[str, str], package: Path, trained: Trained, tmp_path: Path) -> None:
@@ -100,6 +101,7 @@ def test_rcpipe_serve_answers_503_with_retry_after_until_its_app_is_up(
 
 
 @pytest.mark.integration
+@pytest.mark.trains
 @pytest.mark.slow
 def test_serve_deploy_accepts_the_serve_config_file(
         head: tuple[str, str], package: Path, trained: Trained, tmp_path: Path) -> None:

@@ -222,17 +222,21 @@ GATE_MODEL = {**TINY_MODEL, "hidden": 16, "char_hidden": 16, "dropout": 0.1,
 class GateModels:
     root: Path
     cfg: Config
-    models: dict[str, Path]  # name -> model.pt: seed42, seed43 (same settings), longer
+    models: dict[str, Path]  # name -> model.pt: seed43, seed44 (same settings), longer
     gates: tuple[Path, Path]  # two gate files (another night's set)
 
 
 @pytest.fixture(scope="module")
 def gate_models(tmp_path_factory: pytest.TempPathFactory) -> GateModels:
-    """bidaf trained on 20 synthetic articles (hidden 16): seeds 42 and 43 for 100 steps
-    (the same settings), and seed 42 for 300 steps, far better on these questions (about
-    30 F1 against 11-14); two synthetic gate files of 250 questions. tests/conftest.py's
-    trained models learn nothing the gate could tell apart from noise (36 training
-    questions, a few steps), so these are trained here, in one process each (~30 s)."""
+    """bidaf trained on 20 synthetic articles (hidden 16): seeds 43 and 44 for 100 steps
+    (the same settings), and seed 42 for 300 steps, far better on these questions; two
+    synthetic gate files of 250 questions. At 25eec61 their gate F1 (gate1, gate2): seed 43
+    9.2, 13.1; seed 44 8.5, 9.5; the longer run 30.0, 29.6. This early in training the
+    seeds spread widely (seed 42 at 100 steps: 19.7, 17.7; at 300 steps seed 43 reaches 19.6
+    where seed 42 has 30.0), so a pair within chance is one the gate's own interval says is
+    (the test asserts it, so a training change that spreads them fails here, loudly).
+    tests/conftest.py's trained models learn nothing the gate could tell apart from noise
+    (36 training questions, a few steps), so these are trained here, in one process each."""
     from rcpipe.data import synth
     from rcpipe.train.local import train_local
 
@@ -251,7 +255,7 @@ def gate_models(tmp_path_factory: pytest.TempPathFactory) -> GateModels:
     cfg = load_config(base)
     stages.prepare(cfg)
     models = {}
-    for name, seed, steps in (("seed42", 42, 100), ("seed43", 43, 100), ("longer", 42, 300)):
+    for name, seed, steps in (("seed43", 43, 100), ("seed44", 44, 100), ("longer", 42, 300)):
         run = load_config(base, [f"train.seed={seed}", f"train.max_steps={steps}"])
         train_local(run, "bidaf", root / "runs" / name)
         models[name] = root / "runs" / name / "model.pt"
@@ -264,8 +268,8 @@ def test_the_gate_keeps_the_champion_against_another_seed_and_promotes_a_better_
         gate_models: GateModels, s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Nights in a DVC workspace whose remote is the loopback S3: each night's model is
-    evaluated, packaged and pushed as `rcpipe version` does, then the gate runs. Seed 42
-    and 43 of the same settings differ on the gate set, but within chance: the better of
+    evaluated, packaged and pushed as `rcpipe version` does, then the gate runs. Seed 43
+    and 44 of the same settings differ on the gate set, but within chance: the better of
     the two does not replace the worse (the old rule, any higher F1, did). The 300-step
     model does, on another gate set, which the champion answers with its package."""
     from rcpipe.stages.gate import gate_set
@@ -295,20 +299,20 @@ def test_the_gate_keeps_the_champion_against_another_seed_and_promotes_a_better_
                           ["Body"].read())
 
     # which seed scores higher on the gate set decides the order: the worse one first
-    first = night("n1", "seed42", gate_models.gates[0])
+    first = night("n1", "seed43", gate_models.gates[0])
     assert first["promoted"] and "no champion yet" in first["reason"]
-    seed42 = first["gate"]["f1"]["bidaf"]
-    other = night("n2", "seed43", gate_models.gates[0])
-    seed43 = other["gate"]["f1"]["bidaf"]
-    assert seed42 != seed43  # the seeds answer differently
-    if seed43 < seed42:  # crown the worse, so the better one's gain is what is judged
+    seed43 = first["gate"]["f1"]["bidaf"]
+    other = night("n2", "seed44", gate_models.gates[0])
+    seed44 = other["gate"]["f1"]["bidaf"]
+    assert seed43 != seed44  # the seeds answer differently
+    if seed44 < seed43:  # crown the worse, so the better one's gain is what is judged
         s3.delete_object(Bucket=BUCKET, Key="gate/rcpipe/champion.json")
-        assert night("n3", "seed43", gate_models.gates[0])["promoted"]
-        same = night("n4", "seed42", gate_models.gates[0])
+        assert night("n3", "seed44", gate_models.gates[0])["promoted"]
+        same = night("n4", "seed43", gate_models.gates[0])
     else:
         same = other
     gate = same["gate"]
-    print(f"\nseed 42 {seed42:.2f}, seed 43 {seed43:.2f} gate F1: {same['reason']}")
+    print(f"\nseed 43 {seed43:.2f}, seed 44 {seed44:.2f} gate F1: {same['reason']}")
     assert not same["promoted"] and gate["diff"] > 0  # ahead, as the old rule promoted on
     assert gate["low"] <= 0 < gate["high"] and gate["level"] == 0.95
     assert "does not beat the champion bidaf" in same["reason"]
@@ -316,7 +320,7 @@ def test_the_gate_keeps_the_champion_against_another_seed_and_promotes_a_better_
                                                    ).hexdigest()
     assert (gate["questions"], gate["paragraphs"]) == (250, 50)
     kept = champion()
-    assert kept["gate"]["candidate"]["f1"] == min(seed42, seed43)
+    assert kept["gate"]["candidate"]["f1"] == min(seed43, seed44)
 
     # a clearly better model, judged on another gate set: the champion's package answers it
     better = night("n5", "longer", gate_models.gates[1])

@@ -13,7 +13,7 @@ LOCKED_TORCH := $(shell sed -n '/^name = "torch"$$/{n;s/^version = "\(.*\)"$$/\1
 PY_TAG := $(shell $(PYTHON) -c 'import sys; print("cp%d%d" % sys.version_info[:2])' 2>/dev/null)
 LOCAL_TORCH := $(firstword $(wildcard $(WHEELS)/torch-$(LOCKED_TORCH)+cpu-$(PY_TAG)-*.whl))
 
-.PHONY: setup test test-fast demo up down lint clean browser gpu-kit
+.PHONY: setup test test-fast demo up down lint clean browser gpu-kit docs
 PREFECT_PORT ?= 4200
 # pytest workers for make test (pytest-xdist): the suite waits much of its time on Ray,
 # Prefect and dvc start-ups, so two workers on 2 cores took 666-679 s on clean clones against
@@ -70,6 +70,13 @@ test-fast: setup
 demo: setup
 	$(BIN)/python -m flows.demo
 
+# the documentation site into site/ (ignored): MkDocs + Material, strict (mkdocs.yml), so a
+# broken link or anchor, or a page under docs/ missing from the nav, fails; the reference
+# pages are generated first (python -m rcpipe.docs_reference: the CLI and the params)
+docs: setup
+	$(BIN)/python -m rcpipe.docs_reference
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
+
 # the embedded Prefect stack in the background: server (SQLite in .prefect/), work pool,
 # worker, train-all/local; then `prefect deployment run train-all/local --watch`
 up: setup
@@ -87,4 +94,4 @@ lint: setup
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf $(VENV) data models predictions metrics .pytest_cache .prefect
+	rm -rf $(VENV) data models predictions metrics .pytest_cache .prefect site

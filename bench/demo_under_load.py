@@ -2,7 +2,7 @@
 processes beside it, a fresh directory; timed, with every variant's steps and scores.
 
     .venv/bin/python bench/demo_under_load.py [--burners 2] [--set key=value ...]
-    .venv/bin/python bench/demo_under_load.py --burners 0 --seeds 42 43 44   # README's table
+    .venv/bin/python bench/demo_under_load.py --burners 0 --seeds 42 43 44   # docs/results/demo.md
 
 ``--burners N`` starts N CPU-bound processes first (each stops by itself after
 ``--burn-minutes``, and all are killed when the demo ends); ``--burners 0`` is the idle run.
@@ -13,7 +13,7 @@ Prefect's 20 s start-up limit), the demo's minutes, and per variant its steps,
 examples/s and dev EM/F1; writes bench/out/demo_under_load.json. ``--seeds S ...`` runs the
 demo once per seed (``train.seed``; 42 is `make demo`'s own), one after another, each in a
 fresh directory and PREFECT_HOME, and ends with every model's dev F1 as mean [min, max]
-over the seeds: the README's demo table.
+over the seeds: the demo table of docs/results/demo.md (README.md shows it).
 """
 
 from __future__ import annotations

@@ -150,8 +150,8 @@ class GateSet:
 def pick_candidate(gate_f1: Mapping[str, float]) -> str:
     """The run's candidate: its model (a variant or the ensemble) with the highest F1 on the
     gate set (ties: the first listed). The dev set reports and chooses nothing; choosing the
-    best of several on the questions the gate then judges it on flatters the winner (README,
-    "the champion")."""
+    best of several on the questions the gate then judges it on flatters the winner
+    (docs/guide/versioning.md, "the champion")."""
     if not gate_f1:
         raise ValueError("no gate scores: nothing was evaluated")
     return max(gate_f1, key=lambda m: gate_f1[m])  # max keeps the first of equals

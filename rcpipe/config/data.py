@@ -37,7 +37,7 @@ class Window(Section):
 
     Answering (evaluate, predict, serve, explain): windows of ``length`` tokens, ``stride``
     apart, the last one ending at the context's end; each window is answered and the best
-    span across them is the answer (README, "Long documents: windows"). Training (prepare):
+    span across them is the answer (docs/guide/long-documents.md). Training (prepare):
     a context over data.limits.para is windows of that many tokens, ``train_stride`` apart.
     An answer of k tokens cut by a window's end is whole in the next window when the
     windows share at least 2k - 1 tokens.

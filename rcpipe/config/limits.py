@@ -9,9 +9,10 @@ from rcpipe.config.section import Section
 
 
 class ReadLimits(Section):
-    """Caps on what rcpipe reads (README, "Limits"): a file over its cap, a context over its
-    length or a document nested too deep is one located error, found before it is read or
-    parsed. A params file itself is held to PARAMS_BYTES (it cannot raise its own cap)."""
+    """Caps on what rcpipe reads (docs/guide/limits-and-errors.md): a file over its cap, a
+    context over its length or a document nested too deep is one located error, found before
+    it is read or parsed. A params file itself is held to PARAMS_BYTES (it cannot raise its
+    own cap)."""
 
     # train-v2.0.json is 40 MB, dev 4 MB: the cap leaves room for a corpus ten times larger
     json_mb: float = Field(512, gt=0, description="a JSON file rcpipe reads: SQuAD files "

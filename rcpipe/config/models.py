@@ -72,7 +72,7 @@ class ModelConfig(Section):
     max_minutes: float | None = Field(None, ge=0, description="overrides train.max_minutes")
     bf16: bool = Field(False, description="bf16 autocast on CUDA (recurrent layers stay "
                        "fp32; the CPU always trains in fp32). Off for every variant: on one "
-                       "H100 each trained slower under bf16 than in fp32 (README, Speed)")
+                       "H100 each trained slower under bf16 than in fp32 (docs/results/speed.md)")
     optim: OptimConfig = OptimConfig()
 
     @classmethod

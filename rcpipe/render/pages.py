@@ -196,7 +196,7 @@ def nights_html(rows: list[dict[str, Any]], models: list[str], png: bytes,
     body = ["<h1>rcpipe: night after night</h1>",
             f'<p class="note">{len(rows)} versioned night(s), from the records on the DVC '
             "remote (<code>rcpipe/versions/&lt;run&gt;/version.json</code>); dev F1 reports, "
-            f"the gate decides on its own gate set (README, Versioning).{link}</p>",
+            f"the gate decides on its own gate set (docs/guide/versioning.md).{link}</p>",
             _img(png, "dev F1 night after night"),
             _table(header, [[r.get(k, "") for k in header] for r in reversed(rows)])]
     if costs:

@@ -61,7 +61,7 @@ VOLATILE = {"seconds", "phases", "wall_seconds", "train_seconds", "examples_per_
 
 @dataclass
 class Tally:
-    """The figure in the README: cases tried, kills survived, sets a rerun finished."""
+    """The figure in docs/results/faults.md: cases tried, kills survived, sets a rerun finished."""
 
     cases: int = 0
     killed: int = 0

@@ -1,8 +1,9 @@
 """The champion registry in git (rcpipe/stages/champions.py: GTO's stage assignments), as
 nights write it and clones read it: a workspace with a bare git remote and a DVC remote
 (a local directory), three nights (A crowned, B crowned, C rejected), and a clone made after
-night 1 that follows with the README's own commands (the block marked `tested: a clone
-follows the champion`), ending on B's commit with B's model pulled."""
+night 1 that follows with the documentation's own commands (docs/guide/versioning.md, the
+block marked `tested: a clone follows the champion`), ending on B's commit with B's model
+pulled."""
 
 from __future__ import annotations
 
@@ -19,12 +20,13 @@ from rcpipe.stages.nights import push_commit
 from tests.dvc_project import BIN, REPO, sh
 
 MARK = "<!-- tested: a clone follows the champion -->"
+GUIDE = REPO / "docs" / "guide" / "versioning.md"  # where a user reads the block
 
 
-def readme_block() -> str:
-    text = (REPO / "README.md").read_text()
+def guide_block() -> str:
+    text = GUIDE.read_text()
     found = re.search(re.escape(MARK) + r"\s*```[^\n]*\n(.*?)^```", text, re.S | re.M)
-    assert found, f"README.md: no block after {MARK}"
+    assert found, f"{GUIDE.relative_to(REPO)}: no block after {MARK}"
     return found.group(1)
 
 
@@ -59,7 +61,7 @@ def _night(work: Path, run: str, model: str, crowned: dict[str, Any] | None) -> 
 
 def _follow(clone: Path) -> subprocess.CompletedProcess[str]:
     env_path = f"PATH={BIN}:$PATH"
-    return sh(clone, "bash", "-euo", "pipefail", "-c", f"export {env_path}\n{readme_block()}")
+    return sh(clone, "bash", "-euo", "pipefail", "-c", f"export {env_path}\n{guide_block()}")
 
 
 @pytest.mark.slow

@@ -1,0 +1,274 @@
+"""docs/reference/commands.md and params.md, made from the CLI and the config's own fields.
+
+    .venv/bin/python -m rcpipe.docs_reference          writes both pages
+    .venv/bin/python -m rcpipe.docs_reference --check  exit 1 when either is stale
+
+commands.md is the `rcpipe` typer app (rcpipe/cli.py): each command's docstring, arguments
+and options with their help; params.md is the params tree (rcpipe/config/): each key's type,
+default, bounds and pydantic description, and each variant's paper settings
+(rcpipe/variants.py). The pages are checked in for the documentation site (mkdocs.yml);
+tests/test_docs_reference.py fails when they differ from what this module makes, so the
+reference cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import inspect
+import sys
+import types
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin
+
+import annotated_types
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "docs" / "reference"
+MADE_BY = ("<!-- made by `python -m rcpipe.docs_reference` from {source}: edit those, not "
+           "this page (tests/test_docs_reference.py fails on a stale one) -->\n\n")
+
+
+def _prose(s: str | None) -> str:
+    """A docstring as Markdown: no raw HTML outside code (``<variant>`` is text)."""
+    parts = inspect.cleandoc(s or "").split("`")
+    return "`".join(html.escape(p, quote=False) if i % 2 == 0 else p
+                    for i, p in enumerate(parts))
+
+
+def _text(s: str | None) -> str:
+    """Prose for a table cell: one line, no raw HTML, no bar."""
+    return " ".join(_prose(s).split()).replace("|", "\\|")
+
+
+def _code(value: Any) -> str:
+    s = str(value).replace("|", "\\|")
+    return f"`{s}`" if s else ""
+
+
+# ---------------------------------------------------------------------------- commands
+
+
+def render_commands() -> str:
+    import typer
+
+    from rcpipe.cli import app
+
+    # typer's own click (vendored from typer 0.29): used through the objects it hands back
+    group = typer.main.get_command(app)
+    ctx = group.context_class(group, info_name="rcpipe")
+    out = [MADE_BY.format(source="rcpipe/cli.py"), "# Commands\n\n",
+           f"{_text(group.help)} `rcpipe --help` lists them; `python -m rcpipe` is the same "
+           "program. Every command that reads params takes `--params FILE` (repeatable: "
+           "each later file laid over the earlier ones, key by key) and `--set "
+           "dotted.key=value` ([params](params.md)).\n\n",
+           "| command | what it does |\n|---|---|\n"]
+    commands = [(name, group.get_command(ctx, name)) for name in group.list_commands(ctx)]
+    for name, cmd in commands:
+        short = _text(cmd.get_short_help_str(200))
+        out.append(f"| [`rcpipe {name}`](#rcpipe-{name}) | {short} |\n")
+    for name, cmd in commands:
+        usage = " ".join(["[OPTIONS]"] + [
+            p.name.upper() if p.required else f"[{p.name.upper()}]"
+            for p in cmd.params if p.param_type_name == "argument"])
+        out.append(f"\n## rcpipe {name}\n\n```\nrcpipe {name} {usage}\n```\n\n")
+        out.append(_prose(cmd.help) + "\n\n")
+        rows = [_param_row(p) for p in cmd.params if p.name != "help"]
+        if rows:
+            out.append("| argument or option | type | default | what |\n|---|---|---|---|\n")
+            out.extend(rows)
+    return "".join(out)
+
+
+def _param_row(p: Any) -> str:
+    if p.param_type_name == "argument":
+        names = f"`{p.name.upper()}`" + ("" if p.required else " (optional)")
+    else:
+        names = ", ".join(f"`{o}`" for o in [*p.opts, *p.secondary_opts])
+        if getattr(p, "multiple", False):
+            names += " (repeatable)"
+        if p.required:
+            names += " (required)"
+    kind = "flag" if getattr(p, "is_flag", False) else _type(p.type_descriptor.annotation)
+    default = p.default
+    shown = "" if default is None or default == () or getattr(p, "is_flag", False) and \
+        default is False else _code(str(default) if isinstance(default, Path) else default)
+    return f"| {names} | {kind} | {shown} | {_text(getattr(p, 'help', None))} |\n"
+
+
+# ------------------------------------------------------------------------------ params
+
+
+def _type(annotation: Any) -> str:
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Literal:
+        return " \\| ".join(f"`{a}`" for a in args)
+    if origin in (Union, types.UnionType):
+        named = [_type(a) for a in args if a is not type(None)]
+        return " or ".join(named) + (" or null" if type(None) in args else "")
+    if origin in (tuple, list):
+        return f"list of {_type(args[0])}"
+    if origin is dict:
+        return "mapping"
+    if annotation is Path:
+        return "path"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "section"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+BOUNDS = ((annotated_types.Ge, ">=", "ge"), (annotated_types.Gt, ">", "gt"),
+          (annotated_types.Le, "<=", "le"), (annotated_types.Lt, "<", "lt"))
+
+
+def _bounds(field: FieldInfo) -> str:
+    said = []
+    for m in field.metadata:
+        for kind, sign, attr in BOUNDS:
+            if isinstance(m, kind):
+                said.append(f"{sign} {getattr(m, attr)}")
+    return ", ".join(said)
+
+
+def _default(field: FieldInfo) -> str:
+    if field.default_factory is not None:
+        return _code(field.default_factory())
+    if field.default is PydanticUndefined:
+        return "required"
+    if isinstance(field.default, BaseModel):
+        return ""
+    value = field.default
+    if isinstance(value, Path):
+        value = str(value)
+    return _code("null" if value is None else value)
+
+
+def _section(model: type[BaseModel]) -> type[BaseModel] | None:
+    for a in (model, *get_args(model)):
+        if isinstance(a, type) and issubclass(a, BaseModel):
+            return a
+    return None
+
+
+def _rows(model: type[BaseModel], prefix: str, skip: set[str]) -> tuple[list[str],
+                                                                         list[tuple]]:
+    """A row per key of ``model`` under ``prefix``; the sections inside it, to list after."""
+    rows, sections = [], []
+    for name, field in model.model_fields.items():
+        if name in skip:
+            continue
+        key = f"{prefix}.{name}"
+        inner = _section(field.annotation)
+        if inner is not None and get_origin(field.annotation) is None:
+            sections.append((key, inner))
+            continue
+        arch = isinstance(field.json_schema_extra, dict) and \
+            field.json_schema_extra.get("architecture")
+        what = _text(field.description) + (" (shapes the weights)" if arch else "")
+        if inner is not None:  # an optional section: its keys below
+            sections.append((key, inner))
+            what = (what + " " if what else "") + "(a section: its keys below; null: none)"
+        rows.append(f"| `{key}` | {_type(field.annotation)} | {_default(field)} | "
+                    f"{_bounds(field)} | {what} |\n")
+    return rows, sections
+
+
+def _doc(model: type[BaseModel]) -> str:
+    own = model.__dict__.get("__doc__")
+    return _prose(own) + "\n\n" if own else ""
+
+
+def render_params() -> str:
+    from rcpipe.config import Config, ModelsConfig, SearchConfig, VariantSearch
+    from rcpipe.config.models import ModelConfig
+    from rcpipe.variants import REGISTRY
+
+    variants = list(REGISTRY)
+    out = [MADE_BY.format(source="rcpipe/config/ and rcpipe/variants.py"), "# Params\n\n",
+           "Every key of the params, section by section. A params file names only what it "
+           "changes; an unknown key is an error; `rcpipe config [KEY]` prints the effective "
+           "values (every default filled in, each variant's paper included). Bounds are "
+           "checked on load (a number is also at most 2,147,483,647 in size).\n\n"]
+    todo: list[tuple[str, type[BaseModel]]] = [
+        (name, _section(f.annotation)) for name, f in Config.model_fields.items()]
+    while todo:
+        key, model = todo.pop(0)
+        skip = set(variants) if model in (ModelsConfig, SearchConfig) else set()
+        out.append(f"\n## {key}\n\n{_doc(model)}")
+        if model is ModelsConfig:
+            out.append("A section per variant, `models.<variant>`, with the keys of "
+                       "`models.<variant>` below; each starts from its paper's settings "
+                       "(`rcpipe/variants.py`, listed at the end of this page) and the params "
+                       "file's keys are laid over them key by key.\n\n")
+            todo[0:0] = [("models.<variant>", ModelConfig)]
+            continue
+        if model is SearchConfig:
+            todo[0:0] = [("tune.<variant>", VariantSearch)]
+        rows, sections = _rows(model, key, skip)
+        if rows:
+            out.append("| key | type | default | bounds | what |\n|---|---|---|---|---|\n")
+            out.extend(rows)
+        todo[0:0] = sections
+    out.append(_papers(variants))
+    return "".join(out)
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            flat |= _flat(v, f"{prefix}{k}.")
+        else:
+            flat[f"{prefix}{k}"] = v
+    return flat
+
+
+def _papers(variants: list[str]) -> str:
+    from rcpipe.config import ModelsConfig
+
+    models = ModelsConfig.model_validate({})
+    values = {v: _flat(models.of(v).model_dump()) for v in variants}
+    out = ["\n## Each variant's paper settings\n\n",
+           "`models.<variant>` with nothing set in the params: the paper's settings "
+           "(`rcpipe/variants.py`, each entry's `paper` names its sources) over the defaults "
+           "above.\n\n",
+           "| key | " + " | ".join(f"`{v}`" for v in variants) + " |\n",
+           "|---" * (len(variants) + 1) + "|\n"]
+    for key in values[variants[0]]:
+        row = [_code("null" if values[v][key] is None else values[v][key]) for v in variants]
+        out.append(f"| `{key}` | " + " | ".join(row) + " |\n")
+    return "".join(out)
+
+
+# -------------------------------------------------------------------------------- main
+
+PAGES = {"commands.md": render_commands, "params.md": render_params}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 when a page is stale")
+    ap.add_argument("--out", type=Path, default=REFERENCE, help="the pages' folder")
+    args = ap.parse_args(argv)
+    stale = []
+    for name, render in PAGES.items():
+        path, text = args.out / name, render()
+        if args.check:
+            if not path.is_file() or path.read_text() != text:
+                stale.append(path)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"-> {path}")
+    if args.check:
+        for path in stale:
+            print(f"{path}: stale: run python -m rcpipe.docs_reference")
+        print("current" if not stale else "", end="\n" if not stale else "")
+        sys.exit(1 if stale else 0)
+
+
+if __name__ == "__main__":
+    main()

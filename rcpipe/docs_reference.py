@@ -216,21 +216,12 @@ def render_params() -> str:
     return "".join(out)
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            flat |= _flat(v, f"{prefix}{k}.")
-        else:
-            flat[f"{prefix}{k}"] = v
-    return flat
-
-
 def _papers(variants: list[str]) -> str:
     from rcpipe.config import ModelsConfig
+    from rcpipe.config.section import flatten
 
     models = ModelsConfig.model_validate({})
-    values = {v: _flat(models.of(v).model_dump()) for v in variants}
+    values = {v: flatten(models.of(v).model_dump()) for v in variants}
     out = ["\n## Each variant's paper settings\n\n",
            "`models.<variant>` with nothing set in the params: the paper's settings "
            "(`rcpipe/variants.py`, each entry's `paper` names its sources) over the defaults "
@@ -266,7 +257,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.check:
         for path in stale:
             print(f"{path}: stale: run python -m rcpipe.docs_reference")
-        print("current" if not stale else "", end="\n" if not stale else "")
+        if not stale:
+            print("current")
         sys.exit(1 if stale else 0)
 
 

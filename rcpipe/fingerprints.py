@@ -27,6 +27,7 @@ from typing import Any
 
 from rcpipe import __version__, layout
 from rcpipe.config import Config
+from rcpipe.config.section import flatten
 from rcpipe.reads import read_bytes
 
 STAMP_BYTES = 10_000_000  # a stamp names each file read with its digest: KB, not MB
@@ -54,17 +55,6 @@ def source_identity(uri: str) -> str:
     cache holds one version per URL)."""
     path = Path(uri)
     return file_digest(path) if "://" not in uri and path.is_file() else uri
-
-
-def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": 1}} -> {"a.b": 1}: settings as the dotted keys `--set` takes."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, Mapping) and value:
-            flat |= flatten(value, f"{prefix}{key}.")
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
 """The base every params section derives from, and the laying of one mapping over another
-(a variant's keys over its paper, a params file over the one before, a ``--set`` on top)."""
+(a variant's keys over its paper, a params file over the one before, a ``--set`` on top);
+flattening a mapping back into the dotted keys ``--set`` takes."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import UnionType
 from typing import Any, get_args
 
@@ -71,3 +73,14 @@ def lay(base: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
     for k in reversed(keys):
         value = {k: value}
     return merge_over(base, value)
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}: settings as the dotted keys `--set` takes."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping) and value:
+            flat |= flatten(value, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

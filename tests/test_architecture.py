@@ -121,11 +121,13 @@ def test_the_check_finds_an_import_that_breaks_the_floors(rel: str, line: str) -
 
 # flows/ and bench/ sit above rcpipe. Flows call stages only: a flow is Prefect tasks around
 # rcpipe.stages, given what a stage is called with (config, variants), where its outputs lie
-# (layout) and the logs (logs, console, errors); scoring for metrics.headline alone, the pure
+# (layout) and the logs (logs, console, errors); the stage table (pipeline), whose order
+# train-all walks; scoring for metrics.headline alone, the pure
 # (EM, F1) of a metrics file a stage wrote, which the scores table shows as `rcpipe report`
 # does (a stage passing it on would be an alias). Bench measures anything of rcpipe and may
 # run the flows. Neither imports tests/ (tests import them), and flows never import bench.
-FLOWS = {"stages", "config", "layout", "logs", "console", "variants", "errors", "scoring"}
+FLOWS = {"stages", "config", "layout", "logs", "console", "variants", "errors", "scoring",
+         "pipeline"}
 KNOWN_ABOVE = {("flows", "scoring"): {"rcpipe.scoring.metrics.headline"}}
 
 

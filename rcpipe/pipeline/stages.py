@@ -45,6 +45,11 @@ class Stage:
     def cmd(self, variant: str = "") -> str:
         return " ".join(["rcpipe", self.name, *([variant] if variant else []), *self.args])
 
+    @property
+    def module(self) -> str:
+        """The entry module's name, where the command's function (named as the stage) is."""
+        return self.entry.removesuffix(".py").replace("/", ".")
+
 
 def _p(*paths: object) -> list[str]:
     return [str(p) for p in paths]

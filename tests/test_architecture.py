@@ -23,7 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "safe_open": {"errors", "reads"},  # writing beside outputs: no link followed, no wait
     "layout": {"safe_open"},
     # what a run's and a stage's outputs were made from
-    "fingerprints": {"config", "layout", "reads"},
+    "fingerprints": {"config", "layout", "reads", "pipeline"},  # pipeline: a stage's code
     "outputs": {"safe_open"},  # a stage's files written as one set
     "locks": {"errors", "safe_open"},  # one run at a time per output; the holder's line
     # models: the Batch type only; outputs: a half-moved prepared set finished before a read

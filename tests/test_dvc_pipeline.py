@@ -47,7 +47,7 @@ def test_dvc_yaml_is_the_one_the_table_makes() -> None:
 
 def test_the_stale_check_can_fail(tmp_path: Path) -> None:
     stale = tmp_path / "dvc.yaml"
-    stale.write_text(dvc_yaml.render().replace("rcpipe report --force", "rcpipe report"))
+    stale.write_text(dvc_yaml.render().replace("rcpipe report", "rcpipe report --force"))
     with pytest.raises(SystemExit) as ended:
         dvc_yaml.main(["--check", "--out", str(stale)])
     assert ended.value.code == 1

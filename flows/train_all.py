@@ -1,14 +1,17 @@
-"""The `train-all` Prefect flow: prepare -> train + evaluate each variant -> ensemble -> report.
+"""The `train-all` Prefect flow: the pipeline's stages in the table's order
+(rcpipe/pipeline/stages.py, the table dvc.yaml is made from): fetch -> prepare -> train +
+evaluate each variant -> ensemble -> report.
 
 Every task is one call into rcpipe.stages, so `dvc repro`, the CLI and this flow run the
 same code. A re-run skips what is done: prepare when its output matches the params and
 inputs, a variant whose model finished training from the same inputs (its fingerprint,
 rcpipe/fingerprints.py), evaluate, ensemble and report when what they read is unchanged;
 an interrupted variant resumes from its checkpoint, a variant whose inputs changed trains
-anew (rcpipe.stages.train). Variants train concurrently when the Ray cluster has room
-for more than one job, one after another otherwise. rcpipe's log lines (each stage's, and
-a training run's progress and dev evaluations) show in the Prefect UI under the task run
-that logged them (flows/logs.py).
+anew (rcpipe.stages.train). A variant's stages run as one chain (its train, then its
+evaluate); variants train concurrently when the Ray cluster has room for more than one job,
+one after another otherwise. rcpipe's log lines (each stage's, and a training run's
+progress and dev evaluations) show in the Prefect UI under the task run that logged them
+(flows/logs.py).
 
 Run it as a deployment (`prefect deployment run train-all/local`, see prefect.yaml) or
 directly: `python -m flows.train_all --params params.demo.yaml --synth`.
@@ -18,8 +21,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import time
 from collections.abc import Callable
+from itertools import groupby
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -30,6 +35,7 @@ from prefect.cache_policies import NO_CACHE
 from flows.logs import rcpipe_logs_to_prefect
 from rcpipe import layout, stages
 from rcpipe.config import VARIANTS, Config, load_config
+from rcpipe.pipeline.stages import STAGES, Stage
 
 if TYPE_CHECKING:
     from prefect.futures import PrefectFuture
@@ -45,8 +51,26 @@ def synth(cfg: Config) -> None:
     stages.synth(cfg)
 
 
-# prepare may download SQuAD and GloVe: retried with backoff
-@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[10, 60])
+def _step_name() -> str:
+    from prefect.runtime import task_run
+
+    args = task_run.parameters
+    return "-".join(filter(None, (args["name"], args.get("variant"))))
+
+
+@task(cache_policy=NO_CACHE, task_run_name=_step_name)
+def step(cfg: Config, name: str, variant: str = "") -> Any:
+    """A stage of the table that needs no task of its own (`TASKS`): the function `rcpipe
+    <name> [variant]` calls, the stage's name in its entry module."""
+    function = getattr(importlib.import_module(STAGE[name].module), name)
+    return function(cfg, *([variant] if variant else []))
+
+
+# fetch downloads SQuAD and GloVe: retried with backoff
+fetch = step.with_options(name="fetch", retries=2, retry_delay_seconds=[10, 60])
+
+
+@task(cache_policy=NO_CACHE)
 def prepare(cfg: Config) -> dict[str, Any]:
     if stages.prepared_is_current(cfg):
         get_run_logger().info("prepare: %s is current; skipped", cfg.data.out_dir)
@@ -61,24 +85,36 @@ def train(cfg: Config, variant: str, run: str | None = None) -> dict[str, Any]:
     return stages.train(cfg, variant, run=run)
 
 
-@task(cache_policy=NO_CACHE, task_run_name="evaluate-{variant}")
-def evaluate(cfg: Config, variant: str) -> dict[str, Any]:
-    return stages.evaluate(cfg, variant)
-
-
 @task(cache_policy=NO_CACHE)
 def ensemble(cfg: Config, variants: list[str]) -> dict[str, Any]:
+    """The vote of this run's variants (not of every nbest file lying in predictions/)."""
     return stages.ensemble(cfg, [layout.nbest(v) for v in variants])
 
 
-@task(cache_policy=NO_CACHE)
-def evaluation_report(cfg: Config) -> str:
-    """`rcpipe report`: the run's HTML report with plots; returns its path."""
-    return stages.report(cfg)["html"]
+STAGE = {s.name: s for s in STAGES}
+
+
+def _single(s: Stage, cfg: Config, variants: list[str]) -> Any:
+    """Run a stage that is not per variant; its result."""
+    if s.name == "fetch":
+        return fetch(cfg, s.name)
+    if s.name == "prepare":
+        return prepare(cfg)
+    if s.name == "ensemble":  # one variant: nothing to vote
+        return ensemble(cfg, variants) if len(variants) > 1 else None
+    return step(cfg, s.name)
+
+
+def _submit_one(s: Stage, cfg: Config, variant: str, run: str, after: list[Any]
+                ) -> PrefectFuture[Any]:
+    """Submit a per-variant stage of ``variant``, to start once ``after`` have finished."""
+    if s.name == "train":
+        return train.submit(cfg, variant, run, wait_for=after)
+    return step.submit(cfg, s.name, variant, wait_for=after)
 
 
 @task(cache_policy=NO_CACHE)
-def report(scores: dict[str, dict[str, Any]], seconds: dict[str, float],
+def artifacts(scores: dict[str, dict[str, Any]], seconds: dict[str, float],
            report_html: str | None = None) -> None:
     """Prefect artifacts: the EM/F1 table and a markdown report by question type."""
     from flows.report import by_type_markdown, report_link_markdown, score_rows
@@ -148,32 +184,23 @@ def _run(params_path: Path, sets: list[str], variants: list[str], synth_data: bo
 
     if synth_data:
         timed("synth", synth, cfg)
-    timed("prepare", prepare, cfg)
-
-    # a night whose variants are all trained from these inputs starts no Ray
-    stale = [v for v in variants if not stages.trained_is_current(cfg, v)]
-    with stages.train_slots(cfg, len(variants), bool(stale)) as slots:
-        get_run_logger().info("train: %d variant(s) to train, %d at a time (%s trained "
-                              "from these inputs already)", len(stale), slots,
-                              ", ".join(sorted(set(variants) - set(stale))) or "none")
-        try:
-            scores, failed = timed("train+evaluate", _train_and_evaluate, cfg,
-                                   list(variants), slots, run)
-        except BaseException as e:
-            # Prefect's cancellation (TerminationSignal) or Ctrl-C reach this thread only;
-            # the train tasks follow their Ray jobs in worker threads: stop the jobs here
-            if not isinstance(e, Exception):
-                stages.stop_jobs(get_run_logger().warning)
-            raise
-    if failed:  # nothing is versioned: yesterday's models and champion stay
-        kept = "; nothing versioned, the champion stays" if version else ""
-        raise RuntimeError(f"train-all: {len(failed)} variant(s) failed: "
-                           + "; ".join(f"{v}: {why[:300]}" for v, why in failed.items())
-                           + kept)
-    if len(variants) > 1:
-        scores["ensemble"] = timed("ensemble", ensemble, cfg, list(variants))
-    report_html = timed("evaluation report", evaluation_report, cfg)
-    timed("report", report, scores, seconds, report_html)
+    done: dict[str, Any] = {}  # stage -> its result; a per-variant one's: variant -> result
+    for per_variant, rows in groupby(STAGES, key=lambda s: s.per_variant):
+        group = list(rows)
+        if not per_variant:
+            for s in group:
+                done[s.name] = timed(s.name, _single, s, cfg, variants)
+            continue
+        results, failed = timed("+".join(s.name for s in group), _variants, cfg, group,
+                                variants, run)
+        if failed:  # nothing is versioned: yesterday's models and champion stay
+            kept = "; nothing versioned, the champion stays" if version else ""
+            raise RuntimeError(f"train-all: {len(failed)} variant(s) failed: "
+                               + "; ".join(f"{v}: {why[:300]}" for v, why in failed.items())
+                               + kept)
+        done |= results
+    scores = done["evaluate"] | ({"ensemble": done["ensemble"]} if done["ensemble"] else {})
+    timed("artifacts", artifacts, scores, seconds, done["report"]["html"])
     if version:  # DVC commit + push of this run, then the champion gate
         from flows.version import version_run
 
@@ -181,18 +208,43 @@ def _run(params_path: Path, sets: list[str], variants: list[str], synth_data: bo
     return {"scores": scores, "seconds": seconds, "workdir": str(Path.cwd())}
 
 
-def _submit(cfg: Config, variant: str, run: str) -> PrefectFuture[Any]:
-    """Train then evaluate one variant as a pair of tasks running on the flow's runner."""
-    train_run = train.submit(cfg, variant, run)
-    return evaluate.submit(cfg, variant, wait_for=[train_run])
+def _variants(cfg: Config, chain: list[Stage], variants: list[str], run: str
+              ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Each variant's ``chain`` of stages, in slots of as many variants as train at once
+    (stages.train_slots); a failed variant's others go on. Returns ({stage: {variant:
+    result}} of the variants that finished, why each other one failed)."""
+    # a night whose variants are all trained from these inputs starts no Ray
+    stale = [v for v in variants if not stages.trained_is_current(cfg, v)]
+    with stages.train_slots(cfg, len(variants), bool(stale)) as slots:
+        get_run_logger().info("train: %d variant(s) to train, %d at a time (%s trained "
+                              "from these inputs already)", len(stale), slots,
+                              ", ".join(sorted(set(variants) - set(stale))) or "none")
+        try:
+            return _in_slots(cfg, chain, variants, slots, run)
+        except BaseException as e:
+            # Prefect's cancellation (TerminationSignal) or Ctrl-C reach this thread only;
+            # the train tasks follow their Ray jobs in worker threads: stop the jobs here
+            if not isinstance(e, Exception):
+                stages.stop_jobs(get_run_logger().warning)
+            raise
 
 
-def _train_and_evaluate(cfg: Config, variants: list[str], slots: int, run: str
-                        ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """Keep ``slots`` variants training at once; a freed slot takes the next variant.
+def _submit(cfg: Config, chain: list[Stage], variant: str, run: str
+            ) -> dict[str, PrefectFuture[Any]]:
+    """One variant's stages as a chain of tasks on the flow's runner, each started when the
+    one before it has finished; stage -> its future."""
+    futures: dict[str, PrefectFuture[Any]] = {}
+    for s in chain:
+        futures[s.name] = _submit_one(s, cfg, variant, run, list(futures.values())[-1:])
+    return futures
+
+
+def _in_slots(cfg: Config, chain: list[Stage], variants: list[str], slots: int, run: str
+              ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Keep ``slots`` variants' chains going at once; a freed slot takes the next variant.
 
     The longest time limits start first, so that no long job ends up running alone at the
-    end. Returns (scores of the variants that finished, why each other one failed).
+    end.
     """
     from prefect.futures import as_completed
 
@@ -200,21 +252,22 @@ def _train_and_evaluate(cfg: Config, variants: list[str], slots: int, run: str
         return cfg.models.minutes(v, cfg.train.max_minutes) or float("inf")
 
     pending = sorted(variants, key=minutes, reverse=True)  # stable: ties keep their order
-    running: dict[Any, tuple[str, Any]] = {}  # task run id -> (variant, its future)
-    scores: dict[str, dict[str, Any]] = {}
+    running: dict[Any, tuple[str, dict[str, Any]]] = {}  # last task run id -> (variant, chain)
+    finished: dict[str, dict[str, Any]] = {}  # variant -> stage -> result
     failed: dict[str, str] = {}
     while pending or running:
         while pending and len(running) < slots:
             variant = pending.pop(0)
-            future = _submit(cfg, variant, run)
-            running[future.task_run_id] = (variant, future)
-        done = next(as_completed([future for _, future in running.values()]))
-        variant, _ = running.pop(done.task_run_id)
+            futures = _submit(cfg, chain, variant, run)
+            running[futures[chain[-1].name].task_run_id] = (variant, futures)
+        last = next(as_completed([f[chain[-1].name] for _, f in running.values()]))
+        variant, futures = running.pop(last.task_run_id)
         try:
-            scores[variant] = done.result()
+            finished[variant] = {name: f.result() for name, f in futures.items()}
         except Exception as e:  # noqa: BLE001 - the others go on; reported by the caller
             failed[variant] = f"{type(e).__name__}: {e}"
-    return {v: scores[v] for v in variants if v in scores}, failed
+    return {s.name: {v: finished[v][s.name] for v in variants if v in finished}
+            for s in chain}, failed
 
 
 def flow_args(flow_name: str, variants: list[str]) -> argparse.Namespace:

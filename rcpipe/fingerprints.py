@@ -1,15 +1,21 @@
-"""What a stage's outputs were made from, as digests: work whose inputs did not change is
+"""What a stage's outputs were made from, as one key: work whose inputs did not change is
 not done again, and work whose inputs changed is never skipped.
 
-A training run is keyed on its fingerprint (`training`): the prepared data it reads (each
-file's sha256; which files, data/prepared.py's `Prepared.training_files` says), the
-settings that change what it learns (the variant's effective config, the train.* and eval.*
-keys, data.word_dim, data.window's reading of a long dev context) and rcpipe's version.
-rcpipe.stages.train trains anew when it differs from the finished model's, resumes a run of
-the same fingerprint, and does nothing when the finished model has it. evaluate, ensemble
-and report keep a stamp (`Stamp`): the digest of the files and settings they read, written
-after their outputs, so a run killed before the end leaves the old stamp and the next one
-redoes the work.
+A key (`Fingerprint`) holds the files a stage reads (each file's sha256), the settings it
+reads, its code (each file of its entry module's import closure, rcpipe/pipeline/code.py:
+the code deps dvc.yaml lists for it) and rcpipe's version; one record format,
+`Fingerprint.as_dict`, wherever it is kept. A training run is keyed on `training`: the
+prepared data it reads (which files, data/prepared.py's `Prepared.training_files` says),
+the settings that change what it learns (the variant's effective config, the train.* and
+eval.* keys, data.word_dim, data.window's reading of a long dev context) and the train
+stage's code; rcpipe.stages.train trains anew when it differs from the finished model's
+(kept in summary.json), resumes a run of the same key, and does nothing when the finished
+model has it. evaluate, ensemble and report keep theirs as a stamp (`Stamp`), written after
+their outputs, so a run killed before the end leaves the old stamp and the next one redoes
+the work.
+
+With the code in the key a stage skips exactly when DVC would not run it, so dvc.yaml
+passes no --force (docs/architecture.md, "One way to skip finished work").
 
 Settings that only say where or how fast to run are not part of any key (`UNKEYED`, the
 keys dvc.yaml leaves out of the train stage's params too): a cluster run may set them
@@ -21,13 +27,15 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rcpipe import __version__, layout
 from rcpipe.config import Config
 from rcpipe.config.section import flatten
+from rcpipe.pipeline.code import ROOT, closure
+from rcpipe.pipeline.stages import stage
 from rcpipe.reads import read_bytes
 
 STAMP_BYTES = 10_000_000  # a stamp names each file read with its digest: KB, not MB
@@ -57,22 +65,30 @@ def source_identity(uri: str) -> str:
     return file_digest(path) if "://" not in uri and path.is_file() else uri
 
 
+def code_of(name: str) -> dict[str, str]:
+    """Stage ``name``'s code: each file of its entry module's import closure (the files
+    dvc.yaml's code deps cover) -> sha256."""
+    return {f: file_digest(ROOT / f) for f in sorted(closure(stage(name).entry))}
+
+
 @dataclass(frozen=True)
 class Fingerprint:
-    """files: name -> sha256; settings: dotted key -> value; rcpipe: the version."""
+    """files: name -> sha256; settings: dotted key -> value; code: the stage's files ->
+    sha256 (`code_of`); rcpipe: the version."""
 
     files: Mapping[str, str]
     settings: Mapping[str, Any]
+    code: Mapping[str, str] = field(default_factory=dict)
     rcpipe: str = __version__
 
     def as_dict(self) -> dict[str, Any]:
         return {"files": dict(self.files), "settings": dict(self.settings),
-                "rcpipe": self.rcpipe}
+                "code": dict(self.code), "rcpipe": self.rcpipe}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Fingerprint:
         return cls(dict(d.get("files", {})), dict(d.get("settings", {})),
-                   str(d.get("rcpipe", "")))
+                   dict(d.get("code", {})), str(d.get("rcpipe", "")))
 
     @property
     def digest(self) -> str:
@@ -91,6 +107,9 @@ class Fingerprint:
                      f"{self.settings.get(k, '(unset)')}" for k in keys[:3]]
             more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
             said.append(f"settings changed ({', '.join(shown)}{more})")
+        if files := _differing(before.code, self.code):
+            more = f" and {len(files) - 3} more" if len(files) > 3 else ""
+            said.append(f"code changed ({', '.join(files[:3])}{more})")
         if before.rcpipe != self.rcpipe:
             said.append(f"rcpipe changed ({before.rcpipe or '?'} -> {self.rcpipe})")
         return "; ".join(said) or None
@@ -113,7 +132,7 @@ def training(cfg: Config, variant: str, prepared: Mapping[str, Path]) -> Fingerp
         "data": {"word_dim": cfg.data.word_dim, "window": {
             "length": cfg.data.window.length, "stride": cfg.data.window.stride}},
     })
-    return Fingerprint(files, settings)
+    return Fingerprint(files, settings, code_of("train"))
 
 
 # ------------------------------------------------------------------------------------ stamps
@@ -136,10 +155,12 @@ class Stamp:
     fingerprint: Fingerprint
 
     @classmethod
-    def of(cls, name: str, files: Iterable[Path], settings: Mapping[str, Any]) -> Stamp:
-        """The stamp of reading ``files`` (missing ones count as missing) with ``settings``."""
+    def of(cls, name: str, stage_name: str, files: Iterable[Path],
+           settings: Mapping[str, Any]) -> Stamp:
+        """The stamp of stage ``stage_name``'s code reading ``files`` (missing ones count as
+        missing) with ``settings``."""
         digests = {_here(p): file_digest(p) if p.is_file() else "missing" for p in files}
-        return cls(name, Fingerprint(digests, flatten(settings)))
+        return cls(name, Fingerprint(digests, flatten(settings), code_of(stage_name)))
 
     def is_current(self, outputs: Iterable[Path]) -> bool:
         """Whether the kept stamp is this one and every output is in place."""

@@ -23,7 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "safe_open": {"errors", "reads"},  # writing beside outputs: no link followed, no wait
     "layout": {"safe_open"},
     # what a run's and a stage's outputs were made from
-    "fingerprints": {"config", "layout", "reads"},
+    "fingerprints": {"config", "layout", "reads", "pipeline"},  # pipeline: a stage's code
     "outputs": {"safe_open"},  # a stage's files written as one set
     "locks": {"errors", "safe_open"},  # one run at a time per output; the holder's line
     # models: the Batch type only; outputs: a half-moved prepared set finished before a read
@@ -123,11 +123,13 @@ def test_the_check_finds_an_import_that_breaks_the_floors(rel: str, line: str) -
 
 # flows/ and bench/ sit above rcpipe. Flows call stages only: a flow is Prefect tasks around
 # rcpipe.stages, given what a stage is called with (config, variants), where its outputs lie
-# (layout) and the logs (logs, console, errors); scoring for metrics.headline alone, the pure
+# (layout) and the logs (logs, console, errors); the stage table (pipeline), whose order
+# train-all walks; scoring for metrics.headline alone, the pure
 # (EM, F1) of a metrics file a stage wrote, which the scores table shows as `rcpipe report`
 # does (a stage passing it on would be an alias). Bench measures anything of rcpipe and may
 # run the flows. Neither imports tests/ (tests import them), and flows never import bench.
-FLOWS = {"stages", "config", "layout", "logs", "console", "variants", "errors", "scoring"}
+FLOWS = {"stages", "config", "layout", "logs", "console", "variants", "errors", "scoring",
+         "pipeline"}
 KNOWN_ABOVE = {("flows", "scoring"): {"rcpipe.scoring.metrics.headline"}}
 
 

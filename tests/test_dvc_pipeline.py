@@ -47,7 +47,7 @@ def test_dvc_yaml_is_the_one_the_table_makes() -> None:
 
 def test_the_stale_check_can_fail(tmp_path: Path) -> None:
     stale = tmp_path / "dvc.yaml"
-    stale.write_text(dvc_yaml.render().replace("rcpipe report --force", "rcpipe report"))
+    stale.write_text(dvc_yaml.render().replace("rcpipe report", "rcpipe report --force"))
     with pytest.raises(SystemExit) as ended:
         dvc_yaml.main(["--check", "--out", str(stale)])
     assert ended.value.code == 1
@@ -84,10 +84,10 @@ def test_the_pipeline_runs_rcpipe_in_order(stages: dict[str, Any]) -> None:
         assert command == address.partition("@")[0]
     outs = {str(o.def_path): a.partition("@")[0] for a, s in stages.items() for o in s.outs}
     names = [s.name for s in STAGES]
-    for address, st in stages.items():  # each reads an output of the stage just before it
+    for address, st in stages.items():  # each reads what earlier stages write, and some
         here = names.index(address.partition("@")[0])
         read = {outs[str(d.def_path)] for d in st.deps if str(d.def_path) in outs}
-        assert here == 0 or names[here - 1] in read, (address, read)
+        assert here == 0 or read, (address, read)
         assert all(names.index(r) < here for r in read), (address, read)
     for variant in VARIANTS:
         assert f"predictions/{variant}.nbest.json" in \
@@ -154,8 +154,11 @@ def test_code_deps_cover_exactly_the_code_each_stage_runs(stages: dict[str, Any]
 def test_metrics_and_plots_are_declared(stages: dict[str, Any]) -> None:
     doc = yaml.safe_load(DVC_YAML.read_text())
     metrics = {str(o.def_path) for s in stages.values() for o in s.outs if o.metric}
-    assert metrics == {f"metrics/{m}{suffix}.json" for m in (*VARIANTS, "ensemble")
-                       for suffix in ("", ".by_type")}
+    written = {str(o.def_path) for s in stages.values() for o in s.outs}
+    # every file a stage writes under metrics/ is declared a metric, every model's among them
+    assert metrics == {f for f in written if f.startswith("metrics/")}
+    assert {f"metrics/{m}{suffix}.json" for m in (*VARIANTS, "ensemble")
+            for suffix in ("", ".by_type")} <= metrics
     data_plots = [p for p in doc["plots"] if isinstance(p, dict)]
     files = {f for plot in data_plots for spec in plot.values() for f in spec["y"]}
     images = {p for p in doc["plots"] if isinstance(p, str)}

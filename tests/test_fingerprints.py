@@ -74,13 +74,41 @@ def test_a_stamp_is_current_only_with_its_outputs_and_the_same_inputs(
     monkeypatch.chdir(tmp_path)
     read, made = tmp_path / "in.json", tmp_path / "out.json"
     read.write_text("1")
-    stamp = Stamp.of("stage", [read], {"k": 1})
+    stamp = Stamp.of("stage", "report", [read], {"k": 1})
     assert not stamp.is_current([made])  # never kept
     made.write_text("x")
     stamp.keep()
     assert layout.stamp("stage").is_file() and stamp.is_current([made])
-    assert not Stamp.of("stage", [read], {"k": 2}).is_current([made])
+    assert not Stamp.of("stage", "report", [read], {"k": 2}).is_current([made])
     read.write_text("22")
-    assert not Stamp.of("stage", [read], {"k": 1}).is_current([made])
+    assert not Stamp.of("stage", "report", [read], {"k": 1}).is_current([made])
     made.unlink()
     assert not stamp.is_current([made])
+
+
+def test_a_stages_code_keys_it_as_dvc_yaml_lists_it(tmp_path: Path) -> None:
+    """The code in a key is the closure dvc.yaml's code deps cover (rcpipe/pipeline/code.py),
+    so a stage skips on its own exactly when DVC would not run it; an edit names its file."""
+    from rcpipe.pipeline.code import closure
+    from rcpipe.pipeline.stages import STAGES
+
+    for s in STAGES:
+        assert set(fingerprints.code_of(s.name)) == closure(s.entry)
+    base = _training(_cfg(tmp_path))
+    assert base.code == fingerprints.code_of("train")
+    assert "rcpipe/train/loop.py" in base.code  # the step, not only the stage's module
+    assert not any(f.startswith("rcpipe/pipeline/") for f in base.code)  # a row is no edit
+    edited = Fingerprint.from_dict(base.as_dict() | {
+        "code": dict(base.code) | {"rcpipe/train/loop.py": "0" * 64}})
+    assert edited.digest != base.digest
+    assert edited.changes(base) == "code changed (rcpipe/train/loop.py)"
+    assert Fingerprint.from_dict(base.as_dict()) == base  # the record reads back whole
+
+
+def test_a_stamp_keys_its_stages_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    made = tmp_path / "out.json"
+    made.write_text("x")
+    Stamp.of("s", "ensemble", [], {}).keep()
+    assert Stamp.of("s", "ensemble", [], {}).is_current([made])
+    assert not Stamp.of("s", "report", [], {}).is_current([made])  # another stage's code

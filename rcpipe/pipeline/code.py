@@ -12,9 +12,14 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# modules that only print, log or define the error type: not a reason to rerun anything
+# modules that only print, log or define the error type: not a reason to rerun anything;
+# nor this package (the table, this reading of imports, dvc.yaml's making), which says when
+# a stage runs, not what it writes: a row added must not rerun every stage whose key
+# (rcpipe/fingerprints.py) reads the table
 NOT_DEPS = frozenset({"rcpipe/console.py", "rcpipe/logs.py", "rcpipe/errors.py",
-                      "rcpipe/__init__.py"})
+                      "rcpipe/__init__.py", "rcpipe/pipeline/__init__.py",
+                      "rcpipe/pipeline/stages.py", "rcpipe/pipeline/code.py",
+                      "rcpipe/pipeline/dvc_yaml.py"})
 
 
 def module_file(name: str) -> str | None:

@@ -28,7 +28,11 @@ DECODE = ("eval.max_answer_len", "eval.na_threshold", "eval.length_prior")
 
 @dataclass(frozen=True)
 class Stage:
-    """One stage: ``rcpipe <name>`` (with ``args``), what it reads and writes."""
+    """One stage: ``rcpipe <name>`` (and the variant), what it reads and writes.
+
+    No ``--force``: a stage skips its work only when its key (rcpipe/fingerprints.py: what
+    it reads, its params, its code as dvc.yaml lists it) is its outputs' and they are all
+    there, and DVC removes a stage's outputs before it runs it; docs/architecture.md."""
 
     name: str  # the rcpipe command, and the stage's name in dvc.yaml
     entry: str  # the module the command runs: its import closure is the stage's code
@@ -39,20 +43,20 @@ class Stage:
     per_variant: bool = False
     metrics: Callable[[str], list[str]] = lambda v: []  # outputs that are metrics files
     persist: tuple[str, ...] = ()  # outputs DVC keeps when the stage runs again
-    args: tuple[str, ...] = ()  # after the command (and the variant)
     notes: dict[str, str] = field(default_factory=dict)  # path -> why it is there
 
     def cmd(self, variant: str = "") -> str:
-        return " ".join(["rcpipe", self.name, *([variant] if variant else []), *self.args])
+        return " ".join(["rcpipe", self.name, *([variant] if variant else [])])
+
+    @property
+    def module(self) -> str:
+        """The entry module's name, where the command's function (named as the stage) is."""
+        return self.entry.removesuffix(".py").replace("/", ".")
 
 
 def _p(*paths: object) -> list[str]:
     return [str(p) for p in paths]
 
-
-# --force: DVC runs a stage because an input changed (its code, say, which the stage's own
-# stamp or a run's key does not hold: rcpipe/fingerprints.py), so the stage must not skip
-FORCE = ("--force",)
 
 STAGES: tuple[Stage, ...] = (
     Stage("fetch", "rcpipe/stages/fetch.py",
@@ -80,7 +84,7 @@ STAGES: tuple[Stage, ...] = (
           deps=lambda v: [PREPARED, CACHE],
           outs=lambda v: _p(layout.model_file(v), layout.summary_file(v),
                             layout.model_dir(v) / layout.CURVE, layout.live_dir(v)),
-          per_variant=True, args=FORCE),
+          per_variant=True),
     Stage("evaluate", "rcpipe/stages/evaluate.py",
           "the variant's answers to the dev set, scored by the official SQuAD EM/F1; on "
           "v2.0 at the no-answer threshold chosen on the held-out questions",
@@ -89,19 +93,18 @@ STAGES: tuple[Stage, ...] = (
           outs=lambda v: _p(layout.predictions(v), layout.nbest(v),
                             layout.na_threshold_file(v)),
           metrics=lambda v: _p(layout.metrics(v), layout.by_type(v)),
-          per_variant=True, args=FORCE),
+          per_variant=True),
     Stage("ensemble", "rcpipe/stages/ensemble.py",
           "the majority vote of every variant's answers (a tie: the likeliest text)", DEV,
           deps=lambda v: [*_p(*map(layout.nbest, VARIANTS)), CACHE],
           outs=lambda v: _p(layout.predictions(layout.ENSEMBLE), layout.nbest(layout.ENSEMBLE)),
-          metrics=lambda v: _p(layout.metrics(layout.ENSEMBLE), layout.by_type(layout.ENSEMBLE)),
-          args=FORCE),
+          metrics=lambda v: _p(layout.metrics(layout.ENSEMBLE), layout.by_type(layout.ENSEMBLE))),
     Stage("report", "rcpipe/stages/report.py",
           "the evaluation report: report.html, a PNG per chart and the charts' data (CSV, "
           "by_type/<model>.json rows) that dvc.yaml's plots draw", DEV,
           deps=lambda v: [*_p(*map(layout.predictions, MODELS)),
                           *_p(*map(layout.metrics, MODELS)), CACHE],
-          outs=lambda v: [str(layout.REPORTS)], args=FORCE),
+          outs=lambda v: [str(layout.REPORTS)]),
 )
 
 

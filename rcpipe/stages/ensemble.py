@@ -48,7 +48,7 @@ def _ensemble(cfg: Config, inputs: list[Path] | None, out: Path, force: bool
             raise InputError("predictions/", "", "no <variant>.nbest.json to ensemble; run "
                              "`rcpipe evaluate VARIANT` first or pass --inputs")
     name = out.name.removesuffix(".json")
-    stamp = Stamp.of(f"ensemble-{name}", inputs,
+    stamp = Stamp.of(f"ensemble-{name}", "ensemble", inputs,
                      {"dev_file": source_identity(cfg.data.dev_file), "out": str(out)})
     outputs = [out, out.with_suffix(".nbest.json"), layout.metrics(name), layout.by_type(name)]
     if not force and stamp.is_current(outputs):

@@ -100,8 +100,8 @@ def _evaluate(cfg: Config, variant: str, force: bool) -> dict[str, Any]:
 def _stamp(cfg: Config, variant: str) -> Stamp:
     """What evaluate reads: dvc.yaml's evaluate stage lists the same."""
     out = Prepared(cfg.data.out_dir)
-    return Stamp.of(f"evaluate-{variant}", [layout.model_file(variant), out.vocab_file,
-                                            out.dev, out.heldout_parquet],
+    return Stamp.of(f"evaluate-{variant}", "evaluate",
+                    [layout.model_file(variant), out.vocab_file, out.dev, out.heldout_parquet],
                     {"models": {variant: cfg.models.of(variant).model_dump(mode="json")},
                      "eval": cfg.eval.model_dump(mode="json"),
                      "window": {"length": cfg.data.window.length,

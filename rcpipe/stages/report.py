@@ -66,7 +66,7 @@ def _report(cfg: Config, out: Path, force: bool) -> dict[str, Any]:
     models = evaluated_models()
     page, record = out / layout.REPORT_PAGE, out / layout.REPORT_DATA
     read = [p for m in models for p in (layout.predictions(m), layout.metrics(m))]
-    stamp = Stamp.of("report", read + [layout.tune_trials(v) for v in VARIANTS],
+    stamp = Stamp.of("report", "report", read + [layout.tune_trials(v) for v in VARIANTS],
                      {"dev_file": source_identity(cfg.data.dev_file), "out": str(out)})
     if not force and models and stamp.is_current([page, record]):
         log.info(f"report: the scores and predictions are those of {page}; nothing to do")

@@ -1,10 +1,10 @@
 """`rcpipe train VARIANT`: a Ray Train job (or a Ray job on a cluster's head, cluster/jobs_api.py).
 
 A run is keyed on what it is trained from (rcpipe/fingerprints.py: the prepared data's
-digests, the variant's settings, rcpipe's version): the finished model of the same
-fingerprint means nothing to do; an unfinished run of it is resumed; anything else is a
-new run from step 0, announced with what changed. The last finished model stays in place
-until the new run finishes.
+digests, the variant's settings, the train stage's code, rcpipe's version): the finished
+model of the same fingerprint means nothing to do; an unfinished run of it is resumed;
+anything else is a new run from step 0, announced with what changed. The last finished
+model stays in place until the new run finishes.
 
 Layout (the command contract): models/<variant>/runs/run-<12 hex>/step-<n>/ (a run's Ray
 Train storage: the best K by held-out F1 and the latest; or under train.storage_path, e.g.

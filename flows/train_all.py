@@ -72,9 +72,11 @@ fetch = step.with_options(name="fetch", retries=2, retry_delay_seconds=[10, 60])
 
 @task(cache_policy=NO_CACHE)
 def prepare(cfg: Config) -> dict[str, Any]:
-    if stages.prepared_is_current(cfg):
+    changed = stages.prepared_changes(cfg)
+    if changed is None:
         get_run_logger().info("prepare: %s is current; skipped", cfg.data.out_dir)
         return {"skipped": True}
+    get_run_logger().info("prepare: %s; preparing", changed)
     return stages.prepare(cfg)
 
 

@@ -12,7 +12,9 @@ stage's code; rcpipe.stages.train trains anew when it differs from the finished 
 (kept in summary.json), resumes a run of the same key, and does nothing when the finished
 model has it. evaluate, ensemble and report keep theirs as a stamp (`Stamp`), written after
 their outputs, so a run killed before the end leaves the old stamp and the next one redoes
-the work.
+the work. prepare's (`preparing`) is kept in its meta.json, written in the same set as its
+outputs; its input files count by size and modification time (word vectors run to GB: an
+unchanged input is recognised without reading it).
 
 With the code in the key a stage skips exactly when DVC would not run it, so dvc.yaml
 passes no --force (docs/architecture.md, "One way to skip finished work").
@@ -73,8 +75,9 @@ def code_of(name: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Fingerprint:
-    """files: name -> sha256; settings: dotted key -> value; code: the stage's files ->
-    sha256 (`code_of`); rcpipe: the version."""
+    """files: name -> sha256 (prepare's inputs: size and modification time); settings:
+    dotted key -> value; code: the stage's files -> sha256 (`code_of`); rcpipe: the
+    version."""
 
     files: Mapping[str, str]
     settings: Mapping[str, Any]
@@ -101,7 +104,7 @@ class Fingerprint:
             return "no finished run"
         said = []
         if files := _differing(before.files, self.files):
-            said.append(f"training data changed ({', '.join(files)})")
+            said.append(f"data changed ({', '.join(files)})")
         if keys := _differing(before.settings, self.settings):
             shown = [f"{k} {before.settings.get(k, '(unset)')} -> "
                      f"{self.settings.get(k, '(unset)')}" for k in keys[:3]]
@@ -133,6 +136,33 @@ def training(cfg: Config, variant: str, prepared: Mapping[str, Path]) -> Fingerp
             "length": cfg.data.window.length, "stride": cfg.data.window.stride}},
     })
     return Fingerprint(files, settings, code_of("train"))
+
+
+def preparing(cfg: Config) -> Fingerprint:
+    """The key of preparing cfg's data: the data params that shape the prepared files, each
+    input's identity (a local file by path, size and modification time; a remote one by its
+    URI: the download cache holds one version per URI) and the prepare stage's code."""
+    d = cfg.data
+    files: dict[str, str] = {}
+    for key, uri in (("train_file", d.train_file), ("dev_file", d.dev_file),
+                     ("word_vectors", d.word_vectors), ("heldout.file", d.heldout.file)):
+        path = Path(uri) if uri and "://" not in uri else None
+        if path is not None and path.is_file():
+            stat = path.stat()
+            files[f"data.{key}"] = f"{path.resolve()} {stat.st_size} {stat.st_mtime_ns}"
+        else:
+            files[f"data.{key}"] = str(uri)  # a URI, none, or a missing file by its name
+    # the inputs are the files above; without vectors data.missing_vectors changes nothing;
+    # how contexts are read when answering (data.window's length, stride and cap) is not
+    # prepare's: only the training windows' stride shapes its rows; workers and the cache
+    # say how, not what
+    unused = set() if d.word_vectors else {"missing_vectors"}
+    exclude: dict[str, Any] = {k: True for k in (
+        "train_file", "dev_file", "word_vectors", "workers", "cache_dir", *unused)}
+    exclude["window"] = {"length": True, "stride": True, "max_tokens": True}
+    exclude["heldout"] = {"file": True}
+    settings = flatten({"data": d.model_dump(mode="json", exclude=exclude)})
+    return Fingerprint(files, settings, code_of("prepare"))
 
 
 # ------------------------------------------------------------------------------------ stamps

@@ -39,7 +39,7 @@ def test_same_inputs_same_key_and_what_changed_is_named(tmp_path: Path) -> None:
     (tmp_path / "prepared" / "train.parquet").write_bytes(b"more articles")
     new_data = _training(_cfg(tmp_path))
     assert new_data.digest != base.digest
-    assert new_data.changes(base) == "training data changed (train.parquet)"
+    assert new_data.changes(base) == "data changed (train.parquet)"
 
     lr = _training(_cfg(tmp_path, models={"bidaf": {"optim": {"lr": 0.25}}},
                         train={"epochs": 3}))

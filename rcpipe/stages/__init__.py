@@ -5,7 +5,7 @@ implementation. Heavy libraries are imported inside the stage that needs them, w
 ``rcpipe --help`` instant.
 """
 
-from rcpipe.stages.data import prepare, prepared_is_current, synth
+from rcpipe.stages.data import prepare, prepared_changes, synth
 from rcpipe.stages.ensemble import ensemble
 from rcpipe.stages.evaluate import evaluate
 from rcpipe.stages.explain import explain
@@ -26,7 +26,7 @@ from rcpipe.stages.train import (
 from rcpipe.stages.tune import tune
 
 __all__ = [
-    "ensemble", "evaluate", "prepare", "prepared_is_current", "read_mapping",
+    "ensemble", "evaluate", "prepare", "prepared_changes", "read_mapping",
     "score", "synth", "train", "trained_is_current", "tune", "write_json",
     "explain", "report",
     "export", "package", "predict", "serve",

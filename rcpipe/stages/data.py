@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -13,6 +12,7 @@ from typing import Any
 from rcpipe.config import Config
 from rcpipe.data.prepared import Prepared
 from rcpipe.errors import InputError
+from rcpipe.fingerprints import Fingerprint, preparing
 from rcpipe.locks import hold
 from rcpipe.outputs import OutputSet, output_set
 
@@ -54,41 +54,19 @@ def synth(cfg: Config) -> dict[str, Path]:
 # ---------------------------------------------------------------------------------- prepare
 
 
-def fingerprint(cfg: Config) -> str:
-    """What prepare's output depends on: the data params and the input files' identity.
-
-    Local inputs count by size and modification time, remote ones by URI (the cache holds
-    one version per URI), so an unchanged input is recognised without reading it.
-    """
-    inputs = []
-    for uri in (cfg.data.train_file, cfg.data.dev_file, cfg.data.word_vectors,
-                cfg.data.heldout.file):
-        path = Path(uri) if uri and "://" not in uri else None
-        if path is not None and path.is_file():
-            stat = path.stat()
-            inputs.append([str(path.resolve()), stat.st_size, stat.st_mtime_ns])
-        else:
-            inputs.append(uri)
-    # without vectors data.missing_vectors changes nothing: data prepared before it existed
-    # stays current
-    unused = set() if cfg.data.word_vectors else {"missing_vectors"}
-    # how contexts are read when answering (data.window's length, stride and cap) is not
-    # prepare's: only the training windows' stride shapes its rows
-    exclude: dict[str, Any] = {k: True for k in ("workers", "cache_dir", *unused)}
-    exclude["window"] = {"length": True, "stride": True, "max_tokens": True}
-    data = cfg.data.model_dump(mode="json", exclude=exclude)
-    blob = json.dumps({"data": data, "inputs": inputs}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def prepared_is_current(cfg: Config) -> bool:
-    """Whether data.out_dir holds prepare's output for exactly these params and inputs."""
+def prepared_changes(cfg: Config) -> str | None:
+    """What differs between data.out_dir's prepared data and what preparing cfg's would make
+    (its key, `fingerprints.preparing`, kept in meta.json), in one phrase; None: it is
+    current."""
     out = Prepared(cfg.data.out_dir)
+    key = preparing(cfg)
     try:
-        return json.loads(out.meta_file.read_text()).get("fingerprint") == fingerprint(cfg) \
-            and out.report.is_file()
+        kept = json.loads(out.meta_file.read_text()).get("fingerprint")
     except (OSError, ValueError):
-        return False
+        return "nothing prepared"
+    if not isinstance(kept, dict) or not out.report.is_file():
+        return "nothing prepared with a key"
+    return key.changes(Fingerprint.from_dict(kept))
 
 
 def prepare(cfg: Config, wait: bool = False) -> dict[str, Any]:
@@ -165,7 +143,7 @@ def _prepare(cfg: Config, files: OutputSet) -> dict[str, Any]:
         "missing_vectors": d.missing_vectors if d.word_vectors else None,
         "trained_words": trained, "heldout": held.record(),
         "seconds": round(seconds, 2),
-        "phases": phases, "fingerprint": fingerprint(cfg)})
+        "phases": phases, "fingerprint": preparing(cfg).as_dict()})
     # every file prepare writes is one set (rcpipe/outputs.py): an earlier run's file this one
     # did not write (no vectors: word_emb.npy; nothing held out: heldout.*) goes at the commit
     for path in out.files():

@@ -120,7 +120,7 @@ def test_the_flow_walks_the_stage_table_a_new_row_included(
                             stand_in(name, result))
     for name, result in (("prepare", {}), ("train", {}), ("ensemble", scores)):
         monkeypatch.setattr(stages, name, stand_in(name, result))
-    monkeypatch.setattr(stages, "prepared_is_current", lambda cfg: False)
+    monkeypatch.setattr(stages, "prepared_changes", lambda cfg: "a test")
     monkeypatch.setattr(stages, "trained_is_current", lambda cfg, v: True)  # no Ray
     at = [s.name for s in STAGES].index("evaluate") + 1
     row = Stage("calibrate", f"{__name__.replace('.', '/')}.py", "a stage added",

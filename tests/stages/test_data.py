@@ -208,14 +208,42 @@ def test_training_words_without_a_vector(make_config: MakeConfig, prepared: Prep
 def test_missing_vectors_matters_only_with_vectors(make_config: MakeConfig,
                                                   synth_v1: SynthData) -> None:
     """Data prepared before the setting existed stays current where it changes nothing."""
-    from rcpipe.stages.data import fingerprint
+    from rcpipe.fingerprints import preparing
 
     def of(**data: object) -> str:
-        return fingerprint(make_config(synth_v1, data=data))
+        return preparing(make_config(synth_v1, data=data)).digest
 
     assert of(missing_vectors="unk") == of(missing_vectors="fixed")
     assert of(word_vectors="g.txt", missing_vectors="unk") != \
         of(word_vectors="g.txt", missing_vectors="fixed")
+
+
+def test_prepares_key_says_what_changed_and_nothing_when_current(
+        prepared: Prepared, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """prepare's key (fingerprints.preparing) is kept in meta.json: the flow skips prepare
+    when it is current and names what changed otherwise: an input, a setting, the code."""
+    import shutil
+
+    from rcpipe import fingerprints
+
+    cfg = prepared.cfg
+    meta = json.loads((prepared.out_dir / "meta.json").read_text())
+    assert meta["fingerprint"] == fingerprints.preparing(cfg).as_dict()
+    assert stages.prepared_changes(cfg) is None
+    # how prepare runs (its workers) is not what it makes
+    assert stages.prepared_changes(cfg.model_copy(update={"data": cfg.data.model_copy(
+        update={"workers": 7})})) is None
+    copy = tmp_path / "train.json"  # the same text, another file: an input changed
+    shutil.copy(cfg.data.train_file, copy)
+    moved = cfg.model_copy(update={"data": cfg.data.model_copy(
+        update={"train_file": str(copy)})})
+    assert stages.prepared_changes(moved) == "data changed (data.train_file)"
+    rarer = cfg.model_copy(update={"data": cfg.data.model_copy(
+        update={"min_word_count": cfg.data.min_word_count + 1})})
+    assert stages.prepared_changes(rarer) == "settings changed (data.min_word_count 1 -> 2)"
+    edited = {**fingerprints.code_of("prepare"), "rcpipe/data/vocab.py": "0" * 64}
+    monkeypatch.setattr(fingerprints, "code_of", lambda name: edited)
+    assert stages.prepared_changes(cfg) == "code changed (rcpipe/data/vocab.py)"
 
 
 def test_prepare_bad_vectors_file(make_config: MakeConfig, synth_v1: SynthData,

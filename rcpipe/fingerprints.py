@@ -36,14 +36,12 @@ from typing import Any
 from rcpipe import __version__, layout
 from rcpipe.config import Config
 from rcpipe.config.section import flatten
+from rcpipe.config.train import UNKEYED
 from rcpipe.pipeline.code import ROOT, closure
 from rcpipe.pipeline.stages import stage
 from rcpipe.reads import read_bytes
 
 STAMP_BYTES = 10_000_000  # a stamp names each file read with its digest: KB, not MB
-# train.* keys that change where or how fast a run goes, not what it learns
-UNKEYED = frozenset({"device", "threads", "cpus_per_worker", "ray_address", "storage_path",
-                     "max_failures", "keep_checkpoints", "keep_runs"})
 _digests: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> sha256: read once
 
 

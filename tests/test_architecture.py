@@ -38,7 +38,7 @@ ALLOWED: dict[str, set[str]] = {
     # config: the guard alone (python -m) reads the params; reads: what counts as blank
     "serve": {"errors", "config", "reads"},
     "version_rules": {"config", "scoring"},  # scoring: metrics.headline (pure)
-    "pipeline": {"layout", "variants"},  # the stage table; dvc.yaml made from it
+    "pipeline": {"config", "layout", "variants"},  # the stage table; dvc.yaml made from it
     "stages": BASE | {"data", "models", "scoring", "inference", "trained", "render",
                        "train", "cluster", "serve", "version_rules"},
     "cli": BASE | {"stages", "serve"},

@@ -27,6 +27,12 @@ class Buckets(Section):
         return v
 
 
+# train.* keys that say where or how fast a run goes, not what it learns: no training key
+# holds them (rcpipe/fingerprints.py) and dvc.yaml's train stage lists every other one
+UNKEYED = frozenset({"device", "threads", "cpus_per_worker", "ray_address", "storage_path",
+                     "max_failures", "keep_checkpoints", "keep_runs"})
+
+
 class TrainConfig(Section):
     num_workers: int = Field(1, ge=1, description="Ray Train workers (one per GPU on a cluster)")
     epochs: int = Field(1, ge=1)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rcpipe import layout
+from rcpipe.config.train import UNKEYED, TrainConfig
 from rcpipe.variants import REGISTRY
 
 VARIANT = "${item}"  # a per-variant stage's variant, as dvc.yaml's foreach names it
@@ -24,6 +25,8 @@ MODELS = (*VARIANTS, layout.ENSEMBLE)  # every model the report compares
 DEV = ("data.dev_file", "data.cache_dir")
 WINDOW = ("data.window.length", "data.window.stride")  # a longer context read as windows
 DECODE = ("eval.max_answer_len", "eval.na_threshold", "eval.length_prior")
+# every train.* key a training run's key holds (config/train.py's UNKEYED: the others)
+TRAIN = tuple(f"train.{k}" for k in TrainConfig.model_fields if k not in UNKEYED)
 
 
 @dataclass(frozen=True)
@@ -77,10 +80,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("train", "rcpipe/stages/train.py",
           "one Ray Train job per variant (rcpipe/cluster/train_job.py); the run lives under "
           "models/<variant>/runs/ (or train.storage_path), the chosen model is the output",
-          ("train.num_workers", "train.epochs", "train.batch_size", "train.seed",
-           "train.eval_every", "train.max_steps", "train.max_minutes", "train.tf32",
-           "train.compile", "train.compile_backend", "train.buckets", *DECODE,
-           "data.word_dim", *WINDOW, "data.out_dir", *DEV),
+          (*TRAIN, *DECODE, "data.word_dim", *WINDOW, "data.out_dir", *DEV),
           deps=lambda v: [PREPARED, CACHE],
           outs=lambda v: _p(layout.model_file(v), layout.summary_file(v),
                             layout.model_dir(v) / layout.CURVE, layout.live_dir(v)),

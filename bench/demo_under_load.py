@@ -2,7 +2,8 @@
 processes beside it, a fresh directory; timed, with every variant's steps and scores.
 
     .venv/bin/python bench/demo_under_load.py [--burners 2] [--set key=value ...]
-    .venv/bin/python bench/demo_under_load.py --burners 0 --seeds 42 43 44   # docs/results/demo.md
+    .venv/bin/python bench/demo_under_load.py --burners 0 --seeds 42 43 44 \
+        --plot docs/results/demo-seeds.png                                   # docs/results/demo.md
 
 ``--burners N`` starts N CPU-bound processes first (each stops by itself after
 ``--burn-minutes``, and all are killed when the demo ends); ``--burners 0`` is the idle run.
@@ -116,6 +117,8 @@ def main() -> None:
     ap.add_argument("--set", dest="sets", action="append", default=[])
     ap.add_argument("--seeds", nargs="*", type=int, default=[],
                     help="one demo per train.seed, one after another; a mean [min, max] table")
+    ap.add_argument("--plot", type=Path, help="with --seeds: also draw each model's dev F1 "
+                    "over the seeds into this PNG (bench/charts.py; docs/results/demo.md)")
     args = ap.parse_args()
     if not args.seeds:
         result = one_demo(args, args.sets)
@@ -136,6 +139,11 @@ def main() -> None:
     out_file.parent.mkdir(parents=True, exist_ok=True)
     out_file.write_text(json.dumps(result, indent=1) + "\n")
     print(f"-> {out_file}")
+    if args.plot and result.get("over_seeds"):
+        from charts import demo_seeds  # bench/charts.py, beside this script
+
+        args.plot.write_bytes(demo_seeds(result))
+        print(f"-> {args.plot}")
     sys.exit(result["exit_code"])
 
 

@@ -297,6 +297,8 @@ def main() -> None:
     ap.add_argument("--arms", default="before,serve-1,serve-2",
                     help="before (the baseline ref's service), serve-N (N replicas), "
                          "serve-N-onnx (the exported graph)")
+    ap.add_argument("--plot", type=Path, help="also draw requests/s by arm into this PNG "
+                    "(bench/charts.py; docs/results/serving.md shows it)")
     ap.add_argument("--compare", choices=("service", "runtime"), default="service",
                     help="runtime: --arms serve-1-onnx,serve-1 (`rcpipe export` first)")
     ap.add_argument("--slowloris", type=int, default=0, metavar="N",
@@ -349,6 +351,11 @@ def main() -> None:
     out = OUT / ("serve.json" if args.compare == "service" else "serve-runtime.json")
     out.write_text(json.dumps(report, indent=1) + "\n")
     print(f"-> {out}")
+    if args.plot:
+        from charts import serve_throughput  # bench/charts.py, beside this script
+
+        args.plot.write_bytes(serve_throughput(report))
+        print(f"-> {args.plot}")
 
 
 if __name__ == "__main__":

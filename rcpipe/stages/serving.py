@@ -144,12 +144,14 @@ CHAMPION = "champion"  # the name the champion app serves under, whichever night
 
 class Champion:
     """In a Reader replica: the model ``<remote>/rcpipe/champion.json`` names (its
-    "package"), and ``update``, which the Reader calls every serve.champion_poll_s: a new
-    champion's package is downloaded, checked (config.json's sha256 against champion.json's
-    "package_sha256", every other file against config.json's, trained/package_dir.py) and
-    loaded while the old one answers, then swapped in between two batches. A package that
-    fails is refused once, said, and the current champion goes on answering; a night the
-    gate rejected never touches champion.json, so it changes nothing here."""
+    "package"; an ensemble champion: its voters' "packages", whose answers this replica
+    votes on as `rcpipe ensemble` does), and ``update``, which the Reader calls every
+    serve.champion_poll_s: a new champion's packages are downloaded, checked (config.json's
+    sha256 against champion.json's "package_sha256" or "packages_sha256", every other file
+    against config.json's, trained/package_dir.py) and loaded while the old one answers,
+    then swapped in between two batches. A package that fails is refused once, said, and
+    the current champion goes on answering; a night the gate rejected never touches
+    champion.json, so it changes nothing here."""
 
     def __init__(self, cfg: Config, workspace: str, remote: str | None, threads: int,
                  replica: bool = True) -> None:
@@ -171,23 +173,39 @@ class Champion:
         pointer = self.where.read_json("champion.json")
         if pointer is None:
             return False
-        url, night = pointer.get("package"), str(pointer.get("score", {}).get("run"))
-        if url == self.url or url in self.refused:
-            return False
-        if not url:  # an ensemble: its voters' packages, which one Reader does not hold
-            log.warning(f"champion of {night} is an ensemble: not served here; the "
-                        f"champion app keeps {self._night()}")
-            self.refused.add(url)
+        night = str(pointer.get("score", {}).get("run"))
+        url, voters = pointer.get("package"), dict(pointer.get("packages") or {})
+        # an ensemble has no package of its own: its voters' packages are what answers
+        key = url or " ".join(f"{v}={u}" for v, u in sorted(voters.items()))
+        if key == self.url or key in self.refused:
             return False
         try:
-            answer, no_answer = self._load(url, pointer.get("package_sha256"))
+            if url:
+                answer, no_answer = self._load(url, pointer.get("package_sha256"))
+            elif voters:
+                answer, no_answer = self._vote(voters, pointer.get("packages_sha256") or {})
+            else:
+                raise InputError(self.where.url + "/rcpipe/champion.json", "package",
+                                 "names no package")
         except InputError as e:
             log.error(f"champion of {night} refused: {e}; {self._night()} keeps answering")
-            self.refused.add(url)
+            self.refused.add(key)
             return False
-        self._current, self.url, self.no_answer = (answer, night), url, no_answer
-        log.info(f"champion of {night} answering ({url})")
+        self._current, self.url, self.no_answer = (answer, night), key, no_answer
+        log.info(f"champion of {night} answering ({key})")
         return True
+
+    def _vote(self, voters: dict[str, str], sha256s: dict[str, str]) -> tuple[Any, bool]:
+        """An ensemble champion: each voter's package loaded (``_load``), a pair's answer
+        their majority vote (``vote``); a context one voter refuses, all do (one limit)."""
+        loaded = [self._load(u, sha256s.get(v)) for v, u in sorted(voters.items())]
+
+        def answer(pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
+            each = [voter(pairs) for voter, _ in loaded]  # (voters, pairs)
+            return [next((a for a in found if "refused" in a), None) or vote(list(found))
+                    for found in zip(*each, strict=True)]
+
+        return answer, any(no_answer for _, no_answer in loaded)
 
     def _night(self) -> str:
         return self._current[1] if self._current else "nothing"

@@ -253,8 +253,11 @@ def pointer(record: dict[str, Any], score: dict[str, Any], members: list[str],
             # sha256, which pins every other file's (the champion app checks both)
             "package": record["packages"].get(model),
             "package_sha256": sha256((local / CONFIG).read_bytes()) if local else None,
-            # what answers for it: the package, or the ensemble's voters
+            # what answers for it: the package, or the ensemble's voters (each pinned by
+            # its config.json's sha256, as the package is)
             "packages": {v: record["packages"][v] for v in members},
+            "packages_sha256": {v: sha256((packages[v] / CONFIG).read_bytes())
+                                for v in members if v in packages},
             "answers": answers_url, "gate": decided,
             "git_tags": tags,  # GTO's version and assignment (stages/champions.py)
             "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

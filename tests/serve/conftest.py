@@ -105,23 +105,27 @@ def champion_workspace(root: Path) -> Remote:
 
 
 def crown_night(where: Remote, run: str, package: Path, crowned: bool,
-                broken: bool = False) -> None:
+                broken: bool = False, also: tuple[Path, ...] = ()) -> None:
     """A night's package on the remote (its weights tampered with when ``broken``); when
-    ``crowned``, champion.json names it as the gate's promotion writes it."""
-    variant = json.loads((package / "config.json").read_text())["variant"]
-    local = package.parent.parent / run / variant
-    shutil.copytree(package, local)
-    if broken:
-        weights = local / "model.safetensors"
-        data = bytearray(weights.read_bytes())
-        data[-1] ^= 0xFF
-        weights.write_bytes(bytes(data))
-    for file in sorted(local.iterdir()):
-        where.write(file.read_bytes(), "versions", run, "packages", variant, file.name)
-    url = where._where("versions", run, "packages", variant)[1]
+    ``crowned``, champion.json names it as the gate's promotion writes it. ``also``: more
+    of the night's packages, and then the night's champion is their ensemble with it."""
+    locals_, urls = {}, {}
+    for one in (package, *also):
+        variant = json.loads((one / "config.json").read_text())["variant"]
+        local = locals_[variant] = one.parent.parent / run / variant
+        shutil.copytree(one, local)
+        if broken:
+            weights = local / "model.safetensors"
+            data = bytearray(weights.read_bytes())
+            data[-1] ^= 0xFF
+            weights.write_bytes(bytes(data))
+        for file in sorted(local.iterdir()):
+            where.write(file.read_bytes(), "versions", run, "packages", variant, file.name)
+        urls[variant] = where._where("versions", run, "packages", variant)[1]
     record = {"run": run, "dvc_lock": f"{run}/dvc.lock", "git_commit": None,
-              "packages": {variant: url}}
+              "packages": urls}
+    model = "ensemble" if also else next(iter(urls))
     if crowned:
-        champion = pointer(record, {"model": variant, "run": run}, [variant],
-                           {variant: local}, None, {"promoted": True}, [])
+        champion = pointer(record, {"model": model, "run": run}, list(urls), locals_, None,
+                           {"promoted": True}, [])
         where.write(json.dumps(champion).encode(), "champion.json")

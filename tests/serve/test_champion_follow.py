@@ -5,10 +5,12 @@ nights go by, each night's packages pushed beside its record and champion.json w
 `rcpipe version --promote` writes it (stages/version.py's ``pointer``):
 
   A crowned before the deploy -> B crowned -> C rejected (champion.json untouched) ->
-  D crowned with a broken package (its weights' sha256 is not config.json's) -> E crowned.
+  D crowned with a broken package (its weights' sha256 is not config.json's) -> E crowned
+  -> F crowned as an ensemble (its voters' packages, no package of its own).
 
 Every request is answered 200; answers come from B within BOUND_S of its promotion, never
-from C or D, and from E after D was refused (the watcher went past it)."""
+from C or D, from E after D was refused (the watcher went past it), and from F's voters'
+majority vote, as the ensemble answers in-process (``Champion`` without Ray)."""
 
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ import yaml
 from rcpipe import stages
 from rcpipe.config import effective_yaml
 from rcpipe.serve import deployments
-from rcpipe.stages.serving import CHAMPION, champion_app
+from rcpipe.stages.predict import load_reader
+from rcpipe.stages.serving import CHAMPION, Champion, champion_app, vote
 from tests.conftest import Trained
 from tests.serve.conftest import champion_workspace, crown_night, light
 
@@ -103,14 +106,30 @@ def test_the_champion_app_follows_promotions_under_load(
         promoted = time.monotonic()
         crown_night(where, "nE", made["bidaf"], crowned=True)
         reached_e = load.until("nE") - promoted
+        before_f = len(load.seen)
+        crown_night(where, "nF", made["bidaf"], crowned=True, also=(made["qanet"],))
+        load.until("nF")
+        asked = ("Ada wrote it in 1843.", "When did Ada write it?")
+        served = httpx.post(f"{url}/answer", timeout=60, json=dict(
+            zip(("context", "question"), asked, strict=True))).json()
     finally:
         load.close()
         deployments.serve.delete("champion")
     counts = load.nights()
     assert {s for _, s, _ in load.seen} == {200}, counts
-    assert {n for _, _, n in load.seen} == {"nA", "nB", "nE"}, counts
+    assert {n for _, _, n in load.seen} == {"nA", "nB", "nE", "nF"}, counts
     # between B's promotion and E's, B alone answered after its first answer
     assert {n for _, _, n in load.seen[:before_e] if n != "nA"} == {"nB"}
+    assert {n for _, _, n in load.seen[before_f:] if n != "nE"} == {"nF"}
     assert reached_b < BOUND_S and reached_e < BOUND_S
+    # the ensemble champion answers as its voters' majority vote
+    here = Champion(trained.cfg, str(tmp_path / "work"), None, 1, replica=False)
+    answers = []
+    for package in made.values():
+        reader = load_reader(here.cfg, [str(package)], "torch", 1)
+        (one,) = reader.answer_pairs([asked], str(package), token_probs=True)
+        answers.append(one)
+    assert here([asked])[0]["text"] == vote(answers)["text"] == served["answer"], \
+        (answers, served)
     print(f"\n{len(load.seen)} requests, all 200 {counts}; a promotion answered after "
           f"{reached_b:.1f} s (B) and {reached_e:.1f} s (E), polling every {POLL_S:g} s")

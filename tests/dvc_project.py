@@ -36,7 +36,7 @@ def tiny_params(dev_sha256: str) -> dict[str, Any]:
                  "workers": 1, "sha256": {"data/synth/dev.json": dev_sha256}},
         "train": {"num_workers": 1, "epochs": 1, "batch_size": 8, "seed": 42, "device": "cpu",
                   "threads": 1, "eval_every": 0, "max_steps": 2, "max_minutes": 0,
-                  "tf32": True, "compile": False,
+                  "patience": 0, "tf32": True, "compile": False,
                   "compile_backend": "inductor", "buckets": None},
         "eval": {"max_answer_len": 15, "na_threshold": None, "length_prior": False},
         "models": {v: dict(TINY_MODEL) for v in VARIANTS},  # copies: no YAML aliases

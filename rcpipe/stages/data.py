@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -58,15 +57,15 @@ def prepared_changes(cfg: Config) -> str | None:
     """What differs between data.out_dir's prepared data and what preparing cfg's would make
     (its key, `fingerprints.preparing`, kept in meta.json), in one phrase; None: it is
     current."""
-    out = Prepared(cfg.data.out_dir)
-    key = preparing(cfg)
+    out = Prepared.of(cfg)
     try:
-        kept = json.loads(out.meta_file.read_text()).get("fingerprint")
-    except (OSError, ValueError):
+        meta = out.meta()  # within cfg.limits, as every reader of it
+    except (OSError, InputError):  # none, or not JSON: prepared anew
         return "nothing prepared"
+    kept = meta.get("fingerprint") if isinstance(meta, dict) else None
     if not isinstance(kept, dict) or not out.report.is_file():
         return "nothing prepared with a key"
-    return key.changes(Fingerprint.from_dict(kept))
+    return preparing(cfg).changes(Fingerprint.from_dict(kept))
 
 
 def prepare(cfg: Config, wait: bool = False) -> dict[str, Any]:

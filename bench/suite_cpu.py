@@ -8,19 +8,25 @@ threads) and its command line (a Ray worker's read again until Ray has retitled 
 ``ray::TrainController``, so Ray's actors are told apart; its kind is the command it was
 launched with). Processes that live less than
 one interval are missed (their CPU is small). A pytest plugin (``-p bench.suite_cpu``)
-records when each test started and finished on which worker.
+records when each test started and finished on which worker; a process is charged to the
+test file that was running on the pytest worker named in its environment
+(``PYTEST_XDIST_WORKER``, which a Ray node's daemons and the workers they launch inherit
+from the process that started the node) when the process started: so each file's Ray
+clusters (GCS servers), Ray Train jobs (RayTrainWorker actors) and CPU are counted.
 
     .venv/bin/python bench/suite_cpu.py                 # the whole suite
     .venv/bin/python bench/suite_cpu.py tests/stages    # a part of it, any pytest arguments
 
 Prints the suite's wall time, the CPU by kind of process (with the count and the CPU per
-process), Ray's actors by class, and the files that held a worker longest; writes
+process), Ray's actors by class, the files that held a worker longest and the files whose
+processes took most CPU (with their Ray clusters and Ray Train jobs); writes
 bench/out/suite_cpu.json. Linux only (/proc).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -84,7 +90,8 @@ def ray_actor(command: str) -> str | None:
 
 
 def read_cpu(tick: float) -> dict[str, tuple[int, float]]:
-    """Every process now: ``pid:start`` -> (pid, CPU seconds so far)."""
+    """Every process now: ``pid:start`` -> (pid, CPU seconds so far); ``start`` is in clock
+    ticks after boot (started_at turns it into a time)."""
     now: dict[str, tuple[int, float]] = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -96,6 +103,27 @@ def read_cpu(tick: float) -> dict[str, tuple[int, float]]:
         fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state is field 3
         now[f"{pid}:{fields[19]}"] = (int(pid), (int(fields[11]) + int(fields[12])) / tick)
     return now
+
+
+@functools.cache
+def boot_time() -> float:
+    return next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                if line.startswith("btime "))
+
+
+def started_at(key: str, tick: float) -> float:
+    """The wall time a process started, from read_cpu's ``pid:start`` key."""
+    return boot_time() + int(key.split(":")[1]) / tick
+
+
+def worker_of(pid: int) -> str:
+    """The pytest worker named in a process's environment ('' when none or unreadable)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return ""
+    mark = b"PYTEST_XDIST_WORKER="
+    return next((e[len(mark):].decode() for e in environ if e.startswith(mark)), "")
 
 
 def command_of(pid: int) -> str:
@@ -115,6 +143,8 @@ class Seen:
     cpu: float
     launch: str
     title: str
+    worker: str = ""  # the pytest worker in its environment (worker_of)
+    started: float = 0.0  # its start, wall time (started_at)
 
     def named(self) -> bool:
         """Whether its title is final: Ray retitles the processes it launches, a worker
@@ -142,7 +172,8 @@ class Sampler(threading.Thread):
                 entry = self.seen.get(key)
                 if entry is None:
                     command = command_of(pid)
-                    self.seen[key] = Seen(cpu, command, command)
+                    self.seen[key] = Seen(cpu, command, command, worker_of(pid),
+                                          started_at(key, tick))
                     continue
                 entry.cpu = cpu
                 if not entry.named():
@@ -185,6 +216,35 @@ def file_walls(timeline: Path) -> list[dict[str, Any]]:
         span[0], span[1] = min(span[0], event["t"]), max(span[1], event["t"])
     return sorted(({"file": f, "worker": w, "wall_s": round(b - a, 1)}
                    for (w, f), (a, b) in spans.items()), key=lambda r: -r["wall_s"])
+
+
+def file_processes(seen: dict[str, Seen], timeline: Path) -> list[dict[str, Any]]:
+    """Per test file, what its processes cost: each process with a pytest worker in its
+    environment is charged to the test that had last started on that worker when the
+    process started (the file's fixtures included); its CPU, its Ray clusters (GCS
+    servers) and its Ray Train jobs (RayTrainWorker actors, one per job of one worker)."""
+    starts: dict[str, list[tuple[float, str]]] = {}
+    for line in timeline.read_text().splitlines():
+        event = json.loads(line)
+        if event["event"] == "start" and event["worker"] != "main":
+            starts.setdefault(event["worker"], []).append((event["t"], event["test"]))
+    for events in starts.values():
+        events.sort()
+    rows: dict[str, dict[str, Any]] = {}
+    for process in seen.values():
+        before = [test for t, test in starts.get(process.worker, ()) if t <= process.started]
+        if not before or not process.launch:
+            continue
+        row = rows.setdefault(before[-1].split("::")[0], {
+            "file": before[-1].split("::")[0], "cpu_s": 0.0, "processes": 0,
+            "ray_clusters": 0, "ray_train_jobs": 0})
+        row["cpu_s"] += process.cpu
+        row["processes"] += 1
+        row["ray_clusters"] += kind_of(process.launch) == "ray gcs"
+        row["ray_train_jobs"] += ray_actor(process.title) == "RayTrainWorker"
+    for row in rows.values():
+        row["cpu_s"] = round(row["cpu_s"], 1)
+    return sorted(rows.values(), key=lambda r: -r["cpu_s"])
 
 
 # --------------------------------------------------------------- the pytest plugin (-p)
@@ -236,7 +296,9 @@ def main() -> None:
     result = {"command": " ".join(command[1:]), "returncode": ran.returncode,
               "wall_s": round(wall, 1), "cores": os.cpu_count(),
               **summarize(sampler.seen),
-              "files": file_walls(timeline) if timeline.exists() else []}
+              "files": file_walls(timeline) if timeline.exists() else [],
+              "file_processes": file_processes(sampler.seen, timeline)
+              if timeline.exists() else []}
     result["busy_share"] = round(result["total_cpu_s"] / (wall * (os.cpu_count() or 1)), 2)
     (OUT / "suite_cpu.json").write_text(json.dumps(result, indent=1) + "\n")
 
@@ -254,6 +316,13 @@ def main() -> None:
     print(f"\n{'test file (longest on a worker)':60} {'worker':>6} {'wall s':>7}")
     for row in result["files"][:15]:
         print(f"{row['file']:60} {row['worker']:>6} {row['wall_s']:7.1f}")
+    jobs = sum(r["ray_train_jobs"] for r in result["file_processes"])
+    clusters = sum(r["ray_clusters"] for r in result["file_processes"])
+    print(f"\n{'test file (its processes)':52} {'CPU s':>7} {'procs':>6} {'Ray':>4} "
+          f"{'Train jobs':>10}   (in all: {clusters} Ray clusters, {jobs} Ray Train jobs)")
+    for row in result["file_processes"][:25]:
+        print(f"{row['file']:52} {row['cpu_s']:7.1f} {row['processes']:6d} "
+              f"{row['ray_clusters']:4d} {row['ray_train_jobs']:10d}")
     print(f"\nwritten: {OUT / 'suite_cpu.json'}")
     sys.exit(ran.returncode)
 

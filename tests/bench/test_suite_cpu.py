@@ -9,7 +9,18 @@ import sys
 import time
 from pathlib import Path
 
-from bench.suite_cpu import Seen, command_of, file_walls, kind_of, ray_actor, read_cpu, summarize
+from bench.suite_cpu import (
+    Seen,
+    command_of,
+    file_processes,
+    file_walls,
+    kind_of,
+    ray_actor,
+    read_cpu,
+    started_at,
+    summarize,
+    worker_of,
+)
 
 
 def test_processes_are_told_apart_by_their_command_lines() -> None:
@@ -81,3 +92,41 @@ def test_a_retitled_ray_daemon_keeps_the_kind_it_was_launched_as() -> None:
     assert summarize({"1:1": agent})["kinds"] == [
         {"kind": "ray dashboard agent", "cpu_s": 2.0, "processes": 1}]
     assert Seen(1.0, "/x/ray/gcs/gcs_server --port 1", "/x/ray/gcs/gcs_server --port 1").named()
+
+
+def test_a_child_is_known_by_its_pytest_worker_and_its_start() -> None:
+    t0 = time.time()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+                             env=os.environ | {"PYTEST_XDIST_WORKER": "gw7"})
+    try:
+        time.sleep(0.3)
+        tick = os.sysconf("SC_CLK_TCK")
+        key = next(k for k in read_cpu(tick) if k.startswith(f"{child.pid}:"))
+        assert worker_of(child.pid) == "gw7"
+        assert t0 - 1.0 < started_at(key, tick) < time.time()
+    finally:
+        child.kill()
+        child.wait()
+    assert worker_of(child.pid) == ""  # gone
+
+
+def test_a_process_is_charged_to_the_file_running_on_its_worker_when_it_started(
+        tmp_path: Path) -> None:
+    events = [("gw0", "tests/a.py::t1", "start", 10.0), ("gw0", "tests/b.py::t", "start", 20.0),
+              ("gw1", "tests/c.py::t", "start", 10.0), ("main", "tests/c.py::t", "start", 10.0)]
+    timeline = tmp_path / "t.jsonl"
+    timeline.write_text("".join(json.dumps({"worker": w, "test": n, "event": e, "t": t}) + "\n"
+                                for w, n, e, t in events))
+    worker = "/x/bin/python /x/ray/_private/workers/default_worker.py"
+    seen = {"1:1": Seen(2.0, "/x/ray/gcs/gcs_server --port 1", "", "gw0", 11.0),
+            "2:1": Seen(5.0, worker, "ray::RayTrainWorker.run", "gw0", 21.0),  # a's Ray, b's job
+            "3:1": Seen(1.0, worker, "ray::TrainController.run", "gw1", 12.0),
+            "4:1": Seen(7.0, "/usr/bin/git log", "", "", 12.0),  # no worker: not charged
+            "5:1": Seen(3.0, "/usr/bin/git log", "", "gw1", 5.0)}  # before any test
+    assert file_processes(seen, timeline) == [
+        {"file": "tests/b.py", "cpu_s": 5.0, "processes": 1, "ray_clusters": 0,
+         "ray_train_jobs": 1},
+        {"file": "tests/a.py", "cpu_s": 2.0, "processes": 1, "ray_clusters": 1,
+         "ray_train_jobs": 0},
+        {"file": "tests/c.py", "cpu_s": 1.0, "processes": 1, "ray_clusters": 0,
+         "ray_train_jobs": 0}]

@@ -11,10 +11,12 @@ from flows import stack
 from tests.ray_nodes import free_port
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def prefect_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """The stack `make up` starts, with a temporary PREFECT_HOME, on a free port of
-    127.0.0.1; one per module (a server starts in ~30 s). Clients talk to it through
+    127.0.0.1; one per pytest worker, shared by the modules that deploy (a server, its
+    migration, the deployment and a worker take ~30 s and ~35 CPU s on 2 cores), as one
+    team's server holds night after night of runs. Clients talk to it through
     ``stack.server_env(<a home of their own>, running["api_url"])``."""
     home = tmp_path_factory.mktemp("prefect") / "server"
     with pytest.MonkeyPatch.context() as mp:

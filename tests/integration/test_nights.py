@@ -1,12 +1,14 @@
 """Scheduled retraining tested as nights: `prefect deployment run train-all/local` with
-version=True, on a real Prefect server and worker, the flow's local Ray and the S3 endpoint
-on loopback (the DVC remote), night after night in one DVC workspace:
+version=True, on a real Prefect server and worker, a Ray cluster the flow joins
+(``ray_address``: the pytest worker's local Ray, as a nightly joins its team's cluster) and
+the S3 endpoint on loopback (the DVC remote), night after night in one DVC workspace:
 
 1. trains both voters, versions, crowns the first champion;
 2. nothing changed: trains nothing, evaluates nothing, in a fraction of night 1's time;
    the champion stays;
 3. new training data (more articles) and longer runs, cancelled mid-training: the flow
-   run ends by itself (its Ray Train runs aborted), well before Prefect's SIGKILL;
+   run ends by itself (its Ray Train runs aborted), well before Prefect's SIGKILL, and
+   leaves nothing running on the cluster it joined;
 4. the same data again: the cancelled night's checkpoints resume, the rest trains anew on
    the new data, everything is evaluated again and the gate decides;
 5. one variant's params changed: only it trains.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import subprocess
 import time
@@ -51,8 +54,8 @@ VOTERS = ["bidaf", "qanet"]
 PREFIX = "nights"
 # checkpoints every 4 steps of 24, so a cancelled night leaves some behind (the 24 steps
 # are ~3 s of a ~20 s run: the rest is Ray Train's start-up, which fewer steps do not cut).
-# One CPU a worker: the flow's local Ray (a CPU per core, 2 here) trains both voters at once
-# (rcpipe.cluster.train_job.jobs_that_fit) instead of one after the other, ~15 s less a
+# One CPU a worker: the joined Ray (tests/conftest.py's local_ray, 2 CPUs) trains both voters
+# at once (rcpipe.cluster.train_job.jobs_that_fit) instead of one after the other, ~15 s less a
 # night that trains both; where and how fast to train is no key dvc.yaml tracks (nor a
 # run's fingerprint), so no night's decision depends on it
 TRAIN = {"max_steps": 24, "eval_every": 4, "batch_size": 4, "epochs": 50,
@@ -63,11 +66,12 @@ LONGER = 48  # the max_steps of nights 3 to 5 (see night 3)
 def _deployment_run(env: dict[str, str], work: Path, s3_env: dict[str, str],
                     watch: bool = True, *more: str) -> subprocess.CompletedProcess[str] | str:
     """One night: the finished command (``watch``), else the started flow run's id;
-    ``more``: further --param arguments."""
+    ``more``: further --param arguments. The flow joins the Ray at env's RAY_ADDRESS."""
     cmd = [stack._prefect(), "deployment", "run", "train-all/local",
            "--param", f"params={work / 'params.yaml'}", "--param", f"workdir={work}",
            "--param", f"variants={json.dumps(VOTERS)}", "--param", "version=true",
-           "--param", "synth_data=false", *more,
+           "--param", "synth_data=false", "--param", f"ray_address={env['RAY_ADDRESS']}",
+           *more,
            "--job-variable", f"env={json.dumps(s3_env)}"]
     if not watch:
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
@@ -143,7 +147,8 @@ def _mtime(path: Path) -> int:
 
 
 def test_four_nights_and_a_cancelled_one_train_only_what_changed(
-        prefect_stack: dict, tmp_path: Path, synth_v1: SynthData, s3: Any) -> None:
+        prefect_stack: dict, tmp_path: Path, synth_v1: SynthData, s3: Any,
+        join_local_ray: str) -> None:
     assert _default_variants(str(prefect_stack["api_url"])) == list(VARIANTS)
     work = make_project(tmp_path / "work", synth_v1, prefix=PREFIX)
     params = yaml.safe_load((work / "params.yaml").read_text())
@@ -155,7 +160,12 @@ def test_four_nights_and_a_cancelled_one_train_only_what_changed(
     sh(work, "git", "remote", "add", "origin", str(origin))
     sh(work, "git", "push", "-q", "origin", "HEAD")
     env = stack.server_env(tmp_path / "client", str(prefect_stack["api_url"]))
-    s3_env = {**AWS_WORKER_ENV, "AWS_ENDPOINT_URL": s3.meta.endpoint_url}
+    assert env["RAY_ADDRESS"] == join_local_ray  # the flows join it (_deployment_run)
+    s3_env = {**AWS_WORKER_ENV, "AWS_ENDPOINT_URL": s3.meta.endpoint_url,
+              # the joined Ray asks for its token (Ray turned token auth on in this process
+              # as it started local_ray; the flow run's process, a child of the Prefect
+              # worker started before it, is told so as a nightly's environment would be)
+              **{k: os.environ[k] for k in ("RAY_AUTH_MODE",) if k in os.environ}}
 
     # night 1: trains, versions, promotes
     first_s, _ = _night(env, work, s3_env)
@@ -218,6 +228,7 @@ def test_four_nights_and_a_cancelled_one_train_only_what_changed(
     print(f"night 3 cancelled: the flow run ended {cancelled_s:.1f} s after the "
           f"cancellation; runs interrupted at the recorded steps {recorded} of {LONGER}")
     assert cancelled_s < 30  # the flow's process group ended by itself: no runner's SIGKILL
+    _nothing_left_on(join_local_ray)
 
     # night 4: the cancelled night's runs resume; every variant ends on the new data
     _night(env, work, s3_env)
@@ -245,6 +256,19 @@ def test_four_nights_and_a_cancelled_one_train_only_what_changed(
     decisions = _decisions(s3)
     assert len(decisions) == 4
     _nights_a_person_can_compare(work, origin, decisions)
+
+
+def _nothing_left_on(address: str, timeout: float = 60) -> None:
+    """The cancelled night left nothing holding the joined cluster: every CPU free again
+    (its runs' workers, controllers and placement groups gone), so the next night, or the
+    next test on this Ray, finds it whole."""
+    import ray
+
+    assert ray.get_runtime_context().gcs_address == address
+    deadline = time.monotonic() + timeout
+    while ray.available_resources().get("CPU", 0) < ray.cluster_resources()["CPU"]:
+        assert time.monotonic() < deadline, f"still held: {ray.available_resources()}"
+        time.sleep(0.5)
 
 
 def _first_champion(work: Path, s3: Any, crowned: dict[str, Any], api_url: str) -> None:

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,22 @@ def serve_on_ray(front: Front) -> str:
     """The URL of Serve's proxy itself: the app's own limits are tested without the guard's
     (which refuses a chunked body with 411 before the app's streaming limit sees it)."""
     return front.proxy
+
+
+@contextmanager
+def deployed(app: Any, name: str) -> Iterator[None]:
+    """``app`` deployed on the session's Serve under ``name`` at /<name> for the block, then
+    deleted: an app left deployed idles for the rest of the session (its replicas, and a
+    champion app's registry poll, ~1% of a core each on the 2-core CI machine)."""
+    from ray import serve
+
+    from rcpipe.serve import deployments
+
+    deployments.run(app, name=name, route_prefix=f"/{name}")
+    try:
+        yield
+    finally:
+        serve.delete(name)
 
 
 @pytest.fixture(scope="module")

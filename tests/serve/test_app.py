@@ -160,9 +160,8 @@ def test_a_context_over_the_token_cap_is_413_and_the_next_is_answered(service: S
     refuses it whole (never cut) and the Ingress says so with 413 and JSON."""
     from dataclasses import replace
 
-    from rcpipe.serve import deployments
     from rcpipe.stages.serving import application
-    from tests.serve.conftest import light
+    from tests.serve.conftest import deployed, light
 
     cfg = service.trained.cfg
     capped = cfg.model_copy(update={"data": cfg.data.model_copy(update={
@@ -171,11 +170,12 @@ def test_a_context_over_the_token_cap_is_413_and_the_next_is_answered(service: S
         mp.chdir(service.trained.root)
         app, _ = application(light(capped), ["bidaf"], replace(LIMITS, max_context_chars=10_000),
                              threads=1)
-    deployments.run(app, name="capped", route_prefix="/capped")
-    long = " ".join(["word"] * 120)  # 120 tokens, 599 characters
-    r = httpx.post(f"{service.url}/capped/answer", json={"context": long, "question": "q?"},
-                   timeout=PATIENT_S)
-    assert r.status_code == 413 and "data.window.max_tokens" in r.json()["detail"], r.text
-    ok = httpx.post(f"{service.url}/capped/answer", timeout=PATIENT_S, json={
-        "context": "Ada wrote it in 1843.", "question": "When did Ada write it?"})
+    with deployed(app, "capped"):
+        long = " ".join(["word"] * 120)  # 120 tokens, 599 characters
+        r = httpx.post(f"{service.url}/capped/answer", json={"context": long,
+                                                              "question": "q?"},
+                       timeout=PATIENT_S)
+        assert r.status_code == 413 and "data.window.max_tokens" in r.json()["detail"], r.text
+        ok = httpx.post(f"{service.url}/capped/answer", timeout=PATIENT_S, json={
+            "context": "Ada wrote it in 1843.", "question": "When did Ada write it?"})
     assert ok.status_code == 200 and ok.json()["windows"] == 1

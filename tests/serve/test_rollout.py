@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -18,7 +19,7 @@ from rcpipe import stages
 from rcpipe.serve import deployments
 from rcpipe.stages.serving import application
 from tests.conftest import Trained
-from tests.serve.conftest import LIMITS, light
+from tests.serve.conftest import LIMITS, deployed, light
 
 pytestmark = [pytest.mark.integration, pytest.mark.trains]
 
@@ -30,7 +31,18 @@ def test_replacing_the_model_drops_no_request(trained: Trained, serve_on_ray: st
         mp.chdir(trained.root)
         old, new = (str(stages.package(trained.cfg, v, tmp_path / v)) for v in ("bidaf", "qanet"))
         apps = [application(light(trained.cfg), [p], LIMITS)[0] for p in (old, new)]
-    deployments.run(apps[0], name="rollout", route_prefix="/rollout")
+    with deployed(apps[0], "rollout"):
+        answered, during = _roll_out(url, apps[1], new)
+    assert {status for status, _ in answered} == {200}, answered
+    assert {model for _, model in answered} == {old, new}, answered
+    assert during > 0, "nothing was answered while the new replicas started"
+    print(dict(answered), f"{during} answered during the rollout")
+
+
+def _roll_out(url: str, app: Any, new: str) -> tuple[Counter[tuple[int, str]], int]:
+    """Four clients asking ``url`` again and again while ``app`` (serving the package
+    ``new``) replaces the deployed one: what they were answered (status, model), and how
+    many answers came while the new replicas started."""
     answered: Counter[tuple[int, str]] = Counter()
     stop = threading.Event()
 
@@ -47,17 +59,14 @@ def test_replacing_the_model_drops_no_request(trained: Trained, serve_on_ray: st
     try:
         _until(lambda: sum(answered.values()) >= 4)  # the old model answering
         before = sum(answered.values())
-        deployments.run(apps[1], name="rollout", route_prefix="/rollout")  # the new champion
+        deployments.run(app, name="rollout", route_prefix="/rollout")  # the new champion
         during = sum(answered.values()) - before
         _until(lambda: any(model == new for _, model in answered))
     finally:
         stop.set()
         for c in clients:
             c.join(timeout=120)
-    assert {status for status, _ in answered} == {200}, answered
-    assert {model for _, model in answered} == {old, new}, answered
-    assert during > 0, "nothing was answered while the new replicas started"
-    print(dict(answered), f"{during} answered during the rollout")
+    return answered, during
 
 
 def test_the_onnx_runtime_answers_inside_the_reader_as_the_eager_one(
@@ -74,8 +83,8 @@ def test_the_onnx_runtime_answers_inside_the_reader_as_the_eager_one(
            "question": "When did Ada write the first program?"}
     got = {}
     for runtime, app in apps.items():
-        deployments.run(app, name=f"rt-{runtime}", route_prefix=f"/rt-{runtime}")
-        r = httpx.post(f"{serve_on_ray}/rt-{runtime}/answer", json=ask, timeout=60)
+        with deployed(app, f"rt-{runtime}"):
+            r = httpx.post(f"{serve_on_ray}/rt-{runtime}/answer", json=ask, timeout=60)
         assert r.status_code == 200, r.text
         got[runtime] = r.json()
     assert (got["onnx"]["answer"], got["onnx"]["start"], got["onnx"]["end"]) == \

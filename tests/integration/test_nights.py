@@ -207,6 +207,7 @@ def test_four_nights_and_a_cancelled_one_train_only_what_changed(
     train = json.loads((work / "data/synth/train.json").read_text())
     more = synth.generate(11, 4, 3, 3, version="1.1", title_prefix="t-more")
     synth.write({**train, "data": train["data"] + more["data"]}, work / "data/synth/train.json")
+    free = _free_cpus(join_local_ray)  # the joined cluster before the night
     run_id = _deployment_run(env, work, s3_env, watch=False)
     assert isinstance(run_id, str)
     deadline = time.monotonic() + 400
@@ -228,7 +229,7 @@ def test_four_nights_and_a_cancelled_one_train_only_what_changed(
     print(f"night 3 cancelled: the flow run ended {cancelled_s:.1f} s after the "
           f"cancellation; runs interrupted at the recorded steps {recorded} of {LONGER}")
     assert cancelled_s < 30  # the flow's process group ended by itself: no runner's SIGKILL
-    _nothing_left_on(join_local_ray)
+    _nothing_left_on(join_local_ray, free)
 
     # night 4: the cancelled night's runs resume; every variant ends on the new data
     _night(env, work, s3_env)
@@ -258,16 +259,21 @@ def test_four_nights_and_a_cancelled_one_train_only_what_changed(
     _nights_a_person_can_compare(work, origin, decisions)
 
 
-def _nothing_left_on(address: str, timeout: float = 60) -> None:
-    """The cancelled night left nothing holding the joined cluster: every CPU free again
-    (its runs' workers, controllers and placement groups gone), so the next night, or the
-    next test on this Ray, finds it whole."""
+def _free_cpus(address: str) -> float:
+    """The CPUs free on the joined cluster (this process's Ray, at ``address``)."""
     import ray
 
     assert ray.get_runtime_context().gcs_address == address
+    return ray.available_resources().get("CPU", 0.0)
+
+
+def _nothing_left_on(address: str, free: float, timeout: float = 60) -> None:
+    """The cancelled night left nothing holding the joined cluster: as many CPUs free as
+    before it (its runs' workers, controllers and placement groups gone), so the next
+    night, or the next test on this Ray, finds it as it was."""
     deadline = time.monotonic() + timeout
-    while ray.available_resources().get("CPU", 0) < ray.cluster_resources()["CPU"]:
-        assert time.monotonic() < deadline, f"still held: {ray.available_resources()}"
+    while (now := _free_cpus(address)) < free:
+        assert time.monotonic() < deadline, f"{now:g} CPUs free, {free:g} before the night"
         time.sleep(0.5)
 
 

@@ -67,6 +67,30 @@ def start_once_more_if_slow(start: Callable[[], Any], stop: Callable[[], Any]) -
         start()
 
 
+# What Ray's GCS answers a process that comes without the cluster's token (Ray >= 2.52 with
+# token authentication: on by default for local clusters since Ray 2.59, for all in 2.61);
+# ray.init wraps it, after ~20 s of retries, in a ConnectionError whose cause's text has it
+UNAUTHENTICATED = "InvalidAuthToken"
+
+
+def join(address: str) -> None:
+    """ray.init of the cluster at ``address``; a cluster that refuses this process for want
+    of its token is one line saying what to set, not Ray's three chained tracebacks."""
+    import ray
+
+    try:
+        ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+    except ConnectionError as e:
+        said = " ".join(str(x) for x in (e, e.__cause__, e.__context__) if x is not None)
+        if UNAUTHENTICATED not in said:
+            raise
+        raise InputError(f"Ray at {address}", "RAY_AUTH_MODE", "the cluster asks for its "
+                         "token and this process came without it: set RAY_AUTH_MODE=token "
+                         "and the cluster's token in RAY_AUTH_TOKEN (or ~/.ray/auth_token) "
+                         "where rcpipe runs (the shell, a flow run's job environment, the "
+                         "image)") from None
+
+
 def joined() -> str | None:
     """The address of the cluster this process joined (it may autoscale); None: local."""
     return _joined
@@ -85,7 +109,7 @@ def ray_cluster(address: str | None) -> Iterator[None]:
         raise RuntimeError("this process was cancelled: it starts no Ray")
     address = address or os.environ.get("RAY_ADDRESS")  # a cluster's job environment
     if address:
-        ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+        join(address)
         _joined = address
     else:
         start_local_ray()

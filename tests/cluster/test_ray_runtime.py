@@ -1,0 +1,45 @@
+"""Joining a Ray cluster (rcpipe/cluster/ray_runtime.py) that asks for a token: a process
+without it is told in one line what to set (a local Ray started the local cluster of
+tests/conftest.py with token authentication on, as Ray >= 2.59 does by default)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+JOIN = """
+from rcpipe.cluster.ray_runtime import ray_cluster
+from rcpipe.errors import InputError
+try:
+    with ray_cluster({address!r}):
+        print("joined")
+except InputError as e:
+    print(e.line())
+"""
+
+
+@pytest.mark.integration
+def test_a_cluster_that_asks_for_its_token_is_one_line_naming_what_to_set(
+        local_ray: None) -> None:
+    import ray
+
+    address = ray.get_runtime_context().gcs_address
+    assert os.environ.get("RAY_AUTH_MODE") == "token"  # what Ray set as it started it
+    without = {k: v for k, v in os.environ.items()
+               if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS")}
+    out = subprocess.run([sys.executable, "-c", JOIN.format(address=address)], env=without,
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == (
+        f"error: Ray at {address}: RAY_AUTH_MODE: the cluster asks for its token and this "
+        "process came without it: set RAY_AUTH_MODE=token and the cluster's token in "
+        "RAY_AUTH_TOKEN (or ~/.ray/auth_token) where rcpipe runs (the shell, a flow run's job "
+        "environment, the image)")
+    # with the mode set, the same process joins (the token: ~/.ray/auth_token, Ray's own)
+    joined = subprocess.run([sys.executable, "-c", JOIN.format(address=address)],
+                            env=without | {"RAY_AUTH_MODE": "token"}, capture_output=True,
+                            text=True, timeout=180)
+    assert joined.stdout.strip().splitlines()[-1] == "joined", joined.stderr[-3000:]

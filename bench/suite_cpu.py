@@ -26,6 +26,7 @@ bench/out/suite_cpu.json. Linux only (/proc).
 from __future__ import annotations
 
 import argparse
+import bisect
 import functools
 import json
 import os
@@ -232,12 +233,13 @@ def file_processes(seen: dict[str, Seen], timeline: Path) -> list[dict[str, Any]
         events.sort()
     rows: dict[str, dict[str, Any]] = {}
     for process in seen.values():
-        before = [test for t, test in starts.get(process.worker, ()) if t <= process.started]
-        if not before or not process.launch:
+        events = starts.get(process.worker, [])
+        last = bisect.bisect_right(events, process.started, key=lambda e: e[0])  # started after
+        if not last or not process.launch:
             continue
-        row = rows.setdefault(before[-1].split("::")[0], {
-            "file": before[-1].split("::")[0], "cpu_s": 0.0, "processes": 0,
-            "ray_clusters": 0, "ray_train_jobs": 0})
+        file = events[last - 1][1].split("::")[0]
+        row = rows.setdefault(file, {"file": file, "cpu_s": 0.0, "processes": 0,
+                                     "ray_clusters": 0, "ray_train_jobs": 0})
         row["cpu_s"] += process.cpu
         row["processes"] += 1
         row["ray_clusters"] += kind_of(process.launch) == "ray gcs"

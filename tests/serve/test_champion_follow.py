@@ -24,11 +24,10 @@ import yaml
 
 from rcpipe import stages
 from rcpipe.config import effective_yaml
-from rcpipe.serve import deployments
 from rcpipe.stages.predict import load_reader
 from rcpipe.stages.serving import CHAMPION, Champion, champion_app, vote
 from tests.conftest import Trained
-from tests.serve.conftest import champion_workspace, crown_night, light
+from tests.serve.conftest import champion_workspace, crown_night, deployed, light
 
 pytestmark = [pytest.mark.integration, pytest.mark.trains, pytest.mark.slow]
 POLL_S = 1.0  # serve.champion_poll_s here (10 s in params.yaml)
@@ -90,31 +89,30 @@ def test_the_champion_app_follows_promotions_under_load(
     crown_night(where, "nA", made["bidaf"], crowned=True)
     app = champion_app({"workspace": str(tmp_path / "work"),
                         "params": str(tmp_path / "params.yaml"), "threads": 1})
-    deployments.run(app, name="champion", route_prefix="/champion")
-    url = f"{serve_on_ray}/champion"
-    assert httpx.get(f"{url}/models", timeout=30).json()["models"] == [CHAMPION]
-    load = Load(url)
-    try:
-        load.until("nA")
-        promoted = time.monotonic()
-        crown_night(where, "nB", made["qanet"], crowned=True)
-        reached_b = load.until("nB") - promoted
-        crown_night(where, "nC", made["bidaf"], crowned=False)  # the gate kept B
-        crown_night(where, "nD", made["bidaf"], crowned=True, broken=True)
-        time.sleep(4 * POLL_S)  # D read (and refused) at least thrice
-        before_e = len(load.seen)
-        promoted = time.monotonic()
-        crown_night(where, "nE", made["bidaf"], crowned=True)
-        reached_e = load.until("nE") - promoted
-        before_f = len(load.seen)
-        crown_night(where, "nF", made["bidaf"], crowned=True, also=(made["qanet"],))
-        load.until("nF")
-        asked = ("Ada wrote it in 1843.", "When did Ada write it?")
-        served = httpx.post(f"{url}/answer", timeout=60, json=dict(
-            zip(("context", "question"), asked, strict=True))).json()
-    finally:
-        load.close()
-        deployments.serve.delete("champion")
+    with deployed(app, "champion"):
+        url = f"{serve_on_ray}/champion"
+        assert httpx.get(f"{url}/models", timeout=30).json()["models"] == [CHAMPION]
+        load = Load(url)
+        try:
+            load.until("nA")
+            promoted = time.monotonic()
+            crown_night(where, "nB", made["qanet"], crowned=True)
+            reached_b = load.until("nB") - promoted
+            crown_night(where, "nC", made["bidaf"], crowned=False)  # the gate kept B
+            crown_night(where, "nD", made["bidaf"], crowned=True, broken=True)
+            time.sleep(4 * POLL_S)  # D read (and refused) at least thrice
+            before_e = len(load.seen)
+            promoted = time.monotonic()
+            crown_night(where, "nE", made["bidaf"], crowned=True)
+            reached_e = load.until("nE") - promoted
+            before_f = len(load.seen)
+            crown_night(where, "nF", made["bidaf"], crowned=True, also=(made["qanet"],))
+            load.until("nF")
+            asked = ("Ada wrote it in 1843.", "When did Ada write it?")
+            served = httpx.post(f"{url}/answer", timeout=60, json=dict(
+                zip(("context", "question"), asked, strict=True))).json()
+        finally:
+            load.close()
     counts = load.nights()
     assert {s for _, s, _ in load.seen} == {200}, counts
     assert {n for _, _, n in load.seen} == {"nA", "nB", "nE", "nF"}, counts

@@ -1,7 +1,8 @@
-"""docs/reference/commands.md and params.md, made from the CLI and the config's own fields.
+"""docs/reference/commands.md and params.md, made from the CLI and the config's own fields;
+README.md's command table, made from the CLI.
 
-    .venv/bin/python -m rcpipe.docs_reference          writes both pages
-    .venv/bin/python -m rcpipe.docs_reference --check  exit 1 when either is stale
+    .venv/bin/python -m rcpipe.docs_reference          writes the pages and README's table
+    .venv/bin/python -m rcpipe.docs_reference --check  exit 1 when one is stale
 
 commands.md is the `rcpipe` typer app (rcpipe/cli.py): each command's docstring, arguments
 and options with their help; params.md is the params tree (rcpipe/config/): each key's type,
@@ -52,7 +53,8 @@ def _code(value: Any) -> str:
 # ---------------------------------------------------------------------------- commands
 
 
-def render_commands() -> str:
+def _commands() -> list[tuple[str, Any]]:
+    """The `rcpipe` app's commands, in its help's order, as (name, click command)."""
     import typer
 
     from rcpipe.cli import app
@@ -60,20 +62,37 @@ def render_commands() -> str:
     # typer's own click (vendored from typer 0.29): used through the objects it hands back
     group = typer.main.get_command(app)
     ctx = group.context_class(group, info_name="rcpipe")
+    return [(name, group.get_command(ctx, name)) for name in group.list_commands(ctx)]
+
+
+def _arguments(cmd: Any) -> list[str]:
+    return [p.name.upper() if p.required else f"[{p.name.upper()}]"
+            for p in cmd.params if p.param_type_name == "argument"]
+
+
+def _command_rows(commands: list[tuple[str, Any]], link: str) -> list[str]:
+    """One table row a command: its name and arguments, linked to its section; its help's
+    first sentence."""
+    return [f"| [`{' '.join(['rcpipe', name, *_arguments(cmd)])}`]({link}{name}) | "
+            f"{_text(cmd.get_short_help_str(200))} |\n" for name, cmd in commands]
+
+
+def render_commands() -> str:
+    import typer
+
+    from rcpipe.cli import app
+
+    group = typer.main.get_command(app)
     out = [MADE_BY.format(source="rcpipe/cli.py"), "# Commands\n\n",
            f"{_text(group.help)} `rcpipe --help` lists them; `python -m rcpipe` is the same "
            "program. Every command that reads params takes `--params FILE` (repeatable: "
            "each later file laid over the earlier ones, key by key) and `--set "
            "dotted.key=value` ([params](params.md)).\n\n",
            "| command | what it does |\n|---|---|\n"]
-    commands = [(name, group.get_command(ctx, name)) for name in group.list_commands(ctx)]
+    commands = _commands()
+    out.extend(_command_rows(commands, "#rcpipe-"))
     for name, cmd in commands:
-        short = _text(cmd.get_short_help_str(200))
-        out.append(f"| [`rcpipe {name}`](#rcpipe-{name}) | {short} |\n")
-    for name, cmd in commands:
-        usage = " ".join(["[OPTIONS]"] + [
-            p.name.upper() if p.required else f"[{p.name.upper()}]"
-            for p in cmd.params if p.param_type_name == "argument"])
+        usage = " ".join(["[OPTIONS]"] + _arguments(cmd))
         out.append(f"\n## rcpipe {name}\n\n```\nrcpipe {name} {usage}\n```\n\n")
         out.append(_prose(cmd.help) + "\n\n")
         rows = [_param_row(p) for p in cmd.params if p.name != "help"]
@@ -234,6 +253,26 @@ def _papers(variants: list[str]) -> str:
     return "".join(out)
 
 
+# ------------------------------------------------------------------ README's command table
+
+README = ROOT / "README.md"
+# README's command table lies between these two lines; the rest of README is by hand
+BEGIN = ("<!-- the command table: made by `python -m rcpipe.docs_reference` from "
+         "rcpipe/cli.py -->\n")
+END = "<!-- end of the command table -->\n"
+
+
+def render_readme(text: str, path: Path = README) -> str:
+    """README.md's text (read from ``path``) with its command table made again from the CLI."""
+    head, sep, rest = text.partition(BEGIN)
+    _, sep2, tail = rest.partition(END)
+    if not (sep and sep2):
+        raise ValueError(f"{path}: no command table between {BEGIN.strip()} and "
+                         f"{END.strip()}")
+    rows = _command_rows(_commands(), "docs/reference/commands.md#rcpipe-")
+    return "".join([head, BEGIN, "| command | what it does |\n|---|---|\n", *rows, END, tail])
+
+
 # -------------------------------------------------------------------------------- main
 
 PAGES = {"commands.md": render_commands, "params.md": render_params}
@@ -243,10 +282,16 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="exit 1 when a page is stale")
     ap.add_argument("--out", type=Path, default=REFERENCE, help="the pages' folder")
+    ap.add_argument("--readme", type=Path, default=README, help="the README to keep")
     args = ap.parse_args(argv)
     stale = []
-    for name, render in PAGES.items():
-        path, text = args.out / name, render()
+    made = {args.out / name: render for name, render in PAGES.items()}
+    made[args.readme] = lambda: render_readme(args.readme.read_text(), args.readme)
+    for path, render in made.items():
+        try:
+            text = render()
+        except ValueError as e:  # README without its table's two marker lines
+            sys.exit(f"error: {e}")
         if args.check:
             if not path.is_file() or path.read_text() != text:
                 stale.append(path)

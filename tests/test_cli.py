@@ -537,6 +537,6 @@ def test_the_readme_lists_every_command_and_no_other() -> None:
     import re
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    listed = set(re.findall(r"^\| `rcpipe (\w+)", readme, flags=re.MULTILINE))
+    listed = set(re.findall(r"^\| \[`rcpipe (\w+)", readme, flags=re.MULTILINE))
     commands = {c.name or c.callback.__name__ for c in cli.app.registered_commands}
     assert listed == commands

@@ -34,6 +34,23 @@ def test_the_stale_check_can_fail(tmp_path: Path) -> None:
     assert ended.value.code == 1
 
 
+def test_the_readmes_command_table_is_the_one_the_cli_makes(tmp_path: Path) -> None:
+    readme = docs_reference.README.read_text()
+    assert docs_reference.render_readme(readme) == readme, f"README.md's command table {STALE}"
+    # a row edited by hand is stale; a README without the table's marker lines is one line
+    for name, render in docs_reference.PAGES.items():
+        (tmp_path / name).write_text(render())
+    edited = tmp_path / "README.md"
+    edited.write_text(readme.replace("| [`rcpipe train VARIANT`]", "| [`rcpipe train V`]"))
+    with pytest.raises(SystemExit) as ended:
+        docs_reference.main(["--check", "--out", str(tmp_path), "--readme", str(edited)])
+    assert ended.value.code == 1
+    edited.write_text(readme.replace(docs_reference.END, ""))
+    with pytest.raises(SystemExit) as ended:
+        docs_reference.main(["--check", "--out", str(tmp_path), "--readme", str(edited)])
+    assert str(ended.value.code).startswith(f"error: {edited}: no command table")
+
+
 def test_every_command_and_key_is_in_the_reference() -> None:
     import typer
 

@@ -205,6 +205,14 @@ def summarize(seen: dict[str, Seen]) -> dict[str, Any]:
                            for a, v in actors.most_common()]}
 
 
+def heaviest(seen: dict[str, Seen], n: int = 40) -> list[dict[str, Any]]:
+    """The ``n`` processes that used most CPU: each one's CPU seconds, kind, pytest worker
+    and command line as titled (cut to 200 characters): what a kind's total is made of."""
+    top = sorted((p for p in seen.values() if p.launch), key=lambda p: -p.cpu)[:n]
+    return [{"cpu_s": round(p.cpu, 1), "kind": kind_of(p.launch), "worker": p.worker,
+             "command": p.title[:200]} for p in top]
+
+
 def file_walls(timeline: Path) -> list[dict[str, Any]]:
     """Each test file's wall seconds on the worker that ran it (first start to last end)."""
     events = [json.loads(line) for line in timeline.read_text().splitlines()]
@@ -297,7 +305,7 @@ def main() -> None:
 
     result = {"command": " ".join(command[1:]), "returncode": ran.returncode,
               "wall_s": round(wall, 1), "cores": os.cpu_count(),
-              **summarize(sampler.seen),
+              **summarize(sampler.seen), "heaviest": heaviest(sampler.seen),
               "files": file_walls(timeline) if timeline.exists() else [],
               "file_processes": file_processes(sampler.seen, timeline)
               if timeline.exists() else []}

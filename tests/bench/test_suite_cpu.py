@@ -14,6 +14,7 @@ from bench.suite_cpu import (
     command_of,
     file_processes,
     file_walls,
+    heaviest,
     kind_of,
     ray_actor,
     read_cpu,
@@ -69,6 +70,17 @@ def test_cpu_is_summed_by_kind_and_by_ray_actor_and_kernel_threads_left_out() ->
     assert got["ray_actors"] == [
         {"actor": "RayTrainWorker", "cpu_s": 4.5, "processes": 1},
         {"actor": "TrainController", "cpu_s": 4.0, "processes": 2}]
+
+
+def test_the_heaviest_processes_are_listed_with_their_titles() -> None:
+    worker = "/x/bin/python /x/ray/_private/workers/default_worker.py"
+    seen = {"1:1": Seen(3.0, worker, "ray::TrainController.run", "gw0"),
+            "2:1": Seen(7.0, "/x/bin/python -m dvc push", "/x/bin/python -m dvc push" + "x" * 300),
+            "3:1": Seen(1.0, "/usr/bin/git log", "/usr/bin/git log"), "4:1": Seen(9.0, "", "")}
+    got = heaviest(seen, n=2)
+    assert [(p["cpu_s"], p["kind"], p["worker"]) for p in got] == [
+        (7.0, "python other", ""), (3.0, "ray worker", "gw0")]
+    assert len(got[0]["command"]) == 200 and got[1]["command"] == "ray::TrainController.run"
 
 
 def test_a_files_wall_time_is_its_first_start_to_its_last_end_on_its_worker(

@@ -80,10 +80,19 @@ def test_every_name_found_spelled_about_has_an_owner() -> None:
     assert owners["vocab.json"] == {"data/prepared.py", "trained/package_dir.py"}
 
 
+# names that mean another file than the contract's where these modules spell them:
+# docs_reference keeps the repository's front page (its command table), not a package's card
+ELSEWHERE = {("docs_reference.py", "README.md")}
+
+
 def test_only_the_owners_spell_their_names() -> None:
     files = {str(p.relative_to(ROOT / "rcpipe")): p.read_text()
              for p in sorted((ROOT / "rcpipe").rglob("*.py"))}
-    assert violations(files, owned()) == []
+    found = violations(files, owned())
+    assert [v for v in found if not any(v.startswith(f"rcpipe/{rel}:") and
+                                        v.endswith(f"spells {name}, a name of "
+                                                   "trained/package_dir.py")
+                                        for rel, name in ELSEWHERE)] == []
 
 
 @pytest.mark.parametrize(("source", "count"), [

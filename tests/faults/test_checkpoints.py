@@ -88,11 +88,16 @@ def _interrupted(variant: str = "bidaf") -> None:
 
 @pytest.mark.integration
 @pytest.mark.usefixtures("local_ray")
-def test_ray_a_checkpoint_stored_before_its_controller_recorded_it_is_resumed_from(
+def test_ray_a_broken_then_an_unrecorded_latest_checkpoint_is_resumed_from_the_one_before(
         make_config, synth_v1, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001
         caplog: pytest.LogCaptureFixture) -> None:
-    """Ctrl-C at the first checkpoint: the worker had stored it, Ray Train's controller had
-    not recorded it. The rerun logged "resuming" and trained from step 0."""
+    """One run through Ray Train, interrupted twice as a user's nights would be (one run
+    for both cases: each Ray Train job costs ~27 CPU s here):
+
+    1. its latest checkpoint truncated: the rerun falls back to the one before, in one line;
+    2. then Ctrl-C at the first checkpoint: the worker had stored it, Ray Train's
+       controller had not recorded it. The audit's rerun logged "resuming" and trained from
+       step 0."""
     from rcpipe import stages
 
     monkeypatch.chdir(tmp_path)
@@ -100,29 +105,9 @@ def test_ray_a_checkpoint_stored_before_its_controller_recorded_it_is_resumed_fr
     stages.prepare(cfg)
     first = stages.train(cfg, "bidaf")
     run = Path("models/bidaf/runs") / first["run"]
-    for left in run.iterdir():  # the first checkpoint alone, no controller's record
-        if left.name != "step-00000001":
-            shutil.rmtree(left) if left.is_dir() else left.unlink()
-    _interrupted()
-    with caplog.at_level("INFO", logger="rcpipe"):
-        again = stages.train(cfg, "bidaf")
-    assert f"resuming {first['run']}" in caplog.text
-    assert again["resumed_from_step"] == 1 and again["steps"] == 2
-    assert [h["step"] for h in again["history"]] == [1, 2]
 
-
-@pytest.mark.integration
-@pytest.mark.usefixtures("local_ray")
-def test_ray_a_broken_latest_checkpoint_falls_back_to_the_one_before(
-        make_config, synth_v1, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001
-        caplog: pytest.LogCaptureFixture) -> None:
-    from rcpipe import stages
-
-    monkeypatch.chdir(tmp_path)
-    cfg = _ray_run(make_config, synth_v1, 2)
-    stages.prepare(cfg)
-    first = stages.train(cfg, "bidaf")
-    state = Path("models/bidaf/runs") / first["run"] / "step-00000002" / "state.pt"
+    # 1. the latest checkpoint broken
+    state = run / "step-00000002" / "state.pt"
     state.write_bytes(state.read_bytes()[:1000])  # truncated
     _interrupted()
     with caplog.at_level("INFO", logger="rcpipe"):
@@ -131,5 +116,18 @@ def test_ray_a_broken_latest_checkpoint_falls_back_to_the_one_before(
     assert notes == ["train bidaf: checkpoint step-00000002 is broken (state.pt holds 1,000 "
                      "bytes, " + notes[0].split("bytes, ")[-1]], notes
     # step 2 trained again from step 1 (the last step: the run is resumed, not retrained)
+    assert again["run"] == first["run"]
     assert again["resumed_from_step"] == 1 and again["steps"] == 2
     assert [h["step"] for h in again["history"]] == [1, 2]
+
+    # 2. the first checkpoint stored, nothing recorded by the controller
+    for left in run.iterdir():  # the first checkpoint alone, no controller's record
+        if left.name != "step-00000001":
+            shutil.rmtree(left) if left.is_dir() else left.unlink()
+    _interrupted()
+    caplog.clear()
+    with caplog.at_level("INFO", logger="rcpipe"):
+        last = stages.train(cfg, "bidaf")
+    assert f"resuming {first['run']}" in caplog.text
+    assert last["resumed_from_step"] == 1 and last["steps"] == 2
+    assert [h["step"] for h in last["history"]] == [1, 2]

@@ -27,8 +27,12 @@ log = logging.getLogger(__name__)
 # (0.2 s saved 1.4 s more a job, but then the controller of a trial that Tune had just
 # stopped saw its workers gone before it died itself and started a new worker group, whose
 # placement group outlived the search: cluster/search.py now removes those too.)
+# Its log monitor scans the logs folder for new files every 0.1 s (until 1,000 files) to
+# forward their lines to drivers; rcpipe's drivers take none (log_to_driver=False), so a scan
+# every 5 s loses nothing: idle, 0.8% of a core instead of 1.9% (117 log files, 30 s here).
 LOCAL_RAY_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
-                 "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
+                 "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
+                 "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0", "LOG_NAME_UPDATE_INTERVAL_S": "5"}
 
 
 _joined: str | None = None  # the address of the cluster this process joined; None: local

@@ -43,3 +43,19 @@ def test_a_cluster_that_asks_for_its_token_is_one_line_naming_what_to_set(
                             env=without | {"RAY_AUTH_MODE": "token"}, capture_output=True,
                             text=True, timeout=180)
     assert joined.stdout.strip().splitlines()[-1] == "joined", joined.stderr[-3000:]
+
+
+@pytest.mark.integration
+def test_the_local_rays_processes_carry_its_settings(local_ray: None) -> None:
+    """start_local_ray's LOCAL_RAY_ENV reaches the daemons it starts: its log monitor scans
+    for new log files every 5 s (nothing of rcpipe reads worker logs through it)."""
+    import psutil
+
+    from rcpipe.cluster.ray_runtime import LOCAL_RAY_ENV
+
+    monitors = [p for p in psutil.Process().children(recursive=True)
+                if any("log_monitor.py" in part for part in p.cmdline())]
+    assert len(monitors) == 1, monitors
+    environ = monitors[0].environ()
+    assert {k: environ.get(k) for k in LOCAL_RAY_ENV} == LOCAL_RAY_ENV
+    assert LOCAL_RAY_ENV["LOG_NAME_UPDATE_INTERVAL_S"] == "5"

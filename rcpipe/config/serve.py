@@ -38,9 +38,9 @@ class ServeConfig(Section):
                                 "(Ray's num_gpus; a fraction shares one): its model on CUDA; "
                                 "0, the default: on the CPU")
     max_batch: int = Field(16, ge=1, le=1024, description="requests per forward pass "
-                           "(@serve.batch's max_batch_size)")
+                           "(a Reader's batch: what queued while the model computed)")
     batch_wait_ms: float = Field(5.0, ge=0, le=10_000, description="how long a batch "
-                                 "waits to fill")
+                                 "waits to fill when fewer than max_batch are queued")
     timeout_s: float = Field(30.0, gt=0, description="from arrival to answer, else 504")
     max_pending: int = Field(1024, ge=1, description="requests a Reader replica holds "
                              "(its batch queue), and as many waiting for a replica, else 503")

@@ -4,7 +4,8 @@
                     over an ``ask`` coroutine: the limits, and a 4xx with JSON for every
                     malformed request
     deployments.py  the Ray Serve application: a Reader deployment per model, batching
-                    through @serve.batch, and the Ingress holding app.py's FastAPI app
+                    what queued while its model computed, and the Ingress holding app.py's
+                    FastAPI app
     server.py       the address checked before the models load
 
 The loopback load generator is bench/loadgen.py.

@@ -1,5 +1,5 @@
 """The answer service as a Ray Serve application: a Reader deployment per loaded model,
-batching its requests through ``@serve.batch``, behind one Ingress deployment that holds
+batching its requests (its own batch loop), behind one Ingress deployment that holds
 the FastAPI app (app.py: the routes, the limits and the page).
 
 Ray Serve is imported at this module's top (its decorators shape the classes); only
@@ -16,6 +16,7 @@ ensemble's share the voter's batches.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import threading
@@ -58,13 +59,22 @@ class Scaling:
 
 class _Reader:
     """One model answering batches of (context, question) pairs in one model thread, so the
-    replica's event loop keeps taking requests (the next batch fills) while it computes."""
+    replica's event loop keeps taking requests (the next batch fills) while it computes.
+
+    The batch loop takes the next batch only once the model is free: every request queued
+    meanwhile, up to ``max_batch``, waiting up to ``wait_ms`` for more only when fewer are
+    queued. ``@serve.batch`` forms a batch every ``wait_ms`` whether the model is free or not
+    (its next batches wait behind the running one): on 2 cores under 200 clients its batches
+    held 6 to 7 requests against this loop's 15.8 (bench/serve.py; docs/results/serving.md).
+    """
 
     def __init__(self, load: Load, max_batch: int, wait_ms: float, follow_s: float = 0.0
                  ) -> None:
         self._answer = load()
-        self.answer.set_max_batch_size(max_batch)
-        self.answer.set_batch_wait_timeout_s(wait_ms / 1000)
+        self._max_batch, self._wait_s = max_batch, wait_ms / 1000
+        self._queue: list[tuple[Pair, asyncio.Future[dict[str, Any]]]] = []
+        self._arrived: asyncio.Event | None = None  # made on the loop that asks (answer)
+        self._loop_task: asyncio.Task[None] | None = None
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="rcpipe-model")
         if follow_s > 0:  # the answerer follows a registry (stages/serving.py's Champion)
             threading.Thread(target=self._follow, args=(follow_s,), daemon=True,
@@ -82,11 +92,46 @@ class _Reader:
             except Exception:
                 log.exception("following the champion failed; the current one answers")
 
-    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.005)
-    async def answer(self, pairs: list[Pair]) -> list[dict[str, Any]]:
-        found = await asyncio.get_running_loop().run_in_executor(
-            self._thread, self._answer_group, pairs)
-        return [f | {"batch": len(pairs)} for f in found]
+    async def answer(self, pair: Pair) -> dict[str, Any]:
+        """``pair``'s answer, computed in a batch with the requests queued beside it."""
+        if self._loop_task is None:  # the first request: Serve's loop for user code is up
+            self._arrived = asyncio.Event()
+            self._loop_task = asyncio.create_task(self._batches(), name="rcpipe-batches")
+        assert self._arrived is not None
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._queue.append((pair, future))
+        self._arrived.set()
+        return await future  # a cancelled request's future: the loop skips it
+
+    async def _batches(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = await self._take()
+            found = await loop.run_in_executor(self._thread, self._answer_group,
+                                               [pair for pair, _ in batch])
+            for (_, future), answer in zip(batch, found, strict=True):
+                if not future.done():
+                    future.set_result(answer | {"batch": len(batch)})
+
+    async def _take(self) -> list[tuple[Pair, asyncio.Future[dict[str, Any]]]]:
+        """The next batch: what is queued (at least one request), up to max_batch, after
+        waiting up to wait_ms for more when fewer are queued."""
+        assert self._arrived is not None
+        while True:
+            while not self._queue:
+                self._arrived.clear()
+                await self._arrived.wait()
+            deadline = time.monotonic() + self._wait_s
+            while len(self._queue) < self._max_batch and \
+                    (left := deadline - time.monotonic()) > 0:
+                self._arrived.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._arrived.wait(), left)
+            batch = self._queue[: self._max_batch]
+            del self._queue[: self._max_batch]
+            batch = [(pair, future) for pair, future in batch if not future.done()]
+            if batch:
+                return batch
 
     def _answer_group(self, pairs: list[Pair]) -> list[dict[str, Any]]:
         """The batch's answers; if the batch fails, each request alone, so one request that
@@ -174,7 +219,7 @@ def application(loads: dict[str, Load], ensembles: dict[str, list[str]], vote: V
         if scaling.autoscaling else {"num_replicas": scaling.replicas}
     options = dict(
         **replicas,
-        # every pending request in flight at the replica, waiting in @serve.batch's
+        # every pending request in flight at the replica, waiting in the Reader's batch
         # queue: a batch fills from them. At 2 x max_batch the rest waited in the
         # Ingress's router, which retries a full replica with back-off: batches of 2,
         # 9.6 requests/s against 120.9 here (bench/serve.py, 200 clients, 2-core CPU)

@@ -15,6 +15,7 @@ rcpipe slower), then the differences between the two models that remain.
     OMP_NUM_THREADS=1 .venv/bin/python -m bench.peers bidaf /tmp/peers/squad \
         --set char_dim=1 char_hidden=1 char_kernel=1
     OMP_NUM_THREADS=1 .venv/bin/python -m bench.peers qanet /tmp/peers/QANet-PyTorch
+    OMP_NUM_THREADS=1 .venv/bin/python -m bench.peers bidaf /tmp/peers/squad --profile 3
 
 One torch thread unless ``--threads``. The device is the CPU; name the machine with the
 numbers (its load moves them: compare within one run).
@@ -177,6 +178,34 @@ def measure(sides: list[Side], warmup: int, repeats: int) -> dict[str, dict[str,
     return times
 
 
+def profile_ops(sides: list[Side], steps: int, top: int) -> None:
+    """Where a training step's time goes on each side: torch.profiler's self CPU time per
+    aten op, per step (``steps`` profiled after the timed rounds), the ``top`` largest."""
+    from torch.profiler import ProfilerActivity, profile
+
+    per_side = {}
+    for side in sides:
+        trainable = [p for p in side.model.parameters() if p.requires_grad]
+        step = train_step(side, torch.optim.Adam(trainable, lr=1e-3))
+        step()  # the optimiser's state made outside the profile
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(steps):
+                step()
+        per_side[side.name] = {e.key: e.self_cpu_time_total / 1e6 / steps
+                               for e in prof.key_averages() if e.key.startswith("aten::")}
+    names = [s.name for s in sides]
+    ops = sorted(set().union(*per_side.values()),
+                 key=lambda k: -max(per_side[n].get(k, 0.0) for n in names))[:top]
+    print(f"\nA training step's time by op (torch.profiler, self CPU s per step, {steps} "
+          "steps a side):")
+    print("| op | " + " | ".join(names) + " |\n|---|" + "---|" * len(names))
+    for op in ops:
+        print(f"| `{op}` | " + " | ".join(f"{per_side[n].get(op, 0.0):.3f}" for n in names)
+              + " |")
+    print("| all aten ops | " + " | ".join(f"{sum(per_side[n].values()):.3f}" for n in names)
+          + " |")
+
+
 def report(times: dict[str, dict[str, list[float]]], ours: str, peer: str) -> None:
     print(f"| step | {ours}: median / min (s) | {peer}: median / min (s) | "
           "ratio, median / min |")
@@ -207,6 +236,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                        help="then profile this many training steps a side, op by op")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     peer = args.peer.resolve()
@@ -241,6 +272,8 @@ def main() -> None:
         print(f"{side.name}: {n:,} trainable parameters")
     times = measure(sides, args.warmup, args.repeats)
     report(times, sides[0].name, sides[1].name)
+    if args.profile:
+        profile_ops(sides, args.profile, top=15)
     print("\nRemaining differences:")
     for line in DIFFERENCES[args.model]:
         print(f"- {line}")

@@ -105,10 +105,16 @@ class _Reader:
 
     async def _batches(self) -> None:
         loop = asyncio.get_running_loop()
-        while True:
+        while True:  # for the replica's life: a batch that goes wrong fails only itself
             batch = await self._take()
-            found = await loop.run_in_executor(self._thread, self._answer_group,
-                                               [pair for pair, _ in batch])
+            try:
+                found = await loop.run_in_executor(self._thread, self._answer_group,
+                                                   [pair for pair, _ in batch])
+                if len(found) != len(batch):
+                    raise RuntimeError(f"{len(found)} answers to {len(batch)} questions")
+            except Exception:
+                log.exception("a batch failed: its requests fail, the next batch goes on")
+                found = [{"failed": True}] * len(batch)
             for (_, future), answer in zip(batch, found, strict=True):
                 if not future.done():
                     future.set_result(answer | {"batch": len(batch)})

@@ -81,3 +81,24 @@ def test_a_request_that_breaks_the_batch_fails_alone_and_a_gone_one_is_skipped()
     answers = asyncio.run(clients())
     assert [a.get("answer", a.get("failed")) for a in answers] == ["first", "ok", True, "ok2"]
     assert sizes == [1, 3, 1, 1, 1]  # the batch without "gone", then each alone
+
+
+def test_a_model_that_answers_the_wrong_number_fails_that_batch_and_the_next_is_answered(
+        ) -> None:
+    calls: list[int] = []
+
+    def load() -> Any:
+        def answer(pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
+            calls.append(len(pairs))
+            return [] if len(calls) == 1 else [{"answer": q} for _, q in pairs]
+        return answer
+
+    reader = _Reader(load, 16, 5.0)
+
+    async def two() -> tuple[dict[str, Any], dict[str, Any]]:
+        # bounded: a batch loop that died with the first batch would never answer
+        first = await asyncio.wait_for(reader.answer(("c", "q1")), 5)
+        return first, await asyncio.wait_for(reader.answer(("c", "q2")), 5)
+
+    first, second = asyncio.run(two())
+    assert first == {"failed": True, "batch": 1} and second == {"answer": "q2", "batch": 1}

@@ -60,6 +60,7 @@ def _same(folder: Path, new: Path) -> bool:
         and all((folder / f.name).read_bytes() == f.read_bytes() for f in new.iterdir())
 
 
+@pytest.mark.trains  # one step of train_local in a subprocess: a training run
 def test_train_reads_a_half_moved_prepared_set_whole(
         prepared: Prepared, synth_v2: SynthData, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -53,14 +53,18 @@ def _code(value: Any) -> str:
 # ---------------------------------------------------------------------------- commands
 
 
-def _commands() -> list[tuple[str, Any]]:
-    """The `rcpipe` app's commands, in its help's order, as (name, click command)."""
+def _group() -> Any:
+    """The `rcpipe` typer app as its click group."""
     import typer
 
     from rcpipe.cli import app
 
     # typer's own click (vendored from typer 0.29): used through the objects it hands back
-    group = typer.main.get_command(app)
+    return typer.main.get_command(app)
+
+
+def _commands(group: Any) -> list[tuple[str, Any]]:
+    """The group's commands, in its help's order, as (name, click command)."""
     ctx = group.context_class(group, info_name="rcpipe")
     return [(name, group.get_command(ctx, name)) for name in group.list_commands(ctx)]
 
@@ -78,18 +82,14 @@ def _command_rows(commands: list[tuple[str, Any]], link: str) -> list[str]:
 
 
 def render_commands() -> str:
-    import typer
-
-    from rcpipe.cli import app
-
-    group = typer.main.get_command(app)
+    group = _group()
     out = [MADE_BY.format(source="rcpipe/cli.py"), "# Commands\n\n",
            f"{_text(group.help)} `rcpipe --help` lists them; `python -m rcpipe` is the same "
            "program. Every command that reads params takes `--params FILE` (repeatable: "
            "each later file laid over the earlier ones, key by key) and `--set "
            "dotted.key=value` ([params](params.md)).\n\n",
            "| command | what it does |\n|---|---|\n"]
-    commands = _commands()
+    commands = _commands(group)
     out.extend(_command_rows(commands, "#rcpipe-"))
     for name, cmd in commands:
         usage = " ".join(["[OPTIONS]"] + _arguments(cmd))
@@ -262,14 +262,18 @@ BEGIN = ("<!-- the command table: made by `python -m rcpipe.docs_reference` from
 END = "<!-- end of the command table -->\n"
 
 
+class NoCommandTable(ValueError):
+    """A README without the command table's two marker lines."""
+
+
 def render_readme(text: str, path: Path = README) -> str:
     """README.md's text (read from ``path``) with its command table made again from the CLI."""
     head, sep, rest = text.partition(BEGIN)
     _, sep2, tail = rest.partition(END)
     if not (sep and sep2):
-        raise ValueError(f"{path}: no command table between {BEGIN.strip()} and "
-                         f"{END.strip()}")
-    rows = _command_rows(_commands(), "docs/reference/commands.md#rcpipe-")
+        raise NoCommandTable(f"{path}: no command table between {BEGIN.strip()} and "
+                             f"{END.strip()}")
+    rows = _command_rows(_commands(_group()), "docs/reference/commands.md#rcpipe-")
     return "".join([head, BEGIN, "| command | what it does |\n|---|---|\n", *rows, END, tail])
 
 
@@ -290,7 +294,7 @@ def main(argv: list[str] | None = None) -> None:
     for path, render in made.items():
         try:
             text = render()
-        except ValueError as e:  # README without its table's two marker lines
+        except NoCommandTable as e:
             sys.exit(f"error: {e}")
         if args.check:
             if not path.is_file() or path.read_text() != text:

@@ -65,7 +65,8 @@ class _Reader:
     meanwhile, up to ``max_batch``, waiting up to ``wait_ms`` for more only when fewer are
     queued. ``@serve.batch`` forms a batch every ``wait_ms`` whether the model is free or not
     (its next batches wait behind the running one): on 2 cores under 200 clients its batches
-    held 6 to 7 requests against this loop's 15.8 (bench/serve.py; docs/results/serving.md).
+    held 6 to 7 requests against this loop's 15.4 to 15.8 (bench/serve.py;
+    docs/results/serving.md).
     """
 
     def __init__(self, load: Load, max_batch: int, wait_ms: float, follow_s: float = 0.0

@@ -66,8 +66,9 @@ def rcpipe_side(variant: str, cfg: ModelConfig, text: TextBatch, vectors: np.nda
                   qw=text.qw, qc=text.qc, c_mask=text.cw != 0, q_mask=text.qw != 0,
                   y1=text.y1, y2=text.y2, is_impossible=torch.zeros(len(text.cw), dtype=bool))
     def forward() -> Any:  # collate's distinct words (on the host) counted in the step
-        cc, qc = text.cc.numpy(), text.qc.numpy()
-        return model(Batch(**{**batch.__dict__, **distinct_words(cc, qc)}))
+        listed = distinct_words(text.cw.numpy(), text.cc.numpy(), text.qw.numpy(),
+                                text.qc.numpy())
+        return model(Batch(**{**batch.__dict__, **listed}))
 
     return Side(f"rcpipe {variant}", model, forward,
                 lambda out: span_loss(out, text.y1, text.y2))
@@ -179,31 +180,34 @@ def measure(sides: list[Side], warmup: int, repeats: int) -> dict[str, dict[str,
 
 
 def profile_ops(sides: list[Side], steps: int, top: int) -> None:
-    """Where a training step's time goes on each side: torch.profiler's self CPU time per
-    aten op, per step (``steps`` profiled after the timed rounds), the ``top`` largest."""
+    """Where a training step's and an inference forward's time goes on each side:
+    torch.profiler's self CPU time per aten op, per step (``steps`` profiled after the timed
+    rounds), the ``top`` largest."""
     from torch.profiler import ProfilerActivity, profile
 
-    per_side = {}
-    for side in sides:
-        trainable = [p for p in side.model.parameters() if p.requires_grad]
-        step = train_step(side, torch.optim.Adam(trainable, lr=1e-3))
-        step()  # the optimiser's state made outside the profile
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            for _ in range(steps):
-                step()
-        per_side[side.name] = {e.key: e.self_cpu_time_total / 1e6 / steps
-                               for e in prof.key_averages() if e.key.startswith("aten::")}
-    names = [s.name for s in sides]
-    ops = sorted(set().union(*per_side.values()),
-                 key=lambda k: -max(per_side[n].get(k, 0.0) for n in names))[:top]
-    print(f"\nA training step's time by op (torch.profiler, self CPU s per step, {steps} "
-          "steps a side):")
-    print("| op | " + " | ".join(names) + " |\n|---|" + "---|" * len(names))
-    for op in ops:
-        print(f"| `{op}` | " + " | ".join(f"{per_side[n].get(op, 0.0):.3f}" for n in names)
-              + " |")
-    print("| all aten ops | " + " | ".join(f"{sum(per_side[n].values()):.3f}" for n in names)
-          + " |")
+    for kind in ("training step", "inference forward"):
+        per_side = {}
+        for side in sides:
+            trainable = [p for p in side.model.parameters() if p.requires_grad]
+            step = (train_step(side, torch.optim.Adam(trainable, lr=1e-3))
+                    if kind == "training step" else inference(side))
+            step()  # the optimiser's state made outside the profile
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                for _ in range(steps):
+                    step()
+            per_side[side.name] = {e.key: e.self_cpu_time_total / 1e6 / steps
+                                   for e in prof.key_averages() if e.key.startswith("aten::")}
+        names = [s.name for s in sides]
+        ops = sorted(set().union(*per_side.values()),
+                     key=lambda k: -max(per_side[n].get(k, 0.0) for n in names))[:top]
+        print(f"\nA {kind}'s time by op (torch.profiler, self CPU s per step, {steps} "
+              "steps a side):")
+        print("| op | " + " | ".join(names) + " |\n|---|" + "---|" * len(names))
+        for op in ops:
+            print(f"| `{op}` | " + " | ".join(f"{per_side[n].get(op, 0.0):.3f}" for n in names)
+                  + " |")
+        print("| all aten ops | " + " | ".join(f"{sum(per_side[n].values()):.3f}"
+                                               for n in names) + " |")
 
 
 def report(times: dict[str, dict[str, list[float]]], ours: str, peer: str) -> None:
@@ -237,7 +241,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
-                        help="then profile this many training steps a side, op by op")
+                        help="then profile this many training steps and inference forwards a "
+                        "side, op by op")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     peer = args.peer.resolve()

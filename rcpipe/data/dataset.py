@@ -254,23 +254,32 @@ class SquadDataset:
             y1=torch.from_numpy(y1),
             y2=torch.from_numpy(y2),
             is_impossible=torch.from_numpy(self.impossible[rows].astype(bool)),
-            **distinct_words(cc, qc),
+            **distinct_words(cw, cc, qw, qc),
         )
 
 
-def distinct_words(cc: np.ndarray, qc: np.ndarray) -> dict[str, torch.Tensor]:
-    """Batch's ``words``, ``cu`` and ``qu``: the distinct char rows of the context and
-    question tokens (padding's all-zero row among them) and each token's row. A batch of 32
-    SQuAD questions has about a third as many distinct words as tokens."""
+def distinct_words(cw: np.ndarray, cc: np.ndarray, qw: np.ndarray, qc: np.ndarray
+                   ) -> dict[str, torch.Tensor]:
+    """Batch's ``words``, ``word_ids``, ``cu`` and ``qu``: the distinct (word id, char row)
+    pairs of the context and question tokens (padding's among them) and each token's pair.
+    A batch of 32 SQuAD questions has about a third as many distinct words as tokens.
+
+    Keyed on the pair, not the chars alone: a word's whole embedding (its vector, its chars,
+    the highway over both) is then a function of its row, so a model can run all of it once
+    per row (models/embeddings.py's ``per_word``); chars are cut at the char limit and the
+    vocabulary may fold case, so neither half alone names the word."""
     w = cc.shape[2]
+    ids = np.concatenate([cw.reshape(-1, 1), qw.reshape(-1, 1)])  # (N, 1)
     flat = np.concatenate([cc.reshape(-1, w), qc.reshape(-1, w)])  # (N, W)
+    pairs = np.concatenate([ids, flat], axis=1).astype(np.int32)  # (N, 1 + W)
     # each row as one opaque key: a 1-D unique, ~6x faster than np.unique(axis=0), which
-    # sorts the rows column by column (char ids fit int32)
-    keys = flat.astype(np.int32).view(np.dtype((np.void, 4 * w))).ravel()  # (N,)
+    # sorts the rows column by column (word and char ids fit int32)
+    keys = np.ascontiguousarray(pairs).view(np.dtype((np.void, 4 * (w + 1)))).ravel()  # (N,)
     _, first, row = np.unique(keys, return_index=True, return_inverse=True)  # (U,), (N,)
     row = row.reshape(-1)
     n_c = cc.shape[0] * cc.shape[1]
     return {"words": torch.from_numpy(flat[first]),  # (U, W)
+            "word_ids": torch.from_numpy(ids[first, 0]),  # (U,)
             "cu": torch.from_numpy(row[:n_c].reshape(cc.shape[:2])),  # (B, Lc)
             "qu": torch.from_numpy(row[n_c:].reshape(qc.shape[:2]))}  # (B, Lq)
 

@@ -24,10 +24,12 @@ class Batch:
     y1: torch.Tensor  # (B,) answer start token, -1 when none
     y2: torch.Tensor  # (B,)
     is_impossible: torch.Tensor  # (B,) bool
-    # The batch's distinct words as char rows and, per token, its row there: given by
-    # collate, found on the host, so that a char embedding runs once per distinct word, not
-    # once per token (models/embeddings.py's chars_per_word; per token without them)
-    words: torch.Tensor | None = None  # (U, W)
+    # The batch's distinct words, (word id, char row) pairs, and, per token, its row there:
+    # given by collate, found on the host, so that an embedding runs once per distinct word,
+    # not once per token (models/embeddings.py's per_word and chars_per_word; per token
+    # without them)
+    words: torch.Tensor | None = None  # (U, W) each distinct word's chars
+    word_ids: torch.Tensor | None = None  # (U,) its word id
     cu: torch.Tensor | None = None  # (B, Lc) context token -> row of words
     qu: torch.Tensor | None = None  # (B, Lq)
 

@@ -13,12 +13,13 @@ RNN are quadratic in the input width; the output layer still reads the full G.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from rcpipe.config import ModelConfig
 from rcpipe.models import ModelInputs
 from rcpipe.models.batch import Batch
-from rcpipe.models.embeddings import CharCNN, Highway, WordEmbedding, chars_per_word
+from rcpipe.models.embeddings import CharCNN, Highway, WordEmbedding, chars_per_word, per_word
 from rcpipe.models.layers import (
     BiRNN,
     Dropout,
@@ -68,24 +69,42 @@ class BiDAF(nn.Module):
         x = torch.cat([self.word_emb(words), chars], dim=-1)  # (B, L, De)
         return self.highway(x)  # (B, L, De)
 
+    def embed_words(self, words: torch.Tensor, chars: torch.Tensor) -> torch.Tensor:
+        """Word ids (B, L) and their chars (B, L, W) -> (B, L, De)."""
+        return self.embed(words, self.char_emb(chars))
+
     def forward(self, batch: Batch) -> SpanLogits:
         c_mask, q_mask = batch.c_mask, batch.q_mask
-        c_chars, q_chars = chars_per_word(self.char_emb, batch)  # (B, Lc, Dc), (B, Lq, Dc)
-        h = self.contextual(self.embed(batch.cw, c_chars), c_mask)  # (B, Lc, 2d)
-        u = self.contextual(self.embed(batch.qw, q_chars), q_mask)  # (B, Lq, 2d)
+        if self.training and self.word_emb.word_dropout > 0:  # a coin per token: chars only
+            c_chars, q_chars = chars_per_word(self.char_emb, batch)  # (B, Lc, Dc), (B, Lq, Dc)
+            c_emb, q_emb = self.embed(batch.cw, c_chars), self.embed(batch.qw, q_chars)
+        else:  # nothing drawn per token before the highway's output: once per distinct word
+            c_emb, q_emb = per_word(self.embed_words, batch)  # (B, Lc, De), (B, Lq, De)
+        h = self.contextual(c_emb, c_mask)  # (B, Lc, 2d)
+        u = self.contextual(q_emb, q_mask)  # (B, Lq, 2d)
         g = self.attention_flow(h, u, c_mask, q_mask)  # (B, Lc, 8d)
         x = g
         if self.project is not None and self.self_matching is not None:
             x = self.self_matching(self.project(g), c_mask)  # (B, Lc, 2d)
         m = self.modeling(x, c_mask)  # (B, Lc, 2d)
         m2 = self.end_rnn(m, c_mask)  # (B, Lc, 2d)
-        gm = self.drop(torch.cat([g, m], dim=-1))  # (B, Lc, 10d)
-        gm2 = self.drop(torch.cat([g, m2], dim=-1))  # (B, Lc, 10d)
-        start = mask_logits(self.w_p1(gm).squeeze(-1), c_mask)  # (B, Lc)
-        end = mask_logits(self.w_p2(gm2).squeeze(-1), c_mask)  # (B, Lc)
-        # [G; M2] has seen the whole passage twice over: the richest summary for "no answer"
-        na = self.no_answer(gm2, c_mask) if self.no_answer is not None else None  # (B, 2)
+        g1, g2 = self.drop(g), self.drop(g)  # (B, Lc, 8d): each output layer its own mask
+        m, m2 = self.drop(m), self.drop(m2)  # (B, Lc, 2d)
+        start = mask_logits(self._span_score(self.w_p1, g1, m), c_mask)  # (B, Lc)
+        end = mask_logits(self._span_score(self.w_p2, g2, m2), c_mask)  # (B, Lc)
+        na = None
+        if self.no_answer is not None:
+            # [G; M2] has seen the whole passage twice over: the richest summary for "no answer"
+            na = self.no_answer(torch.cat([g2, m2], dim=-1), c_mask)  # (B, 2)
         return SpanLogits(start, end, na)
+
+    @staticmethod
+    def _span_score(w_p: nn.Linear, g: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        """w_p^T [G; M] (B, Lc) as two products, G's and M's halves of w_p: the same sum
+        without writing the (B, Lc, 10d) concatenation (and its gradient) each step."""
+        split = g.size(-1)
+        return (F.linear(g, w_p.weight[:, :split])
+                + F.linear(m, w_p.weight[:, split:], w_p.bias)).squeeze(-1)  # (B, Lc)
 
 
 def build_bidaf(cfg: ModelConfig, inputs: ModelInputs) -> nn.Module:

@@ -1,6 +1,6 @@
 """The embedding layer the families share: word vectors (with the trainable out-of-vocabulary
-row), a char CNN over each word, the highway network over their concatenation, and a char
-embedding run once per distinct word of a batch (``chars_per_word``)."""
+row), a char CNN over each word, the highway network over their concatenation, and an
+embedding run once per distinct word of a batch (``chars_per_word``, ``per_word``)."""
 
 from __future__ import annotations
 
@@ -99,9 +99,13 @@ class CharCNN(nn.Module):
     def forward(self, chars: torch.Tensor) -> torch.Tensor:
         b, n, w = chars.shape
         x = self.drop(self.emb(chars.view(b * n, w)))  # (B*L, W, char_dim)
-        x = F.relu(self.conv(x.transpose(1, 2)))  # (B*L, filters, W)
-        x = x.masked_fill((chars.view(b * n, 1, w) == 0), 0.0)  # padding chars never win
-        return x.max(dim=2).values.view(b, n, -1)  # (B, L, filters)
+        x = self.conv(x.transpose(1, 2))  # (B*L, filters, W)
+        # padding chars never win; ReLU after the max, as max(relu(x)) = relu(max(x)), on a
+        # W-th of the values (a word of padding alone gives relu(-inf) = 0)
+        x = x.masked_fill_(chars.view(b * n, 1, w) == 0, float("-inf"))
+        # amax has no indices to write, but its backward splits a tie: max's where grads flow
+        top = x.max(dim=2).values if x.requires_grad else x.amax(dim=2)  # (B*L, filters)
+        return F.relu(top).view(b, n, -1)  # (B, L, filters)
 
 
 class Highway(nn.Module):
@@ -120,6 +124,16 @@ class Highway(nn.Module):
         return x
 
 
+def _listed(batch: Batch) -> bool:
+    """Whether to run an embedding once per distinct word of ``batch``: collate listed them,
+    and no compiler is tracing. The compiler first: a compiled graph that read batch.words
+    would take it as an input and recompile for each number of distinct words, so under
+    torch.compile or export the embedding runs per token, one static graph."""
+    return not (torch.compiler.is_compiling() or torch.compiler.is_exporting()
+                or batch.words is None or batch.word_ids is None
+                or batch.cu is None or batch.qu is None)
+
+
 def chars_per_word(embed: Callable[[torch.Tensor], torch.Tensor], batch: Batch
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """``embed`` (B, L, W) -> (B, L, D) of every context and question token, (B, Lc, D) and
@@ -129,13 +143,28 @@ def chars_per_word(embed: Callable[[torch.Tensor], torch.Tensor], batch: Batch
     A word's char embedding depends on its chars alone, and a batch of 32 SQuAD contexts
     holds about 2.5x as many tokens as distinct words. Collate lists them on the host, off
     the step (finding them here would read their number back from the device: a host
-    sync per step). Under torch.compile or export, per token: one static graph, whatever
-    the number of distinct words.
+    sync per step).
     """
-    # the compiler first: a compiled graph that read batch.words would take it as an input
-    # and recompile for each number of distinct words
-    if (torch.compiler.is_compiling() or torch.compiler.is_exporting()
-            or batch.words is None or batch.cu is None or batch.qu is None):
+    if not _listed(batch):
         return embed(batch.cc), embed(batch.qc)
+    assert batch.words is not None and batch.cu is not None and batch.qu is not None
     table = embed(batch.words.unsqueeze(0)).squeeze(0)  # (U, D)
+    return F.embedding(batch.cu, table), F.embedding(batch.qu, table)  # (B, Lc, D), (B, Lq, D)
+
+
+def per_word(embed: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], batch: Batch
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``embed`` (word ids (B, L), chars (B, L, W)) -> (B, L, D), a token's whole embedding,
+    of every context and question token: once per distinct (word id, chars) pair where
+    collate listed them, gathered; else per token.
+
+    Only for an ``embed`` that draws nothing per token (a word's dropout mask then follows
+    its row, as in ``chars_per_word``): BiDAF's highway over [word; char] then runs on a
+    third of the rows (it is 200 wide, the widest layer before the recurrences).
+    """
+    if not _listed(batch):
+        return embed(batch.cw, batch.cc), embed(batch.qw, batch.qc)
+    assert batch.words is not None and batch.word_ids is not None
+    assert batch.cu is not None and batch.qu is not None
+    table = embed(batch.word_ids.unsqueeze(0), batch.words.unsqueeze(0)).squeeze(0)  # (U, D)
     return F.embedding(batch.cu, table), F.embedding(batch.qu, table)  # (B, Lc, D), (B, Lq, D)

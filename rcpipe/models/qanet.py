@@ -20,7 +20,7 @@ from torch import nn
 from rcpipe.config import ModelConfig
 from rcpipe.models import ModelInputs
 from rcpipe.models.batch import Batch
-from rcpipe.models.embeddings import CharCNN, Highway, WordEmbedding, chars_per_word
+from rcpipe.models.embeddings import CharCNN, Highway, WordEmbedding, chars_per_word, per_word
 from rcpipe.models.layers import (
     NoAnswerHead,
     SpanLogits,
@@ -213,11 +213,19 @@ class QANet(nn.Module):
         w = self.drop(self.word_emb(words))  # (B, L, p1); char dropout is inside CharCNN
         return self.emb_proj(self.highway(torch.cat([w, chars], dim=-1)))  # (B, L, d)
 
+    def embed_words(self, words: torch.Tensor, chars: torch.Tensor) -> torch.Tensor:
+        """Word ids (B, L) and their chars (B, L, W) -> (B, L, d)."""
+        return self.embed(words, self.char_emb(chars))
+
     def forward(self, batch: Batch) -> SpanLogits:
         c_mask, q_mask = batch.c_mask, batch.q_mask
-        c_chars, q_chars = chars_per_word(self.char_emb, batch)  # (B, Lc, p2), (B, Lq, p2)
-        c = self.emb_encoder(self.embed(batch.cw, c_chars), c_mask)  # (B, Lc, d)
-        q = self.emb_encoder(self.embed(batch.qw, q_chars), q_mask)  # (B, Lq, d)
+        if self.training:  # word and highway dropout draw per token: chars once per word
+            c_chars, q_chars = chars_per_word(self.char_emb, batch)  # (B, Lc, p2), (B, Lq, p2)
+            c_emb, q_emb = self.embed(batch.cw, c_chars), self.embed(batch.qw, q_chars)
+        else:  # the whole embedding once per distinct word
+            c_emb, q_emb = per_word(self.embed_words, batch)  # (B, Lc, d), (B, Lq, d)
+        c = self.emb_encoder(c_emb, c_mask)  # (B, Lc, d)
+        q = self.emb_encoder(q_emb, q_mask)  # (B, Lq, d)
         g = self.cq_attention(c, q, c_mask, q_mask)  # (B, Lc, 4d)
         m = self.cq_proj(self.drop(g))  # (B, Lc, d)
         # one stack, three passes (shared weights); dropout on every other pass's input

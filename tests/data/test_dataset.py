@@ -232,8 +232,8 @@ def test_the_char_limit_prepare_used_travels_with_the_dataset(
 
 
 def test_batches_list_their_distinct_words(train: SquadDataset) -> None:
-    """Bucketed too: the models run their char embedding once per distinct word in eager
-    mode (a compiled step runs it per token and never reads them)."""
+    """Bucketed too: the models run their embedding once per distinct (word id, chars) pair
+    in eager mode (a compiled step runs it per token and never reads them)."""
     for buckets in (None, ((400,), (50,))):
         train.buckets = buckets
         try:
@@ -243,6 +243,10 @@ def test_batches_list_their_distinct_words(train: SquadDataset) -> None:
         assert batch.words is not None and batch.cu is not None and batch.qu is not None
         assert torch.equal(batch.words[batch.cu], batch.cc)  # (B, Lc, W) every token's chars
         assert torch.equal(batch.words[batch.qu], batch.qc)
-        assert len(torch.unique(batch.words, dim=0)) == len(batch.words)  # each word once
+        assert batch.word_ids is not None
+        assert torch.equal(batch.word_ids[batch.cu], batch.cw)  # (B, Lc) and its word ids
+        assert torch.equal(batch.word_ids[batch.qu], batch.qw)
+        pairs = torch.cat([batch.word_ids[:, None], batch.words], dim=1)  # (U, 1 + W)
+        assert len(torch.unique(pairs, dim=0)) == len(pairs)  # each (word, chars) once
         tokens = batch.cc.shape[0] * batch.cc.shape[1] + batch.qc.shape[0] * batch.qc.shape[1]
         assert len(batch.words) < tokens / 2  # words repeat: far fewer rows to embed

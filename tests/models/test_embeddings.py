@@ -5,9 +5,10 @@ data.missing_vectors decides what a training word the vectors lack becomes: the 
 (unk), whose one vector then trains, or its own trainable row (train). Either way the frozen
 table stays frozen and out of the optimiser and the EMA.
 
-``chars_per_word`` computes each distinct word's chars once and gathers: every variant's
-outputs are bit for bit those of the per-token path, and its gradients those up to the
-order of a float64 sum (a word's occurrences are summed before the batch is).
+``chars_per_word`` computes each distinct word's chars once and gathers, ``per_word`` a
+token's whole embedding (word vector, chars, highway): every variant's outputs and
+gradients are those of the per-token path up to the order of a float64 sum (a word's
+occurrences are summed before the batch is; a matrix product over fewer rows).
 """
 
 from __future__ import annotations
@@ -122,30 +123,37 @@ def test_what_the_vectors_lack_trains_and_the_vectors_stay(
 
 
 def repeating_words(batch: Batch) -> Batch:
-    """``batch`` with its tokens spelt from 6 words (of 1 to 6 chars), so that words repeat
-    in context and question as in real text; padding tokens keep no chars."""
+    """``batch`` with its tokens 6 words (of 1 to 6 chars), so that words repeat in context
+    and question as in real text; padding tokens keep word id 0 and no chars."""
     g = torch.Generator().manual_seed(1)
     spellings = torch.randint(2, CHARS, (6, batch.cc.size(-1)), generator=g)  # (6, W)
     spellings[torch.arange(spellings.size(1)) >= torch.arange(1, 7)[:, None]] = 0
-    cc = spellings[torch.randint(0, 6, batch.cw.shape, generator=g)] * batch.c_mask[..., None]
-    qc = spellings[torch.randint(0, 6, batch.qw.shape, generator=g)] * batch.q_mask[..., None]
-    return Batch(**{**batch.__dict__, "cc": cc, "qc": qc,
-                    **distinct_words(cc.numpy(), qc.numpy())})  # as collate lists them
+    ids = torch.tensor([OOV, 2, 3, 4, 5, 5])  # (6,): two spellings of one word, as "The", "the"
+    c_pick = torch.randint(0, 6, batch.cw.shape, generator=g)  # (B, Lc)
+    q_pick = torch.randint(0, 6, batch.qw.shape, generator=g)  # (B, Lq)
+    cw, qw = ids[c_pick] * batch.c_mask, ids[q_pick] * batch.q_mask
+    cc = spellings[c_pick] * batch.c_mask[..., None]  # (B, Lc, W)
+    qc = spellings[q_pick] * batch.q_mask[..., None]
+    listed = distinct_words(cw.numpy(), cc.numpy(), qw.numpy(), qc.numpy())  # as collate does
+    return Batch(**{**batch.__dict__, "cw": cw, "cc": cc, "qw": qw, "qc": qc, **listed})
 
 
+@pytest.mark.parametrize("mode", ["train", "eval"])
 @pytest.mark.parametrize("variant", sorted(REGISTRY))
-def test_chars_once_per_distinct_word_change_no_output_nor_gradient(
-        variant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_embedding_once_per_distinct_word_changes_no_output_nor_gradient(
+        variant: str, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each variant in float64, dropout off, against the same weights run per token (the
-    path before ``chars_per_word``, and the one torch.compile and export take)."""
+    path before ``chars_per_word`` and ``per_word``, and the one torch.compile and export
+    take), in training's mode and in evaluation's (QANet embeds per distinct word there
+    only: its word and highway dropout draw per token in training)."""
     cfg = ModelConfig(hidden=8, char_dim=4, char_hidden=6, char_kernel=3, layers=2,
                       highway_layers=1, heads=2, emb_convs=2, model_blocks=1, model_convs=2,
                       dropout=0.0, char_dropout=0.0, stochastic_depth=0.0)
     batch = repeating_words(make_batch(b=3, lc=12, lq=5))
-    assert batch.words is not None and len(batch.words) < batch.cw.numel()
+    assert batch.words is not None and len(batch.words) <= 7  # 6 words and the padding
     torch.manual_seed(0)
     model = build_model(variant, cfg, ModelInputs(WORDS, CHARS, 16, None, False)).double()
-    model.train()  # training's path (the EMA's eval path is the same function)
+    model.train(mode == "train")
 
     def run() -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         model.zero_grad()
@@ -161,9 +169,12 @@ def test_chars_once_per_distinct_word_change_no_output_nor_gradient(
     outs, grads = run()
     family = importlib.import_module(REGISTRY[variant].family)
     monkeypatch.setattr(family, "chars_per_word", lambda embed, b: (embed(b.cc), embed(b.qc)))
+    if hasattr(family, "per_word"):
+        monkeypatch.setattr(family, "per_word",
+                            lambda embed, b: (embed(b.cw, b.cc), embed(b.qw, b.qc)))
     per_token_outs, per_token_grads = run()
     for new, old in zip(outs, per_token_outs, strict=True):
-        assert torch.equal(new, old)
+        torch.testing.assert_close(new, old, rtol=1e-13, atol=1e-14)
     assert len(grads) == len(per_token_grads) > 0
     for new, old in zip(grads, per_token_grads, strict=True):
         torch.testing.assert_close(new, old, rtol=1e-12, atol=1e-14)

@@ -44,6 +44,19 @@ def test_dropout_on_the_cpu_keeps_1_minus_p_of_the_values_scaled(p: float) -> No
     assert torch.equal(Dropout(0.0).train()(x), x)
 
 
+def test_dropout_masks_follow_torch_seed_and_keep_the_dtype() -> None:
+    """The CPU mask comes from NumPy seeded by torch's generator: torch.manual_seed (and a
+    resumed run's saved RNG state) decides it, and each call draws a new one."""
+    drop = Dropout(0.5).train()
+    x = torch.ones(64, 64)
+    torch.manual_seed(3)
+    a, b = drop(x), drop(x)
+    torch.manual_seed(3)
+    assert torch.equal(drop(x), a) and not torch.equal(a, b)
+    assert drop(x.bfloat16()).dtype == torch.bfloat16
+    assert drop(x.double()).dtype == torch.float64
+
+
 def test_variational_dropout_has_one_mask_per_sequence() -> None:
     torch.manual_seed(0)
     x = torch.rand(8, 6, 50) + 1.0

@@ -133,7 +133,8 @@ def test_char_states_of_distinct_words_are_the_per_token_ones(variant: str) -> N
     from rcpipe.data.dataset import distinct_words
 
     batch = make_batch(b=3, lc=12, lq=5, seed=2)
-    listed = Batch(**{**batch.__dict__, **distinct_words(batch.cc.numpy(), batch.qc.numpy())})
+    listed = Batch(**{**batch.__dict__, **distinct_words(
+        batch.cw.numpy(), batch.cc.numpy(), batch.qw.numpy(), batch.qc.numpy())})
     model = build(variant).train()
     results = []
     for b in (batch, listed):

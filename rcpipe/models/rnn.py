@@ -49,22 +49,27 @@ class RNNWeights(nn.Module):
         for p in self.parameters():  # nn.RNNBase.reset_parameters, in the same order
             nn.init.uniform_(p, -bound, bound)
 
-    def forward(self, x: Tensor, suffix: str = "") -> Tensor:
+    def forward(self, x: Tensor, suffix: str = "", time_first: bool = False) -> Tensor:
         """The direction ``suffix`` ("" or "_reverse") over x (B, L, D) read left to right,
-        from a zero state: its outputs (B, L, H)."""
+        from a zero state: its outputs (B, L, H); (L, B, D) -> (L, B, H) if ``time_first``,
+        the fused kernels' own layout (a batch-first input is copied into it)."""
         w_ih, w_hh, b_ih, b_hh = (getattr(self, name + suffix) for name in WEIGHTS)
         if torch.compiler.is_compiling():
-            return torch.ops.rcpipe.rnn(x, w_ih, w_hh, b_ih, b_hh, self.cell)
-        return fused(x, [w_ih, w_hh, b_ih, b_hh], self.cell, self.training)
+            if time_first:  # the op is batch first: the compiler plans the copies
+                x = x.transpose(0, 1)  # (B, L, D)
+            y = torch.ops.rcpipe.rnn(x, w_ih, w_hh, b_ih, b_hh, self.cell)  # (B, L, H)
+            return y.transpose(0, 1) if time_first else y
+        return fused(x, [w_ih, w_hh, b_ih, b_hh], self.cell, self.training, not time_first)
 
 
-def fused(x: Tensor, weights: list[Tensor], cell: str, train: bool) -> Tensor:
-    """torch.gru / torch.lstm, one layer, batch first, zero initial state: (B, L, H).
-    ``train`` is cuDNN's: keep what its backward needs."""
-    h0 = x.new_zeros(1, x.size(0), weights[1].size(1))  # (1, B, H)
+def fused(x: Tensor, weights: list[Tensor], cell: str, train: bool,
+          batch_first: bool = True) -> Tensor:
+    """torch.gru / torch.lstm, one layer, zero initial state: (B, L, H) batch first, else
+    (L, B, H). ``train`` is cuDNN's: keep what its backward needs."""
+    h0 = x.new_zeros(1, x.size(0 if batch_first else 1), weights[1].size(1))  # (1, B, H)
     if cell == "lstm":
-        return torch.lstm(x, (h0, h0), weights, True, 1, 0.0, train, False, True)[0]
-    return torch.gru(x, h0, weights, True, 1, 0.0, train, False, True)[0]
+        return torch.lstm(x, (h0, h0), weights, True, 1, 0.0, train, False, batch_first)[0]
+    return torch.gru(x, h0, weights, True, 1, 0.0, train, False, batch_first)[0]
 
 
 @torch.library.custom_op("rcpipe::rnn", mutates_args=())

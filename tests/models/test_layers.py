@@ -1,13 +1,20 @@
 """Shared blocks of models/layers.py that trade nothing for speed: the reversal within each
-row's length as whole rows (the gather it replaced gives the same values and gradients) and
-the CPU dropout whose mask torch.rand draws (nn.Dropout's distribution)."""
+row's length as whole rows (the gather it replaced gives the same values and gradients; time
+first as BiRNN runs it inside), the CPU dropout whose mask is a float32 uniform against p
+(nn.Dropout's distribution), and the variational mask drawn alike in either layout."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from rcpipe.models.layers import Dropout, VariationalDropout, reverse_padded
+from rcpipe.models.layers import (
+    Dropout,
+    VariationalDropout,
+    reversal,
+    reverse_padded,
+    reverse_rows,
+)
 
 
 def test_reverse_padded_is_the_gather_bit_for_bit_and_its_own_inverse() -> None:
@@ -25,6 +32,10 @@ def test_reverse_padded_is_the_gather_bit_for_bit_and_its_own_inverse() -> None:
     g = torch.randn_like(x)
     assert torch.equal(torch.autograd.grad(ours, x, g)[0],
                        torch.autograd.grad(by_gather, x, g)[0])
+    # time first (BiRNN's layout inside): the same reversal of the transposed tensor
+    x_t = x.detach().transpose(0, 1).contiguous()  # (L, B, D)
+    rows = reversal(lengths, 7, time_first=True)  # (L*B,)
+    assert torch.equal(reverse_rows(x_t, rows), by_gather.detach().transpose(0, 1))
 
 
 @pytest.mark.parametrize("p", [0.2, 0.5])
@@ -64,3 +75,7 @@ def test_variational_dropout_has_one_mask_per_sequence() -> None:
     kept = y != 0  # (B, L, D)
     assert torch.equal(kept, kept[:, :1].expand_as(kept))  # the same at every step
     torch.testing.assert_close(y[kept], x[kept] / 0.7)
+    torch.manual_seed(0)  # time first: the same mask for the same sequences
+    torch.rand(8, 6, 50)  # the draw x took
+    y_t = VariationalDropout(0.3).train()(x.transpose(0, 1), time_first=True)  # (L, B, D)
+    assert torch.equal(y_t.transpose(0, 1), y)

@@ -124,10 +124,15 @@ DIFFERENCES = {
         "peer drops out each LSTM's output and the attention's inputs; rcpipe drops each "
         "LSTM layer's input (one mask per sequence) and [G; M] before the output layer",
         "peer packs each LSTM's input (pack_padded_sequence, nn.LSTM); rcpipe runs "
-        "torch.lstm unpacked, the backward direction on each row reversed within its length",
+        "torch.lstm unpacked and time first, the backward direction on each row reversed "
+        "within its length",
+        "peer embeds every token; rcpipe each distinct (word id, chars) pair of the batch "
+        "once (word vector, char CNN, highway), gathered",
     ],
     "qanet": [
         "peer's char table is frozen (its default); rcpipe's trains",
+        "rcpipe's char CNN runs once per distinct word of the batch (the whole embedding "
+        "at inference); the peer's per token",
         "peer's PosEncoder is wrapped to run on the CPU (the same signal)",
         "peer computes every attention weight and drops them out; rcpipe calls "
         "scaled_dot_product_attention without attention dropout",

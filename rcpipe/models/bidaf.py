@@ -19,7 +19,7 @@ from torch import nn
 from rcpipe.config import ModelConfig
 from rcpipe.models import ModelInputs
 from rcpipe.models.batch import Batch
-from rcpipe.models.embeddings import CharCNN, Highway, WordEmbedding, chars_per_word, per_word
+from rcpipe.models.embeddings import CharCNN, Highway, WordEmbedding, embed_batch
 from rcpipe.models.layers import (
     BiRNN,
     Dropout,
@@ -69,17 +69,11 @@ class BiDAF(nn.Module):
         x = torch.cat([self.word_emb(words), chars], dim=-1)  # (B, L, De)
         return self.highway(x)  # (B, L, De)
 
-    def embed_words(self, words: torch.Tensor, chars: torch.Tensor) -> torch.Tensor:
-        """Word ids (B, L) and their chars (B, L, W) -> (B, L, De)."""
-        return self.embed(words, self.char_emb(chars))
-
     def forward(self, batch: Batch) -> SpanLogits:
         c_mask, q_mask = batch.c_mask, batch.q_mask
-        if self.training and self.word_emb.word_dropout > 0:  # a coin per token: chars only
-            c_chars, q_chars = chars_per_word(self.char_emb, batch)  # (B, Lc, Dc), (B, Lq, Dc)
-            c_emb, q_emb = self.embed(batch.cw, c_chars), self.embed(batch.qw, q_chars)
-        else:  # nothing drawn per token before the highway's output: once per distinct word
-            c_emb, q_emb = per_word(self.embed_words, batch)  # (B, Lc, De), (B, Lq, De)
+        # once per distinct word, unless word dropout draws a coin per token in training
+        word_coins = self.training and self.word_emb.word_dropout > 0
+        c_emb, q_emb = embed_batch(self.embed, self.char_emb, batch, word_coins)  # (B, L, De)
         h = self.contextual(c_emb, c_mask)  # (B, Lc, 2d)
         u = self.contextual(q_emb, q_mask)  # (B, Lq, 2d)
         g = self.attention_flow(h, u, c_mask, q_mask)  # (B, Lc, 8d)

@@ -168,3 +168,16 @@ def per_word(embed: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], batch:
     assert batch.cu is not None and batch.qu is not None
     table = embed(batch.word_ids.unsqueeze(0), batch.words.unsqueeze(0)).squeeze(0)  # (U, D)
     return F.embedding(batch.cu, table), F.embedding(batch.qu, table)  # (B, Lc, D), (B, Lq, D)
+
+
+def embed_batch(embed: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                chars: Callable[[torch.Tensor], torch.Tensor], batch: Batch,
+                per_token: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The context's and the question's embeddings, (B, Lc, D) and (B, Lq, D):
+    ``embed(word ids, char features)`` over ``chars(char ids)``. The whole of it once per
+    distinct word (``per_word``), or, when ``per_token`` (the model draws something per
+    token before the embedding's output: word dropout), only ``chars`` (``chars_per_word``)."""
+    if per_token:
+        c_chars, q_chars = chars_per_word(chars, batch)  # (B, Lc, Dc), (B, Lq, Dc)
+        return embed(batch.cw, c_chars), embed(batch.qw, q_chars)
+    return per_word(lambda words, ids: embed(words, chars(ids)), batch)

@@ -20,7 +20,7 @@ from torch import nn
 from rcpipe.config import ModelConfig
 from rcpipe.models import ModelInputs
 from rcpipe.models.batch import Batch
-from rcpipe.models.embeddings import CharCNN, Highway, WordEmbedding, chars_per_word, per_word
+from rcpipe.models.embeddings import CharCNN, Highway, WordEmbedding, embed_batch
 from rcpipe.models.layers import (
     NoAnswerHead,
     SpanLogits,
@@ -213,17 +213,10 @@ class QANet(nn.Module):
         w = self.drop(self.word_emb(words))  # (B, L, p1); char dropout is inside CharCNN
         return self.emb_proj(self.highway(torch.cat([w, chars], dim=-1)))  # (B, L, d)
 
-    def embed_words(self, words: torch.Tensor, chars: torch.Tensor) -> torch.Tensor:
-        """Word ids (B, L) and their chars (B, L, W) -> (B, L, d)."""
-        return self.embed(words, self.char_emb(chars))
-
     def forward(self, batch: Batch) -> SpanLogits:
         c_mask, q_mask = batch.c_mask, batch.q_mask
-        if self.training:  # word and highway dropout draw per token: chars once per word
-            c_chars, q_chars = chars_per_word(self.char_emb, batch)  # (B, Lc, p2), (B, Lq, p2)
-            c_emb, q_emb = self.embed(batch.cw, c_chars), self.embed(batch.qw, q_chars)
-        else:  # the whole embedding once per distinct word
-            c_emb, q_emb = per_word(self.embed_words, batch)  # (B, Lc, d), (B, Lq, d)
+        # in training word and highway dropout draw per token: there, chars once per word
+        c_emb, q_emb = embed_batch(self.embed, self.char_emb, batch, self.training)  # (B, L, d)
         c = self.emb_encoder(c_emb, c_mask)  # (B, Lc, d)
         q = self.emb_encoder(q_emb, q_mask)  # (B, Lq, d)
         g = self.cq_attention(c, q, c_mask, q_mask)  # (B, Lc, 4d)

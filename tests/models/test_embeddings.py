@@ -24,7 +24,7 @@ import torch
 from rcpipe import stages
 from rcpipe.config import Config, ModelConfig
 from rcpipe.data.dataset import SquadDataset, distinct_words
-from rcpipe.models import ModelInputs, build_model
+from rcpipe.models import ModelInputs, build_model, embeddings
 from rcpipe.models.batch import Batch
 from rcpipe.models.embeddings import OOV, CharCNN, WordEmbedding, chars_per_word
 from rcpipe.train.loop import EMA, make_optimizer, train_step
@@ -168,10 +168,12 @@ def test_embedding_once_per_distinct_word_changes_no_output_nor_gradient(
 
     outs, grads = run()
     family = importlib.import_module(REGISTRY[variant].family)
-    monkeypatch.setattr(family, "chars_per_word", lambda embed, b: (embed(b.cc), embed(b.qc)))
-    if hasattr(family, "per_word"):
-        monkeypatch.setattr(family, "per_word",
-                            lambda embed, b: (embed(b.cw, b.cc), embed(b.qw, b.qc)))
+    for module in (family, embeddings):  # R-Net calls chars_per_word itself
+        if hasattr(module, "chars_per_word"):
+            monkeypatch.setattr(module, "chars_per_word",
+                                lambda embed, b: (embed(b.cc), embed(b.qc)))
+    monkeypatch.setattr(embeddings, "per_word",
+                        lambda embed, b: (embed(b.cw, b.cc), embed(b.qw, b.qc)))
     per_token_outs, per_token_grads = run()
     for new, old in zip(outs, per_token_outs, strict=True):
         torch.testing.assert_close(new, old, rtol=1e-13, atol=1e-14)

@@ -124,50 +124,33 @@ class Highway(nn.Module):
         return x
 
 
-def _listed(batch: Batch) -> bool:
-    """Whether to run an embedding once per distinct word of ``batch``: collate listed them,
-    and no compiler is tracing. The compiler first: a compiled graph that read batch.words
-    would take it as an input and recompile for each number of distinct words, so under
-    torch.compile or export the embedding runs per token, one static graph."""
-    return not (torch.compiler.is_compiling() or torch.compiler.is_exporting()
-                or batch.words is None or batch.word_ids is None
-                or batch.cu is None or batch.qu is None)
+def per_word(embed: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], batch: Batch
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``embed`` (word ids (B, L), chars (B, L, W)) -> (B, L, D), a token's embedding, of
+    every context and question token, (B, Lc, D) and (B, Lq, D): once per distinct (word id,
+    chars) pair where collate listed them (``Batch.words``), gathered; else per token.
+
+    A batch of 32 SQuAD contexts holds about 2.5x as many tokens as distinct words. Collate
+    lists them on the host, off the step (finding them here would read their number back
+    from the device: a host sync per step). Only for an ``embed`` that draws nothing per
+    token (a word's dropout mask then follows its row): BiDAF's 200-wide highway then runs
+    on a third of the rows. Under torch.compile or export, per token, one static graph: a
+    compiled graph that read batch.words would take it as an input and recompile for each
+    number of distinct words (so the compiler is asked first).
+    """
+    if (torch.compiler.is_compiling() or torch.compiler.is_exporting()
+            or batch.words is None or batch.word_ids is None
+            or batch.cu is None or batch.qu is None):
+        return embed(batch.cw, batch.cc), embed(batch.qw, batch.qc)
+    table = embed(batch.word_ids.unsqueeze(0), batch.words.unsqueeze(0)).squeeze(0)  # (U, D)
+    return F.embedding(batch.cu, table), F.embedding(batch.qu, table)  # (B, Lc, D), (B, Lq, D)
 
 
 def chars_per_word(embed: Callable[[torch.Tensor], torch.Tensor], batch: Batch
                    ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``embed`` (B, L, W) -> (B, L, D) of every context and question token, (B, Lc, D) and
-    (B, Lq, D): once per distinct word where collate listed the batch's (``Batch.words``),
-    gathered; else per token.
-
-    A word's char embedding depends on its chars alone, and a batch of 32 SQuAD contexts
-    holds about 2.5x as many tokens as distinct words. Collate lists them on the host, off
-    the step (finding them here would read their number back from the device: a host
-    sync per step).
-    """
-    if not _listed(batch):
-        return embed(batch.cc), embed(batch.qc)
-    assert batch.words is not None and batch.cu is not None and batch.qu is not None
-    table = embed(batch.words.unsqueeze(0)).squeeze(0)  # (U, D)
-    return F.embedding(batch.cu, table), F.embedding(batch.qu, table)  # (B, Lc, D), (B, Lq, D)
-
-
-def per_word(embed: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], batch: Batch
-             ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``embed`` (word ids (B, L), chars (B, L, W)) -> (B, L, D), a token's whole embedding,
-    of every context and question token: once per distinct (word id, chars) pair where
-    collate listed them, gathered; else per token.
-
-    Only for an ``embed`` that draws nothing per token (a word's dropout mask then follows
-    its row, as in ``chars_per_word``): BiDAF's highway over [word; char] then runs on a
-    third of the rows (it is 200 wide, the widest layer before the recurrences).
-    """
-    if not _listed(batch):
-        return embed(batch.cw, batch.cc), embed(batch.qw, batch.qc)
-    assert batch.words is not None and batch.word_ids is not None
-    assert batch.cu is not None and batch.qu is not None
-    table = embed(batch.word_ids.unsqueeze(0), batch.words.unsqueeze(0)).squeeze(0)  # (U, D)
-    return F.embedding(batch.cu, table), F.embedding(batch.qu, table)  # (B, Lc, D), (B, Lq, D)
+    """``embed`` (B, L, W) -> (B, L, D), a char embedding, of every context and question
+    token: ``per_word`` over the chars alone (a word's char embedding depends on them)."""
+    return per_word(lambda _, chars: embed(chars), batch)
 
 
 def embed_batch(embed: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
@@ -180,4 +163,4 @@ def embed_batch(embed: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     if per_token:
         c_chars, q_chars = chars_per_word(chars, batch)  # (B, Lc, Dc), (B, Lq, Dc)
         return embed(batch.cw, c_chars), embed(batch.qw, q_chars)
-    return per_word(lambda words, ids: embed(words, chars(ids)), batch)
+    return per_word(lambda words, char_ids: embed(words, chars(char_ids)), batch)

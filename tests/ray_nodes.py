@@ -61,13 +61,19 @@ def train_workers(under: psutil.Process | None = None) -> list[psutil.Process]:
     """Ray Train worker processes (Ray titles them RayTrainWorker): this machine's, or only
     those descending from ``under`` (a local Ray's raylet is its driver's child), so that a
     test kills its own cluster's worker, never another run's on a shared machine."""
+    return actors("RayTrainWorker", under)
+
+
+def actors(title: str, under: psutil.Process | None = None) -> list[psutil.Process]:
+    """Ray actor processes whose title (``ray::<class>``) holds ``title``: this machine's,
+    or only those descending from ``under``."""
     found = under.children(recursive=True) if under is not None else psutil.process_iter()
-    workers = []
+    alive = []
     for p in found:
         with contextlib.suppress(psutil.Error):
-            if any("RayTrainWorker" in part for part in p.cmdline()):
-                workers.append(p)
-    return workers
+            if any(title in part for part in p.cmdline()):
+                alive.append(p)
+    return alive
 
 
 def node_env(extra: dict[str, str]) -> dict[str, str]:

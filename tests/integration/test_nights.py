@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import yaml
 
@@ -227,9 +228,8 @@ def test_four_nights_and_a_cancelled_one_train_only_what_changed(
     assert len(_decisions(s3)) == 2 and _champion(s3) == champion  # nothing versioned
     assert cancelled_s < 30  # the flow's process group ended by itself: no runner's SIGKILL
     _nothing_left_on(join_local_ray, free)
-    # read once the runs' workers are gone: a checkpoint a worker reported as the
-    # cancellation landed is recorded by its controller after the flow run has ended (seen:
-    # read before, 0; the resumed run went on from step 4)
+    # read once the runs' workers and controllers are gone: a checkpoint a worker reported
+    # as the cancellation landed is recorded by its controller after the flow run has ended
     recorded = {v: _recorded_step(work, v, night1) for v in interrupted}
     print(f"night 3 cancelled: the flow run ended {cancelled_s:.1f} s after the "
           f"cancellation; runs interrupted at the recorded steps {recorded} of {LONGER}")
@@ -272,11 +272,17 @@ def _free_cpus(address: str) -> float:
 
 def _nothing_left_on(address: str, free: float, timeout: float = 60) -> None:
     """The cancelled night left nothing holding the joined cluster: as many CPUs free as
-    before it (its runs' workers, controllers and placement groups gone), so the next
-    night, or the next test on this Ray, finds it as it was."""
+    before it (its runs' workers and placement groups gone) and no Train controller left
+    (one outlives its workers: it records a checkpoint they reported as the cancellation
+    landed, seen 0 -> 4 after the CPUs were free), so the next night, or the next test on
+    this Ray, finds it as it was."""
     deadline = time.monotonic() + timeout
     while (now := _free_cpus(address)) < free:
         assert time.monotonic() < deadline, f"{now:g} CPUs free, {free:g} before the night"
+        time.sleep(0.5)
+    # the joined Ray is local_ray, this process's: its raylet, and so every actor, below us
+    while left := ray_nodes.actors("TrainController", psutil.Process()):
+        assert time.monotonic() < deadline, f"Train controllers left: {left}"
         time.sleep(0.5)
 
 

@@ -287,7 +287,8 @@ class BiRNN(nn.Module):
                 x = self.drop(x, time_first=True).contiguous()  # (L, B, D)
                 y_f = fwd(x, time_first=True)  # (L, B, H)
                 y_b = bwd(reverse_rows(x, rows), time_first=True)  # (L, B, H), reversed time
-                x = torch.cat([y_f, reverse_rows(y_b, rows)], dim=-1) * keep  # (L, B, 2H)
+                # zeros on padding, in place: cat's backward keeps nothing of its output
+                x = torch.cat([y_f, reverse_rows(y_b, rows)], dim=-1).mul_(keep)  # (L, B, 2H)
                 outs.append(x)
         out = torch.cat(outs, dim=-1) if self.concat_layers else x  # (L, B, 2H or more)
         return out.transpose(0, 1).to(dtype)  # (B, L, 2H or more)

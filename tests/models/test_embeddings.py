@@ -193,3 +193,41 @@ def test_under_dropout_a_word_has_one_char_mask_for_all_its_occurrences() -> Non
         same = features[(tokens == word).all(dim=1)]  # (n, 6): one word's occurrences
         assert len(same) > 1 and torch.equal(same, same[:1].expand_as(same))
 
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("kernel", [1, 3, 5])
+def test_inference_windows_give_the_convolutions_numbers(dtype: torch.dtype, kernel: int) -> None:
+    torch.manual_seed(0)
+    cnn = CharCNN(CHARS, 4, 6, kernel, dropout=0.3).to(dtype).eval()
+    chars = make_batch(b=3, lc=12, lq=5).cc  # (3, 12, 16): words of 5 chars, padding rows
+    chars[0, 0] = 0  # a word of padding alone: relu(-inf) = 0
+    chars[0, 1] = torch.arange(2, 18)  # a word filling every char slot
+    with torch.no_grad():
+        windowed = cnn(chars)
+        convolved = cnn.convolved(chars)
+    assert not windowed[0, 0].any() and windowed.dtype == dtype
+    # the bias after the max changes no float (rounding is monotone); the product's sums
+    # may round in another order than the conv's
+    tol = {"rtol": 1e-12, "atol": 1e-14} if dtype == torch.float64 else {"rtol": 1e-6, "atol": 1e-6}
+    torch.testing.assert_close(windowed, convolved, **tol)
+    assert torch.equal(windowed, cnn.windowed(chars))
+
+
+def test_the_convolution_runs_where_anything_trains() -> None:
+    cnn = CharCNN(CHARS, 4, 6, 3, dropout=0.0).eval()
+    chars = make_batch(b=2, lc=6, lq=3).cc
+    calls: list[str] = []
+    cnn.convolved = lambda c: calls.append("conv") or CharCNN.convolved(cnn, c)  # type: ignore[method-assign]
+    cnn.windowed = lambda c: calls.append("windows") or CharCNN.windowed(cnn, c)  # type: ignore[method-assign]
+    cnn(chars).sum().backward()  # grad enabled: the weights' gradients come from the conv
+    assert cnn.conv.weight.grad is not None
+    with torch.no_grad():
+        cnn.train()(chars)  # dropout on the embeddings: per char, not per window
+        cnn.eval()(chars)
+    assert calls == ["conv", "conv", "windows"]
+
+
+def test_an_even_char_kernel_is_refused_at_build() -> None:
+    with pytest.raises(ValueError, match="char_kernel must be odd"):
+        CharCNN(CHARS, 4, 6, 4, dropout=0.0)

@@ -59,7 +59,11 @@ PARAMS: dict[str, Any] = {
         "paragraphs_per_article": 3,
         "questions_per_paragraph": 4,
     },
-    "train": {"num_workers": 1, "epochs": 1, "batch_size": 8, "seed": 42, "device": "cpu"},
+    # one torch thread: make test runs two pytest workers on two cores, and a Ray Train
+    # worker otherwise takes its CPU share (2 here) of threads, whose OpenMP waits spin
+    # against the other worker's tests (test_qanet: 10x slower beside a busy job)
+    "train": {"num_workers": 1, "epochs": 1, "batch_size": 8, "seed": 42, "device": "cpu",
+              "threads": 1},
     "eval": {"max_answer_len": 15},
 }
 

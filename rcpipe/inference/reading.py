@@ -66,21 +66,29 @@ def predict(model: nn.Module, dataset: SquadDataset, batches: Iterable[list[int]
         logits = model(batch)
         log_p1, log_p2 = logits.log_probs()  # (B, 1 + Lc) each
         p1, p2 = log_p1.exp(), log_p2.exp()
-        w = torch.as_tensor(indices, dtype=torch.long)  # (B,)
         pos = torch.arange(p1.size(1) - 1)[None, :]  # (1, Lc)
-        own = (pos >= torch.from_numpy(windows.own_lo)[w][:, None]) & \
-            (pos < torch.from_numpy(windows.own_hi)[w][:, None])  # (B, Lc)
+        # the windows' bounds picked on the host, where they live (NumPy)
+        own = (pos >= torch.from_numpy(windows.own_lo[indices])[:, None]) & \
+            (pos < torch.from_numpy(windows.own_hi[indices])[:, None])  # (B, Lc)
         # a window proposes only spans that start on a token it owns
         p_own = torch.where(own.to(p1.device), p1[:, 1:], 0.0)  # (B, Lc)
         start, end, prob = best_span(p_own, p2[:, 1:], max_answer_len, length_prior)
         na_prob = p1[:, 0] * p2[:, 0]  # (B,)
         score = logits.start.float().gather(1, start[:, None])[:, 0] + \
             logits.end.float().gather(1, end[:, None])[:, 0]  # (B,) across windows
+        # the batch's answers come to the host in one copy: on a GPU each int() or float()
+        # of an element would wait for the device (5 a question). float64 holds the
+        # positions and the float32 values exactly
+        spans = torch.stack([start.double(), end.double(), prob.double(), na_prob.double(),
+                             score.double()], dim=1).cpu().tolist()  # (B, 5)
+        if token_probs:
+            p1, p2 = p1.cpu(), p2.cpu()  # (B, 1 + Lc) each, one copy a batch
         for b, i in enumerate(indices):
             row, first = int(windows.row[i]), int(windows.start[i])
+            s, e, span_prob, window_na, span_score = spans[b]
             found.setdefault(row, []).append(Proposal(
-                int(windows.index[i]), first + int(start[b]), first + int(end[b]),
-                float(prob[b]), float(na_prob[b]), float(score[b])))
+                int(windows.index[i]), first + int(s), first + int(e),
+                span_prob, window_na, span_score))
             if token_probs:
                 lo, hi = int(windows.own_lo[i]), int(windows.own_hi[i])
                 probs.setdefault(row, []).append((int(windows.index[i]),

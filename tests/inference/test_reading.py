@@ -89,3 +89,26 @@ def test_a_fixed_threshold_is_the_params_and_needs_no_heldout(v2_splits) -> None
     ev, held = heldout_then_dev(UnsureReader(), dev, None, None, cpu)  # the oracle, named
     assert held is None and ev.result["na_threshold_source"] == "dev"
     assert ev.result["f1"] == ev.result["oracle"]["best_f1"]
+
+
+@pytest.mark.parametrize("token_probs", [False, True])
+def test_a_batch_of_answers_comes_to_the_host_at_once(prepared: Prepared,
+                                                      token_probs: bool) -> None:
+    """No value read back element by element (on a GPU each int() or float() of a device
+    tensor waits for it: 5 a question before); every answer still the reader's."""
+    from rcpipe.train.audit import HostSyncs
+
+    dataset = SquadDataset.from_parquet(prepared.out_dir / "dev.parquet")
+    batches = bucket_batches(dataset.context_lengths(), 16, shuffle=False)
+    syncs = HostSyncs()
+    with syncs:
+        out = predict(ShyReader(no_answer=False), dataset, batches, torch.device("cpu"),
+                      token_probs=token_probs)
+    assert dict(syncs.ops) == {}
+    assert len(out) == len(dataset) > 16  # more than one batch
+    for row, qid in enumerate(dataset.ids):  # ShyReader finds the gold span
+        gold = dataset.answer_text(row, int(dataset.y1[row]), int(dataset.y2[row]))
+        assert out[qid]["span_text"] == gold and 0 < out[qid]["prob"] < 1
+        if token_probs:
+            assert len(out[qid]["p_start"]) == len(out[qid]["p_end"]) == \
+                dataset.context_lengths()[row]

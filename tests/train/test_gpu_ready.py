@@ -107,6 +107,24 @@ def test_a_training_step_never_waits_for_the_host(prepared: Prepared, variant: s
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
+def test_an_inference_forward_never_waits_for_the_host(prepared: Prepared, variant: str) -> None:
+    """What evaluation and serving run (eval mode, no gradient: the char CNN's windowed
+    path, each distinct word once) reads nothing back to the host inside the forward:
+    decoding the spans afterwards is the one place a batch's answers come back."""
+    cfg = paper_config(prepared)
+    data = dataset(prepared, cfg)
+    torch.manual_seed(0)
+    model = build_model(variant, cfg.models.of(variant),
+                        prepared_inputs(prepared.out_dir, 16)).eval()
+    batches = [data.collate(b) for b in train_batches(data, 8, seed=0, world=1)[:3]]
+    syncs = HostSyncs()
+    with torch.no_grad(), syncs:
+        for b in batches:
+            model(b)
+    assert dict(syncs.ops) == {}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_the_training_forward_is_one_graph_but_r_nets_gated_loop(prepared: Prepared,
                                                                  variant: str) -> None:
     """Every RNN is one opaque op (models/rnn.py), so QANet, both BiDAFs and rnet_mult are

@@ -17,13 +17,18 @@ rcpipe slower), then the differences between the two models that remain.
     OMP_NUM_THREADS=1 .venv/bin/python -m bench.peers qanet /tmp/peers/QANet-PyTorch
     OMP_NUM_THREADS=1 .venv/bin/python -m bench.peers bidaf /tmp/peers/squad --profile 3
 
-One torch thread unless ``--threads``. The device is the CPU; name the machine with the
-numbers (its load moves them: compare within one run).
+One torch thread unless ``--threads``. The CPU unless ``--device`` (``cuda``: both models and
+the batch on the GPU, rcpipe's distinct words found on the host and copied each step, as its
+collate does; each timing synchronised). Name the machine with the numbers (its load moves
+them: compare within one run).
+
+    .venv/bin/python -m bench.peers bidaf /tmp/peers/squad --device cuda --repeats 20
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import statistics
@@ -58,16 +63,28 @@ class Side:
     loss: Callable[[Any], torch.Tensor]  # of the forward's output
 
 
-def rcpipe_side(variant: str, cfg: ModelConfig, text: TextBatch, vectors: np.ndarray) -> Side:
+def on(text: TextBatch, device: torch.device) -> TextBatch:
+    """The batch's tensors on ``device``."""
+    return dataclasses.replace(text, **{f.name: getattr(text, f.name).to(device)
+                                        for f in dataclasses.fields(text)
+                                        if isinstance(getattr(text, f.name), torch.Tensor)})
+
+
+def rcpipe_side(variant: str, cfg: ModelConfig, text: TextBatch, vectors: np.ndarray,
+                device: torch.device) -> Side:
     inputs = ModelInputs(word_vocab=len(vectors), char_vocab=text.char_vocab,
                          word_dim=vectors.shape[1], vectors=vectors, no_answer=False)
-    model = build_model(variant, cfg, inputs)
+    model = build_model(variant, cfg, inputs).to(device)
+    host, text = text, on(text, device)
     batch = Batch(ids=[str(i) for i in range(len(text.cw))], cw=text.cw, cc=text.cc,
                   qw=text.qw, qc=text.qc, c_mask=text.cw != 0, q_mask=text.qw != 0,
-                  y1=text.y1, y2=text.y2, is_impossible=torch.zeros(len(text.cw), dtype=bool))
+                  y1=text.y1, y2=text.y2,
+                  is_impossible=torch.zeros(len(text.cw), dtype=bool, device=device))
+
     def forward() -> Any:  # collate's distinct words (on the host) counted in the step
-        listed = distinct_words(text.cw.numpy(), text.cc.numpy(), text.qw.numpy(),
-                                text.qc.numpy())
+        listed = distinct_words(host.cw.numpy(), host.cc.numpy(), host.qw.numpy(),
+                                host.qc.numpy())
+        listed = {k: v.to(device, non_blocking=True) for k, v in listed.items()}
         return model(Batch(**{**batch.__dict__, **listed}))
 
     return Side(f"rcpipe {variant}", model, forward,
@@ -75,12 +92,13 @@ def rcpipe_side(variant: str, cfg: ModelConfig, text: TextBatch, vectors: np.nda
 
 
 def chrischute_bidaf(peer: Path, args: argparse.Namespace, text: TextBatch,
-                     vectors: np.ndarray) -> Side:
+                     vectors: np.ndarray, device: torch.device) -> Side:
     sys.path.insert(0, str(peer))
     sys.modules.setdefault("ujson", json)  # util.py imports it at the top; no model code uses it
     models = importlib.import_module("models")
     model = models.BiDAF(word_vectors=torch.from_numpy(vectors), hidden_size=args.hidden,
-                         drop_prob=args.dropout)
+                         drop_prob=args.dropout).to(device)
+    text = on(text, device)
 
     def loss(out: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         return F.nll_loss(out[0], text.y1) + F.nll_loss(out[1], text.y2)  # as its train.py
@@ -89,7 +107,7 @@ def chrischute_bidaf(peer: Path, args: argparse.Namespace, text: TextBatch,
 
 
 def bangliu_qanet(peer: Path, args: argparse.Namespace, text: TextBatch,
-                  vectors: np.ndarray) -> Side:
+                  vectors: np.ndarray, device: torch.device) -> Side:
     sys.path.insert(0, str(peer))
     module = importlib.import_module("model.QANet")
 
@@ -104,7 +122,8 @@ def bangliu_qanet(peer: Path, args: argparse.Namespace, text: TextBatch,
     module.PosEncoder = pos_encoder
     chars = torch.randn(text.char_vocab, args.char_dim)  # its char table: frozen, as default
     model = module.QANet(torch.from_numpy(vectors), chars, text.cw.size(1), text.qw.size(1),
-                         args.hidden, dropout=args.dropout, num_head=args.heads)
+                         args.hidden, dropout=args.dropout, num_head=args.heads).to(device)
+    text = on(text, device)
 
     def loss(out: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         return F.cross_entropy(out[0], text.y1) + F.cross_entropy(out[1], text.y2)
@@ -144,8 +163,12 @@ DIFFERENCES = {
 
 
 def timed(fn: Callable[[], None]) -> float:
+    """Seconds of ``fn``, the GPU's queue drained before and after (METHOD: synchronise)."""
+    sync = torch.cuda.synchronize if torch.cuda.is_initialized() else (lambda: None)
+    sync()
     start = time.perf_counter()
     fn()
+    sync()
     return time.perf_counter() - start
 
 
@@ -215,6 +238,12 @@ def profile_ops(sides: list[Side], steps: int, top: int) -> None:
                                                for n in names) + " |")
 
 
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU, {torch.get_num_threads()} torch thread(s)"
+
+
 def report(times: dict[str, dict[str, list[float]]], ours: str, peer: str) -> None:
     print(f"| step | {ours}: median / min (s) | {peer}: median / min (s) | "
           "ratio, median / min |")
@@ -245,11 +274,15 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
                         help="then profile this many training steps and inference forwards a "
                         "side, op by op")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device here")
     peer = args.peer.resolve()
     if peer.is_relative_to(ROOT):
         parser.error(f"{peer}: a peer's checkout lives outside this repository")
@@ -266,13 +299,13 @@ def main() -> None:
     sets += [f"models.{args.model}.{s}" for s in args.set]
     cfg = load_config(ROOT / "params.yaml", sets).models.of(args.model)
     torch.manual_seed(0)
-    sides = [rcpipe_side(args.model, cfg, text, vectors),
-             PEERS[args.model](peer, args, text, vectors)]
+    sides = [rcpipe_side(args.model, cfg, text, vectors, device),
+             PEERS[args.model](peer, args, text, vectors, device)]
     print(f"{args.model}: batch {args.batch}, context {args.context}, question "
           f"{args.question} tokens of real text ({text.distinct} distinct words of "
           f"{text.cw.numel() + text.qw.numel()} tokens), frozen {args.words} x "
           f"{args.word_dim} word vectors, hidden {args.hidden}, dropout {args.dropout}, "
-          f"Adam, {torch.get_num_threads()} torch thread(s), {args.warmup} warm-up and "
+          f"Adam, {device_name(device)}, {args.warmup} warm-up and "
           f"{args.repeats} timed rounds, A/B alternated")
     print(f"rcpipe {args.model}: " + ", ".join(
         f"{k} {getattr(cfg, k)}" for k in ("hidden", "layers", "char_dim", "char_hidden",

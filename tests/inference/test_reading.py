@@ -9,6 +9,7 @@ import torch
 from rcpipe.data.dataset import SquadDataset, bucket_batches
 from rcpipe.inference.reading import evaluate_model, heldout_then_dev, predict
 from rcpipe.scoring.metrics import ORACLE, score
+from rcpipe.train.audit import HostSyncs
 from tests.conftest import Prepared, SynthData
 from tests.inference.readers import ShyReader, UnsureReader
 
@@ -96,8 +97,6 @@ def test_a_batch_of_answers_comes_to_the_host_at_once(prepared: Prepared,
                                                       token_probs: bool) -> None:
     """No value read back element by element (on a GPU each int() or float() of a device
     tensor waits for it: 5 a question before); every answer still the reader's."""
-    from rcpipe.train.audit import HostSyncs
-
     dataset = SquadDataset.from_parquet(prepared.out_dir / "dev.parquet")
     batches = bucket_batches(dataset.context_lengths(), 16, shuffle=False)
     syncs = HostSyncs()

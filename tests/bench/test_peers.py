@@ -1,0 +1,86 @@
+"""bench/peers.py end to end: rcpipe's bidaf beside a peer checkout outside the repo (here a
+stand-in shaped as chrischute/squad's models.BiDAF: the real one is not in a user's clone),
+on a small SQuAD-format file; its table, and the mistakes it refuses in one line."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# chrischute/squad's interface: models.BiDAF(word_vectors, hidden_size, drop_prob), called on
+# (context word ids, question word ids), giving each position's log-probabilities
+PEER_MODELS = '''
+import torch
+from torch import nn
+
+
+class BiDAF(nn.Module):
+    def __init__(self, word_vectors, hidden_size, drop_prob=0.0):
+        super().__init__()
+        self.emb = nn.Embedding.from_pretrained(word_vectors)
+        self.start = nn.Linear(word_vectors.size(1), 1)
+        self.end = nn.Linear(word_vectors.size(1), 1)
+
+    def forward(self, cw, qw):
+        x = self.emb(cw) + self.emb(qw).mean(1, keepdim=True)
+        return (self.start(x).squeeze(-1).log_softmax(-1),
+                self.end(x).squeeze(-1).log_softmax(-1))
+'''
+
+
+def article(title: str, context: str, question: str) -> dict:
+    return {"title": title, "paragraphs": [{"context": context, "qas": [
+        {"id": title, "question": question, "answers": []}]}]}
+
+
+def peers(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    squad = tmp_path / "dev.json"
+    squad.write_text(json.dumps({"version": "1.1", "data": [
+        article("a", "The cat sat on the mat, the cat did.", "Where did the cat sit?"),
+        article("b", "A dog ran in the park all day long.", "Where did the dog run?"),
+    ]}))
+    return subprocess.run(
+        [sys.executable, "-m", "bench.peers", "bidaf", *args, "--squad", str(squad),
+         "--batch", "2", "--context", "6", "--question", "3", "--words", "8",
+         "--word-dim", "4", "--hidden", "4", "--warmup", "0", "--repeats", "2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_both_sides_are_timed_on_the_same_batch_with_their_ratios(tmp_path: Path) -> None:
+    peer = tmp_path / "squad"
+    peer.mkdir()
+    (peer / "models.py").write_text(PEER_MODELS)
+    run = peers(tmp_path, str(peer))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "CPU, 1 torch thread(s), 0 warm-up and 2 timed rounds" in run.stdout
+    for step in ("train", "inference"):
+        row = re.search(rf"^\| {step} \| ([\d.]+) / ([\d.]+) \| ([\d.]+) / ([\d.]+) \| "
+                        rf"([\d.]+)x / ([\d.]+)x \|$", run.stdout, re.MULTILINE)
+        assert row, run.stdout
+        median, least, peer_median, peer_least = (float(row[i]) for i in range(1, 5))
+        assert 0 < least <= median and 0 <= peer_least <= peer_median  # seconds, 3 places
+        assert float(row[5]) > 0 and float(row[6]) > 0
+    assert "Remaining differences:" in run.stdout
+
+
+@pytest.mark.parametrize(("where", "said"), [
+    ("inside", "a peer's checkout lives outside this repository"),
+    ("cuda", "--device cuda: no CUDA device here"),
+])
+def test_a_peer_inside_the_repo_or_a_missing_device_is_one_line(
+        tmp_path: Path, where: str, said: str) -> None:
+    import torch
+
+    if where == "cuda" and torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    args = [str(ROOT / "bench")] if where == "inside" else [str(tmp_path), "--device", "cuda"]
+    run = peers(tmp_path, *args)
+    assert run.returncode == 2 and said in run.stderr.splitlines()[-1], run.stderr
+    assert "Traceback" not in run.stderr

@@ -45,6 +45,7 @@ from flows.version import decision_markdown
 from rcpipe.config import VARIANTS
 from rcpipe.data import synth
 from rcpipe.stages.champions import history
+from rcpipe.train.checkpoint import broken
 from tests import ray_nodes
 from tests.conftest import AWS_WORKER_ENV, SynthData, questions_of
 from tests.dvc_project import BUCKET, make_project, sh
@@ -230,9 +231,9 @@ def test_four_nights_and_a_cancelled_one_train_only_what_changed(
     _nothing_left_on(join_local_ray, free)
     # read once the runs' workers and controllers are gone: a checkpoint a worker reported
     # as the cancellation landed is recorded by its controller after the flow run has ended
-    recorded = {v: _recorded_step(work, v, night1) for v in interrupted}
+    resumes = {v: _resume_point(work, v, night1) for v in interrupted}
     print(f"night 3 cancelled: the flow run ended {cancelled_s:.1f} s after the "
-          f"cancellation; runs interrupted at the recorded steps {recorded} of {LONGER}")
+          f"cancellation; runs interrupted at the steps {resumes} of {LONGER}")
 
     # night 4: the cancelled night's runs resume; every variant ends on the new data
     _night(env, work, s3_env)
@@ -240,8 +241,8 @@ def test_four_nights_and_a_cancelled_one_train_only_what_changed(
     for v in VOTERS:
         assert night4[v]["run"] != night1[v]["run"]  # trained on the new data
         assert night4[v]["steps"] == LONGER
-    for v in interrupted:  # from the last checkpoint night 3's controller recorded, if any
-        assert night4[v]["resumed_from_step"] == recorded[v], (v, night4[v], recorded)
+    for v in interrupted:  # from the last checkpoint night 3 recorded or, if none, stored
+        assert night4[v]["resumed_from_step"] == resumes[v], (v, night4[v], resumes)
     for v in set(VOTERS) - set(interrupted):
         assert night4[v] == night3[v]  # not trained again
     assert all(_mtime(p) != t for p, t in zip(watched, before, strict=True))
@@ -343,12 +344,30 @@ def _nights_a_person_can_compare(work: Path, origin: Path,
     assert "rcpipe evaluation report" in report
 
 
+def _new_runs(work: Path, variant: str, before: dict[str, dict[str, Any]]) -> list[Path]:
+    """The storage of ``variant``'s runs other than ``before``'s."""
+    return [run for run in work.glob(f"models/{variant}/runs/run-*")
+            if run.name != before[variant]["run"]]
+
+
 def _recorded_step(work: Path, variant: str, before: dict[str, dict[str, Any]]) -> int:
     """The latest checkpoint Ray Train's controller recorded for a run of ``variant`` other
-    than ``before``'s (the one a resumed run goes on from); 0: none."""
-    return max((step for run in work.glob(f"models/{variant}/runs/run-*")
-                if run.name != before[variant]["run"]
+    than ``before``'s; 0: none."""
+    return max((step for run in _new_runs(work, variant, before)
                 for step in ray_nodes.recorded_steps(run)), default=0)
+
+
+def _resume_point(work: Path, variant: str, before: dict[str, dict[str, Any]]) -> int:
+    """The step a resumed run of ``variant`` goes on from (train_job's Session.stored): the
+    checkpoint its controller recorded last or, with none recorded, the newest whole one it
+    stored (a worker stores a checkpoint before its controller records it: a cancellation
+    landing between the two left qanet's step 4 stored, unrecorded); 0: none."""
+    recorded = _recorded_step(work, variant, before)
+    if recorded:
+        return recorded
+    stored = sorted((d for run in _new_runs(work, variant, before)
+                     for d in run.glob("step-" + "[0-9]" * 8)), key=lambda d: d.name)
+    return next((int(d.name[5:]) for d in reversed(stored) if broken(d) is None), 0)
 
 
 @contextmanager

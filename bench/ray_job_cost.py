@@ -19,12 +19,14 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.suite_cpu import Sampler, read_cpu  # noqa: E402
+from bench.suite_cpu import Sampler, kind_of, ray_actor, read_cpu  # noqa: E402
 
 # Ray's own telemetry, which nothing of rcpipe reads on a local Ray: metrics collection and
 # export (each process's metrics agent), task events (the state API's and dashboard's
@@ -52,8 +54,9 @@ ray.shutdown()
 """
 
 
-def arm(env: dict[str, str], jobs: int) -> dict[str, float]:
-    """One driver's run: its wall seconds and the CPU seconds of every process it started."""
+def arm(env: dict[str, str], jobs: int) -> dict[str, Any]:
+    """One driver's run: its wall seconds, the CPU seconds of every process it started, and
+    those by process (a Ray actor's class, else the kind of process)."""
     sampler = Sampler(0.2, ignore=set(read_cpu(os.sysconf("SC_CLK_TCK"))))
     sampler.start()
     t0 = time.perf_counter()
@@ -66,8 +69,12 @@ def arm(env: dict[str, str], jobs: int) -> dict[str, float]:
     sampler.join()
     if done.returncode != 0:
         raise SystemExit(f"error: the driver failed: {done.stderr[-2000:]}")
-    cpu = sum(p.cpu for p in sampler.seen.values() if p.launch)
-    return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1)}
+    started = [p for p in sampler.seen.values() if p.launch]
+    by: Counter[str] = Counter()
+    for p in started:
+        by[ray_actor(p.title) or kind_of(p.launch)] += p.cpu
+    return {"wall_s": round(wall, 1), "cpu_s": round(sum(p.cpu for p in started), 1),
+            "by_process": {k: round(v, 2) for k, v in by.most_common()}}
 
 
 def main() -> None:
@@ -81,7 +88,9 @@ def main() -> None:
         names = list(ARMS) if round_ % 2 == 0 else list(reversed(ARMS))
         for name in names:
             runs[name].append(arm(ARMS[name], args.jobs))
-            print(f"round {round_ + 1}, {name}: {runs[name][-1]}", flush=True)
+            done = runs[name][-1]
+            print(f"round {round_ + 1}, {name}: {done['cpu_s']} CPU s, {done['wall_s']} s",
+                  flush=True)
     base = statistics.median(r["cpu_s"] for r in runs["as shipped"])
     print(f"\n{args.jobs} Ray Train jobs that do nothing in one driver on a local Ray, "
           f"{os.cpu_count()} cores; median of {args.repeats}")
@@ -93,6 +102,18 @@ def main() -> None:
         env = ", ".join(f"`{k}={v}`" for k, v in ARMS[name].items()) or "(none)"
         print(f"| {name} | {env} | {cpu:.1f} | {cpu / args.jobs:.1f} | {wall:.1f} | "
               f"{cpu / base:.2f}x |")
+    # where a job's CPU goes (the first arm): Ray Train's actors each start a Ray worker and
+    # import ray.train (the controller torch too); the median per job over the rounds
+    first = next(iter(ARMS))
+    names = {k for r in runs[first] for k in r["by_process"]}
+    per_job = {k: statistics.median(r["by_process"].get(k, 0.0) for r in runs[first])
+               / args.jobs for k in names}
+    print(f"\n{first}: CPU s a job by process (the Ray start shared by the {args.jobs} jobs)")
+    print("| process | CPU s a job |")
+    print("|---|---|")
+    for k, v in sorted(per_job.items(), key=lambda kv: -kv[1]):
+        if v >= 0.05:
+            print(f"| {k} | {v:.2f} |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"jobs": args.jobs, "arms": ARMS, "runs": runs}, indent=1))
 

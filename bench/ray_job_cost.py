@@ -19,14 +19,13 @@ import statistics
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.suite_cpu import Sampler, kind_of, ray_actor, read_cpu  # noqa: E402
+from bench.suite_cpu import RETITLED, Sampler, read_cpu, summarize  # noqa: E402
 
 # Ray's own telemetry, which nothing of rcpipe reads on a local Ray: metrics collection and
 # export (each process's metrics agent), task events (the state API's and dashboard's
@@ -69,12 +68,13 @@ def arm(env: dict[str, str], jobs: int) -> dict[str, Any]:
     sampler.join()
     if done.returncode != 0:
         raise SystemExit(f"error: the driver failed: {done.stderr[-2000:]}")
-    started = [p for p in sampler.seen.values() if p.launch]
-    by: Counter[str] = Counter()
-    for p in started:
-        by[ray_actor(p.title) or kind_of(p.launch)] += p.cpu
-    return {"wall_s": round(wall, 1), "cpu_s": round(sum(p.cpu for p in started), 1),
-            "by_process": {k: round(v, 2) for k, v in by.most_common()}}
+    seen = summarize(sampler.seen)
+    # each process once: a Ray worker or agent by the class Ray titled it with, any other
+    # by its kind (a retitled kind's CPU is its actors'; one never seen retitled counts in
+    # the total alone)
+    by = {a["actor"]: a["cpu_s"] for a in seen["ray_actors"]} | {
+        k["kind"]: k["cpu_s"] for k in seen["kinds"] if k["kind"] not in RETITLED}
+    return {"wall_s": round(wall, 1), "cpu_s": seen["total_cpu_s"], "by_process": by}
 
 
 def main() -> None:

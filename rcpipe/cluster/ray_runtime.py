@@ -44,14 +44,18 @@ NODE_STARTUP_TIMEOUT = "timed out during startup"
 
 
 def start_local_ray(num_cpus: int | None = None) -> None:
-    """ray.init of a local cluster; its processes inherit LOCAL_RAY_ENV (unless set)."""
+    """ray.init of a new local cluster; its processes inherit LOCAL_RAY_ENV (unless set).
+
+    Always a new one: a bare ray.init() joins the cluster that a `ray start` on this machine
+    left in <RAY_TMPDIR or /tmp>/ray/ray_current_cluster, and refuses ``num_cpus`` there
+    with a traceback. Joining a cluster is asked for (train.ray_address, RAY_ADDRESS)."""
     import ray
 
     global _joined
     for key, value in LOCAL_RAY_ENV.items():
         os.environ.setdefault(key, value)
     start_once_more_if_slow(lambda: ray.init(
-        num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
+        address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
         logging_level="WARNING", log_to_driver=False), ray.shutdown)
     _joined = None
 

@@ -93,13 +93,12 @@ def join_ray(needed_cpus: float) -> None:
 
     if ray.is_initialized():
         return
-    if os.environ.get("RAY_ADDRESS"):  # a cluster asking for a token: one line (join)
-        from rcpipe.cluster.ray_runtime import join
+    from rcpipe.cluster.ray_runtime import join, start_local_ray
 
+    if os.environ.get("RAY_ADDRESS"):  # a cluster asking for a token: one line (join)
         join(os.environ["RAY_ADDRESS"])
         return
-    ray.init(num_cpus=max(os.cpu_count() or 1, int(needed_cpus + 0.999)),
-             include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    start_local_ray(num_cpus=max(os.cpu_count() or 1, int(needed_cpus + 0.999)))
 
 
 def serve(cfg: Config, models: list[str] | None = None, host: str = "127.0.0.1",

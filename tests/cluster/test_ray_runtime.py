@@ -5,8 +5,11 @@ tests/conftest.py with token authentication on, as Ray >= 2.59 does by default).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +22,42 @@ try:
 except InputError as e:
     print(e.line())
 """
+
+
+# `rcpipe train` / `tune` (ray_cluster) and `rcpipe serve` (join_ray) with neither
+# train.ray_address nor RAY_ADDRESS, one after the other in one process
+UNASKED = """
+import ray
+from rcpipe.cluster.ray_runtime import ray_cluster
+from rcpipe.stages.serving import join_ray
+with ray_cluster(None):
+    print(ray.get_runtime_context().gcs_address)
+join_ray(1)
+print(ray.get_runtime_context().gcs_address)
+ray.shutdown()
+"""
+
+
+@pytest.mark.integration
+def test_a_cluster_ray_start_left_on_this_machine_is_not_joined_unasked() -> None:
+    """`ray start` writes its address to <RAY_TMPDIR>/ray/ray_current_cluster, where a bare
+    ray.init() finds it and joins, refusing rcpipe's CPU count with a traceback (seen with
+    a real `ray start --head`: "When connecting to an existing cluster, num_cpus and
+    num_gpus must not be provided"). Unasked, rcpipe starts a local Ray of its own, as
+    docs/guide/training.md says; joining is train.ray_address's or RAY_ADDRESS's."""
+    short = Path(tempfile.mkdtemp(prefix="rl-", dir="/tmp"))  # Ray's sockets: <= 107 bytes
+    try:
+        (short / "ray").mkdir()
+        (short / "ray" / "ray_current_cluster").write_text("127.0.0.1:9")  # as ray start
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {
+            "RAY_TMPDIR": str(short)}
+        out = subprocess.run([sys.executable, "-c", UNASKED], env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        started = out.stdout.split()[-2:]
+        assert len(started) == 2 and "127.0.0.1:9" not in started, out.stdout
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
 
 
 @pytest.mark.integration

@@ -43,11 +43,13 @@ def run(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
 
 
 def stop_head(tmp: Path) -> None:
-    """Every process of the head started under ``tmp`` (its command line or files there)."""
+    """Every process of the head started under ``tmp``: its command line or files there, or
+    RAY_TMPDIR in its environment (Ray retitles its agents, which outlive a killed raylet)."""
     for p in psutil.process_iter(["cmdline"]):
         with contextlib.suppress(psutil.Error):
             if any(str(tmp) in c for c in p.info["cmdline"] or []) or \
-                    any(f.path.startswith(str(tmp)) for f in p.open_files()):
+                    any(f.path.startswith(str(tmp)) for f in p.open_files()) or \
+                    p.environ().get("RAY_TMPDIR") == str(tmp):
                 p.kill()
 
 

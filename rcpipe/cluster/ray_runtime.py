@@ -104,6 +104,18 @@ def joined() -> str | None:
     return _joined
 
 
+def connect(address: str | None, num_cpus: int | None = None) -> None:
+    """Join the cluster at ``address`` or RAY_ADDRESS's (a cluster's job environment), else
+    start a new local one (of ``num_cpus``)."""
+    global _joined
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        join(address)
+        _joined = address
+    else:
+        start_local_ray(num_cpus)
+
+
 @contextmanager
 def ray_cluster(address: str | None) -> Iterator[None]:
     """Join the Ray cluster at ``address``, reuse this process's, or start a local one."""
@@ -115,12 +127,7 @@ def ray_cluster(address: str | None) -> Iterator[None]:
         return
     if cancelled():  # a retried task of a cancelled flow: its Ray is being shut down
         raise RuntimeError("this process was cancelled: it starts no Ray")
-    address = address or os.environ.get("RAY_ADDRESS")  # a cluster's job environment
-    if address:
-        join(address)
-        _joined = address
-    else:
-        start_local_ray()
+    connect(address)
     try:
         yield
     finally:

@@ -93,12 +93,10 @@ def join_ray(needed_cpus: float) -> None:
 
     if ray.is_initialized():
         return
-    from rcpipe.cluster.ray_runtime import join, start_local_ray
+    from rcpipe.cluster.ray_runtime import connect
 
-    if os.environ.get("RAY_ADDRESS"):  # a cluster asking for a token: one line (join)
-        join(os.environ["RAY_ADDRESS"])
-        return
-    start_local_ray(num_cpus=max(os.cpu_count() or 1, int(needed_cpus + 0.999)))
+    # a cluster asking for a token is one line (ray_runtime.join)
+    connect(None, num_cpus=max(os.cpu_count() or 1, int(needed_cpus + 0.999)))
 
 
 def serve(cfg: Config, models: list[str] | None = None, host: str = "127.0.0.1",

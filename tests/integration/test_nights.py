@@ -45,7 +45,7 @@ from flows.version import decision_markdown
 from rcpipe.config import VARIANTS
 from rcpipe.data import synth
 from rcpipe.stages.champions import history
-from rcpipe.train.checkpoint import broken
+from rcpipe.train.checkpoint import first_whole
 from tests import ray_nodes
 from tests.conftest import AWS_WORKER_ENV, SynthData, questions_of
 from tests.dvc_project import BUCKET, make_project, sh
@@ -366,8 +366,10 @@ def _resume_point(work: Path, variant: str, before: dict[str, dict[str, Any]]) -
     if recorded:
         return recorded
     stored = sorted((d for run in _new_runs(work, variant, before)
-                     for d in run.glob("step-" + "[0-9]" * 8)), key=lambda d: d.name)
-    return next((int(d.name[5:]) for d in reversed(stored) if broken(d) is None), 0)
+                     for d in run.glob("step-" + "[0-9]" * 8)), key=lambda d: d.name,
+                    reverse=True)
+    whole = first_whole(stored, lambda line: None)
+    return int(whole.name[5:]) if whole is not None else 0
 
 
 @contextmanager

@@ -1,0 +1,92 @@
+"""Benchmark: the host's part of a training step, the Worker's collate of a batch, at
+params.yaml's buckets and batch size, on a prepared split.
+
+On a GPU the Worker collates and pins the next batches on another thread while the device
+runs the previous steps (train/worker.py ``_collated``), so the GPU waits for the host only
+when a collate takes longer than a step. This counts, over the epoch's first ``--batches``
+batches as training shuffles them (one thread, after a warm-up pass), the median
+milliseconds of the whole collate and of its distinct-word lists (data/dataset.py
+``distinct_words``, timed on the same arrays), the tokens and distinct words a batch holds,
+and the examples per second one collating thread could feed: the ceiling the host sets,
+to hold against a GPU step (QANet's target, 2,000 examples/s, is 16 ms a batch of 32).
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/collate.py --prepared data/prepared \\
+        --set data.word_vectors=null
+
+Run it on an otherwise idle machine and name the machine with the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from rcpipe.config import load_config
+from rcpipe.data.dataset import SquadDataset, distinct_words
+from rcpipe.train.worker import train_batches
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def ms(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def measure(data: SquadDataset, epoch: list[list[int]]) -> dict[str, float]:
+    """Median ms per batch of the collate and of its distinct-word lists, and the mean
+    tokens and distinct words a batch holds."""
+    whole, words, tokens, distinct = [], [], [], []
+    for rows in epoch:
+        whole.append(ms(lambda r=rows: data.collate(r)))
+        b = data.collate(rows)
+        arrays = (b.cw.numpy(), b.cc.numpy(), b.qw.numpy(), b.qc.numpy())
+        words.append(ms(lambda a=arrays: distinct_words(*a)))
+        tokens.append(b.cw.numel() + b.qw.numel())
+        distinct.append(b.words.shape[0])
+    collate = statistics.median(whole)
+    return {"collate_ms": collate, "distinct_words_ms": statistics.median(words),
+            "tokens": statistics.fmean(tokens), "distinct_words": statistics.fmean(distinct),
+            "examples_per_s_one_thread": len(epoch[0]) * 1e3 / collate}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--params", type=Path, default=ROOT / "params.yaml")
+    ap.add_argument("--set", action="append", default=[], help="override a param (repeatable)")
+    ap.add_argument("--prepared", type=Path, required=True, help="rcpipe prepare's out_dir")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--batches", type=int, default=100, help="batches timed")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "collate.json")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    cfg = load_config(args.params, args.set)
+    edges = cfg.train.buckets
+    buckets = (edges.context, edges.question) if edges else None
+    data = SquadDataset.from_parquet(args.prepared / "train.parquet", buckets=buckets)
+    epoch = train_batches(data, args.batch, seed=0, world=1)[: args.batches]
+    measure(data, epoch[:5])  # warm-up: the first calls allocate
+    out = measure(data, epoch) | {"batch": args.batch, "batches": len(epoch),
+                                  "buckets": buckets, "prepared": str(args.prepared)}
+    print(f"collate, batch {args.batch}, {len(epoch)} batches, one thread: "
+          f"{out['collate_ms']:.2f} ms a batch (median), of it the distinct-word lists "
+          f"{out['distinct_words_ms']:.2f} ms; {out['tokens']:.0f} tokens, "
+          f"{out['distinct_words']:.0f} distinct words a batch "
+          f"({out['tokens'] / out['distinct_words']:.1f}x); one collating thread feeds "
+          f"{out['examples_per_s_one_thread']:,.0f} examples/s")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"-> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -159,11 +159,12 @@ def per_word(embed: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], batch:
     lists them on the host, off the step (finding them here would read their number back
     from the device: a host sync per step). Only for an ``embed`` that draws nothing per
     token (a word's dropout mask then follows its row): BiDAF's 200-wide highway then runs
-    on a third of the rows. Under torch.compile or export, per token, one static graph: a
-    compiled graph that read batch.words would take it as an input and recompile for each
-    number of distinct words (so the compiler is asked first).
+    on a third of the rows. Under torch.compile, per token, one static graph: a compiled
+    graph that read batch.words would take it as an input and recompile for each number of
+    distinct words (so the compiler is asked first). An exported graph (rcpipe export)
+    takes them as inputs, their number a dynamic axis, and runs once per distinct word.
     """
-    if (torch.compiler.is_compiling() or torch.compiler.is_exporting()
+    if ((torch.compiler.is_compiling() and not torch.compiler.is_exporting())
             or batch.words is None or batch.word_ids is None
             or batch.cu is None or batch.qu is None):
         return embed(batch.cw, batch.cc), embed(batch.qw, batch.qc)

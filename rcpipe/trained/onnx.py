@@ -2,8 +2,11 @@
 in the model's place (`rcpipe serve --runtime onnx`, `rcpipe predict --runtime onnx`).
 
 The graph is the forward alone: plain tensors in (``cw``, ``cc``, ``qw``, ``qc``: word and
-char ids, batch and lengths dynamic), the span logits out (``start``, ``end`` and, SQuAD v2.0,
-``na``). ``OnnxForward`` wraps a session as an nn.Module taking a Batch and returning
+char ids; ``words``, ``word_ids``, ``cu``, ``qu``: the batch's distinct words as collate lists
+them, so the embedding runs once per distinct word as in eager inference; batch, lengths and
+the number of distinct words dynamic), the span logits out (``start``, ``end`` and, SQuAD
+v2.0, ``na``). A graph exported before the distinct words (four inputs) still runs: the
+session is fed the inputs it names. ``OnnxForward`` wraps a session as an nn.Module taking a Batch and returning
 ``SpanLogits``, so decoding, thresholds and the length prior stay inference/reading.py's one
 path: the graph replaces ``model(batch)``, nothing after it.
 
@@ -44,24 +47,36 @@ from rcpipe.models.layers import SpanLogits
 
 FORMAT = "rcpipe-onnx/1"
 ONNX, RECORD = "model.onnx", "export.json"
-INPUTS = ("cw", "cc", "qw", "qc")
+TOKENS = ("cw", "cc", "qw", "qc")
+WORDS = ("words", "word_ids", "cu", "qu")  # Batch's distinct words, where collate gave them
 # each input's axes that vary from request to request; the char axis is the longest word's
 AXES = {"cw": ("batch", "context"), "cc": ("batch", "context", "chars"),
-        "qw": ("batch", "question"), "qc": ("batch", "question", "chars")}
+        "qw": ("batch", "question"), "qc": ("batch", "question", "chars"),
+        "words": ("distinct", "chars"), "word_ids": ("distinct",),
+        "cu": ("batch", "context"), "qu": ("batch", "question")}
+
+
+def graph_inputs(batch: Batch) -> tuple[str, ...]:
+    """The Batch fields a graph traced on ``batch`` takes: the distinct words too where the
+    batch lists them (collate's batches do)."""
+    return TOKENS + (WORDS if all(getattr(batch, k) is not None for k in WORDS) else ())
 
 
 class SpanGraph(nn.Module):
-    """A model's forward over plain tensors, what the graph holds: the masks are the ids'
-    non-padding (as data/dataset.py's collate makes them), the outputs SpanLogits' fields."""
+    """A model's forward over plain tensors, what the graph holds: ``names`` the Batch fields
+    they are, the masks the ids' non-padding (as data/dataset.py's collate makes them), the
+    outputs SpanLogits' fields."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, names: tuple[str, ...]) -> None:
         super().__init__()
-        self.model = model
+        self.model, self.names = model, names
 
-    def forward(self, cw: torch.Tensor, cc: torch.Tensor, qw: torch.Tensor,
-                qc: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        given = dict(zip(self.names, tensors, strict=True))
+        cw, qw = given["cw"], given["qw"]
         none = cw.new_full(cw.shape[:1], -1)  # (B,) labels the forward does not read
-        batch = Batch([], cw, cc, qw, qc, cw != 0, qw != 0, none, none, none != -1)
+        batch = Batch([], cw, given["cc"], qw, given["qc"], cw != 0, qw != 0, none, none,
+                      none != -1, **{k: given[k] for k in WORDS if k in given})
         out = self.model(batch)
         return (out.start, out.end) if out.na is None else (out.start, out.end, out.na)
 
@@ -122,14 +137,16 @@ def export_graph(model: nn.Module, example: Batch) -> bytes:
     if looping:
         raise FixedAxis(f"{looping[0]} steps through the passage in a Python loop, which a "
                         "trace unrolls for one passage length")
-    dims = {name: Dim(name) for name in ("batch", "context", "question", "chars")}
-    shapes = {k: {i: dims[a] for i, a in enumerate(axes)} for k, axes in AXES.items()}
-    args = tuple(getattr(example, k).cpu() for k in INPUTS)
-    graph = SpanGraph(model).eval()
+    names = graph_inputs(example)
+    dims = {name: Dim(name) for name in ("batch", "context", "question", "chars", "distinct")}
+    # *tensors: one tuple of each positional input's dynamic axes
+    shapes = (tuple({i: dims[a] for i, a in enumerate(AXES[k])} for k in names),)
+    args = tuple(getattr(example, k).cpu() for k in names)
+    graph = SpanGraph(model, names).eval()
     outputs = ["start", "end", "na"][: len(graph(*args))]
     with _quiet(), torch.no_grad():
         program = torch.onnx.export(
-            graph, args, dynamo=True, dynamic_shapes=shapes, input_names=list(INPUTS),
+            graph, args, dynamo=True, dynamic_shapes=shapes, input_names=list(names),
             output_names=outputs, verbose=False,
             custom_translation_table={torch.ops.rcpipe.rnn.default: rnn_to_onnx})
     proto = program.model_proto

@@ -1,9 +1,13 @@
 """The exported graph is the model's forward: onnxruntime's span probabilities equal the
-eager model's to 1e-4 at batch sizes and lengths other than the ones it was traced on (the
-session's trained bidaf, its LSTMs written as ONNX LSTM ops; qanet; a GRU); R-Net's Python
-recurrence is refused, not exported for one passage length."""
+eager model's to 1e-4 at batch sizes, lengths and numbers of distinct words other than the
+ones it was traced on (the session's trained bidaf, its LSTMs written as ONNX LSTM ops;
+qanet; a GRU); it embeds each distinct word once, as eager inference does, and a graph from
+before the distinct words still runs; R-Net's Python recurrence is refused, not exported for
+one passage length."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import onnx
 import pytest
@@ -15,7 +19,7 @@ from rcpipe.models import build_model
 from rcpipe.models.batch import Batch
 from rcpipe.models.layers import SpanLogits
 from rcpipe.models.rnn import RNNWeights
-from rcpipe.trained.model_file import load_model
+from rcpipe.trained.model_file import load_model, prepared_inputs
 from rcpipe.trained.onnx import FixedAxis, OnnxForward, compare, export_graph
 from tests.conftest import TINY_MODEL, Prepared, Trained
 
@@ -36,7 +40,7 @@ def test_the_graph_answers_as_the_eager_model_at_other_shapes(
     example = dev.collate([0, 1, 2])  # traced at B = 3
     data = export_graph(model, example)
     inputs = onnx.load_model_from_string(data).graph.input
-    assert [i.name for i in inputs] == ["cw", "cc", "qw", "qc"]
+    assert [i.name for i in inputs] == ["cw", "cc", "qw", "qc", "words", "word_ids", "cu", "qu"]
     assert all(d.dim_param for i in inputs for d in i.type.tensor_type.shape.dim)
     graph = OnnxForward(data)
     order = sorted(range(len(dev)), key=lambda i: -int(dev.context_lengths()[i]))
@@ -92,3 +96,29 @@ def test_rnets_python_recurrence_is_refused(prepared: Prepared) -> None:
                         ModelInputs(40, 20, 16, None, False))
     with pytest.raises(FixedAxis, match=r"question_matching\.fwd steps through the passage"):
         export_graph(model.eval(), _ids(3, 11, 4, 5, 0))
+
+
+def test_the_graph_embeds_distinct_words_and_a_four_input_graph_still_runs(
+        prepared: Prepared) -> None:
+    cfg = prepared.cfg
+    torch.manual_seed(0)
+    model = build_model("bidaf", cfg.models.bidaf.model_copy(update=TINY_MODEL),
+                        prepared_inputs(prepared.out_dir, cfg.data.word_dim)).eval()
+    dev = SquadDataset.from_parquet(prepared.out_dir / "dev.parquet")
+    example = dev.collate([0, 1, 2])
+    per_word = export_graph(model, example)
+    # as exported before the distinct words: the token inputs alone
+    per_token = export_graph(model, dataclasses.replace(
+        example, words=None, word_ids=None, cu=None, qu=None))
+    names = [i.name for i in onnx.load_model_from_string(per_token).graph.input]
+    assert names == ["cw", "cc", "qw", "qc"]
+    for data in (per_word, per_token):  # served a collate batch, distinct words and all
+        assert compare(model, OnnxForward(data), dev, [[3, 4, 5, 6, 7], [8]])[
+            "max_abs_diff"] <= 1e-4
+    # the graph reads the distinct words' chars, not each token's
+    batch = dev.collate([3, 4, 5])
+    graph = OnnxForward(per_word)
+    blanked = dataclasses.replace(batch, words=torch.zeros_like(batch.words))
+    assert not torch.equal(graph(batch).start, graph(blanked).start)
+    assert torch.equal(graph(batch).start, graph(dataclasses.replace(
+        batch, cc=torch.zeros_like(batch.cc), qc=torch.zeros_like(batch.qc))).start)

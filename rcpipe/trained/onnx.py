@@ -6,9 +6,9 @@ char ids; ``words``, ``word_ids``, ``cu``, ``qu``: the batch's distinct words as
 them, so the embedding runs once per distinct word as in eager inference; batch, lengths and
 the number of distinct words dynamic), the span logits out (``start``, ``end`` and, SQuAD
 v2.0, ``na``). A graph exported before the distinct words (four inputs) still runs: the
-session is fed the inputs it names. ``OnnxForward`` wraps a session as an nn.Module taking a Batch and returning
-``SpanLogits``, so decoding, thresholds and the length prior stay inference/reading.py's one
-path: the graph replaces ``model(batch)``, nothing after it.
+session is fed the inputs it names. ``OnnxForward`` wraps a session as an nn.Module taking
+a Batch and returning ``SpanLogits``, so decoding, thresholds and the length prior stay
+inference/reading.py's one path: the graph replaces ``model(batch)``, nothing after it.
 
     export_graph   torch.onnx.export (torch.export underneath) with dynamic axes; the fused
                    GRU/LSTM that torch.export sees as the custom op ``rcpipe::rnn``

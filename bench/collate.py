@@ -23,7 +23,6 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -35,21 +34,18 @@ from rcpipe.train.worker import train_batches
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def ms(fn: Callable[[], object]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return (time.perf_counter() - t0) * 1e3
-
-
 def measure(data: SquadDataset, epoch: list[list[int]]) -> dict[str, float]:
     """Median ms per batch of the collate and of its distinct-word lists, and the mean
     tokens and distinct words a batch holds."""
     whole, words, tokens, distinct = [], [], [], []
     for rows in epoch:
-        whole.append(ms(lambda r=rows: data.collate(r)))
+        t0 = time.perf_counter()
         b = data.collate(rows)
-        arrays = (b.cw.numpy(), b.cc.numpy(), b.qw.numpy(), b.qc.numpy())
-        words.append(ms(lambda a=arrays: distinct_words(*a)))
+        t1 = time.perf_counter()
+        distinct_words(b.cw.numpy(), b.cc.numpy(), b.qw.numpy(), b.qc.numpy())
+        t2 = time.perf_counter()
+        whole.append((t1 - t0) * 1e3)
+        words.append((t2 - t1) * 1e3)
         tokens.append(b.cw.numel() + b.qw.numel())
         distinct.append(b.words.shape[0])
     collate = statistics.median(whole)

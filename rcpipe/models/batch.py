@@ -33,6 +33,11 @@ class Batch:
     cu: torch.Tensor | None = None  # (B, Lc) context token -> row of words
     qu: torch.Tensor | None = None  # (B, Lq)
 
+    @property
+    def lists_words(self) -> bool:
+        """Whether collate listed the batch's distinct words (``words`` and the rest)."""
+        return not any(t is None for t in (self.words, self.word_ids, self.cu, self.qu))
+
     def _map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Batch:
         return Batch(**{k: fn(v) if isinstance(v, torch.Tensor) else v
                         for k, v in self.__dict__.items()})

@@ -165,8 +165,7 @@ def per_word(embed: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], batch:
     takes them as inputs, their number a dynamic axis, and runs once per distinct word.
     """
     if ((torch.compiler.is_compiling() and not torch.compiler.is_exporting())
-            or batch.words is None or batch.word_ids is None
-            or batch.cu is None or batch.qu is None):
+            or not batch.lists_words):
         return embed(batch.cw, batch.cc), embed(batch.qw, batch.qc)
     table = embed(batch.word_ids.unsqueeze(0), batch.words.unsqueeze(0)).squeeze(0)  # (U, D)
     return F.embedding(batch.cu, table), F.embedding(batch.qu, table)  # (B, Lc, D), (B, Lq, D)

@@ -59,7 +59,7 @@ AXES = {"cw": ("batch", "context"), "cc": ("batch", "context", "chars"),
 def graph_inputs(batch: Batch) -> tuple[str, ...]:
     """The Batch fields a graph traced on ``batch`` takes: the distinct words too where the
     batch lists them (collate's batches do)."""
-    return TOKENS + (WORDS if all(getattr(batch, k) is not None for k in WORDS) else ())
+    return TOKENS + (WORDS if batch.lists_words else ())
 
 
 class SpanGraph(nn.Module):

@@ -237,7 +237,7 @@ def export_record(name: str, variant: str, source: Path, graph: bytes,
     return {"format": FORMAT, "model": name, "variant": variant, "source": str(source),
             "source_sha256": sha256(source.read_bytes()), "onnx_sha256": sha256(graph),
             "opset": max(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
-            "inputs": {k: list(axes) for k, axes in AXES.items()},
+            "inputs": {i.name: list(AXES[i.name]) for i in proto.graph.input},
             "outputs": [o.name for o in proto.graph.output], "check": check,
             "versions": {"torch": torch.__version__, "onnx": onnx.__version__,
                          "onnxruntime": onnxruntime.__version__}}

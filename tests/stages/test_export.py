@@ -1,11 +1,13 @@
 """`rcpipe export`: the session's trained bidaf exported beside its model.pt (and from a
 package directory), checked against the eager model on the dev questions; a Reader of the
 service on `--runtime onnx` answers as the eager one does (served on Ray Serve:
-tests/serve/test_rollout.py); a missing, changed or unreadable model.onnx
-is one line and exit 2; `--model DIR` needs no params.yaml."""
+tests/serve/test_rollout.py); a graph exported before the distinct words serves until exported
+again; a missing, changed or unreadable model.onnx is one line and exit 2; `--model DIR`
+needs no params.yaml."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -16,9 +18,11 @@ from pathlib import Path
 import pytest
 
 from rcpipe import stages
+from rcpipe.data.dataset import SquadDataset
 from rcpipe.errors import InputError
 from rcpipe.stages.serving import answerer
-from rcpipe.trained.onnx import ONNX, RECORD, sha256
+from rcpipe.trained.model_file import load_model
+from rcpipe.trained.onnx import ONNX, RECORD, export_graph, export_record, sha256
 from tests.conftest import Trained, questions_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.trains]
@@ -68,6 +72,35 @@ def test_the_onnx_reader_answers_as_the_eager_one(trained: Trained, run: Path,
             (eager["text"], eager["start"], eager["end"])
         assert onnx["prob"] == pytest.approx(eager["prob"], abs=1e-4)
         assert onnx["p_start"] == pytest.approx(eager["p_start"], abs=1e-4)
+
+
+def test_a_graph_exported_before_the_distinct_words_serves_until_exported_again(
+        trained: Trained, run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    old = tmp_path / "run"
+    shutil.copytree(run / "models", old / "models")
+    monkeypatch.chdir(old)
+    where = old / "models" / "bidaf"
+    model, _ = load_model(trained.cfg, "bidaf")
+    dev = SquadDataset.from_parquet(trained.cfg.data.out_dir / "dev.parquet")
+    # what export wrote before: the graph over the token ids alone, and its record
+    graph = export_graph(model.eval(), dataclasses.replace(
+        dev.collate([0, 1, 2]), words=None, word_ids=None, cu=None, qu=None))
+    check = json.loads((where / RECORD).read_text())["check"]
+    (where / ONNX).write_bytes(graph)
+    (where / RECORD).write_text(json.dumps(export_record("bidaf", "bidaf", where / "model.pt",
+                                                         graph, check)))
+    qs = questions_of(trained.data.dev_doc)[:4]
+    contexts = {qa["id"]: p["context"] for a in trained.data.dev_doc["data"]
+                for p in a["paragraphs"] for qa in p["qas"]}
+    pairs = [(contexts[qa["id"]], qa["question"]) for qa in qs]
+    eager = answerer(trained.cfg, "bidaf", "torch", 0, str(old))(pairs)
+    before = answerer(trained.cfg, "bidaf", "onnx", 0, str(old))(pairs)
+    assert list(json.loads((where / RECORD).read_text())["inputs"]) == ["cw", "cc", "qw", "qc"]
+    record = stages.export(trained.cfg, "bidaf")  # the user exports again
+    assert list(record["inputs"]) == ["cw", "cc", "qw", "qc", "words", "word_ids", "cu", "qu"]
+    again = answerer(trained.cfg, "bidaf", "onnx", 0, str(old))(pairs)
+    for e, b, a in zip(eager, before, again, strict=True):
+        assert (b["text"], b["start"]) == (a["text"], a["start"]) == (e["text"], e["start"])
 
 
 def _rcpipe(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:

@@ -47,6 +47,9 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     if len(key) > 1000 or key.count(".") > ReadLimits().depth:
         raise InputError("--set", item[:80], "the key is nested over "
                          f"{ReadLimits().depth} deep (limits.depth)")
+    if any(not part.strip() for part in key.strip().split(".")):
+        # `..=1` would lay a value at the key "" (params.yaml then blamed for it)
+        raise InputError("--set", key.strip(), "a dotted key with an empty part")
     try:
         value = safe_yaml(raw, "--set", where=key) if raw.strip() else None
     except yaml.YAMLError:

@@ -83,3 +83,18 @@ def test_a_seed_numpy_refuses_is_refused_too() -> None:
 def test_the_shipped_params_load() -> None:
     for params in ("params.yaml", "params.demo.yaml"):
         load_config(ROOT / params)
+
+
+@pytest.mark.parametrize(("item", "key"), [("..=1", ".."), (".data=x", ".data"),
+                                           ("data..workers=2", "data..workers")])
+def test_a_set_key_with_an_empty_part_is_blamed_on_set(
+        item: str, key: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 56: it was "params.yaml: unknown key: " (an empty key, the file blamed)
+    monkeypatch.chdir(ROOT)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        cli.main(["config", "--set", item])
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert err.splitlines() == [f"error: --set: {key}: a dotted key with an empty part"], err

@@ -24,6 +24,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Iterator, Sequence
@@ -31,11 +32,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from rcpipe import reads
+from rcpipe.errors import InputError
 from rcpipe.safe_open import create_new, disk_full, is_disk_full, open_lock, write_new
 
 log = logging.getLogger(__name__)
 
 JOURNAL = "commit"  # .<dir>.<set>.commit beside the set's first folder: the commit point
+JOURNAL_BYTES = 10 * reads.MB  # a journal names each file of its set once (a few KB)
 
 
 def _abs(path: Path) -> Path:
@@ -162,36 +166,94 @@ def finish(journal: Path) -> int:
         if not same:
             return 0  # finished by the one before us in line
         with os.fdopen(os.dup(fd), "rb") as f:
-            record = json.loads(f.read().decode("utf-8"))
-        return _moved(journal, record)
+            data = reads.read_up_to(f, JOURNAL_BYTES + 1)
+        shown = _shown(_abs(journal))
+        if len(data) > JOURNAL_BYTES:
+            raise reads.too_big(shown, f"over {reads.size_text(JOURNAL_BYTES)}",
+                                JOURNAL_BYTES, "a set journal's cap")
+        moves, removes = confined(journal, reads.parse_json(data, shown))
+        return _moved(journal, moves, removes)
     finally:
         os.close(fd)
 
 
-def _moved(journal: Path, record: dict[str, Any]) -> int:
-    home = journal.parent
+Moves = list[tuple[Path, Path, Path]]  # (staged file, destination, its staging folder)
+
+
+def confined(journal: Path, record: Any) -> tuple[Moves, list[Path]]:
+    """A journal's moves (staged file, destination, staging folder) and removes, each path
+    checked to stay in the set the journal names before anything is done: relative, inside
+    the journal's folder or the run directory once ``..`` and links are followed, and each
+    staged file in a staging folder of this set (``.<F>.<set>.new-<txn>/R``) moved to the
+    same place in its folder (``F/R``). A journal is input like any other file: a forged
+    one (a move to ``../../a``, a remove of ``/home``) is one located line, exit 2, with
+    nothing done."""
+    shown = _shown(_abs(journal))
+    if not isinstance(record, dict) or set(record) != {"set", "moves", "removes"}:
+        raise InputError(shown, "", "refused: not a set journal (set, moves, removes)")
+    name = record["set"]
+    if not isinstance(name, str) or not re.fullmatch(r"[^./]+", name) \
+            or not journal.name.endswith(f".{name}.{JOURNAL}"):
+        raise InputError(shown, "set", f"refused: {str(name)[:80]!r} is not the set its name "
+                         "says")
+    moves, removes = record["moves"], record["removes"]
+    if not isinstance(moves, list) or not all(
+            isinstance(m, list) and len(m) == 2 and all(isinstance(p, str) for p in m)
+            for m in moves):
+        raise InputError(shown, "moves", "refused: expected a list of [staged, destination]")
+    if not isinstance(removes, list) or not all(isinstance(p, str) for p in removes):
+        raise InputError(shown, "removes", "refused: expected a list of paths")
+    home = _abs(journal.parent)
+    roots = [home, _abs(Path.cwd())]
+    staging = re.compile(rf"\.(.+)\.{re.escape(name)}\.new-[0-9a-f]+")
+
+    def inside(where: str, path: str) -> Path:
+        if os.path.isabs(path):
+            raise InputError(shown, where, f"refused: an absolute path ({path[:200]})")
+        target = Path(os.path.normpath(home / path))
+        if not any(target.is_relative_to(r) and target != r for r in roots):
+            raise InputError(shown, where, f"refused: {path[:200]} leaves {_shown(home)}")
+        real = Path(os.path.realpath(target.parent))  # a link on the way: where it leads
+        if not any(real.is_relative_to(os.path.realpath(r)) for r in roots):
+            raise InputError(shown, where, f"refused: {path[:200]} passes a link out of "
+                             f"{_shown(home)} (to {real})")
+        return target
+
+    checked = []
+    for i, (staged_rel, dest_rel) in enumerate(moves):
+        staged, dest = inside(f"moves[{i}][0]", staged_rel), inside(f"moves[{i}][1]", dest_rel)
+        folder = next((p for p in staged.parents if p.parent != p and staging.fullmatch(p.name)),
+                      None)
+        if folder is None or dest != folder.parent / staging.fullmatch(folder.name)[1] / \
+                staged.relative_to(folder):
+            raise InputError(shown, f"moves[{i}]", f"refused: {staged_rel[:200]} is not a file "
+                             f"of the set {name} staged for {dest_rel[:200]}")
+        checked.append((staged, dest, folder))
+    return checked, [inside(f"removes[{i}]", p) for i, p in enumerate(removes)]
+
+
+def _moved(journal: Path, moves: Moves, removes: list[Path]) -> int:
+    home = _abs(journal.parent)
     moved, folders = 0, set()
-    for staged, dest in record["moves"]:
-        target = home / dest
+    for staged, target, _ in moves:
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            os.replace(home / staged, target)
+            os.replace(staged, target)
             moved += 1
             folders.add(target.parent)
         except FileNotFoundError:
             pass  # moved already
-    for dest in record["removes"]:
-        target = home / dest
-        if target.is_dir():
+    for target in removes:
+        if target.is_dir() and not target.is_symlink():
             shutil.rmtree(target, ignore_errors=True)
         else:
-            target.unlink(missing_ok=True)
+            target.unlink(missing_ok=True)  # a link: the link, never what it names
         folders.add(target.parent)
     for folder in folders:
         _fsync_dir(folder)
-    for staged, _ in record["moves"]:  # the staging folders, empty now (a live writer's
-        for empty in (home / staged).parents:  # have other names: never this set's)
-            if empty == home:
+    for staged, _, staging in moves:  # the staging folders, empty now (a live writer's
+        for empty in staged.parents:  # have other names: never this set's)
+            if not empty.is_relative_to(staging):
                 break
             try:
                 os.rmdir(empty)

@@ -22,6 +22,10 @@ from rcpipe.errors import InputError
 
 MB = 1_000_000
 BLOCK = 1 << 20  # a checksum's reads: a file of any size costs this much memory to check
+# the defaults of limits.json_mb and limits.depth (config.ReadLimits): what a JSON file read
+# without a config (one rcpipe wrote itself: a summary, a journal, export.json) is held to
+JSON_MB = 512
+DEPTH = 64
 
 
 def size_text(n: int) -> str:
@@ -163,9 +167,12 @@ def json_depth(text: str) -> int:
     return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
 
 
-def parse_json(text: str, name: str | Path, depth: int, key: str) -> Any:
-    """JSON ``text`` parsed, refused when nested deeper than ``depth``; syntax errors
-    located by line and column."""
+def parse_json(text: str | bytes, name: str | Path, depth: int = DEPTH,
+               key: str = "limits.depth") -> Any:
+    """JSON ``text`` (bytes: UTF-8) parsed, refused when nested deeper than ``depth``; syntax
+    errors located by line and column."""
+    if isinstance(text, bytes):
+        text = decode(text, name)
     found = json_depth(text)
     if found > depth:
         raise InputError(name, "", f"nested {found} deep, over the bound of {depth} ({key})")
@@ -173,6 +180,16 @@ def parse_json(text: str, name: str | Path, depth: int, key: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise InputError(name, f"line {e.lineno} column {e.colno}", e.msg) from None
+
+
+def read_json(path: Path, cap: int = JSON_MB * MB, depth: int = DEPTH, *,
+              cap_key: str = "limits.json_mb", name: str | Path | None = None,
+              inside: Path | None = None) -> Any:
+    """The one way rcpipe reads a JSON file: a regular file (``inside``: not a link out of
+    it) of at most ``cap`` bytes, UTF-8, nested at most ``depth`` deep; each refusal one
+    located InputError."""
+    name = path if name is None else name
+    return parse_json(read_bytes(path, cap, cap_key, name, inside), name, depth)
 
 
 def yaml_depth_over(text: str, depth: int) -> int | None:

@@ -24,7 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "layout": {"safe_open"},
     # what a run's and a stage's outputs were made from
     "fingerprints": {"config", "layout", "reads", "pipeline"},  # pipeline: a stage's code
-    "outputs": {"safe_open"},  # a stage's files written as one set
+    "outputs": {"safe_open", "errors", "reads"},  # a stage's files as one set, its journal read
     "locks": {"errors", "safe_open"},  # one run at a time per output; the holder's line
     # models: the Batch type only; outputs: a half-moved prepared set finished before a read
     "data": {"config", "errors", "console", "models", "reads", "outputs"},

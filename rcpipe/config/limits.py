@@ -15,7 +15,7 @@ class ReadLimits(Section):
     own cap)."""
 
     # train-v2.0.json is 40 MB, dev 4 MB: the cap leaves room for a corpus ten times larger
-    json_mb: float = Field(512, gt=0, description="a JSON file rcpipe reads: SQuAD files "
+    json_mb: float = Field(reads.JSON_MB, gt=0, description="a JSON file rcpipe reads: SQuAD files "
                            "(a .gz inflated), predictions, n-best and probability files, "
                            "vocab.json, a package's config")
     # the papers' models with 300-d vectors over SQuAD's words are ~120 MB of fp32
@@ -28,7 +28,7 @@ class ReadLimits(Section):
     context_chars: int = Field(1_000_000, gt=0, description="one context of predict "
                                "(--context, --context-file, each of --input's), refused "
                                "before it is tokenized")
-    depth: int = Field(64, gt=0, description="JSON and YAML nesting (SQuAD nests 7 deep)")
+    depth: int = Field(reads.DEPTH, gt=0, description="JSON and YAML nesting (SQuAD nests 7 deep)")
     # GloVe 840B (300-d) is 5.6 GB of text; its zip 2 GB
     vectors_mb: float = Field(8000, gt=0, description="data.word_vectors once inflated (a "
                               ".zip's or .gz's text, as read: an archive's sizes may lie)")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import time
 from pathlib import Path
@@ -33,7 +32,7 @@ from rich.table import Table  # noqa: E402 - after the environment above
 
 from flows.report import score_rows  # noqa: E402
 from flows.train_all import train_all  # noqa: E402
-from rcpipe import layout  # noqa: E402
+from rcpipe import layout, reads  # noqa: E402
 from rcpipe.console import console  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,7 +98,7 @@ def main(overrides: list[str], workdir: Path = ROOT) -> None:
 def _steps(workdir: Path, model: str) -> int | str:
     """The steps a variant trained (its summary.json); "" for the ensemble."""
     summary = workdir / layout.summary_file(model)
-    return json.loads(summary.read_text())["steps"] if summary.is_file() else ""
+    return reads.read_json(summary)["steps"] if summary.is_file() else ""
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description="make demo: the train-all flow on the demo preset")

@@ -6,10 +6,10 @@ and `make demo` prints the same table.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from rcpipe import reads
 from rcpipe.scoring.metrics import headline
 
 V2_KEYS = ("HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1")
@@ -35,7 +35,7 @@ def by_type_markdown(scores: dict[str, dict[str, Any]], metrics_dir: Path,
     rows = score_rows(scores)
     keys = list(rows[0]) if rows else []
     lines = ["# train-all", "", "## Dev scores", "", _table(keys, [list(r.values()) for r in rows])]
-    by_type = {m: json.loads((metrics_dir / f"{m}.by_type.json").read_text())
+    by_type = {m: reads.read_json(metrics_dir / f"{m}.by_type.json")
                for m in scores if (metrics_dir / f"{m}.by_type.json").is_file()}
     types = [t for t in dict.fromkeys(t for b in by_type.values() for t in b)]
     if types:

@@ -33,13 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rcpipe import __version__, layout
+from rcpipe import __version__, layout, reads
 from rcpipe.config import Config
 from rcpipe.config.section import flatten
 from rcpipe.config.train import UNKEYED
+from rcpipe.errors import InputError
 from rcpipe.pipeline.code import ROOT, closure
 from rcpipe.pipeline.stages import stage
-from rcpipe.reads import read_bytes
 
 STAMP_BYTES = 10_000_000  # a stamp names each file read with its digest: KB, not MB
 _digests: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> sha256: read once
@@ -198,9 +198,10 @@ class Stamp:
         if not path.exists() and not path.is_symlink():
             return False
         # a FIFO or device there would block the read: refused by reads, one line
+        data = reads.read_bytes(path, STAMP_BYTES, "a stamp's cap")
         try:
-            kept = json.loads(read_bytes(path, STAMP_BYTES, "a stamp's cap"))
-        except ValueError:
+            kept = reads.parse_json(data, path)
+        except InputError:
             return False
         return isinstance(kept, dict) and kept.get("digest") == self.fingerprint.digest
 

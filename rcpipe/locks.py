@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rcpipe import reads
 from rcpipe.errors import InputError
 from rcpipe.safe_open import open_lock
 
@@ -125,8 +126,8 @@ def _holder(fd: int, settle: bool = False) -> Holder | None:
         text = os.pread(fd, 4096, 0)
         if text:
             try:
-                return Holder(**json.loads(text))
-            except (ValueError, TypeError):
+                return Holder(**reads.parse_json(text, "a lock"))
+            except (InputError, ValueError, TypeError):
                 return None  # not a lock this version wrote: nobody to name
         if settle:
             time.sleep(0.05)

@@ -186,10 +186,14 @@ def read_json(path: Path, cap: int = JSON_MB * MB, depth: int = DEPTH, *,
               cap_key: str = "limits.json_mb", name: str | Path | None = None,
               inside: Path | None = None) -> Any:
     """The one way rcpipe reads a JSON file: a regular file (``inside``: not a link out of
-    it) of at most ``cap`` bytes, UTF-8, nested at most ``depth`` deep; each refusal one
-    located InputError."""
+    it) of at most ``cap`` bytes (gzip, when the file says so, inflated), UTF-8, nested at
+    most ``depth`` deep; syntax errors located by line and column; each refusal one located
+    InputError."""
     name = path if name is None else name
-    return parse_json(read_bytes(path, cap, cap_key, name, inside), name, depth)
+    raw = read_bytes(path, cap, cap_key, name, inside)
+    if raw[:2] == b"\x1f\x8b":
+        raw = gunzip(raw, cap, cap_key, name)
+    return parse_json(raw, name, depth)
 
 
 def yaml_depth_over(text: str, depth: int) -> int | None:

@@ -23,9 +23,9 @@ ALLOWED: dict[str, set[str]] = {
     "safe_open": {"errors", "reads"},  # writing beside outputs: no link followed, no wait
     "layout": {"safe_open"},
     # what a run's and a stage's outputs were made from
-    "fingerprints": {"config", "layout", "reads", "pipeline"},  # pipeline: a stage's code
+    "fingerprints": {"config", "errors", "layout", "reads", "pipeline"},  # pipeline: a stage's code
     "outputs": {"safe_open", "errors", "reads"},  # a stage's files as one set, its journal read
-    "locks": {"errors", "safe_open"},  # one run at a time per output; the holder's line
+    "locks": {"errors", "reads", "safe_open"},  # one run at a time per output; the holder's line
     # models: the Batch type only; outputs: a half-moved prepared set finished before a read
     "data": {"config", "errors", "console", "models", "reads", "outputs"},
     "models": {"config", "variants"},
@@ -123,13 +123,14 @@ def test_the_check_finds_an_import_that_breaks_the_floors(rel: str, line: str) -
 
 # flows/ and bench/ sit above rcpipe. Flows call stages only: a flow is Prefect tasks around
 # rcpipe.stages, given what a stage is called with (config, variants), where its outputs lie
-# (layout) and the logs (logs, console, errors); the stage table (pipeline), whose order
+# (layout) and the logs (logs, console, errors); reads, the one capped JSON reader, for the
+# files the stages wrote; the stage table (pipeline), whose order
 # train-all walks; scoring for metrics.headline alone, the pure
 # (EM, F1) of a metrics file a stage wrote, which the scores table shows as `rcpipe report`
 # does (a stage passing it on would be an alias). Bench measures anything of rcpipe and may
 # run the flows. Neither imports tests/ (tests import them), and flows never import bench.
 FLOWS = {"stages", "config", "layout", "logs", "console", "variants", "errors", "scoring",
-         "pipeline"}
+         "pipeline", "reads"}
 KNOWN_ABOVE = {("flows", "scoring"): {"rcpipe.scoring.metrics.headline"}}
 
 

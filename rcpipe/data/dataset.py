@@ -6,7 +6,6 @@ is a slice, not a Python list conversion: 87k SQuAD questions fit in a few hundr
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -18,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from rcpipe import reads
 from rcpipe.data.prepared import Prepared
 from rcpipe.data.schema import SCHEMA
 from rcpipe.data.windows import Windows
@@ -162,7 +162,7 @@ class SquadDataset:
                      buckets: Edges | None = None) -> SquadDataset:
         """A prepared split; its char limit is the one prepare recorded in meta.json."""
         meta = Prepared(path.parent).meta_file
-        char_limit = json.loads(meta.read_text()).get("char_limit", 16) if meta.is_file() \
+        char_limit = reads.read_json(meta).get("char_limit", 16) if meta.is_file() \
             else 16
         return cls(read_table(path), para_limit, char_limit, buckets)
 

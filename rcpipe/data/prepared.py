@@ -16,13 +16,13 @@ own files (trained/package_dir.py), and a run's outputs theirs (layout.py).
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rcpipe import reads
 from rcpipe.config import ReadLimits
+from rcpipe.errors import InputError
 from rcpipe.outputs import settle
 
 if TYPE_CHECKING:
@@ -141,8 +141,8 @@ class Prepared:
         """The held-out questions prepared here (meta.json's "heldout" says), or None when
         nothing was held out (data.heldout.fraction 0 and no file) or the data predates it."""
         try:
-            record = json.loads(self.meta_file.read_text()).get("heldout")
-        except (OSError, ValueError):
+            record = reads.read_json(self.meta_file).get("heldout")
+        except (InputError, AttributeError):
             return None
         if not record or not self.heldout_parquet.is_file():
             return None

@@ -200,13 +200,8 @@ def _download(uri: str, dest: Path, deadline: float = float("inf"),
 
 
 def read_json(path: Path, name: str, limits: ReadLimits = DEFAULT) -> Any:
-    """Parse JSON (gzip when the file says so) of a regular file within limits.json_mb
-    (inflated) and limits.depth; syntax errors located by line and column."""
-    cap = limits.json_bytes()
-    raw = reads.read_bytes(path, cap, "limits.json_mb", name)
-    if raw[:2] == b"\x1f\x8b":
-        raw = reads.gunzip(raw, cap, "limits.json_mb", name)
-    return reads.parse_json(reads.decode(raw, name), name, limits.depth, "limits.depth")
+    """reads.read_json within the params' limits.json_mb (inflated) and limits.depth."""
+    return reads.read_json(path, limits.json_bytes(), limits.depth, name=name)
 
 
 def _expect(value: Any, kind: type | tuple[type, ...], name: str, where: str, what: str) -> Any:

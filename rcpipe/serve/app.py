@@ -14,7 +14,6 @@ in time is 504; the service itself keeps running.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -25,6 +24,8 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
+from rcpipe import reads
+from rcpipe.errors import InputError
 from rcpipe.reads import blank
 
 Pair = tuple[str, str]  # (context, question)
@@ -188,11 +189,12 @@ async def _body(request: Request, limit: int, timeout_s: float) -> bytes:
 
 def _parse(body: bytes) -> AnswerRequest:
     try:
-        obj = json.loads(body)
-    # ValueError: a JSONDecodeError, bytes that are not UTF-8, or an integer over Python's
-    # 4,300 digits; RecursionError: arrays or objects nested past the interpreter's limit
-    except (ValueError, RecursionError) as e:
-        what = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+        obj = reads.parse_json(body.removeprefix(b"\xef\xbb\xbf"), "body")  # a BOM: as before
+    # InputError: not UTF-8, not JSON, nested past limits.depth (reads: counted before it
+    # is parsed); ValueError: an integer over Python's 4,300 digits
+    except (InputError, ValueError) as e:
+        what = "nested too deeply" if isinstance(e, InputError) and "nested" in e.what \
+            else e.what if isinstance(e, InputError) else str(e)
         raise HTTPException(422, f"body is not JSON: {what}") from None
     if not isinstance(obj, dict):
         raise HTTPException(422, 'body must be a JSON object {"context", "question", "model"}')

@@ -22,6 +22,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from rcpipe import reads
+from rcpipe.errors import InputError
 from rcpipe.stages.remote import git, identity
 
 ARTIFACT, STAGE = "rcpipe", "champion"
@@ -83,8 +85,8 @@ def history(root: Path) -> list[dict[str, Any]]:
             continue
         paragraphs = text.strip().split("\n\n")
         try:  # a tag someone wrote by hand may lack the numbers
-            gate = json.loads(paragraphs[-1].removeprefix(GATE))
-        except ValueError:
+            gate = reads.parse_json(paragraphs[-1].removeprefix(GATE), tag)
+        except (InputError, ValueError):
             gate = {}
         found.append({"tag": tag, "number": int(number.group(1)),
                       "version": versions.get(commit), "commit": commit, "at": when,

@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from rcpipe import layout
+from rcpipe import layout, reads
 from rcpipe.config import VARIANTS, Config
 from rcpipe.data.squad import load_document
 from rcpipe.errors import InputError
@@ -53,7 +53,7 @@ def _ensemble(cfg: Config, inputs: list[Path] | None, out: Path, force: bool
     outputs = [out, out.with_suffix(".nbest.json"), layout.metrics(name), layout.by_type(name)]
     if not force and stamp.is_current(outputs):
         log.info(f"ensemble: the voters and the dev set are those of {out}; nothing to do")
-        kept: dict[str, Any] = json.loads(layout.metrics(name).read_text())
+        kept: dict[str, Any] = reads.read_json(layout.metrics(name))
         return kept
     nbests = [_read_nbest(p) for p in inputs]
     voted = vote.majority_vote(nbests)
@@ -90,7 +90,7 @@ def _sources(inputs: list[Path]) -> dict[str, str | None]:
         name = path.name.removesuffix(".nbest.json")
         chosen = layout.na_threshold_file(name)
         if name in VARIANTS and chosen.is_file():
-            found[name] = json.loads(chosen.read_text()).get("source")
+            found[name] = reads.read_json(chosen).get("source")
     return found
 
 

@@ -13,12 +13,11 @@ outputs were made from (rcpipe/fingerprints.py: Stamp), it says so and does noth
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from typing import Any
 
-from rcpipe import layout
+from rcpipe import layout, reads
 from rcpipe.config import Config
 from rcpipe.data.prepared import Prepared
 from rcpipe.data.squad import load_document
@@ -58,7 +57,7 @@ def _evaluate(cfg: Config, variant: str, force: bool) -> dict[str, Any]:
     if not force and stamp.is_current(outputs):
         log.info("evaluate %s: the model, data and settings are those of %s; nothing to do",
                  variant, layout.metrics(variant))
-        kept: dict[str, Any] = json.loads(layout.metrics(variant).read_text())
+        kept: dict[str, Any] = reads.read_json(layout.metrics(variant))
         return kept
     device = device_of(cfg)
     model, _ = load_model(cfg, variant)

@@ -10,12 +10,11 @@ export.json beside the weights (models/<V>/ or the package directory), which `rc
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
-from rcpipe import layout
+from rcpipe import layout, reads
 from rcpipe.config import VARIANTS, Config
 from rcpipe.errors import InputError, RunError
 from rcpipe.locks import hold
@@ -66,7 +65,7 @@ def _export(cfg: Config, model: str, questions: int, tolerance: float) -> dict[s
     eager = reader.models[model].cpu()
     source, where = locations(model)
     variant = model if model in VARIANTS else \
-        json.loads((Path(model) / package_dir.CONFIG).read_text())["variant"]
+        reads.read_json(Path(model) / package_dir.CONFIG)["variant"]
     dev = load_squad(cfg.data.dev_file, cfg.data.cache_dir, require_answers=False,
                      limits=cfg.limits)
     pairs = [(dev.contexts[q.context_index], q.question) for q in dev.questions[:questions]]

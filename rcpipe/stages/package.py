@@ -11,12 +11,11 @@ No training code is imported.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
-from rcpipe import layout
+from rcpipe import layout, reads
 from rcpipe.config import Config, effective_yaml
 from rcpipe.errors import InputError
 from rcpipe.layout import NA_THRESHOLD
@@ -33,7 +32,7 @@ def _json(path: Path, hint: str | None = None) -> Any:
         if hint is None:
             return None
         raise InputError(path, "", f"no such file; {hint}")
-    return json.loads(path.read_text(encoding="utf-8"))
+    return reads.read_json(path)
 
 
 def package(cfg: Config, variant: str, out: Path | None = None, wait: bool = False) -> Path:

@@ -8,12 +8,12 @@ way: version -> gate, nights -> remote.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
+from rcpipe import reads
 from rcpipe.config import ReadLimits
 from rcpipe.errors import InputError
 from rcpipe.reads import size_text, too_big
@@ -61,7 +61,9 @@ class Remote:
         try:
             if not self.fs.exists(path):
                 return None
-            return json.loads(self.fs.cat_file(path))
+            return reads.parse_json(self.fs.cat_file(path), url)
+        except InputError:
+            raise
         except ValueError:
             raise InputError(url, "", "not valid JSON") from None
         except Exception as e:  # noqa: BLE001 - s3fs/botocore raise many types

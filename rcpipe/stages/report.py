@@ -23,7 +23,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from rcpipe import layout
+from rcpipe import layout, reads
 from rcpipe.config import VARIANTS, Config
 from rcpipe.data.squad import load_document
 from rcpipe.errors import InputError
@@ -141,16 +141,12 @@ def _report(cfg: Config, out: Path, force: bool) -> dict[str, Any]:
 
 def _searches() -> list[tuple[str, dict[str, Any]]]:
     """(variant, tune/<variant>.trials.json) of every variant whose search finished here."""
-    import json
 
     found = []
     for v in VARIANTS:
         path = layout.tune_trials(v)
         if path.is_file():
-            try:
-                search = json.loads(path.read_text())
-            except json.JSONDecodeError:
-                raise InputError(path, "", "not valid JSON: run `rcpipe tune` again") from None
+            search = reads.read_json(path)
             if search.get("rows"):
                 found.append((v, search))
     return found

@@ -19,7 +19,6 @@ inside the functions: `rcpipe predict` and the service import the stages but not
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -27,7 +26,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rcpipe import fingerprints, layout
+from rcpipe import fingerprints, layout, reads
 from rcpipe.config import Config
 from rcpipe.console import shared_progress
 from rcpipe.data.prepared import Prepared
@@ -175,8 +174,8 @@ def _summary(variant: str) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        summary = json.loads(path.read_text())
-    except ValueError:
+        summary = reads.read_json(path)
+    except InputError:
         return None  # half a file from an older version's crash: trained anew
     return summary if isinstance(summary, dict) else None
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from rcpipe import layout
+from rcpipe import layout, reads
 from rcpipe.config import Config, ModelConfig, lay, space_values
 from rcpipe.data.prepared import Prepared
 from rcpipe.errors import InputError
@@ -110,7 +110,7 @@ def _finished(path: Any, digest: str | None) -> dict[str, Any] | None:
     """The summary of a search that finished (with these settings, unless None), or None."""
     if not path.is_file():
         return None
-    done: dict[str, Any] = json.loads(path.read_text())
+    done: dict[str, Any] = reads.read_json(path)
     if not done.get("finished") or (digest is not None and done.get("digest") != digest):
         return None
     return {k: v for k, v in done.items() if k != "rows"}
@@ -136,7 +136,7 @@ def _check_same_search(storage: tuple[str, Any], digest: str, force: bool) -> No
     marker = f"{path}/search.json"
     if filesystem.get_file_info(marker).type != fs.FileType.NotFound:
         with filesystem.open_input_stream(marker) as f:
-            seen = json.loads(f.read().decode())
+            seen = reads.parse_json(reads.read_up_to(f, reads.MB + 1), marker)
         if seen.get("digest") != digest:
             raise InputError(marker, "digest", "the search there ran other params or "
                              "another space: run `rcpipe tune --force` to start over")

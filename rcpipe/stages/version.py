@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rcpipe import layout
+from rcpipe import layout, reads
 from rcpipe.config import VARIANTS, Config
 from rcpipe.errors import InputError
 from rcpipe.scoring.metrics import headline
@@ -144,14 +144,14 @@ def _costs(targets: Sequence[str]) -> dict[str, dict[str, Any]]:
     for variant in (t.partition("@")[2] for t in targets if t.startswith("train@")):
         path = layout.summary_file(variant)
         if path.is_file():
-            found[variant] = cost_of(json.loads(path.read_text()))
+            found[variant] = cost_of(reads.read_json(path))
     return found
 
 
 def _scores(targets: Sequence[str]) -> dict[str, dict[str, Any]]:
     models = [t.partition("@")[2] for t in targets if t.startswith("evaluate@")]
     models += ["ensemble"] if "ensemble" in targets else []
-    return {m: json.loads(layout.metrics(m).read_text()) for m in models}
+    return {m: reads.read_json(layout.metrics(m)) for m in models}
 
 
 def version(cfg: Config, variants: Sequence[str] = VARIANTS, *,

@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from rcpipe import reads
+from rcpipe.errors import InputError
 from rcpipe.layout import CHECKPOINT_META, CHECKPOINT_SUMS, CURVE, MODEL, STATE, SUMMARY
 from rcpipe.outputs import output_set
 from rcpipe.train.progress import finished
@@ -63,12 +65,12 @@ def seal(checkpoint: Path) -> None:
 def broken(checkpoint: Path) -> str | None:
     """Why the checkpoint in ``checkpoint`` cannot be used (a file missing, truncated or
     changed since its save), or None when every file matches its recorded sum."""
-    try:
-        sums = json.loads((checkpoint / CHECKPOINT_SUMS).read_text())
-    except FileNotFoundError:
+    if not (checkpoint / CHECKPOINT_SUMS).is_file():
         return f"no {CHECKPOINT_SUMS} (its files were not all written)"
-    except ValueError:
-        return f"{CHECKPOINT_SUMS} is not JSON"
+    try:
+        sums = reads.read_json(checkpoint / CHECKPOINT_SUMS)
+    except InputError as e:
+        return f"{CHECKPOINT_SUMS} is not JSON ({e.what})"
     for name in SEALED:
         path, want = checkpoint / name, sums.get(name) or {}
         if not path.is_file():
@@ -94,7 +96,7 @@ def first_whole(checkpoints: Iterable[Path], say: Callable[[str], None]) -> Path
 
 
 def read_meta(checkpoint: Path) -> dict[str, Any]:
-    meta: dict[str, Any] = json.loads((checkpoint / CHECKPOINT_META).read_text())
+    meta: dict[str, Any] = reads.read_json(checkpoint / CHECKPOINT_META)
     return meta
 
 

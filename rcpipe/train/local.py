@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rcpipe import reads
 from rcpipe.config import Config, load_config
 from rcpipe.data.prepared import Prepared
 from rcpipe.errors import InputError
@@ -89,8 +90,8 @@ class LocalSession:
     def _rank(checkpoint: Path) -> float:
         """What checkpoints are kept by: held-out F1, ties broken as evaluation.scores says."""
         try:
-            return float(json.loads((checkpoint / CHECKPOINT_METRICS).read_text())[RANK_METRIC])
-        except (OSError, ValueError, KeyError, TypeError):
+            return float(reads.read_json(checkpoint / CHECKPOINT_METRICS)[RANK_METRIC])
+        except (InputError, ValueError, KeyError, TypeError):
             return float("-inf")  # a broken checkpoint's: ranked last, never used
 
     def best(self) -> Path | None:

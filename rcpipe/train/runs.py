@@ -10,11 +10,11 @@ so the next command can say what changed and `prune` can keep the newest
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
-from rcpipe import layout
+from rcpipe import layout, reads
+from rcpipe.errors import InputError
 from rcpipe.fingerprints import Fingerprint
 
 
@@ -34,8 +34,8 @@ class Runs:
 
     def all(self) -> list[dict[str, Any]]:
         try:
-            found = json.loads(self.path.read_text()).get("runs", [])
-        except (OSError, ValueError, AttributeError):
+            found = reads.read_json(self.path).get("runs", [])
+        except (InputError, AttributeError):
             return []  # none yet, or unreadable: runs are found again by name in the storage
         return [r for r in found if isinstance(r, dict) and isinstance(r.get("name"), str)]
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import json
 import logging
 import warnings
 from collections.abc import Iterator, Sequence
@@ -38,7 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from rcpipe import layout
+from rcpipe import layout, reads
 from rcpipe.config import VARIANTS
 from rcpipe.data.dataset import SquadDataset
 from rcpipe.errors import InputError
@@ -252,11 +251,11 @@ def load_onnx(name: str, threads: int = 1, profile: str | None = None) -> OnnxFo
     if not graph_file.is_file() or not record_file.is_file():
         missing = graph_file if not graph_file.is_file() else record_file
         raise InputError(missing, "", f"no such file: no exported model; run {export} first")
+    record = reads.read_json(record_file)  # capped and depth bounded: one line
     try:
-        record = json.loads(record_file.read_text(encoding="utf-8"))
         graph = graph_file.read_bytes()
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InputError(record_file, "", f"not an export record ({e})"[:200]) from None
+    except OSError as e:
+        raise InputError(graph_file, "", f"cannot read ({e})"[:200]) from None
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         raise InputError(record_file, "format", f"not {FORMAT!r}; run {export} again")
     if sha256(graph) != record.get("onnx_sha256"):

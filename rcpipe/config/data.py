@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from rcpipe.config.section import Section
+from rcpipe.config.section import Section, usable_cpus
 
 
 class Limits(Section):
@@ -95,10 +95,20 @@ class DataConfig(Section):
     limits: Limits = Limits()
     heldout: Heldout = Heldout()
     window: Window = Window()
-    workers: int = Field(2, ge=1, description="tokenizer processes (nlp.pipe n_process)")
+    workers: int = Field(2, ge=1, description="tokenizer processes (nlp.pipe n_process), at "
+                         "most the CPUs this machine gives the process")
     sha256: dict[str, str] = Field(
         default_factory=dict, description="source URI -> sha256 of its content: `rcpipe "
         "fetch` refuses a file that does not match (the official files' digests pinned)")
+
+    @field_validator("workers")
+    @classmethod
+    def _workers_fit(cls, v: int) -> int:
+        # each is a process with its own spaCy pipeline: 12 on 2 cores only contend
+        if v > (cpus := usable_cpus()):
+            raise ValueError(f"{v:,} tokenizer processes, over the {cpus} CPUs this machine "
+                             "gives rcpipe")
+        return v
 
     @model_validator(mode="after")
     def _training_windows_overlap(self) -> DataConfig:

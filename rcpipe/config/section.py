@@ -4,6 +4,7 @@ flattening a mapping back into the dotted keys ``--set`` takes."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from types import UnionType
 from typing import Any, get_args
@@ -29,6 +30,14 @@ def _is_number(annotation: object) -> bool:
 # reaches torch, numpy, Ray or a socket as a C int or a double that must stay exact
 # (torch.set_num_threads, numpy's seeds, settimeout); a setting's own bound may be tighter
 NUMBER_MAX = 2**31 - 1
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity: a container's share), the bound of a
+    count of processes or threads (data.workers, the served champion's threads); never
+    below 2, the defaults' own, so the shipped params load on a one-CPU machine."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(cpus or 1, 2)
 
 
 class Section(BaseModel):

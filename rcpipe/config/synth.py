@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from rcpipe.config.section import Section
+
+# a split's bounds (SQuAD v2.0's train set: 130,319 questions, 19,035 paragraphs): what
+# `rcpipe synth` writes stays a few hundred MB, under limits.json_mb, in under a minute
+SYNTH_PARAGRAPHS = 100_000
+SYNTH_QUESTIONS = 1_000_000
+SYNTH_FACTS = 20
 
 
 class SynthConfig(Section):
@@ -20,14 +26,28 @@ class SynthConfig(Section):
     questions_per_paragraph: int = Field(5, gt=0)
     unanswerable_fraction: float = Field(0.33, ge=0.0, lt=1.0)
     facts_per_paragraph: tuple[int, int] = Field(
-        (5, 7), description="[min, max] fact sentences per paragraph: the passages' length")
+        (5, 7), description="[min, max] fact sentences per paragraph: the passages' length "
+        f"(max at most {SYNTH_FACTS})")
 
     @field_validator("facts_per_paragraph")
     @classmethod
     def _facts_range(cls, v: tuple[int, int]) -> tuple[int, int]:
-        if not 1 <= v[0] <= v[1]:
-            raise ValueError("must be [min, max] with 1 <= min <= max")
+        if not 1 <= v[0] <= v[1] <= SYNTH_FACTS:
+            raise ValueError(f"must be [min, max] with 1 <= min <= max <= {SYNTH_FACTS}")
         return v
+
+    @model_validator(mode="after")
+    def _split_bounded(self) -> SynthConfig:
+        # each count alone is a small number; their product is what synth writes
+        for key in ("train_articles", "dev_articles"):
+            paragraphs = getattr(self, key) * self.paragraphs_per_article
+            questions = paragraphs * self.questions_per_paragraph
+            for n, what, bound in ((paragraphs, "paragraphs", SYNTH_PARAGRAPHS),
+                                   (questions, "questions", SYNTH_QUESTIONS)):
+                if n > bound:
+                    raise ValueError(f"{key} {getattr(self, key):,} makes {n:,} {what} a "
+                                     f"split, over the bound of {bound:,}")
+        return self
 
     @field_validator("version", mode="before")
     @classmethod

@@ -40,6 +40,7 @@ class Remote:
 
     def __init__(self, root: Path, name: str | None) -> None:
         from dvc.config import RemoteConfigError
+        from dvc.exceptions import NotDvcRepoError
         from dvc.repo import Repo
 
         try:
@@ -50,6 +51,10 @@ class Remote:
             what = (str(e).splitlines() or ["no remote"])[0].rstrip(".")
             raise InputError(root / ".dvc/config", f"remote {name or '(default)'}",
                              f"{what}; add one: `dvc remote add -d storage s3://BUCKET/PREFIX`"
+                             ) from None
+        except NotDvcRepoError:
+            raise InputError(root, "", "not a DVC workspace (no .dvc): its .dvc/config names "
+                             "the remote; run there, or `dvc init` and `dvc remote add`"
                              ) from None
         self.name, self.fs, self.path = remote.name, remote.fs, remote.path
 

@@ -18,7 +18,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field, ValidationError, field_validator
+
 from rcpipe.config import Config, load_config
+from rcpipe.config.load import located
+from rcpipe.config.section import Section, usable_cpus
 from rcpipe.errors import InputError
 from rcpipe.stages.predict import ENSEMBLE, load_reader
 
@@ -236,6 +240,36 @@ class Champion:
         return [a | {"night": night} for a in answer(pairs)]
 
 
+ARGS = "champion_app args"  # where a Serve config's args are at fault (its own file unknown)
+
+
+class ChampionArgs(Section):
+    """The Serve config's ``args`` of ``champion_app`` (infra/serve/rcpipe.yaml), checked as
+    params are: unknown keys, types and bounds, one located line."""
+
+    workspace: str = "."
+    params: str = "params.yaml"
+    set: tuple[str, ...] = ()
+    remote: str | None = None
+    threads: int = Field(1, ge=1, description="torch threads a Reader replica uses")
+
+    @field_validator("threads")
+    @classmethod
+    def _threads_fit(cls, v: int) -> int:
+        if v > (cpus := usable_cpus()):
+            raise ValueError(f"{v:,} threads, over the {cpus} CPUs this machine gives rcpipe")
+        return v
+
+    @classmethod
+    def of(cls, args: Any) -> ChampionArgs:
+        if not isinstance(args, dict):
+            raise InputError(ARGS, "", "expected a mapping")
+        try:
+            return cls.model_validate(args)
+        except ValidationError as e:
+            raise InputError(ARGS, *located(e)) from None
+
+
 def champion_app(args: dict[str, Any]) -> Any:
     """The RayService's application (infra/kuberay/rayservice.yaml): the champion of the
     DVC remote that ``args["workspace"]``'s .dvc/config names (``args["remote"]``: another
@@ -249,15 +283,16 @@ def champion_app(args: dict[str, Any]) -> Any:
     from rcpipe.serve.deployments import Scaling
     from rcpipe.serve.deployments import application as bind
 
-    cfg = load_config(args.get("params", "params.yaml"), [str(s) for s in args.get("set", [])])
-    workspace = str(Path(args.get("workspace", ".")).resolve())
-    threads = int(args.get("threads", 1))
+    a = ChampionArgs.of(args)
+    cfg = load_config(a.params, list(a.set))
+    workspace = str(Path(a.workspace).resolve())
+    threads = a.threads
     # loaded here once first: no champion, or a broken one, fails the deploy with its reason
-    first = Champion(cfg, workspace, args.get("remote"), threads, replica=False)
+    first = Champion(cfg, workspace, a.remote, threads, replica=False)
     s = cfg.serve
     limits = Limits(max_batch=s.max_batch, max_wait_ms=s.batch_wait_ms, timeout_s=s.timeout_s,
                     max_pending=s.max_pending, body_timeout_s=s.body_timeout_s)
-    load = partial(Champion, cfg, workspace, args.get("remote"), threads)
+    load = partial(Champion, cfg, workspace, a.remote, threads)
     scaling = Scaling(replicas=s.replicas, replica_cpus=s.replica_cpus,
                       replica_gpus=s.replica_gpus,
                       autoscaling=None if s.autoscaling is None else s.autoscaling.model_dump())

@@ -98,3 +98,58 @@ def test_a_set_key_with_an_empty_part_is_blamed_on_set(
     err = capsys.readouterr().err
     assert info.value.code == 2
     assert err.splitlines() == [f"error: --set: {key}: a dotted key with an empty part"], err
+
+
+# issue 56: a number within NUMBER_MAX may still be more than the machine can use
+
+
+@pytest.mark.parametrize(("item", "expected"), [
+    ("data.workers=100000", "data.workers: 100,000 tokenizer processes, over the {cpus} CPUs "
+     "this machine gives rcpipe"),
+    ("synth.train_articles=1000000000", "synth: train_articles 1,000,000,000 makes "
+     "5,000,000,000 paragraphs a split, over the bound of 100,000"),
+    ("synth.questions_per_paragraph=10000", "synth: train_articles 60 makes 3,000,000 "
+     "questions a split, over the bound of 1,000,000"),
+    ("synth.facts_per_paragraph=[5, 100000]", "synth.facts_per_paragraph: must be [min, max] "
+     "with 1 <= min <= max <= 20"),
+], ids=["workers", "train_articles", "questions", "facts"])
+def test_a_count_past_what_the_machine_can_use_is_refused(item: str, expected: str) -> None:
+    from rcpipe.config.section import usable_cpus
+
+    with pytest.raises(InputError) as e:
+        load_config(ROOT / "params.yaml", [item])
+    assert e.value.line() == f"error: --set: {expected.format(cpus=usable_cpus())}"
+
+
+def test_as_many_workers_as_cpus_load() -> None:
+    from rcpipe.config.section import usable_cpus
+
+    assert load_config(ROOT / "params.yaml",
+                       [f"data.workers={usable_cpus()}"]).data.workers == usable_cpus()
+
+
+def _no_dvc(tmp_path: Path) -> dict[str, Any]:
+    return {"workspace": str(tmp_path), "params": str(ROOT / "params.yaml")}
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (lambda t: {"threads": "two"}, "champion_app args: threads: Input should be a valid "
+     "integer, unable to parse string as an integer"),
+    (lambda t: {"threads": 10**9}, "champion_app args: threads: 1,000,000,000 threads, over "
+     "the {cpus} CPUs this machine gives rcpipe"),
+    (lambda t: {"threads": 0}, "champion_app args: threads: Input should be greater than or "
+     "equal to 1"),
+    (lambda t: {"thread": 2}, "champion_app args: thread: unknown key"),
+    (lambda t: ["threads"], "champion_app args: expected a mapping"),
+    (_no_dvc, "{tmp}: not a DVC workspace (no .dvc): its .dvc/config names the remote; run "
+     "there, or `dvc init` and `dvc remote add`"),
+], ids=["threads_two", "threads_1e9", "threads_0", "unknown_key", "a_list", "no_dvc"])
+def test_the_serve_configs_args_are_checked_as_params_are(
+        tmp_path: Path, args: Any, expected: str) -> None:
+    from rcpipe.config.section import usable_cpus
+    from rcpipe.stages.serving import champion_app
+
+    with pytest.raises(InputError) as e:
+        champion_app(args(tmp_path))
+    assert e.value.line() == "error: " + expected.format(cpus=usable_cpus(), tmp=tmp_path)
+    assert e.value.exit_code == 2

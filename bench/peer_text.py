@@ -10,6 +10,7 @@ either length is passed over.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from collections.abc import Sequence
@@ -97,3 +98,28 @@ def read_text_batch(path: Path, batch: int, context: int, question: int, word_ro
                     char_limit: int = 16) -> TextBatch:
     squad = json.loads(path.read_text(encoding="utf-8"))
     return text_batch(article_tokens(squad, batch, context, question), word_rows, char_limit)
+
+
+def save_text_batch(text: TextBatch, word_rows: int, path: Path) -> Path:
+    """The batch as one file, for a machine without spaCy (the GPU kit carries it):
+    its tensors and counts, and the word table's rows it was built for."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({**dataclasses.asdict(text), "word_rows": word_rows}, path)
+    return path
+
+
+def load_text_batch(path: Path, word_rows: int | None = None) -> TextBatch:
+    """A batch save_text_batch wrote; ``word_rows``, where given, must be the table's it was
+    built for (its ids index that table: another size would read past it or leave rows
+    unused)."""
+    saved = torch.load(path, weights_only=True)
+    built_for = saved.pop("word_rows")
+    if word_rows is not None and built_for != word_rows:
+        raise ValueError(f"{path}: built for a table of {built_for} words, a different "
+                         f"number of words than --words {word_rows}")
+    return TextBatch(**saved)
+
+
+def saved_word_rows(path: Path) -> int:
+    """The word table's rows a saved batch was built for."""
+    return int(torch.load(path, weights_only=True)["word_rows"])

@@ -23,6 +23,10 @@ collate does; each timing synchronised). Name the machine with the numbers (its 
 them: compare within one run).
 
     .venv/bin/python -m bench.peers bidaf /tmp/peers/squad --device cuda --repeats 20
+
+``--text FILE`` reads the batch bench/peer_text.save_text_batch wrote instead of tokenizing
+``--squad`` (the GPU box has no spaCy: the kit carries the batch, bench/gpu/build.py);
+``--out FILE`` writes the timings and ratios as JSON too.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bench.peer_text import TextBatch, read_text_batch
+from bench.peer_text import TextBatch, load_text_batch, read_text_batch, saved_word_rows
 from rcpipe.config import ModelConfig, load_config
 from rcpipe.data.dataset import distinct_words
 from rcpipe.models import ModelInputs, build_model
@@ -244,6 +248,19 @@ def device_name(device: torch.device) -> str:
     return f"CPU, {torch.get_num_threads()} torch thread(s)"
 
 
+def ratios(times: dict[str, dict[str, list[float]]], ours: str, peer: str
+           ) -> dict[str, dict[str, float]]:
+    """Per step kind: each side's median and minimum seconds, and rcpipe/peer of each."""
+    out = {}
+    for kind, by_side in times.items():
+        a, b = by_side[ours], by_side[peer]
+        out[kind] = {"rcpipe_median_s": statistics.median(a), "rcpipe_min_s": min(a),
+                     "peer_median_s": statistics.median(b), "peer_min_s": min(b),
+                     "ratio_median": statistics.median(a) / statistics.median(b),
+                     "ratio_min": min(a) / min(b)}
+    return out
+
+
 def report(times: dict[str, dict[str, list[float]]], ours: str, peer: str) -> None:
     print(f"| step | {ours}: median / min (s) | {peer}: median / min (s) | "
           "ratio, median / min |")
@@ -260,10 +277,14 @@ def main() -> None:
     parser.add_argument("model", choices=sorted(PEERS))
     parser.add_argument("peer", type=Path, help="the peer's checkout (outside this repo)")
     parser.add_argument("--squad", type=Path, default=SQUAD)
+    parser.add_argument("--text", type=Path, help="a saved batch (bench/peer_text.py) "
+                        "instead of tokenizing --squad")
+    parser.add_argument("--out", type=Path, help="the timings and ratios as JSON too")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--context", type=int, default=300)
     parser.add_argument("--question", type=int, default=30)
-    parser.add_argument("--words", type=int, default=20_000, help="rows of the frozen table")
+    parser.add_argument("--words", type=int, help="rows of the frozen table (20,000; with "
+                        "--text, the saved batch's)")
     parser.add_argument("--word-dim", type=int, default=100)
     parser.add_argument("--hidden", type=int, default=100)
     parser.add_argument("--dropout", type=float, default=0.2)
@@ -284,10 +305,20 @@ def main() -> None:
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device here")
     peer = args.peer.resolve()
-    if peer.is_relative_to(ROOT):
+    # nothing of a peer is committed here; the GPU kit's copy lives in gpu-kit/, ignored
+    if peer.is_relative_to(ROOT) and not peer.is_relative_to(ROOT / "gpu-kit"):
         parser.error(f"{peer}: a peer's checkout lives outside this repository")
 
-    text = read_text_batch(args.squad, args.batch, args.context, args.question, args.words)
+    try:
+        if args.text:
+            text = load_text_batch(args.text, args.words)
+            args.words = args.words or saved_word_rows(args.text)
+        else:
+            args.words = args.words or 20_000
+            text = read_text_batch(args.squad, args.batch, args.context, args.question,
+                                   args.words)
+    except (OSError, ValueError, KeyError) as e:
+        parser.error(f"{args.text or args.squad}: {e}" if isinstance(e, KeyError) else str(e))
     vectors = np.random.default_rng(0).normal(size=(args.words, args.word_dim)).astype(
         np.float32)
     vectors[0] = 0.0  # padding
@@ -301,8 +332,8 @@ def main() -> None:
     torch.manual_seed(0)
     sides = [rcpipe_side(args.model, cfg, text, vectors, device),
              PEERS[args.model](peer, args, text, vectors, device)]
-    print(f"{args.model}: batch {args.batch}, context {args.context}, question "
-          f"{args.question} tokens of real text ({text.distinct} distinct words of "
+    print(f"{args.model}: batch {len(text.cw)}, context {text.cw.size(1)}, question "
+          f"{text.qw.size(1)} tokens of real text ({text.distinct} distinct words of "
           f"{text.cw.numel() + text.qw.numel()} tokens), frozen {args.words} x "
           f"{args.word_dim} word vectors, hidden {args.hidden}, dropout {args.dropout}, "
           f"Adam, {device_name(device)}, {args.warmup} warm-up and "
@@ -315,6 +346,13 @@ def main() -> None:
         print(f"{side.name}: {n:,} trainable parameters")
     times = measure(sides, args.warmup, args.repeats)
     report(times, sides[0].name, sides[1].name)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({
+            "model": args.model, "peer": sides[1].name, "device": device_name(device),
+            "batch": len(text.cw), "context": text.cw.size(1), "question": text.qw.size(1),
+            "hidden": args.hidden, "warmup": args.warmup, "repeats": args.repeats,
+            "steps": ratios(times, sides[0].name, sides[1].name)}, indent=1) + "\n")
     if args.profile:
         profile_ops(sides, args.profile, top=15)
     print("\nRemaining differences:")

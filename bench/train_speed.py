@@ -116,21 +116,23 @@ def measure(variant: str, cfg: Config, data: SquadDataset, prepared: Path,
                   "params": count_parameters(model, exclude_embeddings=True)}
         if device.type == "cuda":
             result["peak_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
-            result["gpu_busy"] = gpu_busy(run, device, min(args.steps, 10))
+            result["gpu_busy"] = gpu_busy(run, device, min(args.steps, 4),
+                                          result["step_ms"] / 1000)
     return result
 
 
-def gpu_busy(run: Any, device: torch.device, steps: int) -> float:
-    """Kernel time over wall time across ``steps`` profiled steps (one stream: no overlap)."""
+def gpu_busy(run: Any, device: torch.device, steps: int, step_s: float) -> float:
+    """The GPU's busy share of a step: kernel time per step, from ``steps`` steps under
+    torch.profiler, over ``step_s``, the unprofiled step's wall time. Only the CUDA activity
+    is recorded: recording every CPU op too slowed the host, and with it the profiled steps
+    (the share came out low), and took tens of seconds to add up on the box (2026-11-27)."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        t0 = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
         run(steps)
-        wall_us = (time.perf_counter() - t0) * 1e6
     kernel_us = sum(e.self_device_time_total for e in prof.key_averages()
                     if e.device_type == torch.autograd.DeviceType.CUDA)
-    return kernel_us / wall_us
+    return kernel_us / 1e6 / steps / step_s
 
 
 def compare(args: argparse.Namespace, prepared: Path) -> dict[str, Any]:

@@ -54,6 +54,20 @@ RAY_MODULES_LEFT_OUT = ("ray.rllib", "ray.serve", "ray.llm")
 RAY_LEFT_OUT = ("ray/jars", "ray/dashboard/client",
                 *(m.replace(".", "/") for m in RAY_MODULES_LEFT_OUT))
 
+# bench/peers.py's two peers, carried in the base (gpu-kit/base/peers/<dir>/): from each
+# checkout outside the repo, a `git archive` of the commit bench/peers.py is measured at,
+# only the files its import reaches (and the licence), nothing of them committed here; with
+# them the real-text batch both sides read, tokenized here (the box has no spaCy)
+PEERS = {  # rcpipe variant: (repository, commit, directory in the kit, files)
+    "bidaf": ("chrischute/squad", "85623ad", "chrischute-squad",
+              ("LICENSE", "models.py", "layers.py", "util.py")),
+    "qanet": ("BangLiu/QANet-PyTorch", "0ce11ca", "BangLiu-QANet-PyTorch",
+              ("LICENSE", "model/__init__.py", "model/QANet.py", "model/modules/__init__.py",
+               "model/modules/cnn.py", "model/modules/attention.py",
+               "model/modules/position.py")),
+}
+PEER_TEXT = "text.pt"  # bench/peer_text.save_text_batch's file, beside the peers
+
 
 def sha256(path: Path) -> str:
     """A file's sha256, read a MiB at a time (the kit's archives: here and on the box)."""

@@ -5,17 +5,22 @@ and typer, and no registry, spaCy, Ray or pydantic. The kit carries:
 
   gpu-kit/base/  every call: the article split prepared at params.yaml's sizes (v1.1 and v2.0
                  Parquet, no word vectors) with each test file, the wheels the box lacks
-                 (pydantic and its parts, jsonschema and its parts for Ray), and manifest.json
-                 (versions, sizes, the Ray archive's sha256, the plan with each call's MiB)
+                 (pydantic and its parts, jsonschema and its parts for Ray), bench/peers.py's
+                 peers (box.PEERS: a `git archive` of the files it imports, from checkouts
+                 outside the repo) with the real-text batch both sides read, and
+                 manifest.json (versions, sizes, the Ray archive's sha256, each call's
+                 measured MiB)
   gpu-kit/ray/   call 2: Ray's cp312 wheel slimmed (box.RAY_LEFT_OUT: the Java jars, RLlib,
                  Serve, the dashboard's web build) and packed as one tar.xz
 
 Versions are uv.lock's, and the Ray wheel is checked against the lock's sha256. Each call's
-carry is measured with the working tree and written into bench/gpu/plan.json (tracked: the
-dry run holds it to the limits). The build needs the registry and /work/shared (spaCy
-prepares here): `make gpu-kit`, never the tests.
+carry is measured with the working tree into the kit's manifest and held to the call's
+`mib_limit` in bench/gpu/plan.json (tracked, and left as it is: a build leaves the tree
+clean). The build needs the registry, /work/shared (spaCy prepares here) and the peers'
+checkouts (--peers: a folder of <owner>+<name>/repo git directories, as the fetch tool
+leaves them): `make gpu-kit`, never the tests.
 
-    .venv/bin/python bench/gpu/build.py [--split DIR] [--kit gpu-kit]
+    .venv/bin/python bench/gpu/build.py [--split DIR] [--kit gpu-kit] [--peers DIR]
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.accuracy import SPLIT, prepare  # noqa: E402 - the repo root first
-from bench.gpu.box import RAY, RAY_LEFT_OUT, WHEELS, sha256  # noqa: E402
+from bench.gpu.box import PEER_TEXT, PEERS, RAY, RAY_LEFT_OUT, WHEELS, sha256  # noqa: E402
 
 MiB = 2**20
 PLAN = ROOT / "bench" / "gpu" / "plan.json"  # the calls, their carries and device-minutes
@@ -123,14 +128,38 @@ def working_tree_bytes() -> int:
                if p and (ROOT / p.decode()).is_file())
 
 
-def measured_plan(kit: Path) -> dict[str, Any]:
-    """bench/gpu/plan.json with each call's carry measured: its paths and the working tree."""
-    plan = json.loads(PLAN.read_text())
+def measured_calls(kit: Path) -> dict[str, float]:
+    """Each call of bench/gpu/plan.json: the MiB it sends, its carry and the working tree."""
     tree = working_tree_bytes()
-    for call in plan["calls"]:
-        total = tree + sum(size_of(kit.parent / p) for p in call["carry"])
-        call["mib"] = round(total / MiB, 1)
-    return plan
+    return {c["call"]: round((tree + sum(size_of(kit.parent / p) for p in c["carry"])) / MiB, 1)
+            for c in json.loads(PLAN.read_text())["calls"]}
+
+
+def git_dir(peers: Path, repo: str) -> Path:
+    """The peer's git directory under ``peers`` (the fetch tool's <owner>+<name>/repo)."""
+    where = peers / repo.replace("/", "+") / "repo"
+    for candidate in (where / ".git", where):
+        if (candidate / "HEAD").is_file():
+            return candidate
+    raise SystemExit(f"{where}: no checkout of {repo} (fetch github:{repo} first)")
+
+
+def peer_code(peers: Path, dest: Path) -> dict[str, Any]:
+    """box.PEERS' files, each peer's from a `git archive` of its pinned commit."""
+    shutil.rmtree(dest, ignore_errors=True)
+    got = {}
+    for variant, (repo, commit, folder, files) in PEERS.items():
+        (dest / folder).mkdir(parents=True)
+        archive = subprocess.run(["git", "--git-dir", str(git_dir(peers, repo)), "archive",
+                                  "--format=tar", commit, "--", *files],
+                                 capture_output=True, check=True).stdout
+        with tempfile.TemporaryFile() as f:
+            f.write(archive)
+            f.seek(0)
+            with tarfile.open(fileobj=f) as tar:
+                tar.extractall(dest / folder, filter="data")
+        got[variant] = {"repo": repo, "commit": commit, "folder": folder, "files": list(files)}
+    return got
 
 
 def main() -> None:
@@ -139,6 +168,8 @@ def main() -> None:
                     help="folder of train-v<V>.json and test-v<V>.json")
     ap.add_argument("--kit", type=Path, default=ROOT / "gpu-kit")
     ap.add_argument("--params", type=Path, default=ROOT / "params.yaml")
+    ap.add_argument("--peers", type=Path, default=ROOT.parent / ".mirror",
+                    help="a folder of the peers' git directories (<owner>+<name>/repo)")
     args = ap.parse_args()
     kit, base = args.kit.resolve(), args.kit.resolve() / "base"
     lock = locked()
@@ -151,6 +182,12 @@ def main() -> None:
         shutil.rmtree(out / "cache", ignore_errors=True)  # prepare's cache: not needed there
         data[version] = {"bytes": size_of(out),
                          "meta": json.loads((out / "prepared" / "meta.json").read_text())}
+    from bench.peer_text import read_text_batch, save_text_batch
+    from bench.peers import SQUAD
+
+    peers = peer_code(args.peers, base / "peers")  # bench/peers.py's defaults: 32 x 300 + 30
+    save_text_batch(read_text_batch(SQUAD, 32, 300, 30, 20_000), 20_000,
+                    base / "peers" / PEER_TEXT)
     shutil.rmtree(base / "wheels", ignore_errors=True)
     wheels = download(list(WHEELS), lock, base / "wheels")
     for old in (*kit.glob("ray-*"), kit / "ray"):  # ray-1, ray-2: the kit before the slimming
@@ -158,19 +195,19 @@ def main() -> None:
     ray = ray_slim(lock, kit)
     manifest = {"params": str(args.params.relative_to(ROOT)), "split": str(args.split),
                 "data": data, "wheels": {w.name: w.stat().st_size for w in wheels},
-                "ray": ray}
+                "ray": ray, "peers": peers}
     (base / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    plan = measured_plan(kit)  # base's size with its manifest
-    manifest["plan"] = plan
+    manifest["mib"] = measured_calls(kit)  # base's size with its manifest
     (base / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    PLAN.write_text(json.dumps(plan, indent=1) + "\n")
     print(f"Ray {ray['wheel_bytes'] / MiB:.1f} MiB wheel, {ray['cut_bytes'] / MiB:.1f} MiB cut "
           f"-> {ray['archive_bytes'] / MiB:.1f} MiB archive")
+    plan = json.loads(PLAN.read_text())
     for c in plan["calls"]:
-        print(f"call {c['call']}: working tree + {' + '.join(c['carry'])} = {c['mib']} MiB, "
+        print(f"call {c['call']}: working tree + {' + '.join(c['carry'])} = "
+              f"{manifest['mib'][c['call']]} MiB of at most {c['mib_limit']}, "
               f"{c['device_minutes']} device-minutes")
-    if over := [c["call"] for c in plan["calls"] if c["mib"] > plan["carry_limit_mib"]]:
-        raise SystemExit(f"calls {over}: over a call's {plan['carry_limit_mib']} MiB")
+    if over := [c["call"] for c in plan["calls"] if manifest["mib"][c["call"]] > c["mib_limit"]]:
+        raise SystemExit(f"calls {over}: over their mib_limit in {PLAN}")
     print(f"-> {kit}")
 
 

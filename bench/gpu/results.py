@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "gpu" / "results"
 PLAN = json.loads((ROOT / "bench" / "gpu" / "plan.json").read_text())
 VARIANTS = ("bidaf", "bidaf_selfattn", "rnet", "rnet_mult", "qanet")
-FIGURES = ("setup", "speed", "compiled", "accuracy", "ray", "audit", "wait")
+FIGURES = ("setup", "speed", "compiled", "accuracy", "ray", "peers", "audit", "wait")
+PEER_MODELS = ("bidaf", "qanet")  # bench/peers.py's pairs (box.PEERS)
 
 
 def draws(results: Path = RESULTS) -> list[dict[str, Any]]:
@@ -53,6 +54,8 @@ def has(figures: dict[str, Any], step: str, versions: list[str]) -> bool:
                    for v in versions)
     if step == "ray":
         return figures.get("ray", {}).get("status") == "done"
+    if step == "peers":
+        return set(PEER_MODELS) <= set(figures.get("peers", {}).get("results", {}))
     if step == "audit":
         return set(VARIANTS) <= set(figures.get("audit", {}).get("results", {}))
     return False  # setup: every call's
@@ -68,24 +71,41 @@ def open_steps(results: Path = RESULTS, versions: list[str] | None = None) -> se
 
 def plan_table(plan: dict[str, Any] = PLAN) -> str:
     """plan.json as bench/gpu/README.md's table (a test holds the README to it)."""
-    lines = ["| | steps | carry | MiB | timeout_s | device-min |", "|---|---|---|---|---|---|",
+    lines = ["| | steps | carry | MiB at most | timeout_s | device-min |",
+             "|---|---|---|---|---|---|",
              f"| start | the machine starts | | | | {plan['start_minutes']:g} |"]
     for c in plan["calls"]:
         lines.append(f"| call {c['call']} | {', '.join(c['steps'])} | "
-                     f"{', '.join(f'`{p}`' for p in c['carry'])} | {c['mib']} | "
+                     f"{', '.join(f'`{p}`' for p in c['carry'])} | {c['mib_limit']} | "
                      f"{c['timeout_s']} | {c['device_minutes']:g} |")
     total = plan["start_minutes"] + sum(c["device_minutes"] for c in plan["calls"])
     lines.append(f"| in all | | | | | {total:g} of {plan['budget_minutes']} |")
     return "\n".join(lines) + "\n"
 
 
+def measured(results: dict[str, Any], skipped: str) -> bool:
+    """Whether ``results`` holds what a skipped entry named: "qanet", or "qanet default"."""
+    variant, _, mode = skipped.partition(" ")
+    return variant in results and (not mode or mode in results[variant])
+
+
 def merged(dirs: list[Path]) -> dict[str, Any]:
-    """The calls' figures, a later folder's file replacing an earlier one's."""
+    """The calls' figures, a later folder's file replacing an earlier one's; where both hold
+    per-variant ``results`` (speed, compiled, peers, audit), variant by variant, so a call
+    that measured the variants an earlier one could not adds to its figures."""
     found: dict[str, Any] = {}
     for d in dirs:
         for path in sorted(d.glob("*.json")):
-            if path.stem in FIGURES:
-                found[path.stem] = json.loads(path.read_text())
+            if path.stem not in FIGURES:
+                continue
+            new, old = json.loads(path.read_text()), found.get(path.stem, {})
+            if "results" in new and "results" in old:
+                results = {**old["results"], **new["results"]}
+                skipped = {k: why for k, why in {**old.get("skipped", {}),
+                                                  **new.get("skipped", {})}.items()
+                           if not measured(results, k)}
+                new = {**old, **new, "results": results, "skipped": skipped}
+            found[path.stem] = new
     return found
 
 

@@ -3,7 +3,9 @@
     python3 bench/gpu/run.py [options] 1|2|all|STEP...      (bash bench/gpu/run.sh does it)
 
 The calls and their steps are bench/gpu/plan.json's. Steps, each writing <step>.json to
---out ($OUT on the box) as soon as it has a figure, and logging to call-<n>.log:
+--out ($OUT on the box) as soon as it has a figure, and logging to call-<n>.log. The speed
+and compiled steps stop at --speed-seconds and --compile-seconds only where a training
+follows them in the call (it needs the rest); otherwise they take the call's time:
   setup     the kit's wheels into <state>/site; Ray's slimmed archive where the call carries it
   speed     bench/train_speed.py fp32 (TF32) and bf16, one variant a process, on the idle GPU
   compiled  the Worker's TrainStep with train.compile off and default (--compile-modes) on
@@ -14,6 +16,8 @@ The calls and their steps are bench/gpu/plan.json's. Steps, each writing <step>.
   evaluate  each variant's best model at its held-out threshold, the ensemble (bench/accuracy.py)
   ray       `rcpipe train qanet` as a Ray Train job (NCCL on CUDA, one worker), killed with
             SIGKILL after its first checkpoint and run again: it resumes from there
+  peers     bench/peers.py, rcpipe's bidaf and qanet beside their peers (the kit carries the
+            peers' code and the real-text batch: box.PEERS), on the device
   audit     bench/train_speed.py --audit, one variant a process: graphs, breaks, kernels
 ``--steps open`` keeps only the steps whose figures no GPU draw in bench/gpu/results/ has
 yet (bench/gpu/results.py), so a later draw spends its minutes on what is missing. The
@@ -59,6 +63,12 @@ class Kit:
     args: argparse.Namespace
     started: float = field(default_factory=time.monotonic)
     steps: dict[str, Any] = field(default_factory=dict)
+    chosen: list[str] = field(default_factory=list)  # this call's steps, in order
+
+    def capped(self, seconds: float) -> float:
+        """A step's cap: ``seconds`` where a training follows in this call (it needs the
+        rest), else the call's time left."""
+        return seconds if "train" in self.chosen else self.left()
 
     @property
     def state(self) -> Path:
@@ -371,7 +381,12 @@ def ray(kit: Kit) -> dict[str, Any]:
         again.wait(timeout=max(1.0, kit.left() - a.reserve))
     except subprocess.TimeoutExpired:
         kill_tree(again.pid)
-        raise RuntimeError("the resumed job ran past the call's time:\n" + tail(logs[1])) from None
+        again.wait()
+        log("ray: the resumed job ran past the call's time:\n" + tail(logs[1], 1500))
+        return {"status": "ran past the call's time", "variant": variant,
+                "checkpoints_at_kill": saved, "killed_after_s": round(killed_after, 1),
+                "checkpoints_after": steps_saved(run_dir()),
+                "wall_s": round(time.monotonic() - t0, 1)}
     if again.returncode != 0:
         raise RuntimeError("the resumed job failed:\n" + tail(logs[1]))
     s = json.loads((work / "models" / variant / "summary.json").read_text())
@@ -403,7 +418,7 @@ def speed(kit: Kit) -> dict[str, Any]:
 def _per_variant(kit: Kit, name: str, extra: list[str], written: str) -> dict[str, Any]:
     a = kit.args
     out: dict[str, Any] = {"results": {}, "skipped": {}}
-    ends = time.monotonic() + a.speed_seconds  # the trainings after it need the rest
+    ends = time.monotonic() + kit.capped(a.speed_seconds)
 
     def left() -> float:
         return min(kit.left() - a.reserve / 2, ends - time.monotonic())
@@ -436,11 +451,41 @@ def _per_variant(kit: Kit, name: str, extra: list[str], written: str) -> dict[st
     return out
 
 
+def peers(kit: Kit) -> dict[str, Any]:
+    """bench/peers.py for each --peer-models on the device, its peer and the real-text batch
+    from the kit (box.PEERS), one process a pair: a pair that runs past the call's time
+    leaves the other's ratios."""
+    from bench.gpu.box import PEER_TEXT, PEERS
+
+    a, where = kit.args, kit.args.kit / "base" / "peers"
+    out: dict[str, Any] = {"results": {}, "skipped": {}}
+    for model in a.peer_models:
+        if kit.left() < a.reserve / 2:
+            out["skipped"][model] = "the call's time"
+            continue
+        written = kit.state / "peers" / f"{model}.json"
+        written.unlink(missing_ok=True)
+        try:
+            done = python(kit, "-m", "bench.peers", model, str(where / PEERS[model][2]),
+                          "--text", str(where / PEER_TEXT), "--device", a.device,
+                          "--repeats", str(a.peer_repeats), "--out", str(written),
+                          timeout=max(1.0, kit.left() - a.reserve / 2))
+        except subprocess.TimeoutExpired:
+            out["skipped"][model] = "ran past the call's time"
+            continue
+        if done.returncode != 0 or not written.is_file():
+            out["skipped"][model] = f"failed (exit {done.returncode}), see the log"
+            continue
+        out["results"][model] = json.loads(written.read_text())
+        kit.write("peers", out)  # so far
+    return out
+
+
 def compiled(kit: Kit) -> dict[str, Any]:
     """The compiled steps in a child process, stopped at --compile-seconds (a compile cannot
     be stopped once begun in this process): what it measured before stays in compiled.json."""
     a = kit.args
-    seconds = min(a.compile_seconds, kit.left() - a.reserve)
+    seconds = min(kit.capped(a.compile_seconds), kit.left() - a.reserve)
     if seconds < a.compile_seconds / 3:
         return {"results": {}, "skipped": {"all": "the call's time"}}
     argv = [__file__, "compiled", "--child", "--budget", str(seconds), *forwarded(a)]
@@ -490,6 +535,7 @@ def compile_steps(kit: Kit) -> dict[str, Any]:
             except Exception as e:  # noqa: BLE001 - one mode failing leaves the others
                 traceback.print_exc()
                 out["skipped"][f"{v} {mode}"] = f"{type(e).__name__}: {str(e)[:300]}"
+                kit.write("compiled", out)  # the parent reports the error, not a timeout
                 continue
             r["wall_s"] = time.perf_counter() - t0
             out["results"].setdefault(v, {})[mode] = r
@@ -538,10 +584,13 @@ def time_step(variant: str, cfg: Any, prepared: Path, device: Any, mode: str, ba
 
     def run(batches: Any) -> int:
         seen = 0
-        pinned = device.type == "cuda"
+        pinned = device.type == "cuda"  # as the Worker: page-locked, so the copy overlaps
         for batch in ahead(data.collate(i).pin() if pinned else data.collate(i)
                            for i in batches):
-            step(batch.to(device, non_blocking=True) if pinned else batch.to(device))
+            # one call on both devices, so the CPU dry run goes through the box's line
+            # (it called Batch.to with an argument Batch.to does not take, on CUDA only:
+            # the 2026-11-27 draw lost its compiled figures to it)
+            step(batch.to(device))
             seen += a.batch
         _sync(device)
         return seen
@@ -564,7 +613,7 @@ def time_step(variant: str, cfg: Any, prepared: Path, device: Any, mode: str, ba
         if device.type == "cuda":
             r["peak_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
             r["gpu_busy"] = gpu_busy(lambda n: run(islice(feed, n)), device,
-                                     min(a.speed_steps, 10))
+                                     min(a.speed_steps, 4), r["step_ms"] / 1000)
     return r
 
 
@@ -572,7 +621,7 @@ def time_step(variant: str, cfg: Any, prepared: Path, device: Any, mode: str, ba
 
 STEPS: dict[str, Callable[[Kit], dict[str, Any]]] = {
     "setup": setup, "train": train, "audit": audit, "ray": ray, "wait": wait,
-    "evaluate": evaluate, "speed": speed, "compiled": compiled}
+    "evaluate": evaluate, "speed": speed, "compiled": compiled, "peers": peers}
 
 
 def run_step(kit: Kit, name: str) -> None:
@@ -631,8 +680,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                     help="the epoch's most frequent padded shapes compiled and timed")
     ap.add_argument("--compile-seconds", type=float, default=75.0,
                     help="the compiled steps' child is stopped after this")
-    ap.add_argument("--ray-steps", type=int, default=200)
+    # 100 steps, a checkpoint at 50: on the H200 (2026-11-27) the first run reached its
+    # checkpoint at 50 after 47 s, Ray's start included, and 200 steps left the resumed run
+    # 150 steps and three evaluations it could not finish in the call
+    ap.add_argument("--ray-steps", type=int, default=100)
     ap.add_argument("--ray-eval-every", type=int, default=50)
+    ap.add_argument("--peer-models", nargs="+", default=["bidaf", "qanet"],
+                    choices=["bidaf", "qanet"])
+    ap.add_argument("--peer-repeats", type=int, default=10)
     ap.add_argument("--budget", type=float, default=0.0,
                     help="seconds this call may run (0: plan.json's for the call, else 555)")
     ap.add_argument("--reserve", type=float, default=30.0,
@@ -668,7 +723,7 @@ def main(argv: list[str] | None = None) -> None:
     sys.path[:0] = [str(site), str(ROOT)]  # setup's wheels and Ray, rcpipe and bench/
     os.environ["PYTHONPATH"] = os.pathsep.join(  # every child: Ray's workers too
         filter(None, [str(site), str(ROOT), os.environ.get("PYTHONPATH")]))
-    kit = Kit(args)
+    kit = Kit(args, chosen=steps)
     if args.child:  # the compiled steps for a parent runner: its files, none of its own
         compile_steps(kit)
         return

@@ -6,9 +6,11 @@ met, or open.
     .venv/bin/python bench/gpu/table.py DIR [DIR ...]   one draw's calls, not yet recorded
 
 Each DIR holds what one device call brought back ($OUT: setup.json, speed.json,
-compiled.json, accuracy.json, ray.json, audit.json, call-<n>.json); a file in a later DIR
-replaces the one of the same name before it. Figures measured on a CPU (the dry run) leave
-every target open: the targets are the H100's.
+compiled.json, accuracy.json, ray.json, peers.json, audit.json, call-<n>.json); a file in a
+later DIR replaces the one of the same name before it (per variant where both hold
+results). Figures measured on a CPU (the dry run) leave every target open: the targets are
+the H100's, and each draw's column names the card that gave its figures (an H200 is lent
+too).
 """
 
 from __future__ import annotations
@@ -124,11 +126,39 @@ def ray_line(r: dict[str, Any]) -> str:
     if not x:
         return "Ray Train job: open (no ray.json)."
     if x.get("status") != "done":
-        return f"Ray Train job: {x.get('status')} ({x.get('why', '')})."
+        seen = (f"killed {x['killed_after_s']:.0f} s in with checkpoints "
+                f"{x['checkpoints_at_kill']}, resumed run stopped with "
+                f"{x.get('checkpoints_after')}") if "killed_after_s" in x else x.get("why", "")
+        return f"Ray Train job: {x.get('status')} ({seen})."
     return (f"Ray Train job (`rcpipe train {x['variant']}`, {x['world_size']} worker, "
             f"{x['backend'].upper()}, {x['device']}): killed with SIGKILL "
             f"{x['killed_after_s']:.0f} s in, run again, resumed from step "
             f"{x['resumed_from_step']} to {x['steps']} ({x['examples_per_s']:,.0f} ex/s).")
+
+
+def peers_lines(r: dict[str, Any]) -> list[str]:
+    """bench/peers.py's pairs on the device: rcpipe's seconds over the peer's (above 1:
+    rcpipe slower)."""
+    x = r.get("peers")
+    if not x:
+        return ["Beside the peers: open (no peers.json)."]
+    lines = ["Beside the peers (bench/peers.py, equal sizes, the same real-text batch; "
+             "rcpipe's time over the peer's, median / min; above 1: rcpipe slower):", "",
+             "| rcpipe | peer | train | inference |", "|---|---|---|---|"]
+    for model, p in x.get("results", {}).items():
+        st = p["steps"]
+        lines.append(f"| `{model}` | {p['peer']} | "
+                     + " | ".join(f"{st[k]['ratio_median']:.2f}x / {st[k]['ratio_min']:.2f}x"
+                                  for k in ("train", "inference")) + " |")
+    if x.get("skipped"):
+        lines += ["", "Not measured: " + "; ".join(f"`{k}` ({why})"
+                                                    for k, why in x["skipped"].items()) + "."]
+    return lines
+
+
+def card(d: dict[str, Any]) -> str:
+    """The GPU a draw ran on, as torch named it (the device tool's words otherwise)."""
+    return d["figures"].get("setup", {}).get("gpu") or d["device"]
 
 
 def verdict(ok: bool | None) -> str:
@@ -197,7 +227,8 @@ def targets(r: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 def render(r: dict[str, Any]) -> str:
     lines = [f"GPU kit results on {device(r)}:", "", *speed_table(r), "", *accuracy_table(r),
-             "", ray_line(r), "", "| target (H100, params.yaml sizes, batch 32) | measured | |",
+             "", ray_line(r), "", *peers_lines(r), "",
+             "| target (H100, params.yaml sizes, batch 32) | measured | |",
              "|---|---|---|"]
     lines += [f"| {t} | {m} | {s} |" for t, m, s in targets(r)]
     if not on_gpu(r):
@@ -211,7 +242,7 @@ def every_draw(found: list[dict[str, Any]]) -> str:
         return ("No GPU draw recorded yet (bench/gpu/results/ is empty): every target "
                 "stays open.\n")
     lines = ["| target (H100, params.yaml sizes, batch 32) | "
-             + " | ".join(f"{d['date']} `{d['commit']}`" for d in found) + " |",
+             + " | ".join(f"{d['date']} `{d['commit']}`, {card(d)}" for d in found) + " |",
              "|---|" + "---|" * len(found)]
     per_draw = [targets(d["figures"]) for d in found]
     for i, (name, _, _) in enumerate(per_draw[0]):

@@ -6,7 +6,8 @@ device-minutes and a call's carry.
 Between lent sessions nothing else runs the kit, so this keeps it from rotting: every step
 (setup with Ray's slimmed archive carried by call 2 only, speed, the compiled step in its
 capped child, the trainings for the minutes left, evaluation with held-out thresholds and the
-ensemble, the Ray Train job killed and resumed, the audit) runs as on the box, only small.
+ensemble, the Ray Train job killed and resumed, bench/peers.py beside a stand-in peer, the
+audit) runs as on the box, only small.
 """
 
 from __future__ import annotations
@@ -52,11 +53,24 @@ def mid_epoch_every(prepared: Prepared, batch: int, steps: int) -> int:
 
 def tiny_kit(root: Path, prepared: Prepared) -> Path:
     """gpu-kit/'s layout over the session's prepared synthetic split; a stand-in package
-    ('kitprobe') where Ray's slimmed archive would be, packed as build.py packs Ray."""
+    ('kitprobe') where Ray's slimmed archive would be, packed as build.py packs Ray; a
+    stand-in shaped as chrischute/squad's BiDAF where its archive would be, beside a small
+    real-text batch (the real peers are not in a user's clone)."""
+    from bench.peer_text import read_text_batch, save_text_batch
+    from tests.bench.test_peers import PEER_MODELS, article
+
     kit = root / "gpu-kit"
     v1 = kit / "base" / "v1.1"
     shutil.copytree(prepared.out_dir, v1 / "prepared")
     shutil.copyfile(prepared.data.dev, v1 / "test.json")
+    peers = kit / "base" / "peers"
+    (peers / box.PEERS["bidaf"][2]).mkdir(parents=True)
+    (peers / box.PEERS["bidaf"][2] / "models.py").write_text(PEER_MODELS)
+    squad = root / "articles.json"
+    squad.write_text(json.dumps({"data": [
+        article("a", "The cat sat on the mat, the cat did.", "Where did the cat sit?"),
+        article("b", "A dog ran in the park all day long.", "Where did the dog run?")]}))
+    save_text_batch(read_text_batch(squad, 2, 6, 3, 8), 8, peers / box.PEER_TEXT)
     (root / "src" / "kitprobe").mkdir(parents=True)
     (root / "src" / "kitprobe" / "__init__.py").write_text("ARRIVED = True\n")
     archive = pack(root / "src", kit / "ray" / "kitprobe.tar.xz")
@@ -91,6 +105,7 @@ def test_the_kit_runs_every_step_on_the_cpu(tmp_path: Path, prepared: Prepared) 
              "--batch", "8", "--ray-steps", str(RAY_STEPS),
              "--ray-eval-every", str(mid_epoch_every(prepared, 8, RAY_STEPS)),
              "--speed-steps", "2", "--speed-repeats", "1", "--speed-warmup", "1",
+             "--peer-models", "bidaf", "--peer-repeats", "1",
              # the box's time guards, loosened: two busy cores are not an H100
              "--budget", "900", "--speed-seconds", "300", "--compile-seconds", "300", *more],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
@@ -133,6 +148,9 @@ def test_the_kit_runs_every_step_on_the_cpu(tmp_path: Path, prepared: Prepared) 
     ray = read(out2, "ray")  # killed after a registered checkpoint, resumed from it
     assert ray["status"] == "done" and ray["backend"] == "gloo" and ray["world_size"] == 1
     assert 0 < ray["resumed_from_step"] < ray["steps"] == RAY_STEPS
+    pair = read(out2, "peers")["results"]["bidaf"]  # rcpipe's bidaf beside the stand-in
+    assert pair["device"].startswith("CPU") and pair["batch"] == 2
+    assert all(pair["steps"][k]["ratio_median"] > 0 for k in ("train", "inference"))
     audit = read(out2, "audit")["results"]
     assert set(audit) == set(VARIANTS)
     assert all(a["graphs"] >= 1 and a["kernels_per_step"] > 0 for a in audit.values())
@@ -154,9 +172,9 @@ def test_the_kit_runs_every_step_on_the_cpu(tmp_path: Path, prepared: Prepared) 
 
 def test_the_plan_fits_one_draw() -> None:
     """bench/gpu/plan.json: the box's start and every call within the draw's device-minutes
-    (room left for one failed start), each call's runner inside its timeout, each carry
-    (measured by `make gpu-kit`) under a call's 64 MiB, and bench/gpu/README.md's plan
-    table the plan's."""
+    (room left for one failed start), each call's runner inside its timeout, each call's
+    MiB limit under the tool's 64 and, where `make gpu-kit` built the kit here, what it
+    measured under each limit; bench/gpu/README.md's plan table the plan's."""
     plan = results.PLAN
     calls = plan["calls"]
     assert plan["start_minutes"] + sum(c["device_minutes"] for c in calls) \
@@ -164,7 +182,10 @@ def test_the_plan_fits_one_draw() -> None:
     assert calls[0]["device_minutes"] <= 8  # call 1 alone brings back the headline figures
     for c in calls:
         assert c["budget_s"] < c["timeout_s"] <= 60 * c["device_minutes"], c
-        assert c["mib"] is not None and c["mib"] <= plan["carry_limit_mib"] <= 64, c
+        assert 0 < c["mib_limit"] <= plan["carry_limit_mib"] <= 64, c
+    manifest = ROOT / "gpu-kit" / "base" / "manifest.json"
+    if manifest.is_file() and "mib" in (built := json.loads(manifest.read_text())):
+        assert all(built["mib"][c["call"]] <= c["mib_limit"] for c in calls), built["mib"]
     readme = (ROOT / "bench" / "gpu" / "README.md").read_text()
     assert results.plan_table() in readme
 
@@ -230,7 +251,7 @@ def test_a_later_draw_runs_only_what_no_gpu_draw_has(tmp_path: Path) -> None:
     (one / "ray.json").write_text(json.dumps({"status": "not resumed"}))
     results.record([one], "one NVIDIA H100", tmp_path / "r", at="2026-12-01", sha="a")
     assert results.open_steps(tmp_path / "r") == {"compiled", "train", "wait", "evaluate",
-                                                  "ray", "audit"}
+                                                  "ray", "peers", "audit"}
     args = parse(["1", "--steps", "open", "--results", str(tmp_path / "r")])
     assert chosen_steps(args) == ("1", ["setup", "compiled", "train", "wait", "evaluate"])
     # a CPU draw with every figure counts for nothing: the targets are the GPU's
@@ -239,3 +260,33 @@ def test_a_later_draw_runs_only_what_no_gpu_draw_has(tmp_path: Path) -> None:
     results.record([one], "2-core CPU", tmp_path / "r", at="2026-12-02", sha="b")
     assert "ray" in results.open_steps(tmp_path / "r")
     assert [d["commit"] for d in results.draws(tmp_path / "r")] == ["b", "a"]  # newest first
+
+
+def test_the_gpu_results_page_shows_every_recorded_draw() -> None:
+    """docs/results/gpu.md holds bench/gpu/table.py's rendering of bench/gpu/results/ as it
+    is: a draw recorded (or the table's code changed) without the page is a stale page."""
+    from bench.gpu.table import every_draw
+
+    page = (ROOT / "docs" / "results" / "gpu.md").read_text()
+    assert every_draw(results.draws()) in page
+
+
+def test_a_later_call_adds_the_variants_an_earlier_one_could_not(tmp_path: Path) -> None:
+    """record merges per-variant results: the first draw's third call measured R-Net where
+    the first had only QANet; its skipped entry for what it then measured goes."""
+    first, third = tmp_path / "1", tmp_path / "3"
+    for d in (first, third):
+        d.mkdir()
+    (first / "speed.json").write_text(json.dumps({
+        "results": {"qanet": {"fp32": {"examples_per_s": 287.0}}},
+        "skipped": {"rnet": "the call's time", "bidaf": "the call's time"}}))
+    (third / "speed.json").write_text(json.dumps({
+        "results": {"rnet": {"fp32": {"examples_per_s": 155.0}}},
+        "skipped": {"bidaf": "ran past the call's time"}}))
+    (third / "compiled.json").write_text(json.dumps({
+        "results": {}, "skipped": {"qanet default": "TypeError: ..."}}))
+    got = results.merged([first, third])
+    assert got["speed"]["results"] == {"qanet": {"fp32": {"examples_per_s": 287.0}},
+                                       "rnet": {"fp32": {"examples_per_s": 155.0}}}
+    assert got["speed"]["skipped"] == {"bidaf": "ran past the call's time"}
+    assert got["compiled"]["skipped"] == {"qanet default": "TypeError: ..."}

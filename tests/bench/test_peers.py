@@ -84,3 +84,31 @@ def test_a_peer_inside_the_repo_or_a_missing_device_is_one_line(
     run = peers(tmp_path, *args)
     assert run.returncode == 2 and said in run.stderr.splitlines()[-1], run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_a_saved_batch_stands_for_the_squad_file_and_the_ratios_come_as_json(
+        tmp_path: Path) -> None:
+    """--text: the batch the GPU kit carries (the box has no spaCy), the same tensors as
+    tokenizing --squad; --out: the ratios as JSON; a batch built for another table is one
+    line."""
+    from bench.peer_text import load_text_batch, read_text_batch, save_text_batch
+
+    peer = tmp_path / "squad"
+    peer.mkdir()
+    (peer / "models.py").write_text(PEER_MODELS)
+    peers(tmp_path, str(peer))  # writes dev.json
+    text = read_text_batch(tmp_path / "dev.json", 2, 6, 3, 8)
+    saved = save_text_batch(text, 8, tmp_path / "text.pt")
+    again = load_text_batch(saved, 8)
+    assert all((getattr(text, k) == getattr(again, k)).all() for k in ("cw", "cc", "qw", "qc"))
+    out = tmp_path / "peers.json"
+    run = peers(tmp_path, str(peer), "--text", str(saved), "--out", str(out))
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(out.read_text())
+    assert got["model"] == "bidaf" and (got["batch"], got["context"]) == (2, 6)
+    for kind in ("train", "inference"):
+        s = got["steps"][kind]
+        assert s["ratio_median"] == pytest.approx(s["rcpipe_median_s"] / s["peer_median_s"])
+    other = save_text_batch(text, 9, tmp_path / "other.pt")
+    run = peers(tmp_path, str(peer), "--text", str(other))
+    assert run.returncode == 2 and "different number of words" in run.stderr.splitlines()[-1]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import time
 from functools import partial
 from pathlib import Path
@@ -103,12 +104,26 @@ def join_ray(needed_cpus: float) -> None:
     connect(None, num_cpus=max(os.cpu_count() or 1, int(needed_cpus + 0.999)))
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # SIGTERM ends the service as Ctrl-C does
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM (a container runtime's, systemd's stop) handled as SIGINT is: the service
+    shut down and Ray's processes ended. Set again once Ray is up: ray.init installs its own
+    handler, which aborted the process and left Ray's agents running."""
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
 def serve(cfg: Config, models: list[str] | None = None, host: str = "127.0.0.1",
           port: int = 8000, limits: Any = None, threads: int = 1, runtime: str = "torch",
           replicas: int | None = None) -> None:
-    """`rcpipe serve`: the service and its page on http://host:port/ until interrupted."""
+    """`rcpipe serve`: the service and its page on http://host:port/ until interrupted
+    (SIGINT or SIGTERM: exit 0, Serve and a Ray it started shut down)."""
     from rcpipe.serve import deployments, server
     from rcpipe.serve.app import Limits
+
+    before = signal.signal(signal.SIGTERM, _interrupt)
 
     # a bad or taken port is said before the models load; the guard answers on it at once,
     # 503 with Retry-After until the app is deployed (rather than refused connections, then
@@ -122,9 +137,11 @@ def serve(cfg: Config, models: list[str] | None = None, host: str = "127.0.0.1",
         app, served = application(cfg, models, limits, threads, runtime, replicas)
         count = replicas or s.replicas
         join_ray(count * s.replica_cpus * len([m for m in served if m != ENSEMBLE]))
+        _stop_on_sigterm()
         t0, serving = time.perf_counter(), True
         deployments.behind(front, limits, s.keep_alive_s)
         deployments.run(app)
+        _stop_on_sigterm()
         front.guard.ready = True
         how = "autoscaled" if s.autoscaling and not replicas else f"{count} replica(s)"
         log.info(f"serve ({runtime}, Ray Serve, {how} a model): {', '.join(served)} on "
@@ -135,10 +152,12 @@ def serve(cfg: Config, models: list[str] | None = None, host: str = "127.0.0.1",
     except KeyboardInterrupt:
         pass
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM: the shutdown goes on
         front.stop()
         sock.close()
         if serving:
             deployments.shutdown()
+        signal.signal(signal.SIGTERM, before)
 
 
 CHAMPION = "champion"  # the name the champion app serves under, whichever night it is

@@ -108,8 +108,12 @@ def create_app(ask: Ask, models: list[str], limits: Limits = Limits(),
     """The service over ``ask`` (one answer: {"text", "start", "end", "prob", "na_prob",
     "tokens", "p_start", "p_end", "windows", "window", "batch"}); ``models`` are the names
     it serves, the first is the default."""
+    # no /docs or /redoc: FastAPI's pages load Swagger UI and ReDoc from a public CDN (a
+    # page that breaks offline, third-party script in the answer service); /openapi.json,
+    # the description they render, stays
     app = FastAPI(title="rcpipe answer service",
-                  description="Extractive QA with rcpipe's trained SQuAD models.")
+                  description="Extractive QA with rcpipe's trained SQuAD models.",
+                  docs_url=None, redoc_url=None)
     stats = Stats()
     app.state.models, app.state.stats = models, stats
 

@@ -133,7 +133,9 @@ def score(
 
 @app.command()
 def ensemble(
-    inputs: Annotated[list[Path] | None, typer.Option(help="nbest files to vote over")] = None,
+    inputs: Annotated[list[Path] | None, typer.Option(
+        help="nbest files to combine (each with its .dists.parquet beside it for the mean "
+        "and selected methods)")] = None,
     out: Annotated[Path, typer.Option(help="ensemble predictions")] = layout.predictions(
         layout.ENSEMBLE),
     params: Params = None,
@@ -141,7 +143,11 @@ def ensemble(
     force: Redo = False,
     wait: Wait = False,
 ) -> None:
-    """Majority vote on the answer text across models (tie: highest single-voter prob)."""
+    """Combine the models' answers by ensemble.method (vote, mean or selected); every method scored.
+
+    vote: majority vote on the answer text (a tie: the highest single-voter prob); mean:
+    their start/end distributions averaged, then the best span; selected: the mean weighted
+    on the held-out questions."""
     stages.ensemble(_config(params, set_), inputs, out, force=force, wait=wait)
 
 

@@ -100,6 +100,12 @@ def nbest(model: str) -> Path:
     return PREDICTIONS / f"{model}.nbest.json"
 
 
+def dists(model: str) -> Path:
+    """A variant's start/end distributions over each question's context tokens, held-out
+    and dev (`rcpipe evaluate`), what the mean and selected ensembles average."""
+    return PREDICTIONS / f"{model}.dists.parquet"
+
+
 def metrics(model: str) -> Path:
     return METRICS / f"{model}.json"
 

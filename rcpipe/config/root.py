@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
 from rcpipe.config.data import DataConfig
+from rcpipe.config.ensemble import EnsembleConfig
 from rcpipe.config.eval import EvalConfig
 from rcpipe.config.limits import ReadLimits
 from rcpipe.config.models import ModelConfig, ModelsConfig
@@ -21,6 +22,7 @@ class Config(Section):
     synth: SynthConfig = SynthConfig()
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
+    ensemble: EnsembleConfig = EnsembleConfig()
     models: ModelsConfig = Field(default_factory=ModelsConfig)
     tune: SearchConfig = Field(default_factory=SearchConfig)
     version: VersionConfig = VersionConfig()

@@ -1,8 +1,17 @@
-"""Majority-vote ensembling of several models' answers (one answer per model and question)."""
+"""Ensembling several models' answers: the majority vote on the answer text (one answer per
+model and question), and the mean of their start/end distributions over prepare's shared
+tokens, with equal weights or with weights chosen on the held-out questions (``select``)."""
 
 from __future__ import annotations
 
 from typing import Any
+
+import torch
+
+from rcpipe.inference.decode import best_span
+from rcpipe.inference.distributions import Dist
+from rcpipe.inference.reading import Split
+from rcpipe.scoring import metrics
 
 
 def majority_vote(nbests: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
@@ -49,3 +58,88 @@ def majority_vote(nbests: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str
 def predictions_from(ensemble: dict[str, dict[str, Any]]) -> dict[str, str]:
     """The official predictions format, qid -> answer text ("" for no answer)."""
     return {qid: entry["text"] for qid, entry in ensemble.items()}
+
+
+# ------------------------------------------------ averaged distributions (mean, selected)
+
+def mean_answers(members: list[dict[str, Dist]], weights: list[float], split: Split,
+                 max_answer_len: int, na_threshold: float | None = None,
+                 chunk: int = 256) -> dict[str, dict[str, Any]]:
+    """qid -> {"text", "span_text", "span", "prob", "na_prob"}: for each question of
+    ``split``, the members' start/end distributions (and no-answer probabilities) averaged
+    with ``weights``, then the best span of at most ``max_answer_len`` tokens (decode's
+    best_span). ``na_threshold`` (v2.0): "" where the averaged na_prob exceeds it.
+    Every member must hold every question: they read the same prepared tokens."""
+    w = torch.tensor(weights, dtype=torch.float32)
+    w = w / w.sum()  # (M,)
+    data, out = split.dataset, {}
+    rows = list(range(len(data)))
+    for lo in range(0, len(rows), chunk):
+        part = rows[lo : lo + chunk]
+        ids = [data.ids[r] for r in part]
+        length = max(1, max(len(members[0][q].p_start) for q in ids))
+
+        def stacked(key: str, ids: list[str] = ids, length: int = length) -> torch.Tensor:
+            # (B, L): each question's weighted mean over the members, zero past its end
+            out = torch.zeros(len(ids), length)
+            for m, member in enumerate(members):
+                for b, q in enumerate(ids):
+                    p = torch.from_numpy(getattr(member[q], key))
+                    out[b, : len(p)] += w[m] * p
+            return out
+
+        p1, p2 = stacked("p_start"), stacked("p_end")
+        start, end, prob = best_span(p1, p2, max_answer_len)
+        for b, (row, q) in enumerate(zip(part, ids, strict=True)):
+            na = float(sum(w[m] * member[q].na_prob for m, member in enumerate(members)))
+            s, e = int(start[b]), int(end[b])
+            if len(members[0][q].p_start):
+                span_text, span = data.answer_text(row, s, e), list(data.char_span(row, s, e))
+            else:  # an empty context has no span to give
+                span_text, span = "", [-1, -1]
+            abstain = na_threshold is not None and na > na_threshold
+            out[q] = {"text": "" if abstain else span_text, "span_text": span_text,
+                      "span": span, "prob": float(prob[b]), "na_prob": na}
+    return out
+
+
+def scored(members: list[dict[str, Dist]], weights: list[float], split: Split,
+           max_answer_len: int, na_threshold: float | None = None
+           ) -> tuple[dict[str, dict[str, Any]], dict[str, Any], float | None]:
+    """(answers, official result, na_threshold) of the weighted mean on ``split``. v2.0
+    without ``na_threshold``: the best-threshold walk's on this split (so only on the
+    held-out questions, whose walk chooses the threshold dev is answered at)."""
+    answers = mean_answers(members, weights, split, max_answer_len, na_threshold)
+    if metrics.dataset_version(split.doc) != "2.0":
+        return answers, metrics.score(split.doc, {q: a["text"] for q, a in answers.items()}), None
+    spans = {q: a["span_text"] for q, a in answers.items()}
+    na = {q: a["na_prob"] for q, a in answers.items()}
+    if na_threshold is None:
+        na_threshold = metrics.score(split.doc, spans, na)["best_f1_thresh"]
+        answers = {q: a | {"text": "" if a["na_prob"] > na_threshold else a["span_text"]}
+                   for q, a in answers.items()}
+    return answers, metrics.score(split.doc, spans, na, na_threshold), na_threshold
+
+
+def select(members: list[dict[str, Dist]], heldout: Split, max_answer_len: int,
+           rounds: int) -> tuple[list[int], list[float]]:
+    """Greedy ensemble selection with replacement (Caruana et al., 2004) on the held-out
+    questions: each round adds one weight to the member whose addition gives the highest
+    held-out F1 (a tie: the first in order); the weights kept are those of the round with the
+    best F1 (the earliest of equals). Returns (each member's count, the F1 of each round)."""
+    counts, curve = [0] * len(members), []
+    best: tuple[float, list[int]] = (-1.0, counts)
+    for _ in range(rounds):
+        tried = []
+        for m in range(len(members)):
+            trial = [c + (i == m) for i, c in enumerate(counts)]
+            chosen = [i for i, c in enumerate(trial) if c]
+            _, result, _ = scored([members[i] for i in chosen], [trial[i] for i in chosen],
+                                  heldout, max_answer_len)
+            tried.append(metrics.headline(result)[1])
+        m = max(range(len(members)), key=lambda i: (tried[i], -i))
+        counts = [c + (i == m) for i, c in enumerate(counts)]
+        curve.append(tried[m])
+        if tried[m] > best[0]:
+            best = (tried[m], counts)
+    return best[1], curve

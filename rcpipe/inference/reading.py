@@ -156,15 +156,16 @@ def evaluate_model(model: nn.Module, dataset: SquadDataset, doc: dict[str, Any],
                    device: torch.device, max_answer_len: int = 15,
                    na_threshold: float | None = None,
                    length_prior: torch.Tensor | None = None,
-                   window: Window | None = None) -> Evaluation:
+                   window: Window | None = None, token_probs: bool = False) -> Evaluation:
     """The model's official scores on ``doc`` (the dataset ``dataset`` was prepared from),
-    each context read as ``window``'s windows (data.window; None: whole, one window).
+    each context read as ``window``'s windows (data.window; None: whole, one window);
+    ``token_probs``: the n-best entries hold predict's start/end distributions too.
 
     v2.0: without a fixed ``na_threshold`` the threshold is the official best-threshold walk's
     best_f1_thresh over the best non-empty spans, so the scores are best_f1's and the answers
     given are the spans whose na_prob does not exceed it.
     """
-    nbest = predict(model, dataset, None, device, max_answer_len, na_threshold,
+    nbest = predict(model, dataset, None, device, max_answer_len, na_threshold, token_probs,
                     length_prior=length_prior, windows=windows_of(dataset, window))
     if metrics.dataset_version(doc) != "2.0":
         return Evaluation(nbest, metrics.score(doc, {q: v["text"] for q, v in nbest.items()}),
@@ -201,7 +202,7 @@ def heldout_then_dev(model: nn.Module, dev: Split, heldout: Split | None, source
                      device: torch.device, max_answer_len: int = 15,
                      na_threshold: float | None = None,
                      length_prior: torch.Tensor | None = None,
-                     window: Window | None = None
+                     window: Window | None = None, token_probs: bool = False
                      ) -> tuple[Evaluation, Evaluation | None]:
     """(dev's evaluation, the held-out one's or None), contexts read as ``window``'s
     windows (evaluate_model).
@@ -216,12 +217,12 @@ def heldout_then_dev(model: nn.Module, dev: Split, heldout: Split | None, source
     held = None
     if heldout is not None:
         held = evaluate_model(model, heldout.dataset, heldout.doc, device, max_answer_len,
-                              na_threshold, length_prior, window)
+                              na_threshold, length_prior, window, token_probs)
         na_threshold = held.na_threshold
     if na_threshold is None:
         source = "dev"
     ev = evaluate_model(model, dev.dataset, dev.doc, device, max_answer_len, na_threshold,
-                        length_prior, window)
+                        length_prior, window, token_probs)
     if ev.na_threshold is not None:
         ev.result = metrics.at_threshold(ev.result, ev.na_threshold, source or "dev")
     return ev, held

@@ -185,6 +185,12 @@ def score_rows(metrics: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         if "best_f1" in m.get("oracle", {}):
             row["oracle_best_f1"] = round(m["oracle"]["best_f1"], 2)
         rows.append(row)
+        # the ensemble's other methods, scored on the same dev questions (rcpipe ensemble),
+        # beside the one ensemble.method gave
+        for method, other in m.get("methods", {}).items():
+            if method != m.get("method"):
+                rows.append({"model": f"{model} ({method})", "EM": round(other["em"], 2),
+                             "F1": round(other["f1"], 2)})
     return rows
 
 

@@ -319,7 +319,7 @@ def _score_v2_dataset(
 ORACLE = ("best_exact", "best_exact_thresh", "best_f1", "best_f1_thresh")
 # what metrics/<v>.json holds beside the scores: where the threshold came from (at_threshold;
 # the ensemble adds its voters' sources)
-NOT_SCORES = ("na_threshold", "na_threshold_source", "oracle", "voters")
+NOT_SCORES = ("na_threshold", "na_threshold_source", "oracle", "voters", "method", "methods")
 
 
 def at_threshold(result: dict[str, Any], na_threshold: float | None, source: str

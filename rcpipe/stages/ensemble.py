@@ -1,4 +1,6 @@
-"""`rcpipe ensemble`: the majority vote of the evaluated variants' answers, and its scores."""
+"""`rcpipe ensemble`: the evaluated variants' answers combined (ensemble.method: the majority
+vote, the mean of their distributions, or the mean with weights chosen on the held-out
+questions), every method scored side by side."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any
 
 from rcpipe import layout, reads
 from rcpipe.config import VARIANTS, Config
+from rcpipe.data.prepared import Prepared
 from rcpipe.data.squad import load_document
 from rcpipe.errors import InputError
 from rcpipe.fingerprints import Stamp, source_identity
@@ -22,7 +25,12 @@ log = logging.getLogger(__name__)
 def ensemble(cfg: Config, inputs: list[Path] | None = None,
              out: Path = layout.predictions(layout.ENSEMBLE), force: bool = False,
              wait: bool = False) -> dict[str, Any]:
-    """Majority vote over the variants' nbest files; score it against data.dev_file.
+    """The variants' answers combined by ensemble.method; scored against data.dev_file,
+    with every method's scores under "methods" (the mean and selected ones where each input
+    has its distributions beside it: predictions/<name>.dists.parquet, which `rcpipe
+    evaluate` writes).
+
+    vote: majority vote over the nbest files.
 
     SQuAD v2.0: each voter's answer is already given at its own no-answer threshold, chosen
     on the held-out questions (`rcpipe evaluate`), "" when it abstained, and the vote takes
@@ -48,8 +56,13 @@ def _ensemble(cfg: Config, inputs: list[Path] | None, out: Path, force: bool
             raise InputError("predictions/", "", "no <variant>.nbest.json to ensemble; run "
                              "`rcpipe evaluate VARIANT` first or pass --inputs")
     name = out.name.removesuffix(".json")
-    stamp = Stamp.of(f"ensemble-{name}", "ensemble", inputs,
-                     {"dev_file": source_identity(cfg.data.dev_file), "out": str(out)})
+    dists = [dists_of(p) for p in inputs]
+    prepared = Prepared(cfg.data.out_dir)
+    read = [*inputs, *(d for d in dists if d.is_file()), prepared.dev, prepared.heldout_parquet]
+    stamp = Stamp.of(f"ensemble-{name}", "ensemble", read,
+                     {"dev_file": source_identity(cfg.data.dev_file), "out": str(out),
+                      "ensemble": cfg.ensemble.model_dump(mode="json"),
+                      "max_answer_len": cfg.eval.max_answer_len})
     outputs = [out, out.with_suffix(".nbest.json"), layout.metrics(name), layout.by_type(name)]
     if not force and stamp.is_current(outputs):
         log.info(f"ensemble: the voters and the dev set are those of {out}; nothing to do")
@@ -67,6 +80,23 @@ def _ensemble(cfg: Config, inputs: list[Path] | None, out: Path, force: bool
         raise InputError(cfg.data.dev_file, "", str(e)) from None
     if na is not None:
         result = metrics.at_threshold(result, None, "voters") | {"voters": _sources(inputs)}
+    methods = {"vote": _summary(result)}
+    if all(d.is_file() for d in dists):
+        averaged = _averaged(cfg, inputs, dists, prepared, doc)
+        methods |= {m: _summary(r) | extra for m, (_, r, extra) in averaged.items()}
+        if cfg.ensemble.method != "vote":
+            if cfg.ensemble.method not in averaged:
+                raise InputError(prepared.meta_file, "heldout", "ensemble.method selected "
+                                 "chooses weights on the held-out questions: prepare held "
+                                 "none out (data.heldout)")
+            voted, result, _ = averaged[cfg.ensemble.method]
+            preds = vote.predictions_from(voted)
+            na = {q: v["na_prob"] for q, v in voted.items()} if na is not None else None
+    elif cfg.ensemble.method != "vote":
+        missing = next(d for d in dists if not d.is_file())
+        raise InputError(missing, "", f"no distributions for ensemble.method "
+                         f"{cfg.ensemble.method}: run `rcpipe evaluate` for its variant again")
+    result = result | {"method": cfg.ensemble.method, "methods": methods}
     with output_set(f"ensemble-{name}", [out.parent, layout.METRICS, layout.STAMPS]) as files:
         files.remove(layout.stamp(stamp.name))  # the old vote's stamp goes with it
         files.write_json(out, preds)
@@ -92,6 +122,69 @@ def _sources(inputs: list[Path]) -> dict[str, str | None]:
         if name in VARIANTS and chosen.is_file():
             found[name] = reads.read_json(chosen).get("source")
     return found
+
+
+def dists_of(nbest: Path) -> Path:
+    """The distributions file beside an nbest file (layout.dists beside layout.nbest)."""
+    return nbest.with_name(nbest.name.removesuffix(".nbest.json") + ".dists.parquet")
+
+
+def _summary(result: dict[str, Any]) -> dict[str, Any]:
+    from rcpipe.scoring import metrics
+
+    em, f1 = metrics.headline(result)
+    return {"em": em, "f1": f1}
+
+
+def _averaged(cfg: Config, inputs: list[Path], dists: list[Path], prepared: Prepared,
+              doc: dict[str, Any]) -> dict[str, tuple[dict[str, Any], dict[str, Any],
+                                                       dict[str, Any]]]:
+    """method -> (answers, dev result, what else it reports) for "mean" (equal weights) and,
+    where prepare held questions out, "selected" (weights chosen on them; v2.0: the
+    no-answer threshold too). The test of a method is dev; nothing is chosen on it."""
+    from rcpipe.data.dataset import SquadDataset
+    from rcpipe.inference import distributions
+    from rcpipe.inference.ensemble import scored, select
+    from rcpipe.inference.reading import Split, heldout_split
+    from rcpipe.scoring import metrics
+
+    cap = int(cfg.limits.json_mb * reads.MB)
+    read = [distributions.parse(reads.read_bytes(p, cap, "limits.json_mb"), p) for p in dists]
+    dev = Split(SquadDataset.from_parquet(prepared.dev), doc)
+    found = prepared.heldout()
+    held = heldout_split(found, None) if found is not None else None
+    names = [p.name.removesuffix(".nbest.json") for p in inputs]
+    max_len = cfg.eval.max_answer_len
+    out = {}
+    for method, weights in (("mean", [1] * len(read)), ("selected", None)):
+        if held is None and method == "selected":
+            continue
+        for part, split in (("dev", dev), ("heldout", held)):
+            if split is None:
+                continue
+            for path, d in zip(dists, read, strict=True):
+                if lost := next((q for q in split.dataset.ids if q not in d[part]), None):
+                    raise InputError(path, f"{part} {lost}", "no distributions for this "
+                                     "question of the prepared data: evaluate again")
+        curve: list[float] = []
+        if weights is None:
+            weights, curve = select([d["heldout"] for d in read], held, max_len,
+                                    cfg.ensemble.rounds)
+        chosen = [i for i, w in enumerate(weights) if w]
+        members = [read[i] for i in chosen]
+        threshold = None
+        if held is not None and metrics.dataset_version(doc) == "2.0":
+            _, _, threshold = scored([m["heldout"] for m in members],
+                                     [weights[i] for i in chosen], held, max_len)
+        answers, result, _ = scored([m["dev"] for m in members], [weights[i] for i in chosen],
+                                    dev, max_len, threshold)
+        if threshold is not None:
+            result = metrics.at_threshold(result, threshold, "heldout")
+        extra = {"weights": dict(zip(names, weights, strict=True))}
+        if curve:
+            extra["heldout_f1_by_round"] = curve
+        out[method] = (answers, result, extra)
+    return out
 
 
 def _read_nbest(path: Path) -> dict[str, dict[str, Any]]:

@@ -2,8 +2,10 @@
 
 Reads models/<variant>/model.pt (trained/model_file.py: weights only, refused when trained on
 another vocabulary or architecture) and <data.out_dir>/dev.parquet; writes
-predictions/<variant>.json, predictions/<variant>.nbest.json, metrics/<variant>.json,
-metrics/<variant>.by_type.json and models/<variant>/na_threshold.json. SQuAD v2.0's
+predictions/<variant>.json, predictions/<variant>.nbest.json, predictions/<variant>.dists.parquet
+(the start/end distributions of the held-out and dev questions, for `rcpipe ensemble`'s
+mean and selected methods), metrics/<variant>.json, metrics/<variant>.by_type.json and
+models/<variant>/na_threshold.json. SQuAD v2.0's
 no-answer threshold is chosen on <data.out_dir>/heldout.parquet (data.heldout), or fixed by
 eval.na_threshold, never on dev. No training code is imported: dvc.yaml's evaluate stages
 do not run again when only training changed. Nor does this command: when the model, the
@@ -47,13 +49,15 @@ def _evaluate(cfg: Config, variant: str, force: bool) -> dict[str, Any]:
     import torch
 
     from rcpipe.data.dataset import SquadDataset
+    from rcpipe.inference import distributions
     from rcpipe.inference.reading import Split, heldout_then_dev
     from rcpipe.scoring import metrics
     from rcpipe.trained.model_file import device_of, length_prior, load_model
 
     stamp = _stamp(cfg, variant)
-    outputs = [layout.predictions(variant), layout.nbest(variant), layout.metrics(variant),
-               layout.by_type(variant), layout.na_threshold_file(variant)]
+    outputs = [layout.predictions(variant), layout.nbest(variant), layout.dists(variant),
+               layout.metrics(variant), layout.by_type(variant),
+               layout.na_threshold_file(variant)]
     if not force and stamp.is_current(outputs):
         log.info("evaluate %s: the model, data and settings are those of %s; nothing to do",
                  variant, layout.metrics(variant))
@@ -69,8 +73,11 @@ def _evaluate(cfg: Config, variant: str, force: bool) -> dict[str, Any]:
     dev = Split(SquadDataset.from_parquet(Prepared(cfg.data.out_dir).dev), doc)
     heldout, source = _heldout(cfg, metrics.dataset_version(doc) == "2.0")
     t0 = time.perf_counter()
-    ev, _ = heldout_then_dev(model, dev, heldout, source, device, cfg.eval.max_answer_len,
-                             cfg.eval.na_threshold, length_prior(cfg), cfg.data.window)
+    ev, held = heldout_then_dev(model, dev, heldout, source, device, cfg.eval.max_answer_len,
+                                cfg.eval.na_threshold, length_prior(cfg), cfg.data.window,
+                                token_probs=True)
+    dists = {"dev": distributions.split_off(ev.nbest)} | (
+        {"heldout": distributions.split_off(held.nbest)} if held else {})
     preds = ev.predictions
     na = ev.na_probs if metrics.dataset_version(doc) == "2.0" else None
     chosen = ev.result.get("na_threshold_source")
@@ -79,6 +86,7 @@ def _evaluate(cfg: Config, variant: str, force: bool) -> dict[str, Any]:
         files.remove(layout.stamp(stamp.name))  # the old set's stamp goes with it
         files.write_json(layout.predictions(variant), preds)
         files.write_json(layout.nbest(variant), ev.nbest)
+        files.write(layout.dists(variant), distributions.to_parquet(dists))
         files.write_json(layout.metrics(variant), ev.result)
         files.write_json(layout.by_type(variant), metrics.breakdown(doc, preds, na))
         files.write_json(layout.na_threshold_file(variant), {
@@ -109,14 +117,16 @@ def _stamp(cfg: Config, variant: str) -> Stamp:
 
 
 def _heldout(cfg: Config, v2: bool) -> tuple[Any, str | None]:
-    """(the held-out Split, its source) for a v2.0 threshold to be chosen on, else
-    (None, None); none prepared for one is the user's to fix, not a silent dev oracle."""
+    """(the held-out Split, its source), or (None, None) where prepare held none out: a
+    v2.0 threshold is chosen on it, and its distributions are what `rcpipe ensemble`
+    chooses weights on. None prepared where a v2.0 threshold needs it is the user's to fix,
+    not a silent dev oracle."""
     from rcpipe.inference.reading import heldout_split
 
-    if not v2 or cfg.eval.na_threshold is not None:
-        return None, None
     prepared = Prepared(cfg.data.out_dir)
     found = prepared.heldout()
+    if found is None and (not v2 or cfg.eval.na_threshold is not None):
+        return None, None
     if found is None:
         raise InputError(prepared.meta_file, "heldout", "no held-out questions "
                          "to choose the no-answer threshold on: prepare with "

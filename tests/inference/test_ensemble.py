@@ -96,3 +96,61 @@ def test_deterministic_and_inputs_untouched() -> None:
 def test_no_models_gives_nothing() -> None:
     assert majority_vote([]) == {}
     assert predictions_from({}) == {}
+
+
+# ------------------------------------------------ averaged distributions (mean, selected)
+
+def one_hot(split: Any, rows_right: bool, seed: int = 0) -> dict[str, Any]:
+    """A member's distributions over ``split``: all the mass on each question's gold span
+    (``rows_right``) or on a wrong token, with a little noise spread over the rest."""
+    import numpy as np
+
+    from rcpipe.inference.distributions import Dist
+
+    rng, data, out = np.random.default_rng(seed), split.dataset, {}
+    for row, q in enumerate(data.ids):
+        n = len(data.cw.row(row))
+        p1 = rng.random(n).astype(np.float32) * 0.01
+        p2 = rng.random(n).astype(np.float32) * 0.01
+        y1, y2 = int(data.y1[row]), int(data.y2[row])
+        if not rows_right:
+            y1 = y2 = (y2 + 3) % n
+        p1[y1] += 1.0
+        p2[y2] += 1.0
+        out[q] = Dist(p1 / p1.sum(), p2 / p2.sum(), 0.0)
+    return out
+
+
+@pytest.fixture
+def dev_split(prepared: Any) -> Any:
+    from rcpipe.data.dataset import SquadDataset
+    from rcpipe.inference.reading import Split
+
+    return Split(SquadDataset.from_parquet(prepared.out_dir / "dev.parquet"),
+                 prepared.data.dev_doc)
+
+
+def test_the_mean_answers_the_span_the_members_agree_on(dev_split: Any) -> None:
+    """Two members sure of the gold span outweigh one sure of another token: the mean gives
+    the gold answers (F1 100), the wrong member alone gives none of them."""
+    from rcpipe.inference.ensemble import scored
+
+    right, wrong = one_hot(dev_split, True, 1), one_hot(dev_split, False, 2)
+    _, alone, _ = scored([wrong], [1.0], dev_split, 15)
+    _, mean, _ = scored([right, right, wrong], [1.0, 1.0, 1.0], dev_split, 15)
+    assert mean["f1"] == pytest.approx(100.0) and alone["f1"] < 50
+    # the weights count: the wrong member weighed above both right ones wins
+    _, outweighed, _ = scored([right, wrong], [1.0, 3.0], dev_split, 15)
+    assert outweighed["f1"] == pytest.approx(alone["f1"])
+
+
+def test_selection_keeps_the_member_that_helps_on_the_held_out_questions(
+        dev_split: Any) -> None:
+    """Greedy selection with replacement: the right member is picked first and the wrong
+    one never gains a weight; the kept round is the best one."""
+    from rcpipe.inference.ensemble import select
+
+    weights, curve = select([one_hot(dev_split, False, 3), one_hot(dev_split, True, 4)],
+                            dev_split, 15, rounds=3)
+    assert weights[0] == 0 and weights[1] >= 1
+    assert curve[0] == pytest.approx(100.0) and len(curve) == 3

@@ -127,3 +127,15 @@ def test_a_search_table_is_best_first_and_its_curve_never_falls() -> None:
     html = pages.search_section(search, rows, png, "tune_bidaf.csv")
     assert "Settings search: bidaf" in html and "tune/bidaf.yaml" in html
     assert "up to 6 steps each" in html
+
+
+def test_the_ensembles_other_methods_stand_beside_it() -> None:
+    """metrics/ensemble.json's "methods" (rcpipe ensemble): a row each for the methods
+    ensemble.method did not give, the given one as the ensemble's own row."""
+    rows = report.score_rows({"ensemble": {
+        "exact_match": 50.0, "f1": 60.0, "method": "mean",
+        "methods": {"vote": {"em": 40.0, "f1": 55.0}, "mean": {"em": 50.0, "f1": 60.0},
+                    "selected": {"em": 52.0, "f1": 61.5, "weights": {"bidaf": 2}}}}})
+    assert rows == [{"model": "ensemble", "EM": 50.0, "F1": 60.0},
+                    {"model": "ensemble (vote)", "EM": 40.0, "F1": 55.0},
+                    {"model": "ensemble (selected)", "EM": 52.0, "F1": 61.5}]

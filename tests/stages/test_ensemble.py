@@ -44,7 +44,9 @@ def test_ensemble_majority_vote_files(ens_dir: Path, synth_v1: SynthData) -> Non
     _write(Path("predictions/qanet.nbest.json"), _nbest(gold, 0.4, na_prob=0.4))
     result = stages.ensemble(load_config("params.yaml"))
 
-    assert result == {"exact_match": 100.0, "f1": 100.0}
+    # no distributions beside the nbest files: the vote alone, named
+    assert result == {"exact_match": 100.0, "f1": 100.0, "method": "vote",
+                      "methods": {"vote": {"em": 100.0, "f1": 100.0}}}
     assert json.loads(Path("predictions/ensemble.json").read_text()) == gold
     assert json.loads(Path("metrics/ensemble.json").read_text()) == result
     voted = json.loads(Path("predictions/ensemble.nbest.json").read_text())
@@ -148,3 +150,44 @@ def test_ensemble_ids_from_another_dataset(tmp_path: Path, monkeypatch: pytest.M
     with pytest.raises(InputError) as info:
         stages.ensemble(load_config("params.yaml"), [path])
     assert info.value.file == str(synth_v2.dev)
+
+
+# ------------------------------------------- mean and selected: distributions beside nbest
+
+def test_every_method_is_scored_and_selected_weighs_on_the_held_out_questions(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prepared: Any) -> None:
+    """Beside each nbest file its distributions (what `rcpipe evaluate` writes): the stage
+    scores the vote, the mean and the selected mean side by side, and gives the method
+    params name; selection weighs only the member right on the held-out questions."""
+    from rcpipe.data.dataset import SquadDataset
+    from rcpipe.data.prepared import Prepared as Out
+    from rcpipe.inference import distributions
+    from rcpipe.inference.reading import Split, heldout_split
+    from tests.inference.test_ensemble import one_hot
+
+    monkeypatch.chdir(tmp_path)
+    out = Out(prepared.out_dir)
+    dev = Split(SquadDataset.from_parquet(out.dev), prepared.data.dev_doc)
+    held = heldout_split(out.heldout(), None)
+    for name, right in (("bidaf", True), ("rnet", False), ("qanet", False)):
+        parts = {"dev": one_hot(dev, right, 1), "heldout": one_hot(held, right, 2)}
+        Path("predictions").mkdir(exist_ok=True)
+        Path(f"predictions/{name}.dists.parquet").write_bytes(distributions.to_parquet(parts))
+        _write(Path(f"predictions/{name}.nbest.json"),
+               _nbest({q: "nothing like it" for q in dev.dataset.ids}))
+    write_params(tmp_path / "params.yaml", data={
+        "dev_file": str(prepared.data.dev), "out_dir": str(prepared.out_dir)},
+        ensemble={"method": "selected", "rounds": 3})
+    result = stages.ensemble(load_config("params.yaml"))
+    methods = result["methods"]
+    assert result["method"] == "selected" and result["f1"] == pytest.approx(100.0)
+    assert methods["vote"]["f1"] == 0.0 and methods["mean"]["f1"] < 100.0
+    # round 1 already reaches 100 on the held-out questions: the earliest best is kept
+    assert methods["selected"]["weights"] == {"bidaf": 1, "rnet": 0, "qanet": 0}
+    assert methods["selected"]["heldout_f1_by_round"][0] == pytest.approx(100.0)
+    gold = {qa["id"]: qa["answers"][0]["text"] for qa in questions_of(prepared.data.dev_doc)}
+    assert json.loads(Path("predictions/ensemble.json").read_text()) == gold
+    # a distributions file missing where the method needs one: one line naming it
+    Path("predictions/qanet.dists.parquet").unlink()
+    with pytest.raises(InputError, match="qanet.dists.parquet.*no distributions"):
+        stages.ensemble(load_config("params.yaml"), force=True)

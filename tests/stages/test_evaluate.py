@@ -57,6 +57,20 @@ def test_v2_models_predict_no_answer_probabilities(
         assert entry["text"] == (entry["span_text"] if given else "")
     preds = json.loads(Path("predictions/rnet_mult.json").read_text())
     assert score(synth_v2.dev_doc, preds)["f1"] == pytest.approx(result["f1"])
+    # the distributions `rcpipe ensemble` averages: a row a question, held-out and dev, a
+    # probability a context token (the n-best file keeps none of them)
+    from rcpipe.data.dataset import SquadDataset
+    from rcpipe.data.prepared import Prepared
+    from rcpipe.inference.distributions import parse
+
+    dists = parse(Path("predictions/rnet_mult.dists.parquet").read_bytes(), "dists")
+    dev = SquadDataset.from_parquet(Prepared(cfg.data.out_dir).dev)
+    assert sorted(dists["dev"]) == sorted(dev.ids) and dists["heldout"]
+    for row, q in enumerate(dev.ids):
+        d = dists["dev"][q]
+        assert len(d.p_start) == len(d.p_end) == len(dev.cw.row(row))
+        assert d.na_prob == pytest.approx(nbest[q]["na_prob"])
+        assert "p_start" not in nbest[q]
 
 
 def test_a_fixed_threshold_is_the_params_source(make_config, synth_v2: SynthData  # noqa: ANN001

@@ -7,7 +7,9 @@ Worker that Ray Train runs), scoring on the test articles every ``--eval-every``
 The test articles tune nothing: checkpoints are ranked, and v2.0's no-answer threshold
 chosen, on the held-out slice `rcpipe prepare` takes out of the training articles
 (data.heldout, 5% of them), and the test F1 reported is at that threshold.
-Then the majority-vote ensemble of the variants' best models. Writes
+Then the ensembles of the variants' best models, by each of `rcpipe ensemble`'s methods
+(the vote, the mean of their distributions, the mean weighted on the held-out slice), each
+with its gain over the seed's best variant. Writes
 bench/out/accuracy.json and bench/out/accuracy.png (test F1 against training minutes, a line
 per variant, the ensemble as a marker at the end).
 
@@ -99,12 +101,13 @@ def tuned_layer(tuned: Path | None, variant: str) -> list[str]:
     return ["--params", str(layer)] if layer and layer.is_file() else []
 
 
-def best_answers(variants: list[str], runs: Path, params: Path, prepared: Path, test: Path
-                 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """({variant: its Evaluation on the test articles}, the test file's SQuAD JSON): each
-    variant's best model (runs/<variant>/model.pt) answering at its no-answer threshold
-    chosen on the held-out slice, as `rcpipe evaluate` does (the test articles tune nothing).
-    """
+def best_evaluations(variants: list[str], runs: Path, params: Path, prepared: Path,
+                     test: Path, token_probs: bool = False) -> tuple[dict[str, Any], Any, Any]:
+    """({variant: (its Evaluation on the test articles, on the held-out slice or None)},
+    the test Split, the held-out Split or None): each variant's best model
+    (runs/<variant>/model.pt) answering at its no-answer threshold chosen on the held-out
+    slice, as `rcpipe evaluate` does (the test articles tune nothing); ``token_probs``: the
+    n-best entries hold the start/end distributions too, as evaluate keeps them."""
     import torch
 
     from rcpipe.config import load_config
@@ -122,14 +125,23 @@ def best_answers(variants: list[str], runs: Path, params: Path, prepared: Path, 
     digest = files.vocab_digest()
     heldout = heldout_split(found, None) if found else None
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    answers = {}
+    evaluations = {}
     for v in variants:
         saved = torch.load(runs / v / "model.pt", map_location="cpu", weights_only=True)
         model, _ = model_from_payload(saved, v, digest)
-        answers[v], _ = heldout_then_dev(model.to(device), dev, heldout,
-                                         found.source if found else None, device,
-                                         cfg.eval.max_answer_len, window=cfg.data.window)
-    return answers, dev.doc
+        evaluations[v] = heldout_then_dev(model.to(device), dev, heldout,
+                                          found.source if found else None, device,
+                                          cfg.eval.max_answer_len, window=cfg.data.window,
+                                          token_probs=token_probs)
+    return evaluations, dev, heldout
+
+
+def best_answers(variants: list[str], runs: Path, params: Path, prepared: Path, test: Path
+                 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """({variant: its Evaluation on the test articles}, the test file's SQuAD JSON)
+    (best_evaluations)."""
+    evaluations, dev, _ = best_evaluations(variants, runs, params, prepared, test)
+    return {v: ev for v, (ev, _) in evaluations.items()}, dev.doc
 
 
 def voted(answers: dict[str, Any]) -> dict[str, str]:
@@ -139,13 +151,28 @@ def voted(answers: dict[str, Any]) -> dict[str, str]:
     return {q: e["text"] for q, e in majority_vote([a.nbest for a in answers.values()]).items()}
 
 
-def ensemble(variants: list[str], runs: Path, params: Path, prepared: Path, test: Path
-             ) -> dict[str, Any]:
-    """The majority vote of every variant's best model, scored on the test articles."""
+def ensemble(variants: list[str], runs: Path, params: Path, prepared: Path, test: Path,
+             rounds: int = 10) -> dict[str, Any]:
+    """Every variant's best model combined by each of `rcpipe ensemble`'s methods (the
+    product's functions: the vote, the mean of their distributions, the mean weighted on the
+    held-out slice), scored on the test articles: the vote's official result with every
+    method's under "methods" (selected's weights beside it)."""
+    from rcpipe.config import load_config
+    from rcpipe.inference import distributions
+    from rcpipe.inference.ensemble import averaged
     from rcpipe.scoring import metrics
 
-    answers, doc = best_answers(variants, runs, params, prepared, test)
-    return metrics.score(doc, voted(answers))
+    max_len = load_config(params, [f"data.out_dir={prepared}"]).eval.max_answer_len
+    evaluations, dev, held = best_evaluations(variants, runs, params, prepared, test, True)
+    members = {v: {"dev": distributions.split_off(ev.nbest)}
+               | ({"heldout": distributions.split_off(h.nbest)} if h else {})
+               for v, (ev, h) in evaluations.items()}
+    result = metrics.score(dev.doc, voted({v: ev for v, (ev, _) in evaluations.items()}))
+    methods = {"vote": {"f1": result["f1"], "em": metrics.headline(result)[0]}}
+    # (the held-out slice is long enough to choose on only where prepare held one out)
+    for method, (_, r, extra) in averaged(members, dev, held, max_len, rounds).items():
+        methods[method] = {"f1": r["f1"], "em": metrics.headline(r)[0]} | extra
+    return result | {"methods": methods}
 
 
 def abstain_all(test: Path) -> float | None:
@@ -205,6 +232,15 @@ def over_seeds(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
         out["ensemble"] = {key: spread([r["ensemble"][key] for r in runs.values()])
                            for key in ("f1", "exact_match" if "exact_match" in
                                        first["ensemble"] else "exact")}
+        # each ensemble method's test F1, and its gain over the seed's best single variant
+        # (ranked by test F1 after the fact: the bar a method has to clear, not a choice)
+        out["methods"] = {m: {
+            "f1": spread([r["ensemble"]["methods"][m]["f1"] for r in runs.values()]),
+            "over_best_member": spread([
+                r["ensemble"]["methods"][m]["f1"]
+                - max(v["best_test_f1"] for v in r["variants"].values())
+                for r in runs.values()])}
+            for m in first["ensemble"].get("methods", {})}
     return out
 
 
@@ -330,6 +366,9 @@ def main() -> None:
             print(f"  v{version} {v:<15} test F1 {spread_line(s['best_test_f1'])}")
         if "ensemble" in r:
             print(f"  v{version} {'ensemble':<15} test F1 {spread_line(r['ensemble']['f1'])}")
+        for m, x in r.get("methods", {}).items():
+            print(f"  v{version} {'  ' + m:<15} test F1 {spread_line(x['f1'])}, over the "
+                  f"best variant {spread_line(x['over_best_member'])}")
     stem = f"accuracy{'-' + args.tag if args.tag else ''}"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from rcpipe.inference.decode import best_span
-from rcpipe.inference.distributions import Dist
+from rcpipe.inference.distributions import Dist, Dists
 from rcpipe.inference.reading import Split
 from rcpipe.scoring import metrics
 
@@ -143,3 +143,41 @@ def select(members: list[dict[str, Dist]], heldout: Split, max_answer_len: int,
         if tried[m] > best[0]:
             best = (tried[m], counts)
     return best[1], curve
+
+
+def averaged(members: dict[str, Dists], dev: Split, heldout: Split | None,
+             max_answer_len: int, rounds: int
+             ) -> dict[str, tuple[dict[str, dict[str, Any]], dict[str, Any], dict[str, Any]]]:
+    """method -> (dev's answers, dev's official result, what else it reports) for "mean"
+    (equal weights) and, with held-out questions, "selected" (weights chosen on them by
+    ``select``); v2.0: the no-answer threshold the held-out walk chooses for the same
+    weights (without held-out questions, dev's own walk: the oracle, named so). Each member
+    (name -> its distributions, inference/distributions.py) holds every question of both
+    splits. Nothing is chosen on dev."""
+    names, read = list(members), list(members.values())
+    v2 = metrics.dataset_version(dev.doc) == "2.0"
+    out = {}
+    for method in ("mean", "selected"):
+        if method == "selected" and heldout is None:
+            continue
+        curve: list[float] = []
+        weights = [1] * len(read)
+        if method == "selected":
+            weights, curve = select([d["heldout"] for d in read], heldout, max_answer_len,
+                                    rounds)
+        chosen = [i for i, w in enumerate(weights) if w]
+        kept = [weights[i] for i in chosen]
+        threshold, source = None, "dev"
+        if v2 and heldout is not None:
+            _, _, threshold = scored([read[i]["heldout"] for i in chosen], kept, heldout,
+                                     max_answer_len)
+            source = "heldout"
+        answers, result, threshold = scored([read[i]["dev"] for i in chosen], kept, dev,
+                                            max_answer_len, threshold)
+        if threshold is not None:
+            result = metrics.at_threshold(result, threshold, source)
+        extra: dict[str, Any] = {"weights": dict(zip(names, weights, strict=True))}
+        if curve:
+            extra["heldout_f1_by_round"] = curve
+        out[method] = (answers, result, extra)
+    return out

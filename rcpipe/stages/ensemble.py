@@ -139,52 +139,27 @@ def _summary(result: dict[str, Any]) -> dict[str, Any]:
 def _averaged(cfg: Config, inputs: list[Path], dists: list[Path], prepared: Prepared,
               doc: dict[str, Any]) -> dict[str, tuple[dict[str, Any], dict[str, Any],
                                                        dict[str, Any]]]:
-    """method -> (answers, dev result, what else it reports) for "mean" (equal weights) and,
-    where prepare held questions out, "selected" (weights chosen on them; v2.0: the
-    no-answer threshold too). The test of a method is dev; nothing is chosen on it."""
+    """inference/ensemble.py's ``averaged`` over the inputs' distributions files, dev the
+    prepared dev split and the held-out questions prepare set aside."""
     from rcpipe.data.dataset import SquadDataset
     from rcpipe.inference import distributions
-    from rcpipe.inference.ensemble import scored, select
+    from rcpipe.inference.ensemble import averaged
     from rcpipe.inference.reading import Split, heldout_split
-    from rcpipe.scoring import metrics
 
     cap = int(cfg.limits.json_mb * reads.MB)
     read = [distributions.parse(reads.read_bytes(p, cap, "limits.json_mb"), p) for p in dists]
     dev = Split(SquadDataset.from_parquet(prepared.dev), doc)
     found = prepared.heldout()
     held = heldout_split(found, None) if found is not None else None
+    for part, split in (("dev", dev), ("heldout", held)):
+        for path, d in zip(dists, read, strict=True):
+            if split is not None and (lost := next(
+                    (q for q in split.dataset.ids if q not in d[part]), None)):
+                raise InputError(path, f"{part} {lost}", "no distributions for this question "
+                                 "of the prepared data: evaluate again")
     names = [p.name.removesuffix(".nbest.json") for p in inputs]
-    max_len = cfg.eval.max_answer_len
-    out = {}
-    for method, weights in (("mean", [1] * len(read)), ("selected", None)):
-        if held is None and method == "selected":
-            continue
-        for part, split in (("dev", dev), ("heldout", held)):
-            if split is None:
-                continue
-            for path, d in zip(dists, read, strict=True):
-                if lost := next((q for q in split.dataset.ids if q not in d[part]), None):
-                    raise InputError(path, f"{part} {lost}", "no distributions for this "
-                                     "question of the prepared data: evaluate again")
-        curve: list[float] = []
-        if weights is None:
-            weights, curve = select([d["heldout"] for d in read], held, max_len,
-                                    cfg.ensemble.rounds)
-        chosen = [i for i, w in enumerate(weights) if w]
-        members = [read[i] for i in chosen]
-        threshold = None
-        if held is not None and metrics.dataset_version(doc) == "2.0":
-            _, _, threshold = scored([m["heldout"] for m in members],
-                                     [weights[i] for i in chosen], held, max_len)
-        answers, result, _ = scored([m["dev"] for m in members], [weights[i] for i in chosen],
-                                    dev, max_len, threshold)
-        if threshold is not None:
-            result = metrics.at_threshold(result, threshold, "heldout")
-        extra = {"weights": dict(zip(names, weights, strict=True))}
-        if curve:
-            extra["heldout_f1_by_round"] = curve
-        out[method] = (answers, result, extra)
-    return out
+    return averaged(dict(zip(names, read, strict=True)), dev, held, cfg.eval.max_answer_len,
+                    cfg.ensemble.rounds)
 
 
 def _read_nbest(path: Path) -> dict[str, dict[str, Any]]:

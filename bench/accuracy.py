@@ -275,11 +275,15 @@ def plot(result: dict[str, Any], path: Path) -> None:
                         color=f"C{i}", alpha=1.0 if j == 0 else 0.5,
                         label=f"{v} (best {spread_line(s['best_test_f1']).strip()})"
                         if j == 0 else None)
-        if "ensemble" in r:
-            f1s = [run["ensemble"]["f1"] for run in r["runs"].values()]
-            ax.scatter([result["minutes"]] * len(f1s), f1s, marker="*", s=160,
-                       color="black", zorder=5,
-                       label=f"ensemble {spread_line(r['ensemble']['f1']).strip()}")
+        # each ensemble method's seeds at the end of the curves, a marker a method
+        methods = r.get("methods") or ({"vote": {"f1": r["ensemble"]["f1"]}}
+                                       if "ensemble" in r else {})
+        for (m, x), marker in zip(methods.items(), "*DP", strict=False):
+            f1s = [run["ensemble"].get("methods", {}).get(m, run["ensemble"])["f1"]
+                   for run in r["runs"].values()]
+            ax.scatter([result["minutes"]] * len(f1s), f1s, marker=marker, s=110,
+                       color="black", facecolors="none" if m != "vote" else "black",
+                       zorder=5, label=f"ensemble, {m} {spread_line(x['f1']).strip()}")
         if r.get("abstain_all_f1") is not None:
             ax.axhline(r["abstain_all_f1"], color="grey", linestyle=":",
                        label=f"answer nothing {r['abstain_all_f1']:.1f}")

@@ -179,7 +179,12 @@ def test_four_nights_and_a_cancelled_one_train_only_what_changed(
     _first_champion(work, s3, champion, str(prefect_stack["api_url"]))
     for name in (*VOTERS, "ensemble"):
         result = json.loads((work / f"metrics/{name}.json").read_text())
-        assert set(result) == {"exact_match", "f1"}  # the official v1.1 keys
+        # the official v1.1 keys; the ensemble's also its method and every method's scores
+        assert set(result) == {"exact_match", "f1"} | (
+            {"method", "methods"} if name == "ensemble" else set())
+        if name == "ensemble":  # the nights' evaluate keeps distributions: all three scored
+            assert result["method"] == "vote"
+            assert set(result["methods"]) == {"vote", "mean", "selected"}
         answers = json.loads((work / f"predictions/{name}.json").read_text())
         assert len(answers) == len(questions_of(synth_v1.dev_doc))
 

@@ -27,6 +27,23 @@ class Killed(BaseException):
     """The writer's end, one move into its set (as kill -9 would leave it)."""
 
 
+def commit_killed(monkeypatch: pytest.MonkeyPatch, files: OutputSet, at: int) -> None:
+    """``files`` committed with the writer killed at its ``at``-th rename (os.replace): the
+    journal's rename is the first, the commit point."""
+    real, calls = os.replace, [0]
+
+    def replace(src: Any, dst: Any) -> None:
+        calls[0] += 1
+        if calls[0] == at:
+            raise Killed
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(Killed):
+        files.commit()
+    monkeypatch.setattr(os, "replace", real)
+
+
 def _half_moved(monkeypatch: pytest.MonkeyPatch, name: str, folder: Path, new: Path) -> None:
     """``new``'s files committed as ``folder``'s set ``name``, then the writer killed after
     its first move: the journal and one new file in place, the others still staged."""
@@ -36,18 +53,7 @@ def _half_moved(monkeypatch: pytest.MonkeyPatch, name: str, folder: Path, new: P
     for f in folder.iterdir():
         if not (new / f.name).exists():
             files.remove(folder / f.name)
-    real, calls = os.replace, [0]
-
-    def replace(src: Any, dst: Any) -> None:
-        calls[0] += 1
-        if calls[0] == 3:  # 1: the journal (the commit point), 2: the first move
-            raise Killed
-        real(src, dst)
-
-    monkeypatch.setattr(os, "replace", replace)
-    with pytest.raises(Killed):
-        files.commit()
-    monkeypatch.setattr(os, "replace", real)
+    commit_killed(monkeypatch, files, at=3)  # 1: the journal (the commit point), 2: a move
     assert files.journal.is_file()
     differ = [f.name for f in new.iterdir()
               if not (folder / f.name).is_file()

@@ -19,6 +19,7 @@ import pytest
 from rcpipe.errors import InputError
 from rcpipe.outputs import OutputSet, settle
 from tests.faults.test_abuse import assert_one_line, here, rcpipe, run_dir
+from tests.faults.test_half_moved import commit_killed
 
 __all__ = ["here", "run_dir"]  # the abuse cases' run directory: a model file and a package
 
@@ -136,18 +137,7 @@ def test_a_sets_own_journal_across_folders_still_settles(tmp_path: Path,
     files.write(elsewhere / "index.html", "<p>")
     files.write(stamps / "new.json", "{}")
     files.remove(stamps / "report.json")
-    real, calls = os.replace, [0]
-
-    def replace(src: Any, dst: Any) -> None:  # killed after the commit point
-        calls[0] += 1
-        if calls[0] == 2:
-            raise KeyboardInterrupt
-        real(src, dst)
-
-    monkeypatch.setattr(os, "replace", replace)
-    with pytest.raises(KeyboardInterrupt):
-        files.commit()
-    monkeypatch.setattr(os, "replace", real)
+    commit_killed(monkeypatch, files, at=2)  # killed after the commit point
     assert ".." in files.journal.read_text()
     settle(elsewhere)
     assert (elsewhere / "index.html").read_text() == "<p>"

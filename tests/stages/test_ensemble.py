@@ -187,7 +187,22 @@ def test_every_method_is_scored_and_selected_weighs_on_the_held_out_questions(
     assert methods["selected"]["heldout_f1_by_round"][0] == pytest.approx(100.0)
     gold = {qa["id"]: qa["answers"][0]["text"] for qa in questions_of(prepared.data.dev_doc)}
     assert json.loads(Path("predictions/ensemble.json").read_text()) == gold
+    # the next night: nothing changed, nothing redone; ensemble.method changed, the stage
+    # runs again and gives that method's answers, the others still scored beside it
+    stamp = Path(".rcpipe/stamps/ensemble-ensemble.json")
+    kept = stamp.stat().st_mtime_ns
+    assert stages.ensemble(load_config("params.yaml")) == result
+    assert stamp.stat().st_mtime_ns == kept
+    write_params(tmp_path / "params.yaml", data={
+        "dev_file": str(prepared.data.dev), "out_dir": str(prepared.out_dir)},
+        ensemble={"method": "vote", "rounds": 3})
+    again = stages.ensemble(load_config("params.yaml"))
+    assert again["method"] == "vote" and again["f1"] == methods["vote"]["f1"] == 0.0
+    assert again["methods"] == methods
     # a distributions file missing where the method needs one: one line naming it
+    write_params(tmp_path / "params.yaml", data={
+        "dev_file": str(prepared.data.dev), "out_dir": str(prepared.out_dir)},
+        ensemble={"method": "selected", "rounds": 3})
     Path("predictions/qanet.dists.parquet").unlink()
     with pytest.raises(InputError, match="qanet.dists.parquet.*no distributions"):
         stages.ensemble(load_config("params.yaml"), force=True)

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,26 +88,51 @@ def node_env(extra: dict[str, str]) -> dict[str, str]:
 
 
 def start(temp_dir: Path, env: dict[str, str], *args: str) -> Node:
-    temp_dir.mkdir(parents=True, exist_ok=True)
-    # every agent port its own: two nodes on one machine (or any other Ray here) would
-    # otherwise both take the default ports, and the second node's job agent fails to bind
-    ports = [a for flag in ("--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
-                            "--metrics-export-port", "--runtime-env-agent-port")
-             for a in (flag, str(free_port()))]
-    subprocess.run([RAY, "start", "--temp-dir", str(temp_dir), "--node-ip-address",
-                    "127.0.0.1", "--object-store-memory", str(100 * 2**20),
-                    "--disable-usage-stats", *ports, *args],
-                   env=env, check=True, capture_output=True, timeout=120)
+    started(temp_dir, env, lambda: list(args))
     return Node(temp_dir)
 
 
 def start_head(temp_dir: Path, env: dict[str, str], cpus: int) -> tuple[Node, str, str]:
     """(the head, its GCS address, its Jobs API URL)."""
-    port, dashboard = free_port(), free_port()
-    node = start(temp_dir, env, "--head", "--port", str(port), "--num-cpus", str(cpus),
-                 "--include-dashboard", "true", "--dashboard-host", "127.0.0.1",
-                 "--dashboard-port", str(dashboard))
-    return node, f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard}"
+    chosen: dict[str, int] = {}
+
+    def head_args() -> list[str]:
+        chosen.update(port=free_port(), dashboard=free_port())
+        return ["--head", "--port", str(chosen["port"]), "--num-cpus", str(cpus),
+                "--include-dashboard", "true", "--dashboard-host", "127.0.0.1",
+                "--dashboard-port", str(chosen["dashboard"]),
+                # the Ray Client server's default port, 10001, is one per machine
+                "--ray-client-server-port", str(free_port())]
+
+    started(temp_dir, env, head_args)
+    return (Node(temp_dir), f"127.0.0.1:{chosen['port']}",
+            f"http://127.0.0.1:{chosen['dashboard']}")
+
+
+def started(temp_dir: Path, env: dict[str, str], node_args: Callable[[], list[str]],
+            attempts: int = 3) -> None:
+    """`ray start` under ``temp_dir`` with ``node_args()``. A port picked free can be taken
+    by another process before Ray binds it (two pytest workers, each beside Ray daemons that
+    bind random ports): a start that fails is cleared away and tried again on fresh ports;
+    the last failure raises with what `ray start` printed."""
+    for _ in range(attempts):
+        temp_dir.mkdir(parents=True, exist_ok=True)
+        # every agent port its own: two nodes on one machine (or any other Ray here) would
+        # otherwise both take the default ports, and the second node's job agent fails to bind
+        ports = [a for flag in ("--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
+                                "--metrics-export-port", "--runtime-env-agent-port")
+                 for a in (flag, str(free_port()))]
+        done = subprocess.run([RAY, "start", "--temp-dir", str(temp_dir), "--node-ip-address",
+                               "127.0.0.1", "--object-store-memory", str(100 * 2**20),
+                               "--disable-usage-stats", *ports, *node_args()],
+                              env=env, capture_output=True, text=True, timeout=120)
+        if done.returncode == 0:
+            return
+        kill_under([str(temp_dir)])
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    printed = (done.stdout + done.stderr).strip().splitlines()[-15:]
+    raise RuntimeError(f"`ray start` under {temp_dir} failed {attempts} times, exit "
+                       f"{done.returncode}; its last lines:\n" + "\n".join(printed))
 
 
 def stop_all(nodes: list[Node]) -> None:
@@ -114,14 +140,18 @@ def stop_all(nodes: list[Node]) -> None:
     those whose command line or open files are under a node's temp dir. Ray retitles its
     dashboard agent and workers (``ray::DashboardAgent``), so the command line alone missed
     them: the agent of a killed raylet then spun at a third of a core for minutes."""
-    dirs = [str(node.temp_dir) for node in nodes]
+    kill_under([str(node.temp_dir) for node in nodes])
+    for node in nodes:
+        shutil.rmtree(node.temp_dir.parent, ignore_errors=True)
+
+
+def kill_under(dirs: list[str]) -> None:
+    """Kill every process whose command line or open files lie under one of ``dirs``."""
     for p in psutil.process_iter(["cmdline"]):
         with contextlib.suppress(psutil.Error):
             if any(d in c for c in p.info["cmdline"] or [] for d in dirs) or \
                     any(f.path.startswith(d) for f in p.open_files() for d in dirs):
                 p.kill()
-    for node in nodes:
-        shutil.rmtree(node.temp_dir.parent, ignore_errors=True)
 
 
 # Holds the head's only CPU until killed, so that a training worker can start only on another

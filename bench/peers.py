@@ -110,9 +110,10 @@ def chrischute_bidaf(peer: Path, args: argparse.Namespace, text: TextBatch,
     return Side("chrischute/squad BiDAF", model, lambda: model(text.cw, text.qw), loss)
 
 
-def bangliu_qanet(peer: Path, args: argparse.Namespace, text: TextBatch,
-                  vectors: np.ndarray, device: torch.device) -> Side:
-    sys.path.insert(0, str(peer))
+def bangliu_module(peer: Path) -> Any:
+    """The peer's model/QANet.py, its PosEncoder wrapped to run on any device."""
+    if str(peer) not in sys.path:
+        sys.path.insert(0, str(peer))
     module = importlib.import_module("model.QANet")
 
     def pos_encoder(x: torch.Tensor, min_timescale: float = 1.0,
@@ -124,6 +125,12 @@ def bangliu_qanet(peer: Path, args: argparse.Namespace, text: TextBatch,
         return (x + signal.to(x.device)).transpose(1, 2)  # (B, d, L)
 
     module.PosEncoder = pos_encoder
+    return module
+
+
+def bangliu_qanet(peer: Path, args: argparse.Namespace, text: TextBatch,
+                  vectors: np.ndarray, device: torch.device) -> Side:
+    module = bangliu_module(peer)
     chars = torch.randn(text.char_vocab, args.char_dim)  # its char table: frozen, as default
     model = module.QANet(torch.from_numpy(vectors), chars, text.cw.size(1), text.qw.size(1),
                          args.hidden, dropout=args.dropout, num_head=args.heads).to(device)

@@ -4,8 +4,10 @@ tokens, with equal weights or with weights chosen on the held-out questions (``s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 
 from rcpipe.inference.decode import best_span
@@ -70,31 +72,47 @@ def mean_answers(members: list[dict[str, Dist]], weights: list[float], split: Sp
     with ``weights``, then the best span of at most ``max_answer_len`` tokens (decode's
     best_span). ``na_threshold`` (v2.0): "" where the averaged na_prob exceeds it.
     Every member must hold every question: they read the same prepared tokens."""
+    data = split.dataset
+
+    def span_of(row: int, s: int, e: int) -> tuple[str, list[int]]:
+        return data.answer_text(row, s, e), list(data.char_span(row, s, e))
+
+    return averaged_spans(members, weights, data.ids, span_of, max_answer_len, na_threshold,
+                          chunk)
+
+
+def averaged_spans(members: list[dict[str, Dist]], weights: list[float], ids: list[str],
+                   span_of: Callable[[int, int, int], tuple[str, list[int]]],
+                   max_answer_len: int, na_threshold: float | None = None,
+                   chunk: int = 256) -> dict[str, dict[str, Any]]:
+    """mean_answers for the questions ``ids``, whatever holds their contexts: ``span_of(i,
+    start, end)`` gives the text and character span of tokens start..end of ids[i]'s
+    context (a prepared split's, or a served pair's)."""
     w = torch.tensor(weights, dtype=torch.float32)
     w = w / w.sum()  # (M,)
-    data, out = split.dataset, {}
-    rows = list(range(len(data)))
+    out = {}
+    rows = list(range(len(ids)))
     for lo in range(0, len(rows), chunk):
         part = rows[lo : lo + chunk]
-        ids = [data.ids[r] for r in part]
-        length = max(1, max(len(members[0][q].p_start) for q in ids))
+        qids = [ids[r] for r in part]
+        length = max(1, max(len(members[0][q].p_start) for q in qids))
 
-        def stacked(key: str, ids: list[str] = ids, length: int = length) -> torch.Tensor:
+        def stacked(key: str, qids: list[str] = qids, length: int = length) -> torch.Tensor:
             # (B, L): each question's weighted mean over the members, zero past its end
-            out = torch.zeros(len(ids), length)
+            out = torch.zeros(len(qids), length)
             for m, member in enumerate(members):
-                for b, q in enumerate(ids):
-                    p = torch.from_numpy(getattr(member[q], key))
+                for b, q in enumerate(qids):
+                    p = torch.from_numpy(np.asarray(getattr(member[q], key), np.float32))
                     out[b, : len(p)] += w[m] * p
             return out
 
         p1, p2 = stacked("p_start"), stacked("p_end")
         start, end, prob = best_span(p1, p2, max_answer_len)
-        for b, (row, q) in enumerate(zip(part, ids, strict=True)):
+        for b, (row, q) in enumerate(zip(part, qids, strict=True)):
             na = float(sum(w[m] * member[q].na_prob for m, member in enumerate(members)))
             s, e = int(start[b]), int(end[b])
             if len(members[0][q].p_start):
-                span_text, span = data.answer_text(row, s, e), list(data.char_span(row, s, e))
+                span_text, span = span_of(row, s, e)
             else:  # an empty context has no span to give
                 span_text, span = "", [-1, -1]
             abstain = na_threshold is not None and na > na_threshold

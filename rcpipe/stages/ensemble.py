@@ -133,7 +133,9 @@ def _summary(result: dict[str, Any]) -> dict[str, Any]:
     from rcpipe.scoring import metrics
 
     em, f1 = metrics.headline(result)
-    return {"em": em, "f1": f1}
+    # v2.0's threshold where the method has its own (the gate and the champion answer at it)
+    return {"em": em, "f1": f1} | ({"na_threshold": result["na_threshold"]}
+                                   if result.get("na_threshold") is not None else {})
 
 
 def _averaged(cfg: Config, inputs: list[Path], dists: list[Path], prepared: Prepared,

@@ -3,11 +3,12 @@
 The gate set is ``version.gate_file`` (a SQuAD file) or else the held-out questions prepare
 wrote (``<data.out_dir>/heldout.json``), never the dev set that reports. A run's models
 answer it through the packages the run pushes (`rcpipe package`: the weights, vocabulary
-and decoding a model is served with), the ensemble as the majority vote of every variant's
-package in registry order, as `rcpipe ensemble` votes. The champion answers the same
-questions: the answers its own night stored (``versions/<run>/gate.json``) when the gate
-set is byte for byte the one it answered then, else its packages, downloaded from the
-remote, answer the current set: new training data moves the held-out slice, and the two
+and decoding a model is served with), the ensemble as `rcpipe ensemble` made it (its
+ensemble.method: the majority vote of every variant's package in registry order, or the mean
+of their distributions with the weights it chose on the held-out questions). The champion
+answers the same questions: the answers its own night stored (``versions/<run>/gate.json``)
+when the gate set is byte for byte the one it answered then, else its packages, downloaded
+from the remote, answer the current set: new training data moves the held-out slice, and the two
 sides must still answer the same questions. rcpipe.version_rules decides from the answers.
 """
 
@@ -24,11 +25,13 @@ from typing import TYPE_CHECKING, Any
 from rcpipe import layout, reads
 from rcpipe.config import VARIANTS, Config, ReadLimits, Window
 from rcpipe.errors import InputError
+from rcpipe.inference.combination import Combination
 from rcpipe.version_rules import GateSet, Score
 
 if TYPE_CHECKING:
     import torch
 
+    from rcpipe.data.dataset import SquadDataset
     from rcpipe.data.squad import SquadFile
     from rcpipe.stages.remote import Remote
 
@@ -78,10 +81,11 @@ def gate_set(cfg: Config, dev_sha256: str) -> Gate:
     return Gate(info, doc, squad, cfg.data.window, cfg.limits)
 
 
-def package_nbest(package: Path, gate: Gate, device: torch.device
-                  ) -> dict[str, dict[str, Any]]:
-    """qid -> {"text", "prob", "na_prob", ...}: the package answering the gate set as it
-    serves (its vocabulary, decoding and no-answer threshold)."""
+def package_nbest(package: Path, gate: Gate, device: torch.device, token_probs: bool = False
+                  ) -> tuple[dict[str, dict[str, Any]], SquadDataset, int]:
+    """(qid -> {"text", "prob", "na_prob", ...}, the gate set as the package encoded it, its
+    max answer length): the package answering the gate set as it serves (its vocabulary,
+    decoding and no-answer threshold); ``token_probs``: with its start/end distributions."""
     from rcpipe.data.encode import TextEncoder
     from rcpipe.inference.answer import Reader
     from rcpipe.trained.package_dir import load_package
@@ -91,19 +95,39 @@ def package_nbest(package: Path, gate: Gate, device: torch.device
                     {pkg.variant: pkg.model.to(device)}, device, pkg.max_answer_len,
                     {pkg.variant: pkg.na_threshold}, no_answer=pkg.inputs.no_answer,
                     length_prior=pkg.length_prior, window=gate.window)
-    return reader.answer_dataset(reader.encoder.squad(gate.squad), pkg.variant)
+    dataset = reader.encoder.squad(gate.squad)
+    return reader.answer_dataset(dataset, pkg.variant, token_probs), dataset, \
+        pkg.max_answer_len
 
 
 def answers(packages: Mapping[str, Path], gate: Gate, device: torch.device,
-            ensemble: bool) -> dict[str, dict[str, str]]:
+            ensemble: Combination | None) -> dict[str, dict[str, str]]:
     """model -> (qid -> answer text) on the gate set: each variant's package, and with
-    ``ensemble`` the majority vote of all of them in registry order."""
-    from rcpipe.inference.ensemble import majority_vote
+    ``ensemble`` their ensemble as `rcpipe ensemble` made it (ensemble.method: the majority
+    vote of all of them in registry order, or the mean of their distributions with its
+    weights; prepare's tokenizer gives every package the same tokens)."""
+    from rcpipe.inference import distributions
+    from rcpipe.inference.ensemble import majority_vote, mean_answers
+    from rcpipe.inference.reading import Split
 
-    nbests = {v: package_nbest(packages[v], gate, device) for v in VARIANTS if v in packages}
-    found = {v: {q: a["text"] for q, a in n.items()} for v, n in nbests.items()}
-    if ensemble:
-        found[ENSEMBLE] = {q: a["text"] for q, a in majority_vote(list(nbests.values())).items()}
+    mean = ensemble is not None and ensemble.method != "vote"
+    read = {v: package_nbest(packages[v], gate, device, mean) for v in VARIANTS
+            if v in packages}
+    dists = {v: distributions.split_off(n) for v, (n, _, _) in read.items()} if mean else {}
+    found = {v: {q: a["text"] for q, a in n.items()} for v, (n, _, _) in read.items()}
+    if ensemble is not None and not mean:
+        found[ENSEMBLE] = {q: a["text"] for q, a in
+                           majority_vote([n for n, _, _ in read.values()]).items()}
+    elif ensemble is not None:
+        names = list(read)
+        chosen, weights = ensemble.members(names)
+        if not chosen:
+            raise InputError("ensemble", ensemble.method, "no member of the ensemble among "
+                             f"the packages ({', '.join(names)})")
+        _, dataset, max_len = read[names[chosen[0]]]
+        mean_of = mean_answers([dists[names[i]] for i in chosen], weights,
+                               Split(dataset, gate.doc), max_len, ensemble.na_threshold)
+        found[ENSEMBLE] = {q: a["text"] for q, a in mean_of.items()}
     return found
 
 
@@ -144,8 +168,13 @@ def champion_answers(where: Remote, pointer: Mapping[str, Any], champion: Score,
         return None, (f"no package of {', '.join(missing or ['its voters'])} on the remote "
                       "to answer the gate set with")
     try:
+        how = Combination.parse(pointer.get("ensemble")) if champion.model == ENSEMBLE \
+            else None
+    except ValueError as e:
+        return None, f"its champion.json's ensemble is not one ({e})"
+    try:
         local = {v: where.download(packages[v], tmp / "champion" / v, gate.limits) for v in names}
-        found = answers(local, gate, device, champion.model == ENSEMBLE)
+        found = answers(local, gate, device, how)
     except InputError as e:
         return None, f"its package could not answer the gate set ({e.line()[7:]})"
     log.info(f"champion: {champion.model} (run {champion.run}) answered the gate set "

@@ -25,6 +25,7 @@ from rcpipe.config import Config, load_config
 from rcpipe.config.load import located
 from rcpipe.config.section import Section, usable_cpus
 from rcpipe.errors import InputError
+from rcpipe.inference.combination import Combination
 from rcpipe.stages.predict import ENSEMBLE, load_reader
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,16 @@ def on_device(cfg: Config, replica: bool = True) -> Config:
     (``replica`` False: the head of a cluster has no GPU) on the CPU."""
     device = "cuda" if replica and cfg.serve.replica_gpus > 0 else "cpu"
     return cfg.model_copy(update={"train": cfg.train.model_copy(update={"device": device})})
+
+
+def ensemble_of(pointer: dict[str, Any], source: str) -> Combination:
+    """How champion.json (at ``source``) says its ensemble combines its voters (the vote
+    when it does not say: a promotion from before ensemble.method); a malformed one is one
+    located line."""
+    try:
+        return Combination.parse(pointer.get("ensemble"))
+    except ValueError as e:
+        raise InputError(source, "ensemble", str(e)) from None
 
 
 def vote(answers: list[dict[str, Any]]) -> dict[str, Any]:
@@ -202,9 +213,10 @@ class Champion:
             return False
         try:
             if url:
-                answer, no_answer = self._load(url, pointer.get("package_sha256"))
+                answer, no_answer, _ = self._load(url, pointer.get("package_sha256"))
             elif voters:
-                answer, no_answer = self._vote(voters, pointer.get("packages_sha256") or {})
+                answer, no_answer = self._vote(voters, pointer.get("packages_sha256") or {},
+                                               ensemble_of(pointer, self._record()))
             else:
                 raise InputError(self.where.url + "/rcpipe/champion.json", "package",
                                  "names no package")
@@ -216,22 +228,45 @@ class Champion:
         log.info(f"champion of {night} answering ({key})")
         return True
 
-    def _vote(self, voters: dict[str, str], sha256s: dict[str, str]) -> tuple[Any, bool]:
+    def _vote(self, voters: dict[str, str], sha256s: dict[str, str], how: Combination
+              ) -> tuple[Any, bool]:
         """An ensemble champion: each voter's package loaded (``_load``), a pair's answer
-        their majority vote (``vote``); a context one voter refuses, all do (one limit)."""
-        loaded = [self._load(u, sha256s.get(v)) for v, u in sorted(voters.items())]
+        combined as `rcpipe ensemble` combined them (``how``: their majority vote, or the
+        mean of their distributions with its weights); a context one voter refuses, all do
+        (one limit)."""
+        from rcpipe.inference.answer import averaged
+
+        names = sorted(voters)
+        chosen, weights = how.members(names)
+        if how.method != "vote" and not chosen:
+            raise InputError(self._record(), "ensemble",
+                             f"weighs none of its voters ({', '.join(names)})")
+        loaded = [self._load(voters[v], sha256s.get(v)) for v in names]
+        max_len = loaded[chosen[0]][2] if chosen else 0  # the packages' decoding
+
+        def combined(pair: tuple[str, str], found: tuple[dict[str, Any], ...]
+                     ) -> dict[str, Any]:
+            if how.method == "vote":
+                return vote(list(found))
+            return averaged([found[i] for i in chosen], weights, pair[0], max_len,
+                            how.na_threshold)
 
         def answer(pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
-            each = [voter(pairs) for voter, _ in loaded]  # (voters, pairs)
-            return [next((a for a in found if "refused" in a), None) or vote(list(found))
-                    for found in zip(*each, strict=True)]
+            each = [voter(pairs) for voter, _, _ in loaded]  # (voters, pairs)
+            return [next((a for a in found if "refused" in a), None) or combined(pair, found)
+                    for pair, found in zip(pairs, zip(*each, strict=True), strict=True)]
 
-        return answer, any(no_answer for _, no_answer in loaded)
+        return answer, any(no_answer for _, no_answer, _ in loaded)
+
+    def _record(self) -> str:
+        return self.where.url + "/rcpipe/champion.json"
 
     def _night(self) -> str:
         return self._current[1] if self._current else "nothing"
 
-    def _load(self, url: str, config_sha256: str | None) -> tuple[Any, bool]:
+    def _load(self, url: str, config_sha256: str | None) -> tuple[Any, bool, int]:
+        """A package from the remote, checked and loaded: (its answer function, whether it
+        answers v2.0, the max answer length it decodes with)."""
         import shutil
         import tempfile
 
@@ -251,7 +286,7 @@ class Champion:
             return [{"refused": str(a)} if isinstance(a, Exception) else a
                     for a in reader.answer_pairs(pairs, name, token_probs=True)]
 
-        return answer, reader.no_answer
+        return answer, reader.no_answer, reader.max_answer_len
 
     def __call__(self, pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
         assert self._current is not None, "a Champion is built with one"

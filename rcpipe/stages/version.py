@@ -40,6 +40,7 @@ from typing import Any
 from rcpipe import layout, reads
 from rcpipe.config import VARIANTS, Config
 from rcpipe.errors import InputError
+from rcpipe.inference.combination import Combination
 from rcpipe.scoring.metrics import headline
 from rcpipe.stages.champions import crown
 from rcpipe.stages.gate import Gate, answers, champion_answers, gate_f1, gate_set, store_answers
@@ -241,9 +242,10 @@ def push_package(cfg: Config, where: Remote, run: str, variant: str, out: Path
 
 def pointer(record: dict[str, Any], score: dict[str, Any], members: list[str],
             packages: dict[str, Path], answers_url: str | None, decided: dict[str, Any],
-            tags: list[str]) -> dict[str, Any]:
+            tags: list[str], ensemble: Combination | None = None) -> dict[str, Any]:
     """champion.json for a promotion of ``score``'s model of the night ``record`` describes
-    (its dvc_lock, git_commit, pushed packages); ``packages``: their local directories."""
+    (its dvc_lock, git_commit, pushed packages); ``packages``: their local directories;
+    ``ensemble``: how an ensemble champion's voters' answers are combined."""
     from rcpipe.trained.package_dir import CONFIG, sha256
 
     model = score["model"]
@@ -258,6 +260,8 @@ def pointer(record: dict[str, Any], score: dict[str, Any], members: list[str],
             "packages": {v: record["packages"][v] for v in members},
             "packages_sha256": {v: sha256((packages[v] / CONFIG).read_bytes())
                                 for v in members if v in packages},
+            # an ensemble: ensemble.method, with the weights and threshold it chose
+            **({"ensemble": ensemble.as_dict()} if ensemble is not None else {}),
             "answers": answers_url, "gate": decided,
             "git_tags": tags,  # GTO's version and assignment (stages/champions.py)
             "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -275,7 +279,9 @@ def champion_gate(root: Path, cfg: Config, where: Remote, gate: Gate,
     from rcpipe.trained.model_file import device_of
 
     run, device = record["run"], device_of(cfg)
-    found = answers(packages, gate, device, "ensemble" in scores)
+    # the ensemble as `rcpipe ensemble` made it: its method, weights and threshold
+    how = Combination.of(scores["ensemble"]) if "ensemble" in scores else None
+    found = answers(packages, gate, device, how)
     f1 = gate_f1(gate, found)
     candidate = dev_score(scores, pick_candidate(f1), dev_sha256, run)
     answers_url = store_answers(where, run, gate, found)
@@ -296,7 +302,9 @@ def champion_gate(root: Path, cfg: Config, where: Remote, gate: Gate,
         if record["git_commit"]:  # the git registry first: champion.json names its tag
             tags = crown(root, record["git_commit"], run, decided, cfg.version.git_remote)
         where.write(json.dumps(pointer(record, candidate.as_dict(), members, packages,
-                                       answers_url, decided, tags), indent=1).encode(),
+                                       answers_url, decided, tags,
+                                       how if candidate.model == "ensemble" else None),
+                               indent=1).encode(),
                     "champion.json")
     log.info(f"champion: {'promoted' if decision.promote else 'kept'}: {decision.reason}")
     return {"promoted": decision.promote, "reason": decision.reason, "git_tags": tags,

@@ -154,3 +154,27 @@ def test_selection_keeps_the_member_that_helps_on_the_held_out_questions(
                             dev_split, 15, rounds=3)
     assert weights[0] == 0 and weights[1] >= 1
     assert curve[0] == pytest.approx(100.0) and len(curve) == 3
+
+
+def test_a_served_pair_averages_its_members_as_the_stage_does() -> None:
+    """inference/answer.py's ``averaged`` (the champion app's mean): the weighted mean of the
+    members' distributions over the pair's tokens, its best span cut from the context;
+    v2.0: nothing where the averaged na_prob passes the threshold."""
+    from rcpipe.inference.answer import averaged
+
+    context = "Ada wrote it in 1843 ."
+    tokens = [[0, 3], [4, 9], [10, 12], [13, 15], [16, 20], [21, 22]]
+
+    def member(at: int, na: float) -> dict[str, Any]:
+        p = [0.02] * len(tokens)
+        p[at] = 0.9
+        return {"p_start": p, "p_end": p, "na_prob": na, "tokens": tokens, "window": 0,
+                "windows": 1}
+
+    year, name = member(4, 0.1), member(0, 0.5)
+    assert averaged([year, name, year], [1.0, 1.0, 1.0], context, 15)["text"] == "1843"
+    heavier = averaged([year, name], [1.0, 3.0], context, 15)
+    assert (heavier["text"], heavier["start"], heavier["end"]) == ("Ada", 0, 3)
+    assert heavier["na_prob"] == pytest.approx(0.4)
+    assert heavier["p_start"][0] == pytest.approx((0.02 + 3 * 0.9) / 4)
+    assert averaged([year, name], [1.0, 3.0], context, 15, na_threshold=0.3)["text"] == ""

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from rcpipe.config import Config
+from rcpipe.inference.combination import Combination
 from rcpipe.serve.app import Limits
 from rcpipe.stages.remote import Remote
 from rcpipe.stages.version import pointer
@@ -122,10 +123,12 @@ def champion_workspace(root: Path) -> Remote:
 
 
 def crown_night(where: Remote, run: str, package: Path, crowned: bool,
-                broken: bool = False, also: tuple[Path, ...] = ()) -> None:
+                broken: bool = False, also: tuple[Path, ...] = (),
+                ensemble: Combination | None = None) -> None:
     """A night's package on the remote (its weights tampered with when ``broken``); when
     ``crowned``, champion.json names it as the gate's promotion writes it. ``also``: more
-    of the night's packages, and then the night's champion is their ensemble with it."""
+    of the night's packages, and then the night's champion is their ensemble with it,
+    combined as ``ensemble`` says (None: a pointer without the key, the vote)."""
     locals_, urls = {}, {}
     for one in (package, *also):
         variant = json.loads((one / "config.json").read_text())["variant"]
@@ -144,5 +147,5 @@ def crown_night(where: Remote, run: str, package: Path, crowned: bool,
     model = "ensemble" if also else next(iter(urls))
     if crowned:
         champion = pointer(record, {"model": model, "run": run}, list(urls), locals_, None,
-                           {"promoted": True}, [])
+                           {"promoted": True}, [], ensemble)
         where.write(json.dumps(champion).encode(), "champion.json")

@@ -1,0 +1,37 @@
+"""stages/gate.py's answers: the gate's ensemble candidate answers as `rcpipe ensemble` made
+it (ensemble.method): the vote, or the mean of the packages' distributions with its weights
+(a member weighed alone answers as its own package does: the tokens line up)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from rcpipe import stages
+from rcpipe.inference.combination import Combination
+from rcpipe.inference.ensemble import majority_vote
+from rcpipe.stages.gate import answers, gate_set, package_nbest
+from tests.conftest import Trained
+
+pytestmark = [pytest.mark.integration, pytest.mark.trains]
+
+
+def test_the_gates_ensemble_answers_by_the_ensemble_method(trained: Trained,
+                                                           tmp_path: Path) -> None:
+    cpu = torch.device("cpu")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(trained.root)
+        made = {v: stages.package(trained.cfg, v, tmp_path / v) for v in ("bidaf", "qanet")}
+        gate = gate_set(trained.cfg, "0" * 64)  # the held-out questions prepare set aside
+    voted = answers(made, gate, cpu, Combination())
+    nbests = [package_nbest(made[v], gate, cpu)[0] for v in ("bidaf", "qanet")]
+    assert voted["ensemble"] == {q: a["text"] for q, a in majority_vote(nbests).items()}
+    assert answers(made, gate, cpu, None).keys() == {"bidaf", "qanet"}  # no ensemble asked
+    for alone, other in (("bidaf", "qanet"), ("qanet", "bidaf")):
+        found = answers(made, gate, cpu, Combination("selected", {alone: 2.0, other: 0.0}))
+        assert found["ensemble"] == found[alone], alone
+    mean = answers(made, gate, cpu, Combination("mean", {"bidaf": 1.0, "qanet": 1.0}))
+    assert mean["ensemble"].keys() == voted["ensemble"].keys() == {
+        q.qid for q in gate.squad.questions}

@@ -60,17 +60,12 @@ def step(recipe: Recipe, batch: Any, updates: int) -> float:
 
 def evaluate(recipe: Recipe, dev: Split, held: Split | None, window: Window,
              max_len: int) -> tuple[dict[str, float], dict[str, str]]:
-    """(the scores, the test answers) of the model now, on its EMA weights if it keeps one."""
-    if recipe.ema is not None:
-        recipe.ema.assign(recipe.model)
-    try:
-        reader = Reader(recipe.model, recipe.read).eval()
-        with torch.no_grad():
-            ev, h = heldout_then_dev(reader, dev, held, "heldout", torch.device("cpu"),
-                                     max_len, window=window)
-    finally:
-        if recipe.ema is not None:
-            recipe.ema.resume(recipe.model)
+    """(the scores, the test answers) of the model's weights as they are (a checkpoint
+    holds the EMA's already, where the recipe keeps one)."""
+    reader = Reader(recipe.model, recipe.read).eval()
+    with torch.no_grad():
+        ev, h = heldout_then_dev(reader, dev, held, "heldout", torch.device("cpu"), max_len,
+                                 window=window)
     scores = {"f1": ev.result["f1"], "em": ev.result["exact_match"]}
     if h is not None:
         scores |= {"heldout_f1": h.result["f1"], "heldout_em": h.result["exact_match"]}
@@ -91,6 +86,8 @@ def main() -> None:
     ap.add_argument("--max-answer-len", type=int, default=15)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--score-only", action="store_true", help="score the checkpoints a "
+                    "run saved under OUT again (OUT/trained.json lists them); no training")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     random.seed(args.seed)
@@ -108,13 +105,19 @@ def main() -> None:
     held = heldout_split(found, None) if found else None
     window = Window()  # rcpipe evaluate's (data.window's defaults)
     (args.out / "answers").mkdir(parents=True, exist_ok=True)
-    saved = trained(recipe, train, args.minutes, args.eval_every, args.seed,
-                    args.out / "checkpoints")
-    # how far it got, before the scoring: bench/peer_accuracy.py starts rcpipe's capped run
-    (args.out / "trained.json").write_text(json.dumps({"steps": saved[-1]["step"]}))
+    done = args.out / "trained.json"
+    if args.score_only:  # the checkpoints a run saved, scored again
+        saved = json.loads(done.read_text())["saved"]
+    else:
+        saved = trained(recipe, train, args.minutes, args.eval_every, args.seed,
+                        args.out / "checkpoints")
+        # how far it got, before the scoring: bench/peer_accuracy.py starts rcpipe's capped
+        # run on it; and what was saved, so that the scoring can be done again alone
+        done.write_text(json.dumps({"steps": saved[-1]["step"], "saved": saved}))
     history = []
     for point in saved:  # scored after the clock stopped: the peer's minutes train only
-        recipe.model.load_state_dict(torch.load(point.pop("path"), weights_only=True))
+        path = args.out / "checkpoints" / f"step-{point['step']}.pt"
+        recipe.model.load_state_dict(torch.load(path, weights_only=True))
         scores, answers = evaluate(recipe, dev, held, window, args.max_answer_len)
         history.append(point | scores)
         (args.out / "answers" / f"step-{point['step']}.json").write_text(json.dumps(answers))
@@ -157,7 +160,7 @@ def trained(recipe: Recipe, train: SquadDataset, minutes: float, every: int, see
                 if recipe.ema is not None:
                     recipe.ema.resume(recipe.model)
                 saved.append({"epoch": epoch, "step": updates, "examples": examples,
-                              "loss": loss, "path": path,
+                              "loss": loss,
                               "minutes": round((time.perf_counter() - started) / 60, 3)})
             if done:
                 break

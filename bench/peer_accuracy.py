@@ -92,7 +92,7 @@ def rcpipe_args(model: str, vectors: Path, minutes: float, every: int,
 
 
 def peer_run(model: str, peer: Path, prepared: Path, test: Path, minutes: float, seed: int,
-             out: Path) -> dict[str, Any]:
+             every: int, out: Path) -> dict[str, Any]:
     """The peer trained by its recipe in its own process (bench/peer_train.py)."""
     if not (out / "summary.json").is_file():
         out.mkdir(parents=True, exist_ok=True)
@@ -100,7 +100,7 @@ def peer_run(model: str, peer: Path, prepared: Path, test: Path, minutes: float,
             subprocess.run([sys.executable, "-m", "bench.peer_train", model, str(peer),
                             "--prepared", str(prepared), "--test", str(test),
                             "--minutes", str(minutes), "--seed", str(seed),
-                            "--eval-every", str(PAIRS[model]["every"]["peer"]),
+                            "--eval-every", str(every),
                             "--out", str(out)], check=True, stdout=log, stderr=log,
                            cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     return json.loads((out / "summary.json").read_text())
@@ -141,12 +141,13 @@ def one_pair(model: str, seed: int, args: argparse.Namespace, vectors: Path, pre
     """Both sides of a pair for one seed: their runs, S, and the answers each choice gives."""
     work = args.out / "peer-accuracy" / f"seed-{seed}"
     peer = getattr(args, f"{model}_peer")
-    every = PAIRS[model]["every"]
+    every = dict(zip(("rcpipe", "peer"), args.every, strict=True)) if args.every \
+        else PAIRS[model]["every"]
     with ThreadPoolExecutor(3) as pool:
         ours = pool.submit(rcpipe_run, model, vectors, prepared, train_file, test,
                            args.minutes, every["rcpipe"], seed, work / "rcpipe" / model)
         theirs = pool.submit(peer_run, model, peer, prepared, test, args.minutes, seed,
-                             work / "peer" / model)
+                             every["peer"], work / "peer" / model)
         ours_s = ours.result()
         steps = min(ours_s["steps"], peer_steps(work / "peer" / model, theirs))
         capped = None
@@ -234,6 +235,9 @@ def main() -> None:
                     "train.seed on): both sides of a pair train with each")
     ap.add_argument("--bidaf-peer", type=Path, default=PAIRS["bidaf"]["peer"])
     ap.add_argument("--qanet-peer", type=Path, default=PAIRS["qanet"]["peer"])
+    ap.add_argument("--every", type=int, nargs=2, metavar=("RCPIPE", "PEER"),
+                    help="steps between checkpoints on each side (default: PAIRS', about a "
+                    "dozen a side in 15 minutes)")
     ap.add_argument("--split", type=Path, default=SPLIT)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
     args = ap.parse_args()

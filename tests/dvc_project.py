@@ -39,7 +39,7 @@ def tiny_params(dev_sha256: str) -> dict[str, Any]:
                   "patience": 0, "tf32": True, "compile": False,
                   "compile_backend": "inductor", "buckets": None},
         "eval": {"max_answer_len": 15, "na_threshold": None, "length_prior": False},
-        "ensemble": {"method": "vote", "rounds": 10},
+        "ensemble": {"method": "selected", "rounds": 10},  # params.yaml's
         "models": {v: dict(TINY_MODEL) for v in VARIANTS},  # copies: no YAML aliases
     }
 

@@ -35,3 +35,40 @@ def test_the_gates_ensemble_answers_by_the_ensemble_method(trained: Trained,
     mean = answers(made, gate, cpu, Combination("mean", {"bidaf": 1.0, "qanet": 1.0}))
     assert mean["ensemble"].keys() == voted["ensemble"].keys() == {
         q.qid for q in gate.squad.questions}
+
+
+def test_the_nights_gate_takes_the_method_from_the_ensembles_metrics(trained: Trained,
+                                                                    tmp_path: Path) -> None:
+    """version's champion_gate: the ensemble candidate is answered as metrics/ensemble.json
+    says (here selected, bidaf weighed alone: its answers, not the vote's), stored beside
+    the night's record; a crowned ensemble's champion.json carries the Combination."""
+    import json
+
+    from rcpipe.stages.version import champion_gate
+    from tests.serve.conftest import champion_workspace
+
+    where = champion_workspace(tmp_path / "work")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(trained.root)
+        made = {v: stages.package(trained.cfg, v, tmp_path / v) for v in ("bidaf", "qanet")}
+        gate = gate_set(trained.cfg, "0" * 64)
+    metrics = {"f1": 1.0, "method": "selected", "methods": {
+        "vote": {"f1": 1.0}, "selected": {"f1": 1.0, "weights": {"bidaf": 2, "qanet": 0}}}}
+    scores = {"bidaf": {"f1": 1.0}, "qanet": {"f1": 1.0}, "ensemble": metrics}
+    record = {"run": "n1", "dvc_lock": "n1/dvc.lock", "git_commit": None,
+              "packages": {v: f"remote/{v}" for v in made}}
+    decided = champion_gate(tmp_path / "work", trained.cfg, where, gate, record, scores, made,
+                            "0" * 64, 0.0, tmp_path / "tmp")
+    stored = where.read_json("versions", "n1", "gate.json")["answers"]
+    assert stored["ensemble"] == stored["bidaf"] != stored["qanet"]
+    voted = majority_vote([package_nbest(made[v], gate, torch.device("cpu"))[0]
+                           for v in ("bidaf", "qanet")])
+    assert stored["ensemble"] != {q: a["text"] for q, a in voted.items()}
+    crowned = where.read_json("champion.json")
+    assert decided["promoted"] and crowned["score"]["model"] == decided["gate"]["candidate"][
+        "model"]
+    if crowned["score"]["model"] == "ensemble":
+        assert crowned["ensemble"] == Combination.of(metrics).as_dict()
+    else:
+        assert "ensemble" not in crowned
+    json.dumps(crowned)  # a record, as written

@@ -114,7 +114,7 @@ def bangliu_qanet(peer: Path, vectors: np.ndarray, chars: int, hidden: int,
                   heads: int) -> Recipe:
     from bench.peers import bangliu_module
 
-    module, ema = bangliu_module(peer), imported(peer, "model.modules.ema")
+    module = bangliu_module(peer)  # no EMA: --use_ema is off in its recipe
     char_dim = 8  # rcpipe's CPU preset's char embedding width, given to both sides
     char_mat = torch.randn(chars, char_dim)
     model = module.QANet(torch.from_numpy(vectors), char_mat, 400, 50, hidden,
@@ -125,7 +125,6 @@ def bangliu_qanet(peer: Path, vectors: np.ndarray, chars: int, hidden: int,
     warm = 1.0 / math.log(1000)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda n: warm * math.log(n + 1) if n < 1000 else 1)
-    del ema  # imported to say it exists: --use_ema is off in its recipe
 
     def read(batch: Batch) -> SpanLogits:
         cc, qc = (F.pad(t, (0, max(16 - t.size(-1), 0))) for t in (batch.cc, batch.qc))

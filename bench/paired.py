@@ -34,8 +34,6 @@ def seed_runs(a: Path, b: Path) -> list[tuple[Path, Path]]:
 
 def compare(a: Path, b: Path, params: Path, prepared: Path, test: Path) -> dict[str, Any]:
     """{variant (and "ensemble"): the paired difference B - A} for the variants both ran."""
-    from dataclasses import asdict
-
     from rcpipe.scoring.compare import seeded_difference
 
     pairs = seed_runs(a, b)
@@ -55,8 +53,7 @@ def compare(a: Path, b: Path, params: Path, prepared: Path, test: Path) -> dict[
                 sides["ensemble"][side].append(voted(answers))
     found = {name: seeded_difference(doc, pa, pb) for name, (pa, pb) in sides.items()}
     return {name: {"seeds": [p[0].name for p in pairs] if len(pairs) > 1 else [],
-                   "mean": asdict(d.mean), "per_seed": [asdict(x) for x in d.per_seed],
-                   "seed_range": d.seed_range, "verdict": d.verdict(),
+                   **d.record(),
                    "line": d.line() if len(pairs) > 1 else d.mean.line()}
             for name, d in found.items()}
 

@@ -187,16 +187,13 @@ def one_pair(model: str, seed: int, args: argparse.Namespace, vectors: Path, pre
 
 def compared(runs: list[dict[str, Any]], doc: dict[str, Any]) -> dict[str, Any]:
     """At equal minutes and at equal steps: rcpipe's F1 minus the peer's over the seeds."""
-    from dataclasses import asdict
-
     from rcpipe.scoring.compare import seeded_difference
 
     out = {}
     for at in ("minutes", "steps"):
         d = seeded_difference(doc, [r["answers"][at][1] for r in runs],
                               [r["answers"][at][0] for r in runs])
-        out[at] = {"mean": asdict(d.mean), "per_seed": [asdict(x) for x in d.per_seed],
-                   "seed_range": d.seed_range, "verdict": d.verdict(), "line": d.line()}
+        out[at] = d.record() | {"line": d.line()}
     return out
 
 

@@ -17,7 +17,7 @@ difference: their range is the seed spread, which the bootstrap does not see.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -106,6 +106,11 @@ class SeededDifference:
         lo, hi = self.seed_range
         return (f"{self.mean.line()}; {len(self.per_seed)} seeds: differences "
                 f"{lo:+.2f} to {hi:+.2f}: {self.verdict()}")
+
+    def record(self) -> dict[str, Any]:
+        """As a bench's JSON holds it: the mean, each seed pair, their range, the verdict."""
+        return {"mean": asdict(self.mean), "per_seed": [asdict(x) for x in self.per_seed],
+                "seed_range": self.seed_range, "verdict": self.verdict()}
 
 
 def seeded_difference(dataset: dict[str, Any], a: Sequence[dict[str, str]],

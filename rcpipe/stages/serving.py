@@ -232,24 +232,25 @@ class Champion:
               ) -> tuple[Any, bool]:
         """An ensemble champion: each voter's package loaded (``_load``), a pair's answer
         combined as `rcpipe ensemble` combined them (``how``: their majority vote, or the
-        mean of their distributions with its weights); a context one voter refuses, all do
-        (one limit)."""
+        mean of their distributions with its weights, only the weighted voters loaded and
+        asked); a context one voter refuses, all do (one limit)."""
         from rcpipe.inference.answer import averaged
 
         names = sorted(voters)
         chosen, weights = how.members(names)
-        if how.method != "vote" and not chosen:
-            raise InputError(self._record(), "ensemble",
-                             f"weighs none of its voters ({', '.join(names)})")
+        if how.method != "vote":
+            if not chosen:
+                raise InputError(self._record(), "ensemble",
+                                 f"weighs none of its voters ({', '.join(names)})")
+            names = [names[i] for i in chosen]  # a voter weighed 0 would answer for nothing
         loaded = [self._load(voters[v], sha256s.get(v)) for v in names]
-        max_len = loaded[chosen[0]][2] if chosen else 0  # the packages' decoding
+        max_len = loaded[0][2]  # the packages' decoding
 
         def combined(pair: tuple[str, str], found: tuple[dict[str, Any], ...]
                      ) -> dict[str, Any]:
             if how.method == "vote":
                 return vote(list(found))
-            return averaged([found[i] for i in chosen], weights, pair[0], max_len,
-                            how.na_threshold)
+            return averaged(list(found), weights, pair[0], max_len, how.na_threshold)
 
         def answer(pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
             each = [voter(pairs) for voter, _, _ in loaded]  # (voters, pairs)

@@ -40,6 +40,14 @@ def _config(params: list[Path] | None, sets: list[str] | None) -> Config:
     return load_config(params or [Path("params.yaml")], sets or [])
 
 
+def _config_or_defaults(params: list[Path] | None, sets: list[str] | None) -> Config:
+    """params.yaml (or --params) where there is one, else the params' defaults: a command
+    that needs only limits (`rcpipe champion`) runs in any DVC workspace."""
+    if not params and not Path("params.yaml").exists():
+        return load_config(None, sets or [])
+    return _config(params, sets)
+
+
 def _config_for(models: list[str], params: list[Path] | None, sets: list[str] | None
                 ) -> Config:
     """A package directory carries its own settings: given only packages, no --params and no
@@ -192,29 +200,89 @@ def version(
     print(json.dumps(record))
 
 
-@app.command()
-def champion(
-    ref: Annotated[bool, typer.Option(
-        "--ref", help="print only the champion's version tag, to `git checkout`")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="every promotion as JSON")] = False,
-) -> None:
-    """The champion registry of this clone (GTO's tags: `git fetch --tags` first): every
-    promotion, newest first, with the night that made it and why the gate let it through."""
-    from rcpipe.stages.champions import history
+champion_app = typer.Typer(help="The champion record on the DVC remote (the registry the "
+                           "gate, `rcpipe serve`'s champion app and this command share).",
+                           no_args_is_help=False)
+app.add_typer(champion_app, name="champion")
+Remote_ = Annotated[str | None, typer.Option("--remote", help="DVC remote (default: "
+                                                               "core.remote)")]
+Reason = Annotated[str, typer.Option("--reason", help="why: kept in the record's history")]
+By = Annotated[str | None, typer.Option("--by", help="who (default: git's user, else the "
+                                                     "login name)")]
 
-    found = history(Path.cwd())
-    if not found:
-        raise InputError(Path.cwd(), "refs/tags", "no champion tag (rcpipe#champion#N): "
-                                                  "`git fetch --tags`, or no night promoted yet")
-    if ref or as_json:
-        print(found[0]["version"] if ref else json.dumps(found, indent=1))
+
+@champion_app.callback(invoke_without_command=True)
+def champion(
+    ctx: typer.Context,
+    remote: Remote_ = None,
+    ref: Annotated[bool, typer.Option(
+        "--ref", help="print only the champion's git commit or GTO version tag, to "
+                      "`git checkout`")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="the record and history as JSON")
+                       ] = False,
+    params: Params = None,
+    set_: Sets = None,
+) -> None:
+    """The champion record: every change (promotion, rollback, set), newest first, the
+    current one marked *; a note when this clone's GTO tags (a mirror) name another."""
+    if ctx.invoked_subcommand is not None:
         return
-    for p in found:
-        gate = p["gate"]
-        gain = "" if gate.get("low") is None else \
-            f", gain {gate['diff']:+.2f} F1 [{gate['low']:+.2f}, {gate['high']:+.2f}]"
-        print(f"{p['tag']}  {p['version']}  {p['commit'][:9]}  {p['at']}\n"
-              f"  {p['subject']}{gain}\n  {p['reason']}")
+    from rcpipe.stages.registry import lines, show
+
+    found = show(Path.cwd(), remote, _config_or_defaults(params, set_).limits)
+    head = found["head"]
+    if head is None:
+        raise InputError("champion.json", "", "no champion yet: no night promoted")
+    if ref:
+        tag = next((t["version"] for t in found["tags"]
+                    if t["commit"] == head.get("git_commit") and t["version"]), None)
+        if not (tag or head.get("git_commit")):
+            raise InputError("champion.json", "git_commit", "the champion's night had no "
+                             "git commit (a workspace without git)")
+        print(tag or head["git_commit"])
+        return
+    print(json.dumps(found, indent=1) if as_json else "\n".join(lines(found)))
+
+
+@champion_app.command("set")
+def champion_set(
+    run: Annotated[str, typer.Argument(help="a night versioned on the remote "
+                                            "(versions/<run>/)")],
+    reason: Reason,
+    model: Annotated[str | None, typer.Option(
+        "--model", help="its model (default: the night's gate candidate)")] = None,
+    remote: Remote_ = None,
+    by: By = None,
+    params: Params = None,
+    set_: Sets = None,
+) -> None:
+    """Make a night's model the champion by hand (its packages checked against their pins)."""
+    from rcpipe.stages.registry import set_champion, who
+
+    entry = set_champion(Path.cwd(), remote, run, model, reason, by or who(Path.cwd()),
+                         _config_or_defaults(params, set_).limits)
+    print(json.dumps({"seq": entry["seq"], "champion": entry["score"],
+                      "change": entry["change"]}))
+
+
+@champion_app.command("rollback")
+def champion_rollback(
+    reason: Reason = "",
+    to: Annotated[int | None, typer.Option(
+        "--to", min=1, help="the history entry to go back to (default: the one before)")
+                  ] = None,
+    remote: Remote_ = None,
+    by: By = None,
+    params: Params = None,
+    set_: Sets = None,
+) -> None:
+    """The champion before the current one answers again (a new entry in the record)."""
+    from rcpipe.stages.registry import rollback, who
+
+    entry = rollback(Path.cwd(), remote, to, reason, by or who(Path.cwd()),
+                     _config_or_defaults(params, set_).limits)
+    print(json.dumps({"seq": entry["seq"], "champion": entry["score"],
+                      "change": entry["change"]}))
 
 
 @app.command()

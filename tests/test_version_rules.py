@@ -336,3 +336,78 @@ def test_the_gate_keeps_the_champion_against_another_seed_and_promotes_a_better_
     stored = json.loads(s3.get_object(Bucket=BUCKET, Key="gate/rcpipe/versions/n5/gate.json")
                         ["Body"].read())
     assert stored["set"] == gate["set"] and len(stored["answers"]["bidaf"]) == 250
+
+
+@pytest.mark.integration
+@pytest.mark.trains
+def test_two_nights_racing_to_promote_one_wins_and_the_other_judges_again(
+        gate_models: GateModels, s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two nights' gates at once on the loopback S3, each held after reading the champion
+    record until both have read it (a barrier in front of the swap): exactly one swap wins;
+    the other finds the record changed, reads it again, judges again against the winner,
+    and its record says whom it lost to. Whichever wins, the 300-step model ends champion
+    (it beats the 100-step one beyond chance) and the history holds each entry in order."""
+    import threading
+
+    from rcpipe.config import ReadLimits
+    from rcpipe.stages import record
+    from rcpipe.stages.gate import gate_set
+    from rcpipe.stages.version import Remote, champion_gate, push_package
+
+    monkeypatch.chdir(tmp_path)
+    for listed in s3.list_objects_v2(Bucket=BUCKET, Prefix="race/").get("Contents", []):
+        s3.delete_object(Bucket=BUCKET, Key=listed["Key"])
+    for cmd in (["init", "--no-scm", "-q"],
+                ["remote", "add", "-d", "storage", "s3://rcpipe-test/race"]):
+        subprocess.run([sys.executable, "-m", "dvc", *cmd], check=True, capture_output=True)
+    where = Remote(tmp_path, None)
+    dev_sha256 = hashlib.sha256(Path(gate_models.cfg.data.dev_file).read_bytes()).hexdigest()
+    cfg = load_config(gate_models.root / "params.yaml",
+                      [f"version.gate_file={gate_models.gates[0]}"])
+    gate = gate_set(cfg, dev_sha256)
+    nights = {}
+    for run, model in (("r1", "seed43"), ("r2", "longer")):
+        (tmp_path / "models/bidaf").mkdir(parents=True, exist_ok=True)
+        shutil.copy(gate_models.models[model], tmp_path / "models/bidaf/model.pt")
+        scores = {"bidaf": stages.evaluate(cfg, "bidaf")}
+        local, url = push_package(cfg, where, run, "bidaf", tmp_path / run / "bidaf")
+        nights[run] = ({"run": run, "dvc_lock": f"{run}/dvc.lock", "git_commit": None,
+                        "packages": {"bidaf": url}}, scores, {"bidaf": local})
+
+    barrier, real, held = threading.Barrier(2, timeout=300), record.append, set()
+
+    def append(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        if threading.current_thread().name not in held:  # each night's first swap
+            held.add(threading.current_thread().name)
+            barrier.wait()  # both have read the record before either writes
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(record, "append", append)
+    results: dict[str, dict[str, Any]] = {}
+
+    def night(run: str) -> None:
+        rec, scores, local = nights[run]
+        results[run] = champion_gate(tmp_path, cfg, where, gate, rec, scores, local,
+                                     dev_sha256, 0.0, tmp_path / "tmp" / run)
+
+    threads = [threading.Thread(target=night, args=(run,), name=run) for run in nights]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert set(results) == {"r1", "r2"}, "a night's gate failed (see its log)"
+    lost = {run: r for run, r in results.items() if r["races"]}
+    assert len(lost) == 1, results
+    ((loser, theirs),) = lost.items()
+    winner = "r1" if loser == "r2" else "r2"
+    print(f"\n{winner} won the swap; {loser}: {theirs['reason']}")
+    assert theirs["races"] == [{"judged_against": "no champion",
+                                "lost_to": f"#1 (night {winner}, bidaf)"}]
+    assert theirs["champion_before"]["run"] == winner  # judged again against the winner
+    history = record.history(where, ReadLimits())
+    assert [(e["seq"], e["score"]["run"]) for e in history] == \
+        [(1, winner)] + ([(2, loser)] if theirs["promoted"] else [])
+    assert theirs["promoted"] == (loser == "r2")  # 300 steps beat 100 beyond chance
+    head = record.read(where, ReadLimits()).entry
+    assert head is not None and head["score"]["run"] == "r2" and head == history[-1]

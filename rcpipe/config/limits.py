@@ -38,11 +38,20 @@ class ReadLimits(Section):
     download_minutes: float = Field(120, gt=0, description="a download's deadline, its "
                                     "retries included: a server that trickles is left")
 
+    # a champion record is ~3 KB; every replica reads it every serve.champion_poll_s
+    record_kb: float = Field(256, gt=0, description="the DVC remote's champion record "
+                             "(rcpipe/champion.json) and each of its history entries, read "
+                             "by `rcpipe version --promote`, `rcpipe champion` and every "
+                             "champion app replica on each poll")
+
     def json_bytes(self) -> int:
         return int(self.json_mb * reads.MB)
 
     def vectors_bytes(self) -> int:
         return int(self.vectors_mb * reads.MB)
+
+    def record_bytes(self) -> int:
+        return int(self.record_kb * 1024)
 
     def weights_bytes(self) -> int:
         return int(self.weights_mb * reads.MB)

@@ -85,6 +85,9 @@ class AnswerResponse(BaseModel):
     window: int = Field(0, description="the window the answer came from (0: the first)")
     night: str | None = Field(None, description="the champion app: the night whose champion "
                               "answered")
+    champion: dict[str, Any] | None = Field(None, description="the champion app: the "
+                                            "champion record's entry that answered (seq, "
+                                            "run, model)")
     ms: float = Field(description="time in the service, milliseconds")
 
 
@@ -104,10 +107,12 @@ class Stats:
 
 
 def create_app(ask: Ask, models: list[str], limits: Limits = Limits(),
-               no_answer: bool = False) -> FastAPI:
+               no_answer: bool = False,
+               about: Callable[[], dict[str, Any] | None] | None = None) -> FastAPI:
     """The service over ``ask`` (one answer: {"text", "start", "end", "prob", "na_prob",
     "tokens", "p_start", "p_end", "windows", "window", "batch"}); ``models`` are the names
-    it serves, the first is the default."""
+    it serves, the first is the default. ``about``: what /health says of the model answering
+    now (the champion app: its record entry)."""
     # no /docs or /redoc: FastAPI's pages load Swagger UI and ReDoc from a public CDN (a
     # page that breaks offline, third-party script in the answer service); /openapi.json,
     # the description they render, stays
@@ -131,7 +136,7 @@ def create_app(ask: Ask, models: list[str], limits: Limits = Limits(),
     def health() -> dict[str, Any]:
         return {"status": "ok", "models": models, "batches": round(stats.batch_share),
                 "answered": stats.answered, "largest_batch": stats.largest,
-                "max_batch": limits.max_batch}
+                "max_batch": limits.max_batch, **({"champion": about()} if about else {})}
 
     @app.post("/answer", response_model=AnswerResponse, openapi_extra=_body_schema())
     async def answer_one(request: Request) -> AnswerResponse:
@@ -163,6 +168,7 @@ def create_app(ask: Ask, models: list[str], limits: Limits = Limits(),
             p_start=_rounded(found["p_start"]), p_end=_rounded(found["p_end"]),
             votes=found.get("votes"), windows=found.get("windows", 1),
             window=found.get("window", 0), night=found.get("night"),
+            champion=found.get("champion"),
             ms=round(1000 * (time.perf_counter() - t0), 2))
 
     return app

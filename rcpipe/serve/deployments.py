@@ -176,7 +176,9 @@ class _Solo(_Reader):
         self.models, self.limits, self.no_answer = models, limits, no_answer
 
     def __serve_build_asgi_app__(self) -> Any:
-        return create_app(self.ask, self.models, self.limits, self.no_answer)
+        # a followed answerer (the champion app's) says which entry answers now
+        return create_app(self.ask, self.models, self.limits, self.no_answer,
+                          getattr(self._answer, "about", None))
 
     async def ask(self, pair: Pair, model: str) -> dict[str, Any]:
         return checked(await self.answer(pair))
@@ -198,7 +200,9 @@ class Ingress:
         self.models, self.limits, self.no_answer = models, limits, no_answer
 
     def __serve_build_asgi_app__(self) -> Any:
-        return create_app(self.ask, self.models, self.limits, self.no_answer)
+        # a followed answerer (the champion app's) says which entry answers now
+        return create_app(self.ask, self.models, self.limits, self.no_answer,
+                          getattr(self._answer, "about", None))
 
     async def ask(self, pair: Pair, model: str) -> dict[str, Any]:
         if model not in self.ensembles:

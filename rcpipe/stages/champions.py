@@ -1,18 +1,15 @@
-"""The champion registry in git: GTO's stage assignments (`gto`, installed with DVC).
+"""The champion record's mirror in git: GTO's stage assignments (`gto`).
 
-A promotion (stages/version.py's ``champion_gate``) assigns the stage ``champion`` of the
-artifact ``rcpipe`` to the night's commit: GTO writes two annotated tags that never move,
-``rcpipe@v0.0.N`` (the version) and ``rcpipe#champion#M`` (the assignment, M counting every
-promotion), the latter's message saying which night made this champion and why the gate let
-it through. The old scheme moved one ``champion`` tag with ``git tag -f`` and force-pushed
-it, and a clone holding the old tag kept it (`git fetch --tags`: "would clobber existing
-tag"); a new tag is fetched by every clone, and ``gto show rcpipe#champion --ref`` names the
-newest assignment's version on any clone, no rcpipe needed. Why GTO and not an MLflow
-alias: the registry is the git remote the nightly already pushes to, with no server to run,
-and each promotion is a record of its own (an alias is overwritten).
-
-The DVC remote's ``champion.json`` stays the pointer the gate and the service read (a pod has
-no git checkout); it names the assignment tag, so the two say the same promotion.
+The registry is the champion record on the DVC remote (stages/record.py); a promotion
+(stages/version.py's ``champion_gate``) is mirrored here, where the night ran in a git
+checkout, by assigning the stage ``champion`` of the artifact ``rcpipe`` to the night's
+commit: GTO writes two annotated tags that never move, ``rcpipe@v0.0.N`` (the version) and
+``rcpipe#champion#M`` (the assignment, M counting every promotion), the latter's message
+saying which night made this champion and why the gate let it through. A clone fetches the
+new tags (nothing is moved or forced), and ``gto show rcpipe#champion --ref`` names the
+newest assignment's version on any clone, no rcpipe needed. A rollback or a champion set by
+hand (stages/registry.py) changes the record only; `rcpipe champion` says when a clone's
+tags name another champion than the record.
 """
 
 from __future__ import annotations

@@ -8,8 +8,11 @@ way: version -> gate, nights -> remote.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,14 @@ from rcpipe.reads import size_text, too_big
 from rcpipe.safe_open import write_new
 
 RECORDS = "rcpipe"  # <remote>/rcpipe/: champion.json and versions/<run>/ (DVC uses files/, runs/)
+
+
+class Changed(Exception):
+    """A compare-and-swap lost: the record changed since it was read (Remote.write_if)."""
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -61,12 +72,19 @@ class Remote:
     def _where(self, *parts: str) -> tuple[str, str]:
         return self.fs.join(self.path, RECORDS, *parts), "/".join((self.url, RECORDS, *parts))
 
-    def read_json(self, *parts: str) -> dict[str, Any] | None:
+    def read_json(self, *parts: str, cap: int = reads.JSON_MB * reads.MB,
+                  key: str = "limits.json_mb") -> dict[str, Any] | None:
+        """A record under ``<remote>/rcpipe/`` parsed (None when absent), refused past
+        ``cap`` bytes as they arrive."""
         path, url = self._where(*parts)
         try:
             if not self.fs.exists(path):
                 return None
-            return reads.parse_json(self.fs.cat_file(path), url)
+            with self.fs.open(path, "rb") as f:
+                data = f.read(cap + 1)
+            if len(data) > cap:
+                raise too_big(url, f"over {size_text(cap)}", cap, key)
+            return reads.parse_json(data, url)
         except InputError:
             raise
         except ValueError:
@@ -83,6 +101,114 @@ class Remote:
         except Exception as e:  # noqa: BLE001
             raise InputError(url, "", f"cannot write: {str(e).splitlines()[0][:200]}") from None
         return url
+
+    def read_tagged(self, cap: int, *parts: str) -> tuple[bytes | None, str | None]:
+        """(the bytes of ``<remote>/rcpipe/<parts>`` or None when absent, its version tag
+        for ``write_if``): refused past ``cap`` bytes as they arrive. The tag is S3's ETag
+        of the very bytes read (one GET), a directory remote's their sha256."""
+        path, url = self._where(*parts)
+        try:
+            if self.fs.protocol == "s3":
+                return self._s3_get(path, cap, url)
+            with self._local_lock(path):
+                if not os.path.isfile(path):
+                    return None, None
+                with open(path, "rb") as f:
+                    data = f.read(cap + 1)
+        except InputError:
+            raise
+        except Exception as e:  # noqa: BLE001 - s3fs/botocore raise many types
+            raise InputError(url, "", f"cannot read: {str(e).splitlines()[0][:200]}") from None
+        if len(data) > cap:
+            raise too_big(url, f"over {size_text(cap)}", cap, "limits.record_kb")
+        return data, _digest(data)
+
+    def write_if(self, data: bytes, tag: str | None, *parts: str) -> str:
+        """Write ``data`` to ``<remote>/rcpipe/<parts>`` only if it is still the version
+        ``tag`` read_tagged gave (None: only if nothing is there): compare-and-swap, S3's
+        conditional PUT (If-Match / If-None-Match), a directory remote's under a file lock.
+        Raises Changed when another writer came first; the URL otherwise."""
+        path, url = self._where(*parts)
+        try:
+            if self.fs.protocol == "s3":
+                if not self._s3_put_if(path, data, tag):
+                    raise Changed(url)
+                return url
+            if self.fs.protocol != "local":
+                raise InputError(url, "", f"a {self.fs.protocol} remote: the champion record "
+                                 "is changed by compare-and-swap, which rcpipe does on S3 and "
+                                 "directory remotes only")
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with self._local_lock(path):
+                now = None
+                if os.path.isfile(path):
+                    with open(path, "rb") as f:
+                        now = _digest(f.read())
+                if now != tag:
+                    raise Changed(url)
+                tmp = f"{path}.{os.getpid()}.part"
+                write_new(Path(tmp), data)
+                os.replace(tmp, path)
+        except (InputError, Changed):
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise InputError(url, "", f"cannot write: {str(e).splitlines()[0][:200]}") from None
+        return url
+
+    @contextmanager
+    def _local_lock(self, path: str) -> Iterator[None]:
+        """A directory remote's lock on one record (its readers and compare-and-swap
+        writers, across processes on the machines sharing the directory)."""
+        import fcntl
+
+        if self.fs.protocol != "local":
+            raise InputError(self.url, "", f"a {self.fs.protocol} remote: rcpipe reads and "
+                             "swaps the champion record on S3 and directory remotes only")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(f"{path}.lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _s3_get(self, path: str, cap: int, url: str) -> tuple[bytes | None, str | None]:
+        from fsspec.asyn import sync
+
+        s3 = self.fs.fs  # s3fs under DVC's file system
+        bucket, key, _ = s3.split_path(path)
+
+        async def get() -> tuple[bytes | None, str | None]:
+            try:
+                found = await s3._call_s3("get_object", Bucket=bucket, Key=key)
+            except FileNotFoundError:
+                return None, None
+            body = found["Body"]
+            try:
+                data = await body.read(cap + 1)
+            finally:
+                body.close()
+            return data, found["ETag"]
+
+        data, etag = sync(s3.loop, get)
+        if data is not None and len(data) > cap:
+            raise too_big(url, f"over {size_text(cap)}", cap, "limits.record_kb")
+        return data, etag
+
+    def _s3_put_if(self, path: str, data: bytes, tag: str | None) -> bool:
+        """The conditional PUT; False when its condition failed (another writer first)."""
+        s3 = self.fs.fs
+        bucket, key, _ = s3.split_path(path)
+        condition = {"IfNoneMatch": "*"} if tag is None else {"IfMatch": tag}
+        try:
+            s3.call_s3("put_object", Bucket=bucket, Key=key, Body=data, **condition)
+        except OSError as e:  # FileExistsError included (If-None-Match)
+            code = getattr(e.__cause__, "response", {}).get("Error", {}).get("Code", "")
+            if isinstance(e, FileExistsError) or code in ("PreconditionFailed",
+                                                          "ConditionalRequestConflict"):
+                return False
+            raise
+        return True
 
     def list(self, *parts: str) -> list[str]:
         """The names directly under ``<remote>/rcpipe/<parts>`` (none when it is absent)."""

@@ -175,15 +175,17 @@ CHAMPION = "champion"  # the name the champion app serves under, whichever night
 
 
 class Champion:
-    """In a Reader replica: the model ``<remote>/rcpipe/champion.json`` names (its
-    "package"; an ensemble champion: its voters' "packages", whose answers this replica
-    votes on as `rcpipe ensemble` does), and ``update``, which the Reader calls every
-    serve.champion_poll_s: a new champion's packages are downloaded, checked (config.json's
-    sha256 against champion.json's "package_sha256" or "packages_sha256", every other file
-    against config.json's, trained/package_dir.py) and loaded while the old one answers,
-    then swapped in between two batches. A package that fails is refused once, said, and
-    the current champion goes on answering; a night the gate rejected never touches
-    champion.json, so it changes nothing here."""
+    """In a Reader replica: the champion the DVC remote's champion record names
+    (stages/record.py: its "package"; an ensemble champion: its voters' "packages", whose
+    answers this replica combines as `rcpipe ensemble` does), and ``update``, which the
+    Reader calls every serve.champion_poll_s: a new entry's packages are downloaded, checked
+    (config.json's sha256 against the entry's "package_sha256" or "packages_sha256", every
+    other file against config.json's, trained/package_dir.py) and loaded while the old one
+    answers, then swapped in between two batches. A record that cannot be read, or names a
+    package without its pin, is refused (fail closed); a package that fails (missing, half
+    written, changed) is tried again at each poll until it loads or another entry replaces
+    it; either way the current champion goes on answering and the reason is logged once.
+    Every answer, and /health, names the entry answering (``about``)."""
 
     def __init__(self, cfg: Config, workspace: str, remote: str | None, threads: int,
                  replica: bool = True) -> None:
@@ -191,42 +193,57 @@ class Champion:
 
         self.cfg, self.threads = on_device(cfg, replica), threads
         self.where = Remote(Path(workspace), remote)
-        self.refused: set[str] = set()
-        self.url: str | None = None
-        self._current: tuple[Any, str] | None = None  # (answer, night): swapped as one
+        self.url: str | None = None  # the key of the entry answering
+        self._current: tuple[Any, dict[str, Any]] | None = None  # (answer, entry's name)
+        self._said = ""  # the last refusal logged (a poll that fails alike says nothing)
         self.no_answer = False
         if not self.update():
             raise InputError(self.where.url + "/rcpipe/champion.json", "",
-                             "no champion to serve (no night promoted yet, or its package "
-                             "was refused: see the log)")
+                             self._said or "no champion to serve (no night promoted yet)")
 
     def update(self) -> bool:
-        """Load the champion champion.json names now if it is a new one; True if swapped."""
-        pointer = self.where.read_json("champion.json")
+        """Load the champion the record names now if it is a new one; True if swapped."""
+        from rcpipe.stages import record
+
+        try:
+            head = record.read(self.where, self.cfg.limits)
+        except InputError as e:
+            self._say(f"the champion record is refused: {e.line()[7:]}")
+            return False
+        pointer = head.entry
         if pointer is None:
             return False
-        night = str(pointer.get("score", {}).get("run"))
         url, voters = pointer.get("package"), dict(pointer.get("packages") or {})
         # an ensemble has no package of its own: its voters' packages are what answers
-        key = url or " ".join(f"{v}={u}" for v, u in sorted(voters.items()))
-        if key == self.url or key in self.refused:
+        key = f"#{head.seq} " + (url or " ".join(f"{v}={u}" for v, u in sorted(voters.items())))
+        if key == self.url:
             return False
         try:
             if url:
-                answer, no_answer, _ = self._load(url, pointer.get("package_sha256"))
-            elif voters:
-                answer, no_answer = self._vote(voters, pointer.get("packages_sha256") or {},
-                                               ensemble_of(pointer, self._record()))
+                answer, no_answer, _ = self._load(url, pointer["package_sha256"])
             else:
-                raise InputError(self.where.url + "/rcpipe/champion.json", "package",
-                                 "names no package")
+                answer, no_answer = self._vote(voters, pointer["packages_sha256"],
+                                               ensemble_of(pointer, self._record()))
         except InputError as e:
-            log.error(f"champion of {night} refused: {e}; {self._night()} keeps answering")
-            self.refused.add(key)
+            self._say(f"champion {head.names()} refused, tried again at the next poll: "
+                      f"{e.line()[7:]}")
             return False
-        self._current, self.url, self.no_answer = (answer, night), key, no_answer
-        log.info(f"champion of {night} answering ({key})")
+        score = pointer["score"]
+        name = {"seq": head.seq, "run": score["run"], "model": score["model"]}
+        self._current, self.url, self.no_answer = (answer, name), key, no_answer
+        self._said = ""
+        log.info(f"champion {head.names()} answering ({key})")
         return True
+
+    def _say(self, line: str) -> None:
+        """A refusal, logged once while it stays the same (one line, not one a poll)."""
+        if line != self._said:
+            log.error(f"{line}; {self._night()} keeps answering")
+        self._said = line
+
+    def about(self) -> dict[str, Any] | None:
+        """The record entry answering now: {seq, run, model} (/health shows it)."""
+        return dict(self._current[1]) if self._current else None
 
     def _vote(self, voters: dict[str, str], sha256s: dict[str, str], how: Combination
               ) -> tuple[Any, bool]:
@@ -243,7 +260,7 @@ class Champion:
                 raise InputError(self._record(), "ensemble",
                                  f"weighs none of its voters ({', '.join(names)})")
             names = [names[i] for i in chosen]  # a voter weighed 0 would answer for nothing
-        loaded = [self._load(voters[v], sha256s.get(v)) for v in names]
+        loaded = [self._load(voters[v], sha256s[v]) for v in names]
         max_len = loaded[0][2]  # the packages' decoding
 
         def combined(pair: tuple[str, str], found: tuple[dict[str, Any], ...]
@@ -263,9 +280,11 @@ class Champion:
         return self.where.url + "/rcpipe/champion.json"
 
     def _night(self) -> str:
-        return self._current[1] if self._current else "nothing"
+        if not self._current:
+            return "nothing"
+        return f"#{self._current[1]['seq']} (night {self._current[1]['run']})"
 
-    def _load(self, url: str, config_sha256: str | None) -> tuple[Any, bool, int]:
+    def _load(self, url: str, config_sha256: str) -> tuple[Any, bool, int]:
         """A package from the remote, checked and loaded: (its answer function, whether it
         answers v2.0, the max answer length it decodes with)."""
         import shutil
@@ -276,8 +295,8 @@ class Champion:
         tmp = Path(tempfile.mkdtemp(prefix="rcpipe-champion-"))
         try:
             self.where.download(url, tmp, self.cfg.limits)
-            if config_sha256 and sha256((tmp / CONFIG).read_bytes()) != config_sha256:
-                raise InputError(url, CONFIG, "sha256 is not champion.json's package_sha256")
+            if sha256((tmp / CONFIG).read_bytes()) != config_sha256:
+                raise InputError(url, CONFIG, "sha256 is not the record's pin")
             reader = load_reader(self.cfg, [str(tmp)], "torch", self.threads)
         finally:  # the model is in memory: its files are not read again
             shutil.rmtree(tmp, ignore_errors=True)
@@ -291,8 +310,8 @@ class Champion:
 
     def __call__(self, pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
         assert self._current is not None, "a Champion is built with one"
-        answer, night = self._current  # one champion for the whole batch
-        return [a | {"night": night} for a in answer(pairs)]
+        answer, name = self._current  # one champion for the whole batch
+        return [a | {"night": name["run"], "champion": dict(name)} for a in answer(pairs)]
 
 
 ARGS = "champion_app args"  # where a Serve config's args are at fault (its own file unknown)

@@ -41,11 +41,14 @@ from rcpipe import layout, reads
 from rcpipe.config import VARIANTS, Config
 from rcpipe.errors import InputError
 from rcpipe.inference.combination import Combination
+from rcpipe.outputs import settle
 from rcpipe.scoring.metrics import headline
+from rcpipe.stages import record as champion_record
 from rcpipe.stages.champions import crown
 from rcpipe.stages.gate import Gate, answers, champion_answers, gate_f1, gate_set, store_answers
 from rcpipe.stages.nights import publish, push_commit
 from rcpipe.stages.remote import Remote, git, identity
+from rcpipe.trained.package_dir import CONFIG, sha256
 from rcpipe.version_rules import (
     Score,
     classify_failure,
@@ -193,6 +196,12 @@ def version(cfg: Config, variants: Sequence[str] = VARIANTS, *,
         manifest = fetch(cfg)  # the pinned checksums, and sources.json for the fetch stage
         # a missing or malformed gate set, or the dev set named as one, fails before too
         gate = gate_set(cfg, manifest["dev"]["sha256"]) if promote else None
+        if promote:  # a champion record that cannot be read fails before anything is committed
+            champion_record.read(where, cfg.limits)
+        # a set a killed stage left half moved is finished first: dvc.lock never records
+        # new predictions beside old metrics
+        settle(*(layout.model_dir(v) for v in variants), layout.PREDICTIONS, layout.METRICS,
+               layout.REPORTS, Path(cfg.data.out_dir))
         if "report" in targets:  # what dvc.lock records is this run's report
             report(cfg)
         committed = dvc(root, "commit", "--force", *targets)
@@ -214,6 +223,11 @@ def version(cfg: Config, variants: Sequence[str] = VARIANTS, *,
         packages = {m: push_package(cfg, where, run, m, Path(tmp) / "packages" / m)
                     for m in scores if m in VARIANTS}
         record["packages"] = {m: url for m, (_, url) in packages.items()}
+        # each package's pin (its config.json's sha256): `rcpipe champion set` checks it
+        record["packages_sha256"] = {m: sha256((d / CONFIG).read_bytes())
+                                     for m, (d, _) in packages.items()}
+        if "ensemble" in scores:  # how the run's ensemble combines (champion set needs it)
+            record["ensemble"] = Combination.of(scores["ensemble"]).as_dict()
         log.info(f"version {run}: {len(targets)} stages committed and pushed to "
                  f"{where.url}, with {len(record['packages'])} package(s)")
         if gate is not None:
@@ -242,10 +256,11 @@ def push_package(cfg: Config, where: Remote, run: str, variant: str, out: Path
 
 def pointer(record: dict[str, Any], score: dict[str, Any], members: list[str],
             packages: dict[str, Path], answers_url: str | None, decided: dict[str, Any],
-            tags: list[str], ensemble: Combination | None = None) -> dict[str, Any]:
-    """champion.json for a promotion of ``score``'s model of the night ``record`` describes
-    (its dvc_lock, git_commit, pushed packages); ``packages``: their local directories;
-    ``ensemble``: how an ensemble champion's voters' answers are combined."""
+            ensemble: Combination | None = None) -> dict[str, Any]:
+    """The champion fields of a record entry (stages/record.py) for ``score``'s model of the
+    night ``record`` describes (its dvc_lock, git_commit, pushed packages); ``packages``:
+    their local directories; ``ensemble``: how an ensemble champion's voters' answers are
+    combined."""
     from rcpipe.trained.package_dir import CONFIG, sha256
 
     model = score["model"]
@@ -263,8 +278,10 @@ def pointer(record: dict[str, Any], score: dict[str, Any], members: list[str],
             # an ensemble: ensemble.method, with the weights and threshold it chose
             **({"ensemble": ensemble.as_dict()} if ensemble is not None else {}),
             "answers": answers_url, "gate": decided,
-            "git_tags": tags,  # GTO's version and assignment (stages/champions.py)
             "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+RACES = 5  # a promotion that loses this many compare-and-swaps in a row gives up
 
 
 def champion_gate(root: Path, cfg: Config, where: Remote, gate: Gate,
@@ -274,39 +291,57 @@ def champion_gate(root: Path, cfg: Config, where: Remote, gate: Gate,
     """The champion gate of the run ``record`` describes (its run, dvc_lock, git_commit and
     pushed packages): its models (``packages``, local; the ensemble when ``scores``, the
     dev metrics, hold one) and the champion answer ``gate``; the candidate, the decision
-    and its interval, champion.json moved on a promotion."""
+    and its interval, and on a promotion the champion record's new entry (stages/record.py),
+    swapped in only if the record is still the one judged against: a night that lost the
+    race to another's promotion judges again against the new champion (``races``: each
+    champion it lost to). GTO's tags follow a promotion, a mirror of the record."""
     from rcpipe.scoring.compare import paired_difference
     from rcpipe.trained.model_file import device_of
 
     run, device = record["run"], device_of(cfg)
     # the ensemble as `rcpipe ensemble` made it: its method, weights and threshold
-    how = Combination.of(scores["ensemble"]) if "ensemble" in scores else None
-    found = answers(packages, gate, device, how)
+    combination = Combination.of(scores["ensemble"]) if "ensemble" in scores else None
+    found = answers(packages, gate, device, combination)
     f1 = gate_f1(gate, found)
     candidate = dev_score(scores, pick_candidate(f1), dev_sha256, run)
     answers_url = store_answers(where, run, gate, found)
-    current = where.read_json("champion.json")
-    champion = Score.from_dict(current["score"]) if current else None
-    if current is None or champion is None:  # the first night: nothing to beat
-        decision = decide(candidate, None, None, gate.info, min_gain)
+    members = [v for v in VARIANTS if v in packages] if candidate.model == "ensemble" \
+        else [candidate.model]
+    races: list[dict[str, Any]] = []
+    for _ in range(RACES):
+        head = champion_record.read(where, cfg.limits)
+        current = head.entry
+        champion = Score.from_dict(current["score"]) if current else None
+        if current is None or champion is None:  # the first night: nothing to beat
+            decision = decide(candidate, None, None, gate.info, min_gain)
+        else:
+            theirs, why = champion_answers(where, current, champion, gate, tmp, device)
+            decision = not_compared(candidate, champion, why) if theirs is None else decide(
+                candidate, champion, paired_difference(gate.doc, theirs,
+                                                       found[candidate.model]),
+                gate.info, min_gain)
+        decided = gate_record(decision, gate.info, f1, candidate, champion, min_gain)
+        if not decision.promote:
+            break
+        entry = pointer(record, candidate.as_dict(), members, packages, answers_url, decided,
+                        combination if candidate.model == "ensemble" else None)
+        try:
+            written = champion_record.append(where, head, entry, "promotion", decision.reason,
+                                             f"the gate of night {run}", cfg.limits)
+            break
+        except champion_record.Changed:
+            lost = champion_record.read(where, cfg.limits)
+            races.append({"judged_against": head.names(), "lost_to": lost.names()})
+            log.info(f"champion: another change came first ({head.names()} -> "
+                     f"{lost.names()}); judging again against the new champion")
     else:
-        theirs, how = champion_answers(where, current, champion, gate, tmp, device)
-        decision = not_compared(candidate, champion, how) if theirs is None else decide(
-            candidate, champion, paired_difference(gate.doc, theirs, found[candidate.model]),
-            gate.info, min_gain)
-    decided = gate_record(decision, gate.info, f1, candidate, champion, min_gain)
+        raise InputError(head.url, "", f"the record changed {RACES} times while this night "
+                         "was judged; run `rcpipe version --promote` again")
     tags: list[str] = []
-    if decision.promote:
-        members = [v for v in VARIANTS if v in packages] if candidate.model == "ensemble" \
-            else [candidate.model]
-        if record["git_commit"]:  # the git registry first: champion.json names its tag
-            tags = crown(root, record["git_commit"], run, decided, cfg.version.git_remote)
-        where.write(json.dumps(pointer(record, candidate.as_dict(), members, packages,
-                                       answers_url, decided, tags,
-                                       how if candidate.model == "ensemble" else None),
-                               indent=1).encode(),
-                    "champion.json")
+    if decision.promote and record["git_commit"]:  # GTO's tags: the record's mirror in git
+        tags = crown(root, record["git_commit"], run, decided, cfg.version.git_remote)
     log.info(f"champion: {'promoted' if decision.promote else 'kept'}: {decision.reason}")
     return {"promoted": decision.promote, "reason": decision.reason, "git_tags": tags,
             "candidate": candidate.as_dict(), "gate": decided, "gate_answers": answers_url,
-            "champion_before": champion.as_dict() if champion else None}
+            "champion_before": champion.as_dict() if champion else None, "races": races,
+            **({"champion_entry": written["seq"]} if decision.promote else {})}

@@ -211,12 +211,43 @@ def _num(x: Any) -> str:
     return f"{x:.2f}" if isinstance(x, float) else str(x)
 
 
+LICENSE = "mit"  # the project's (LICENSE, pyproject.toml): a package is licensed as it is
+
+
+def card_metadata(config: dict[str, Any], metrics: dict[str, Any],
+                  sources: list[dict[str, Any]]) -> str:
+    """The model card's YAML front matter, as a model hub reads it (huggingface_hub's
+    ModelCardData): license, language, task, the SQuAD dataset of the package's version and
+    its own dev results as model-index entries (the dev file named, since it may be a split
+    of SQuAD rather than SQuAD's dev set)."""
+    from huggingface_hub import EvalResult, ModelCardData
+
+    v2 = config["data"]["version"] == "2.0"
+    dataset = "rajpurkar/squad_v2" if v2 else "rajpurkar/squad"
+    dev = next((s["uri"] for s in sources if s["split"] == "dev"), "dev")
+    name = f"dev set {dev.rsplit('/', 1)[-1]}"
+    em = "exact_match" if "exact_match" in metrics else "exact"
+    results = [EvalResult(task_type="question-answering", dataset_type=dataset,
+                          dataset_name=name, metric_type=kind, metric_name=title,
+                          metric_value=round(float(metrics[key]), 2))
+               for key, kind, title in ((em, "exact_match", "Exact match"), ("f1", "f1", "F1"))
+               if isinstance(metrics.get(key), int | float)]
+    data = ModelCardData(model_name=f"rcpipe-{config['variant']}", license=LICENSE,
+                         language="en", library_name="rcpipe",
+                         pipeline_tag="question-answering", datasets=[dataset],
+                         metrics=["exact_match", "f1"],
+                         tags=["extractive-qa", "squad", config["variant"]],
+                         eval_results=results or None)
+    return f"---\n{data.to_yaml()}\n---\n\n"
+
+
 def model_card(config: dict[str, Any], metrics: dict[str, Any],
                by_type: dict[str, dict[str, Any]] | None, summary: dict[str, Any] | None,
                sources: list[dict[str, Any]], report: dict[str, Any],
                threshold: dict[str, Any] | None) -> str:
-    """README.md of a package: what the model is, what it was trained on, how well it does
-    (metrics/<v>.json's numbers, to 2 decimals), and what it is not for."""
+    """README.md of a package: a model hub's metadata (``card_metadata``), then what the
+    model is, what it was trained on, how well it does (metrics/<v>.json's numbers, to 2
+    decimals), and what it is not for."""
     v = config["variant"]
     abstains = " or no answer" if config["inputs"]["no_answer"] else ""
     lines = [f"# rcpipe {v}", "",
@@ -272,5 +303,6 @@ def model_card(config: dict[str, Any], metrics: dict[str, Any],
               "distribution; other domains, long passages (beyond the context limit below) "
               "and non-English text score lower. Not for decisions about people.",
               f"- {_reading(config['data'])}; "
-              f"longest answer: {config['decoding']['max_answer_len']} tokens", ""]
-    return "\n".join(lines)
+              f"longest answer: {config['decoding']['max_answer_len']} tokens", "",
+              f"License: {LICENSE.upper()} (rcpipe's LICENSE).", ""]
+    return card_metadata(config, metrics, sources) + "\n".join(lines)

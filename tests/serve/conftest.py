@@ -16,11 +16,13 @@ from typing import Any
 
 import pytest
 
-from rcpipe.config import Config
+from rcpipe.config import Config, ReadLimits
 from rcpipe.inference.combination import Combination
 from rcpipe.serve.app import Limits
+from rcpipe.stages import record as champion_record
 from rcpipe.stages.remote import Remote
 from rcpipe.stages.version import pointer
+from rcpipe.trained.package_dir import sha256
 from tests.conftest import Trained
 from tests.ray_nodes import free_port
 
@@ -142,10 +144,18 @@ def crown_night(where: Remote, run: str, package: Path, crowned: bool,
         for file in sorted(local.iterdir()):
             where.write(file.read_bytes(), "versions", run, "packages", variant, file.name)
         urls[variant] = where._where("versions", run, "packages", variant)[1]
-    record = {"run": run, "dvc_lock": f"{run}/dvc.lock", "git_commit": None,
-              "packages": urls}
     model = "ensemble" if also else next(iter(urls))
+    record = {"run": run, "dvc_lock": f"{run}/dvc.lock", "git_commit": None,
+              "packages": urls,
+              "packages_sha256": {v: sha256((d / "config.json").read_bytes())
+                                  for v, d in locals_.items()},
+              "candidate": {"model": model, "run": run, "f1": 0.0, "em": 0.0,
+                            "dev_sha256": ""},
+              **({"ensemble": (ensemble or Combination()).as_dict()} if also else {})}
+    # versions/<run>/version.json as `rcpipe version` writes it (`rcpipe champion set`)
+    where.write(json.dumps(record).encode(), "versions", run, "version.json")
     if crowned:
         champion = pointer(record, {"model": model, "run": run}, list(urls), locals_, None,
-                           {"promoted": True}, [], ensemble)
-        where.write(json.dumps(champion).encode(), "champion.json")
+                           {"promoted": True}, ensemble)
+        champion_record.append(where, champion_record.read(where, ReadLimits()), champion,
+                               "promotion", "the test's night", f"night {run}", ReadLimits())

@@ -1,9 +1,10 @@
-"""The champion registry in git (rcpipe/stages/champions.py: GTO's stage assignments), as
-nights write it and clones read it: a workspace with a bare git remote and a DVC remote
-(a local directory), three nights (A crowned, B crowned, C rejected), and a clone made after
-night 1 that follows with the documentation's own commands (docs/guide/versioning.md, the
-block marked `tested: a clone follows the champion`), ending on B's commit with B's model
-pulled."""
+"""The champion record and its git mirror (rcpipe/stages/record.py, the registry on the DVC
+remote; rcpipe/stages/champions.py, GTO's stage assignments), as nights write them and clones
+read them: a workspace with a bare git remote and a DVC remote (a local directory), three
+nights (A crowned, B crowned, C rejected), and a clone made after night 1 that follows with
+the documentation's own commands (docs/guide/versioning.md, the block marked `tested: a
+clone follows the champion`), ending on B's commit with B's model pulled; then a rollback,
+which the record takes and GTO's tags do not, said by `rcpipe champion` on the clone."""
 
 from __future__ import annotations
 
@@ -15,8 +16,12 @@ from typing import Any
 
 import pytest
 
+from rcpipe.config import ReadLimits
+from rcpipe.stages import record
 from rcpipe.stages.champions import crown, history
 from rcpipe.stages.nights import push_commit
+from rcpipe.stages.remote import Remote
+from rcpipe.trained.package_dir import sha256
 from tests.dvc_project import BIN, REPO, sh
 
 MARK = "<!-- tested: a clone follows the champion -->"
@@ -53,7 +58,18 @@ def _night(work: Path, run: str, model: str, crowned: dict[str, Any] | None) -> 
     _git(work, "commit", "-qm", f"night {run}")
     sh(work, "dvc", "push", "-q")
     commit = _git(work, "rev-parse", "HEAD")
-    tags = crown(work, commit, run, crowned, "origin") if crowned else []
+    tags = []
+    if crowned:  # the record first (the registry), then its mirror in git, as the gate does
+        where = Remote(work, None)
+        config = json.dumps({"variant": crowned["candidate"]["model"], "run": run}).encode()
+        where.write(config, "versions", run, "packages", "m", "config.json")
+        url = where._where("versions", run, "packages", "m")[1]
+        entry = {"score": crowned["candidate"] | {"run": run}, "git_commit": commit,
+                 "package": url, "package_sha256": sha256(config),
+                 "packages": {crowned["candidate"]["model"]: url}, "gate": crowned}
+        record.append(where, record.read(where, ReadLimits()), entry, "promotion",
+                      crowned["reason"], f"the gate of night {run}", ReadLimits())
+        tags = crown(work, commit, run, crowned, "origin")
     pushed = push_commit(work, "origin", commit, tags)
     assert pushed["pushed"], pushed
     return commit
@@ -100,11 +116,22 @@ def test_a_clone_that_had_the_old_champion_follows_two_promotions_and_a_rejectio
     for where in (origin, clone):
         assert _git(where, "rev-list", "-n1", "rcpipe#champion#1") == a
     listed = json.loads(sh(clone, "rcpipe", "champion", "--json").stdout)
-    assert listed == json.loads(json.dumps(found))
+    assert listed["tags"] == json.loads(json.dumps(found)) and listed["disagree"] is None
+    assert [(e["seq"], e["score"]["run"]) for e in listed["history"]] == [(2, "n2"),
+                                                                         (1, "n1")]
+    # a rollback changes the record, the registry; GTO's tags do not follow, and the clone
+    # is told so
+    sh(work, "rcpipe", "champion", "rollback", "--reason", "B answers worse")
+    shown = sh(clone, "rcpipe", "champion").stdout
+    assert shown.startswith("* #3  rollback  night n1  bidaf"), shown
+    assert "note: this clone's GTO tags name night n2" in shown
+    assert sh(clone, "rcpipe", "champion", "--ref").stdout.strip() == "rcpipe@v0.0.1"
 
 
 def test_no_champion_yet_is_one_line(tmp_path: Path) -> None:
     sh(tmp_path, "git", "init", "-q")
+    sh(tmp_path, "dvc", "init", "-q")
+    sh(tmp_path, "dvc", "remote", "add", "-d", "storage", str(tmp_path / "store"))
     out = sh(tmp_path, "rcpipe", "champion", check=False)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().startswith("error: ") and len(out.stderr.splitlines()) == 1

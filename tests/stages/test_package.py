@@ -115,6 +115,16 @@ def test_the_model_cards_numbers_are_the_metrics_files(trained: Trained,
     for data in (trained.data.train, trained.data.dev):
         assert hashlib.sha256(data.read_bytes()).hexdigest() in card
     assert "Intended use and limits" in card
+    # a model hub's metadata, read back by huggingface_hub itself
+    from huggingface_hub import ModelCard
+
+    hub = ModelCard(card).data
+    assert hub.license == "mit" and hub.datasets == ["rajpurkar/squad"]
+    assert hub.pipeline_tag == "question-answering"
+    found = {r.metric_type: r.metric_value for r in hub.eval_results}
+    assert found == pytest.approx({"exact_match": metrics["exact_match"],
+                                   "f1": metrics["f1"]}, abs=0.005)
+    assert {r.dataset_type for r in hub.eval_results} == {"rajpurkar/squad"}
 
 
 @pytest.mark.integration

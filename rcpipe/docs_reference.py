@@ -92,14 +92,25 @@ def render_commands() -> str:
     commands = _commands(group)
     out.extend(_command_rows(commands, "#rcpipe-"))
     for name, cmd in commands:
-        usage = " ".join(["[OPTIONS]"] + _arguments(cmd))
-        out.append(f"\n## rcpipe {name}\n\n```\nrcpipe {name} {usage}\n```\n\n")
-        out.append(_prose(cmd.help) + "\n\n")
-        rows = [_param_row(p) for p in cmd.params if p.name != "help"]
-        if rows:
-            out.append("| argument or option | type | default | what |\n|---|---|---|---|\n")
-            out.extend(rows)
+        out.extend(_command_section("##", f"rcpipe {name}", cmd))
+        if hasattr(cmd, "list_commands"):  # a group (`rcpipe champion`): its subcommands
+            ctx = cmd.context_class(cmd, info_name=name)
+            for sub in cmd.list_commands(ctx):
+                out.extend(_command_section("###", f"rcpipe {name} {sub}",
+                                               cmd.get_command(ctx, sub)))
     return "".join(out)
+
+
+def _command_section(level: str, title: str, cmd: Any) -> list[str]:
+    """A command's section: its usage, help and a row an argument or option."""
+    usage = " ".join(["[OPTIONS]"] + _arguments(cmd)
+                     + (["[COMMAND]"] if hasattr(cmd, "list_commands") else []))
+    out = [f"\n{level} {title}\n\n```\n{title} {usage}\n```\n\n", _prose(cmd.help) + "\n\n"]
+    rows = [_param_row(p) for p in cmd.params if p.name != "help"]
+    if rows:
+        out.append("| argument or option | type | default | what |\n|---|---|---|---|\n")
+        out.extend(rows)
+    return out
 
 
 def _param_row(p: Any) -> str:

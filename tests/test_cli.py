@@ -532,11 +532,32 @@ def test_version_refuses_a_negative_min_gain_and_a_gate_file_that_is_not_squad(
     assert not (workdir / "dvc.lock").exists() and not (workdir / "data/prepared").exists()
 
 
+def test_version_refuses_a_champion_record_it_cannot_read_before_committing(
+        workdir: Path, call: Callable[..., tuple[int, str, str]]) -> None:
+    """A champion record that is not an object (issue 57: `version --promote` once
+    committed and pushed, then failed with a TypeError): one located line and exit 2, no
+    dvc.lock and nothing under versions/ on the remote."""
+    store = workdir.parent / "store"
+    dvc = [sys.executable, "-m", "dvc"]
+    for cmd in (["init", "--no-scm", "-q"], ["remote", "add", "-d", "storage", str(store)]):
+        subprocess.run([*dvc, *cmd], cwd=workdir, check=True, capture_output=True)
+    (workdir / "dvc.yaml").write_text((Path(cli.__file__).parents[1] / "dvc.yaml").read_text())
+    (store / "rcpipe").mkdir(parents=True)
+    (store / "rcpipe" / "champion.json").write_text("[1, 2]")
+    assert call("synth")[0] == 0
+    code, _, err = call("version", "--promote", "--set", "version.gate_file=data/synth/train.json")
+    lines = [ln for ln in err.strip().splitlines() if " INFO rcpipe.stages.fetch: " not in ln]
+    assert code == 2 and lines == [
+        f"error: {store}/rcpipe/champion.json: expected a JSON object, found list"], err
+    assert not (workdir / "dvc.lock").exists() and not (store / "rcpipe" / "versions").exists()
+
+
 def test_the_readme_lists_every_command_and_no_other() -> None:
     """The README's command table and the CLI stay one list (litgpt's rule)."""
     import re
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     listed = set(re.findall(r"^\| \[`rcpipe (\w+)", readme, flags=re.MULTILINE))
-    commands = {c.name or c.callback.__name__ for c in cli.app.registered_commands}
+    commands = {c.name or c.callback.__name__ for c in cli.app.registered_commands} | {
+        g.name for g in cli.app.registered_groups}
     assert listed == commands

@@ -116,3 +116,37 @@ def test_a_half_moved_package_is_read_whole(
     assert info.value.code in (0, None), out.err
     assert json.loads(out.out)["model"] == "pkg"
     assert _same(tmp_path / "pkg", tmp_path / "new")
+
+
+def test_version_finishes_a_half_moved_evaluate_set_before_it_commits(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 57: `rcpipe version` after a killed `rcpipe evaluate` committed the new
+    predictions with the old metrics into dvc.lock. It finishes the set's moves before
+    `dvc commit` (here the commit then fails, nothing being trained: the set is whole
+    already, and said so)."""
+    from rcpipe import cli
+
+    monkeypatch.chdir(tmp_path)
+    for cmd in (["init", "--no-scm", "-q"],
+                ["remote", "add", "-d", "storage", str(tmp_path / "store")]):
+        subprocess.run([sys.executable, "-m", "dvc", *cmd], check=True, capture_output=True)
+    repo = Path(cli.__file__).parents[1]
+    (tmp_path / "dvc.yaml").write_text((repo / "dvc.yaml").read_text())
+    shutil.copy(repo / "params.demo.yaml", tmp_path / "params.yaml")  # the synthetic data
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        cli.main(["synth"])
+    old, new = tmp_path / "metrics", tmp_path / "new"
+    for folder, f1 in ((old, 10.0), (new, 20.0)):
+        folder.mkdir()
+        (folder / "bidaf.json").write_text(json.dumps({"f1": f1}))
+        (folder / "bidaf.by_type.json").write_text(json.dumps({"what": {"f1": f1}}))
+    _half_moved(monkeypatch, "evaluate", old, new)
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        cli.main(["version", "--variant", "bidaf"])
+    err = capsys.readouterr().err
+    assert "metrics: finished moving" in err and _same(old, new), err
+    assert not list(tmp_path.glob(".metrics.*"))  # journal and staging gone
+    assert not (tmp_path / "dvc.lock").exists()

@@ -5,8 +5,6 @@ closed: no pin, wrong type, over limits.record_kb), on a directory remote and on
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +20,13 @@ LIMITS = ReadLimits()
 
 
 def workspace(root: Path, url: str | None = None) -> Remote:
-    root.mkdir(parents=True, exist_ok=True)
-    for cmd in (["init", "--no-scm", "-q"],
-                ["remote", "add", "-d", "storage", url or str(root.parent / "remote")]):
-        subprocess.run([sys.executable, "-m", "dvc", *cmd], cwd=root, check=True,
-                       capture_output=True)
+    """A DVC workspace at ``root`` (no git) whose default remote is ``url`` (default: a
+    directory beside it): .dvc/config as `dvc init --no-scm` and `dvc remote add -d` write
+    it, without a second each for their processes."""
+    (root / ".dvc").mkdir(parents=True, exist_ok=True)
+    (root / ".dvc" / "config").write_text(
+        "[core]\n    no_scm = True\n    remote = storage\n"
+        f"['remote \"storage\"']\n    url = {url or root.parent / 'remote'}\n")
     return Remote(root, None)
 
 

@@ -1,7 +1,8 @@
 """stages/serving.py's ``Champion`` (in-process, no Ray) for an ensemble champion: its
 voters' answers combined as champion.json's "ensemble" says (ensemble.method: the vote, or
 the mean of their distributions with the weights `rcpipe ensemble` chose), and a forged
-"ensemble" refused in one line with nothing served."""
+"ensemble", a record that is not an object or one without its pins refused in one line
+with nothing served."""
 
 from __future__ import annotations
 
@@ -54,12 +55,32 @@ def test_an_ensemble_champion_answers_by_its_method(trained: Trained, tmp_path: 
     alone = served("nS", Combination("selected", {"bidaf": 2.0, "qanet": 0.0}))
     assert [a["text"] for a in alone] == [
         averaged([voters["bidaf"][i]], [1.0], c, 15)["text"] for i, (c, _) in enumerate(ASKED)]
-    # a forged ensemble: refused, said in one line, nothing served from it
-    crown_night(where, "nF", made["bidaf"], crowned=True, also=(made["qanet"],),
-                ensemble=Combination("median", {"bidaf": 1.0}))
-    with caplog.at_level(logging.ERROR, "rcpipe.stages.serving"), \
-            pytest.raises(InputError, match="no champion to serve"):
-        Champion(trained.cfg, work, None, 1, replica=False)
-    assert "champion of nF refused: error: " in caplog.text
-    assert "rcpipe/champion.json: ensemble: method 'median' is none of vote, mean, " \
-        "selected; " in caplog.text
+    # a forged ensemble, a record that is not an object, one without its pins: refused
+    # at the deploy in one line (fail closed), nothing served from it
+    import json
+
+    from rcpipe.stages import record
+
+    last = record.read(where, trained.cfg.limits).entry
+    forged = {**last, "ensemble": {"method": "median", "weights": {"bidaf": 1.0}}}
+    for bad, says in ((forged, "ensemble: method 'median' is none of vote, mean, selected"),
+                      ([1, 2], "expected a JSON object, found list"),
+                      ({**last, "packages_sha256": {}}, "packages_sha256.bidaf: missing")):
+        where.write(json.dumps(bad).encode(), record.HEAD)
+        caplog.clear()
+        with caplog.at_level(logging.ERROR, "rcpipe.stages.serving"), \
+                pytest.raises(InputError, match="the champion record is refused") as e:
+            Champion(trained.cfg, work, None, 1, replica=False)
+        assert "rcpipe/champion.json: " + says in e.value.line(), e.value.line()
+        said = [r for r in caplog.records if "refused" in r.getMessage()]
+        assert len(said) == 1 and "Traceback" not in caplog.text
+    # a champion answering: a bad record at each of three polls is one line, and it answers on
+    where.write(json.dumps(last).encode(), record.HEAD)
+    here = Champion(trained.cfg, work, None, 1, replica=False)
+    where.write(json.dumps({**last, "seq": last["seq"] + 1, "package_sha256": None,
+                            "packages_sha256": None}).encode(), record.HEAD)
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, "rcpipe.stages.serving"):
+        assert not any(here.update() for _ in range(3))
+    assert len(caplog.records) == 1, caplog.text
+    assert [a["champion"]["seq"] for a in here(ASKED)] == [last["seq"]] * len(ASKED)

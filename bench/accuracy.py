@@ -318,6 +318,8 @@ def main() -> None:
                     "(<variant>.yaml): each variant trains with its own (tag: tuned)")
     ap.add_argument("--seeds", type=int, default=1, help="train every variant with this many "
                     "seeds (train.seed, train.seed + 1, ...): figures as mean [min, max]")
+    ap.add_argument("--first-seed", type=int, help="the first train.seed of --seeds (default: "
+                    "the preset's): fresh seeds, to confirm on runs nothing was chosen on")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
     args = ap.parse_args()
     args.tag = args.tag or ("tuned" if args.tuned else "")
@@ -329,7 +331,8 @@ def main() -> None:
     work = args.out / "accuracy" / args.preset
     from rcpipe.config import load_config
 
-    base = load_config(params, args.set).train.seed
+    base = args.first_seed if args.first_seed is not None else \
+        load_config(params, args.set).train.seed
     seeds = list(range(base, base + args.seeds))
     import torch
 

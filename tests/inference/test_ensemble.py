@@ -178,3 +178,50 @@ def test_a_served_pair_averages_its_members_as_the_stage_does() -> None:
     assert heavier["na_prob"] == pytest.approx(0.4)
     assert heavier["p_start"][0] == pytest.approx((0.02 + 3 * 0.9) / 4)
     assert averaged([year, name], [1.0, 3.0], context, 15, na_threshold=0.3)["text"] == ""
+
+
+def test_a_temperature_flattens_or_sharpens_and_one_leaves_the_distribution() -> None:
+    import numpy as np
+
+    from rcpipe.inference.ensemble import tempered
+
+    p = np.array([0.7, 0.2, 0.1], np.float32)
+    assert tempered(p, 1.0) is p
+    flat, sharp = tempered(p, 4.0), tempered(p, 0.25)
+    assert flat.sum() == pytest.approx(1.0) and sharp.sum() == pytest.approx(1.0)
+    assert flat[0] < p[0] < sharp[0] and list(np.argsort(flat)) == list(np.argsort(p))
+    assert tempered(np.array([], np.float32), 2.0).size == 0
+
+
+def test_each_members_temperature_is_the_one_its_held_out_answers_bear_out(
+        dev_split: Any) -> None:
+    """A member sure of the gold span is sharpened (T below 1: more sure is more right), one
+    sure of a wrong token flattened (T above 1), as far as the grid goes; the selected mean
+    then lets the calibrated right member carry the answer a wrong one outweighed."""
+    from rcpipe.inference.ensemble import TEMPERATURES, scored, temperature
+
+    right, wrong = one_hot(dev_split, True, 5), one_hot(dev_split, False, 6)
+    assert temperature(right, dev_split) == pytest.approx(TEMPERATURES[0])
+    assert temperature(wrong, dev_split) == pytest.approx(TEMPERATURES[-1])
+    _, plain, _ = scored([right, wrong], [1.0, 1.2], dev_split, 15)
+    t = [temperature(m, dev_split) for m in (right, wrong)]
+    _, calibrated, _ = scored([right, wrong], [1.0, 1.2], dev_split, 15, None, t)
+    assert plain["f1"] < 50 and calibrated["f1"] == pytest.approx(100.0)
+
+
+def test_a_served_pair_is_tempered_as_the_stage_tempers() -> None:
+    from rcpipe.inference.answer import averaged
+
+    context = "Ada wrote it in 1843 ."
+    tokens = [[0, 3], [4, 9], [10, 12], [13, 15], [16, 20], [21, 22]]
+
+    def member(at: int, high: float) -> dict[str, Any]:
+        p = [(1 - high) / 5] * len(tokens)
+        p[at] = high
+        return {"p_start": p, "p_end": p, "na_prob": 0.0, "tokens": tokens}
+
+    sure, unsure = member(0, 0.9), member(4, 0.5)  # "Ada" sure, "1843" less so
+    assert averaged([sure, unsure], [1.0, 1.0], context, 15)["text"] == "Ada"
+    # the sure member flattened, the other sharpened: "1843"
+    found = averaged([sure, unsure], [1.0, 1.0], context, 15, temperatures=[4.0, 0.25])
+    assert found["text"] == "1843" and sum(found["p_start"]) == pytest.approx(1.0)

@@ -106,7 +106,7 @@ def test_a_clone_that_had_the_old_champion_follows_two_promotions_and_a_rejectio
     assert _git(clone, "rev-parse", "HEAD") == b != rejected
     assert (clone / "model.txt").read_text() == "model B"
     # the history, newest first: which night made which champion, and why
-    assert out.index("night n2: qanet") < out.index("night n1: bidaf")
+    assert out.index("night n2  qanet") < out.index("night n1  bidaf")
     assert "beats the champion of n1 by +3.10 F1" in out and "gain +3.10 F1 [+1.20, +5.00]" \
         in out
     found = history(clone)

@@ -72,10 +72,20 @@ def test_the_nights_gate_takes_the_method_from_the_ensembles_metrics(trained: Tr
     else:
         assert "ensemble" not in crowned
     json.dumps(crowned)  # a record, as written
-    # a second night judged against that champion (a gain of -1000 lets it through): the
-    # entry it writes carries its own Combination (the champion's answers once took its name)
-    again = champion_gate(tmp_path / "work", trained.cfg, where, gate, record | {"run": "n2"},
-                          scores, made, "0" * 64, -1000.0, tmp_path / "tmp2")
+    # a second night judged against that champion, let through whatever the interval says
+    # (the decision is not what is tested here: these models learn nothing to tell apart):
+    # the entry it writes carries its own Combination (the champion's answers once took
+    # its name, and the promotion failed)
+    import dataclasses
+
+    from rcpipe.stages import version
+
+    real = version.decide
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(version, "decide", lambda *a: dataclasses.replace(real(*a), promote=True))
+        again = champion_gate(tmp_path / "work", trained.cfg, where, gate,
+                              record | {"run": "n2"}, scores, made, "0" * 64, 0.0,
+                              tmp_path / "tmp2")
     now = where.read_json("champion.json")
     assert again["promoted"] and again["champion_before"]["run"] == "n1"
     assert now["seq"] == 2 and now["change"]["before"]["run"] == "n1"

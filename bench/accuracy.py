@@ -32,7 +32,9 @@ bench/paired.py then says whether the two runs differ beyond chance, question by
 (each seed's run under ``<tag>/seed-<S>/``, its ensemble its own): a short run's F1 moves by
 points with the seed, so each figure is printed and written as mean [min, max] over the
 seeds (``runs`` in the JSON holds each seed's), and bench/paired.py pairs two such runs seed
-by seed.
+by seed. ``--first-seed S`` starts them at S: fresh seeds, to confirm a choice made on
+others. ``--rescore`` trains nothing and makes the ensembles of an earlier call's runs again
+(the same --tag, --seeds, --first-seed and --out), as the ensemble methods now are.
 """
 
 from __future__ import annotations
@@ -196,10 +198,14 @@ def one_seed(seed: int, params: Path, prepared: Path, train_file: Path, test: Pa
     """Every variant trained with ``train.seed=seed`` for the minutes, then the ensemble:
     {wall_minutes, variants: {v: scores and curve}, ensemble}."""
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(args.lanes) as pool:
-        futures = {v: pool.submit(train, v, params, prepared, train_file, test, runs / v,
-                                  args, seed) for v in args.variants}
-        summaries = {v: f.result() for v, f in futures.items()}
+    if args.rescore:  # the runs trained before: their summaries, their models ensembled anew
+        summaries = {v: json.loads((runs / v / "summary.json").read_text())
+                     for v in args.variants}
+    else:
+        with ThreadPoolExecutor(args.lanes) as pool:
+            futures = {v: pool.submit(train, v, params, prepared, train_file, test, runs / v,
+                                      args, seed) for v in args.variants}
+            summaries = {v: f.result() for v, f in futures.items()}
     r: dict[str, Any] = {"wall_minutes": (time.perf_counter() - t0) / 60, "variants": {}}
     for v, s in summaries.items():
         # test scores of the checkpoint ranked best on the held-out slice, v2.0 at the
@@ -318,6 +324,9 @@ def main() -> None:
                     "(<variant>.yaml): each variant trains with its own (tag: tuned)")
     ap.add_argument("--seeds", type=int, default=1, help="train every variant with this many "
                     "seeds (train.seed, train.seed + 1, ...): figures as mean [min, max]")
+    ap.add_argument("--rescore", action="store_true", help="train nothing: the runs of an "
+                    "earlier call with the same --tag, --seeds and --out, their ensembles made "
+                    "and scored again (after a change to the ensemble methods)")
     ap.add_argument("--first-seed", type=int, help="the first train.seed of --seeds (default: "
                     "the preset's): fresh seeds, to confirm on runs nothing was chosen on")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")

@@ -16,9 +16,8 @@ class EnsembleConfig(Section):
         "vote", description="the answers given: vote (majority vote on the answer text, a "
         "tie to the likeliest), mean (the variants' start/end distributions over prepare's "
         "tokens averaged, then the best span; v2.0: no-answer scores averaged too, the "
-        "threshold chosen on the held-out questions) or selected (mean with each variant "
-        "calibrated by a temperature fitted to the held-out questions' gold spans and "
-        "weighted by greedy ensemble selection on them); all three "
+        "threshold chosen on the held-out questions) or selected (mean with each variant's "
+        "weight chosen on the held-out questions by greedy ensemble selection); all three "
         "are scored side by side, and the gate's ensemble candidate and an ensemble "
         "champion answer by this one")
     rounds: int = Field(10, ge=1, le=100, description="selected: greedy rounds, each adding "

@@ -26,7 +26,7 @@ from rcpipe.data.dataset import SquadDataset
 from rcpipe.data.encode import TextEncoder, token_spans
 from rcpipe.data.windows import Windows
 from rcpipe.inference.distributions import Dist
-from rcpipe.inference.ensemble import averaged_spans, majority_vote, tempered
+from rcpipe.inference.ensemble import averaged_spans, majority_vote
 from rcpipe.inference.reading import EVAL_BATCH, predict, windows_of
 from rcpipe.inference.window_choice import TooLong, over_cap
 
@@ -107,27 +107,23 @@ def vote(nbests: list[dict[str, dict[str, Any]]], token_probs: bool = False
 
 
 def averaged(answers: list[dict[str, Any]], weights: list[float], context: str,
-             max_answer_len: int, na_threshold: float | None = None,
-             temperatures: list[float] | None = None) -> dict[str, Any]:
+             max_answer_len: int, na_threshold: float | None = None) -> dict[str, Any]:
     """One question's answer from its members' (each answered with ``token_probs``, over the
-    same tokens of ``context``): their start/end distributions, each tempered by its
-    ``temperatures`` entry, averaged with ``weights``, then the best span, as `rcpipe
-    ensemble`'s mean (inference/ensemble.py: averaged_spans); v2.0: "" where the averaged
-    na_prob exceeds ``na_threshold``."""
+    same tokens of ``context``): their start/end distributions averaged with ``weights``,
+    then the best span, as `rcpipe ensemble`'s mean (inference/ensemble.py: averaged_spans);
+    v2.0: "" where the averaged na_prob exceeds ``na_threshold``."""
     tokens = answers[0]["tokens"]  # (start, end) characters of each context token
-    temps = temperatures or [1.0] * len(answers)
 
     def span_of(_: int, s: int, e: int) -> tuple[str, list[int]]:
         return context[tokens[s][0] : tokens[e][1]], [tokens[s][0], tokens[e][1]]
 
-    members = [{"q": Dist(tempered(np.asarray(a["p_start"], np.float32), t),
-                          tempered(np.asarray(a["p_end"], np.float32), t), float(a["na_prob"]))}
-               for a, t in zip(answers, temps, strict=True)]
+    members = [{"q": Dist(np.asarray(a["p_start"], np.float32),
+                          np.asarray(a["p_end"], np.float32), float(a["na_prob"]))}
+               for a in answers]
     found = averaged_spans(members, weights, ["q"], span_of, max_answer_len, na_threshold)["q"]
     w = torch.tensor(weights, dtype=torch.float32) / sum(weights)  # (M,)
     return found | {"start": found["span"][0], "end": found["span"][1], "tokens": tokens,
                     "window": answers[0].get("window", 0),
                     "windows": answers[0].get("windows", 1),
-                    **{key: (w @ torch.tensor(np.stack([getattr(m["q"], key) for m in members])
-                                              )).tolist()
+                    **{key: (w @ torch.tensor([a[key] for a in answers])).tolist()
                        for key in ("p_start", "p_end")}}  # (Lc,) each

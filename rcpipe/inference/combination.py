@@ -24,9 +24,6 @@ class Combination:
     # questions, 0 for a member left out); empty for the vote
     weights: dict[str, float] = field(default_factory=dict)
     na_threshold: float | None = None  # v2.0 mean and selected: "" above this averaged na_prob
-    # selected: member -> the temperature its distributions are tempered by before the mean
-    # (chosen on the held-out questions: inference/ensemble.py's temperature); absent: 1
-    temperatures: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, result: Mapping[str, Any]) -> Combination:
@@ -35,8 +32,7 @@ class Combination:
         method = str(result.get("method", "vote"))
         chosen = (result.get("methods") or {}).get(method) or {}
         return cls(method, {k: float(v) for k, v in (chosen.get("weights") or {}).items()},
-                   chosen.get("na_threshold"),
-                   {k: float(v) for k, v in (chosen.get("temperatures") or {}).items()})
+                   chosen.get("na_threshold"))
 
     @classmethod
     def parse(cls, found: Any) -> Combination:
@@ -44,12 +40,10 @@ class Combination:
         what is wrong with it."""
         if found is None:
             return cls()
-        if not isinstance(found, dict) or set(found) - {"method", "weights", "na_threshold",
-                                                        "temperatures"}:
-            raise ValueError("expected {method, weights, na_threshold, temperatures}")
+        if not isinstance(found, dict) or set(found) - {"method", "weights", "na_threshold"}:
+            raise ValueError("expected {method, weights, na_threshold}")
         method, weights, na = found.get("method"), found.get("weights") or {}, \
             found.get("na_threshold")
-        temps = found.get("temperatures") or {}
         if method not in METHODS:
             raise ValueError(f"method {method!r} is none of {', '.join(METHODS)}")
         if not isinstance(weights, dict) or not all(
@@ -60,22 +54,14 @@ class Combination:
             raise ValueError(f"method {method} with no member weighted")
         if na is not None and (isinstance(na, bool) or not isinstance(na, int | float)):
             raise ValueError("na_threshold: expected a number or null")
-        if not isinstance(temps, dict) or not all(
-                isinstance(v, int | float) and not isinstance(v, bool) and 0.01 <= v <= 100
-                for v in temps.values()):
-            raise ValueError("temperatures: expected member -> a number from 0.01 to 100")
         return cls(method, {str(k): float(v) for k, v in weights.items()},
-                   None if na is None else float(na),
-                   {str(k): float(v) for k, v in temps.items()})
+                   None if na is None else float(na))
 
     def as_dict(self) -> dict[str, Any]:
         return {"method": self.method, "weights": self.weights,
-                "na_threshold": self.na_threshold,
-                **({"temperatures": self.temperatures} if self.temperatures else {})}
+                "na_threshold": self.na_threshold}
 
-    def members(self, names: list[str]) -> tuple[list[int], list[float], list[float]]:
-        """(the positions in ``names`` that weigh in the mean, their weights, their
-        temperatures)."""
+    def members(self, names: list[str]) -> tuple[list[int], list[float]]:
+        """(the positions in ``names`` that weigh in the mean, their weights)."""
         chosen = [i for i, n in enumerate(names) if self.weights.get(n, 0) > 0]
-        return chosen, [self.weights[names[i]] for i in chosen], \
-            [self.temperatures.get(names[i], 1.0) for i in chosen]
+        return chosen, [self.weights[names[i]] for i in chosen]

@@ -1,7 +1,6 @@
 """Ensembling several models' answers: the majority vote on the answer text (one answer per
 model and question), and the mean of their start/end distributions over prepare's shared
-tokens, with equal weights or, ``selected``, each member calibrated by a temperature
-(``temperature``) and weighted (``select``), both chosen on the held-out questions."""
+tokens, with equal weights or with weights chosen on the held-out questions (``select``)."""
 
 from __future__ import annotations
 
@@ -65,58 +64,13 @@ def predictions_from(ensemble: dict[str, dict[str, Any]]) -> dict[str, str]:
 
 # ------------------------------------------------ averaged distributions (mean, selected)
 
-# the temperatures a member's T is chosen from: exp(-1.5) .. exp(1.5), 0.22 to 4.48, 31 steps
-TEMPERATURES = np.exp(np.linspace(-1.5, 1.5, 31))
-
-
-def tempered(p: np.ndarray, t: float) -> np.ndarray:
-    """A distribution over a context's tokens at temperature ``t``: p ** (1 / t),
-    renormalised over those tokens (t > 1 flattens it, t < 1 sharpens it; 1 leaves it)."""
-    if t == 1.0 or not len(p):
-        return p
-    logp = np.log(np.maximum(np.asarray(p, np.float64), 1e-12)) / t  # (Lc,)
-    q = np.exp(logp - logp.max())
-    return (q / q.sum()).astype(np.float32)
-
-
-def temperature(member: dict[str, Dist], split: Split) -> float:
-    """The member's temperature: the T of TEMPERATURES under which its start and end
-    distributions give the gold start and end tokens of ``split``'s answerable questions the
-    highest likelihood (calibration: a member trained for fewer steps, or by another
-    objective, is as sure of itself as it is right, so none drowns the others in the mean).
-    1 when the split has no answerable question."""
-    data = split.dataset
-    logs = []  # (log p_start, log p_end, y1, y2) of each answerable question
-    for row, q in enumerate(data.ids):
-        d = member[q]
-        y1, y2 = int(data.y1[row]), int(data.y2[row])
-        if bool(data.impossible[row]) or not 0 <= y1 <= y2 < len(d.p_start):
-            continue
-        logs.append((np.log(np.maximum(d.p_start.astype(np.float64), 1e-12)),
-                     np.log(np.maximum(d.p_end.astype(np.float64), 1e-12)), y1, y2))
-    if not logs:
-        return 1.0
-
-    def nll(t: float) -> float:
-        total = 0.0
-        for ls, le, y1, y2 in logs:
-            for logp, y in ((ls, y1), (le, y2)):
-                z = logp / t
-                total -= z[y] - (z.max() + np.log(np.exp(z - z.max()).sum()))
-        return total
-
-    return float(min(TEMPERATURES, key=nll))
-
-
 def mean_answers(members: list[dict[str, Dist]], weights: list[float], split: Split,
                  max_answer_len: int, na_threshold: float | None = None,
-                 chunk: int = 256, temperatures: list[float] | None = None
-                 ) -> dict[str, dict[str, Any]]:
+                 chunk: int = 256) -> dict[str, dict[str, Any]]:
     """qid -> {"text", "span_text", "span", "prob", "na_prob"}: for each question of
     ``split``, the members' start/end distributions (and no-answer probabilities) averaged
     with ``weights``, then the best span of at most ``max_answer_len`` tokens (decode's
     best_span). ``na_threshold`` (v2.0): "" where the averaged na_prob exceeds it.
-    ``temperatures``: each member's distributions tempered first (``tempered``).
     Every member must hold every question: they read the same prepared tokens."""
     data = split.dataset
 
@@ -124,18 +78,16 @@ def mean_answers(members: list[dict[str, Dist]], weights: list[float], split: Sp
         return data.answer_text(row, s, e), list(data.char_span(row, s, e))
 
     return averaged_spans(members, weights, data.ids, span_of, max_answer_len, na_threshold,
-                          chunk, temperatures)
+                          chunk)
 
 
 def averaged_spans(members: list[dict[str, Dist]], weights: list[float], ids: list[str],
                    span_of: Callable[[int, int, int], tuple[str, list[int]]],
                    max_answer_len: int, na_threshold: float | None = None,
-                   chunk: int = 256, temperatures: list[float] | None = None
-                   ) -> dict[str, dict[str, Any]]:
+                   chunk: int = 256) -> dict[str, dict[str, Any]]:
     """mean_answers for the questions ``ids``, whatever holds their contexts: ``span_of(i,
     start, end)`` gives the text and character span of tokens start..end of ids[i]'s
     context (a prepared split's, or a served pair's)."""
-    temps = temperatures or [1.0] * len(members)
     w = torch.tensor(weights, dtype=torch.float32)
     w = w / w.sum()  # (M,)
     out = {}
@@ -150,8 +102,7 @@ def averaged_spans(members: list[dict[str, Dist]], weights: list[float], ids: li
             out = torch.zeros(len(qids), length)
             for m, member in enumerate(members):
                 for b, q in enumerate(qids):
-                    p = torch.from_numpy(np.asarray(
-                        tempered(getattr(member[q], key), temps[m]), np.float32))
+                    p = torch.from_numpy(np.asarray(getattr(member[q], key), np.float32))
                     out[b, : len(p)] += w[m] * p
             return out
 
@@ -171,14 +122,12 @@ def averaged_spans(members: list[dict[str, Dist]], weights: list[float], ids: li
 
 
 def scored(members: list[dict[str, Dist]], weights: list[float], split: Split,
-           max_answer_len: int, na_threshold: float | None = None,
-           temperatures: list[float] | None = None
+           max_answer_len: int, na_threshold: float | None = None
            ) -> tuple[dict[str, dict[str, Any]], dict[str, Any], float | None]:
     """(answers, official result, na_threshold) of the weighted mean on ``split``. v2.0
     without ``na_threshold``: the best-threshold walk's on this split (so only on the
     held-out questions, whose walk chooses the threshold dev is answered at)."""
-    answers = mean_answers(members, weights, split, max_answer_len, na_threshold,
-                           temperatures=temperatures)
+    answers = mean_answers(members, weights, split, max_answer_len, na_threshold)
     if metrics.dataset_version(split.doc) != "2.0":
         return answers, metrics.score(split.doc, {q: a["text"] for q, a in answers.items()}), None
     spans = {q: a["span_text"] for q, a in answers.items()}
@@ -191,14 +140,11 @@ def scored(members: list[dict[str, Dist]], weights: list[float], split: Split,
 
 
 def select(members: list[dict[str, Dist]], heldout: Split, max_answer_len: int,
-           rounds: int, temperatures: list[float] | None = None
-           ) -> tuple[list[int], list[float]]:
+           rounds: int) -> tuple[list[int], list[float]]:
     """Greedy ensemble selection with replacement (Caruana et al., 2004) on the held-out
     questions: each round adds one weight to the member whose addition gives the highest
     held-out F1 (a tie: the first in order); the weights kept are those of the round with the
-    best F1 (the earliest of equals). Returns (each member's count, the F1 of each round).
-    ``temperatures``: each member's, applied before the mean."""
-    temps = temperatures or [1.0] * len(members)
+    best F1 (the earliest of equals). Returns (each member's count, the F1 of each round)."""
     counts, curve = [0] * len(members), []
     best: tuple[float, list[int]] = (-1.0, counts)
     for _ in range(rounds):
@@ -207,7 +153,7 @@ def select(members: list[dict[str, Dist]], heldout: Split, max_answer_len: int,
             trial = [c + (i == m) for i, c in enumerate(counts)]
             chosen = [i for i, c in enumerate(trial) if c]
             _, result, _ = scored([members[i] for i in chosen], [trial[i] for i in chosen],
-                                  heldout, max_answer_len, None, [temps[i] for i in chosen])
+                                  heldout, max_answer_len)
             tried.append(metrics.headline(result)[1])
         m = max(range(len(members)), key=lambda i: (tried[i], -i))
         counts = [c + (i == m) for i, c in enumerate(counts)]
@@ -221,12 +167,11 @@ def averaged(members: dict[str, Dists], dev: Split, heldout: Split | None,
              max_answer_len: int, rounds: int
              ) -> dict[str, tuple[dict[str, dict[str, Any]], dict[str, Any], dict[str, Any]]]:
     """method -> (dev's answers, dev's official result, what else it reports) for "mean"
-    (equal weights) and, with held-out questions, "selected" (each member's temperature,
-    ``temperature``, and the weights, ``select``, chosen on them); v2.0: the no-answer
-    threshold the held-out walk chooses for the same weights (without held-out questions,
-    dev's own walk: the oracle, named so). Each member (name -> its distributions,
-    inference/distributions.py) holds every question of both splits. Nothing is chosen on
-    dev."""
+    (equal weights) and, with held-out questions, "selected" (weights chosen on them by
+    ``select``); v2.0: the no-answer threshold the held-out walk chooses for the same
+    weights (without held-out questions, dev's own walk: the oracle, named so). Each member
+    (name -> its distributions, inference/distributions.py) holds every question of both
+    splits. Nothing is chosen on dev."""
     names, read = list(members), list(members.values())
     v2 = metrics.dataset_version(dev.doc) == "2.0"
     out = {}
@@ -234,26 +179,22 @@ def averaged(members: dict[str, Dists], dev: Split, heldout: Split | None,
         if method == "selected" and heldout is None:
             continue
         curve: list[float] = []
-        weights, temps = [1] * len(read), [1.0] * len(read)
+        weights = [1] * len(read)
         if method == "selected":
-            # rounded as the record keeps them, so the gate and the champion app answer alike
-            temps = [round(temperature(d["heldout"], heldout), 4) for d in read]
             weights, curve = select([d["heldout"] for d in read], heldout, max_answer_len,
-                                    rounds, temps)
+                                    rounds)
         chosen = [i for i, w in enumerate(weights) if w]
-        kept, kept_t = [weights[i] for i in chosen], [temps[i] for i in chosen]
+        kept = [weights[i] for i in chosen]
         threshold, source = None, "dev"
         if v2 and heldout is not None:
             _, _, threshold = scored([read[i]["heldout"] for i in chosen], kept, heldout,
-                                     max_answer_len, None, kept_t)
+                                     max_answer_len)
             source = "heldout"
         answers, result, threshold = scored([read[i]["dev"] for i in chosen], kept, dev,
-                                            max_answer_len, threshold, kept_t)
+                                            max_answer_len, threshold)
         if threshold is not None:
             result = metrics.at_threshold(result, threshold, source)
         extra: dict[str, Any] = {"weights": dict(zip(names, weights, strict=True))}
-        if method == "selected":
-            extra["temperatures"] = dict(zip(names, temps, strict=True))
         if curve:
             extra["heldout_f1_by_round"] = curve
         out[method] = (answers, result, extra)

@@ -120,14 +120,13 @@ def answers(packages: Mapping[str, Path], gate: Gate, device: torch.device,
                            majority_vote([n for n, _, _ in read.values()]).items()}
     elif ensemble is not None:
         names = list(read)
-        chosen, weights, temps = ensemble.members(names)
+        chosen, weights = ensemble.members(names)
         if not chosen:
             raise InputError("ensemble", ensemble.method, "no member of the ensemble among "
                              f"the packages ({', '.join(names)})")
         _, dataset, max_len = read[names[chosen[0]]]
         mean_of = mean_answers([dists[names[i]] for i in chosen], weights,
-                               Split(dataset, gate.doc), max_len, ensemble.na_threshold,
-                               temperatures=temps)
+                               Split(dataset, gate.doc), max_len, ensemble.na_threshold)
         found[ENSEMBLE] = {q: a["text"] for q, a in mean_of.items()}
     return found
 

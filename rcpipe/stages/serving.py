@@ -254,7 +254,7 @@ class Champion:
         from rcpipe.inference.answer import averaged
 
         names = sorted(voters)
-        chosen, weights, temps = how.members(names)
+        chosen, weights = how.members(names)
         if how.method != "vote":
             if not chosen:
                 raise InputError(self._record(), "ensemble",
@@ -267,7 +267,7 @@ class Champion:
                      ) -> dict[str, Any]:
             if how.method == "vote":
                 return vote(list(found))
-            return averaged(list(found), weights, pair[0], max_len, how.na_threshold, temps)
+            return averaged(list(found), weights, pair[0], max_len, how.na_threshold)
 
         def answer(pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
             each = [voter(pairs) for voter, _, _ in loaded]  # (voters, pairs)

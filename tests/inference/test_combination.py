@@ -13,25 +13,17 @@ from rcpipe.inference.combination import Combination
 def test_the_ensemble_metrics_name_the_method_its_weights_and_threshold() -> None:
     result = {"method": "selected", "f1": 60.0, "methods": {
         "vote": {"f1": 55.0}, "mean": {"f1": 58.0, "weights": {"bidaf": 1, "qanet": 1}},
-        "selected": {"f1": 60.0, "weights": {"bidaf": 3, "qanet": 0}, "na_threshold": 0.4,
-                     "temperatures": {"bidaf": 1.5, "qanet": 0.5}}}}
+        "selected": {"f1": 60.0, "weights": {"bidaf": 3, "qanet": 0}, "na_threshold": 0.4}}}
     how = Combination.of(result)
-    assert how == Combination("selected", {"bidaf": 3.0, "qanet": 0.0}, 0.4,
-                              {"bidaf": 1.5, "qanet": 0.5})
-    # qanet weighs nothing; a member without a temperature has 1
-    assert how.members(["bidaf", "rnet", "qanet"]) == ([0], [3.0], [1.5])
-    assert Combination("mean", {"rnet": 1}).members(["rnet"]) == ([0], [1.0], [1.0])
+    assert how == Combination("selected", {"bidaf": 3.0, "qanet": 0.0}, 0.4)
+    assert how.members(["bidaf", "rnet", "qanet"]) == ([0], [3.0])  # qanet weighs nothing
     assert Combination.parse(how.as_dict()) == how  # what champion.json carries reads back
     # metrics from before ensemble.method: the vote
     assert Combination.of({"f1": 50.0}) == Combination() == Combination.parse(None)
 
 
 @pytest.mark.parametrize("record, says", [
-    ([1, 2], "expected {method, weights, na_threshold, temperatures}"),
-    ({"method": "mean", "weights": {"bidaf": 1}, "temperatures": {"bidaf": 0}},
-     "temperatures: expected member -> a number from 0.01 to 100"),
-    ({"method": "mean", "weights": {"bidaf": 1}, "temperatures": [2]},
-     "temperatures: expected member"),
+    ([1, 2], "expected {method, weights, na_threshold}"),
     ({"method": "mean", "extra": 1}, "expected {method"),
     ({"method": "median"}, "method 'median' is none of vote, mean, selected"),
     ({"method": "mean", "weights": {"bidaf": "x"}}, "weights: expected member -> a number"),

@@ -200,9 +200,7 @@ class Ingress:
         self.models, self.limits, self.no_answer = models, limits, no_answer
 
     def __serve_build_asgi_app__(self) -> Any:
-        # a followed answerer (the champion app's) says which entry answers now
-        return create_app(self.ask, self.models, self.limits, self.no_answer,
-                          getattr(self._answer, "about", None))
+        return create_app(self.ask, self.models, self.limits, self.no_answer)
 
     async def ask(self, pair: Pair, model: str) -> dict[str, Any]:
         if model not in self.ensembles:

@@ -275,9 +275,10 @@ def test_version_promotes_a_better_model_and_keeps_a_better_champion(
     assert all(c["wall_s"] > 0 and c["unit"] == "CPU-worker-h" for c in first["cost"].values())
     champion = json.loads(s3.get_object(Bucket=BUCKET, Key="dvc/rcpipe/champion.json")
                           ["Body"].read())
-    assert champion["score"] == first["candidate"]
-    # the registry's GTO tags on the night's commit (rcpipe/stages/champions.py)
-    assert champion["git_tags"] == ["rcpipe#champion#1", "rcpipe@v0.0.1"]
+    assert champion["score"] == first["candidate"] and champion["seq"] == 1
+    assert champion["change"]["kind"] == "promotion" and first["races"] == []
+    # GTO's mirror tags on the night's commit (rcpipe/stages/champions.py), in its record
+    assert first["git_tags"] == ["rcpipe#champion#1", "rcpipe@v0.0.1"]
     assert sh(project, "git", "rev-list", "-n1", "rcpipe#champion#1").stdout.strip() == \
         first["git_commit"]
     assert "dvc.lock" in sh(project, "git", "show", "--name-only", "--format=", "HEAD").stdout

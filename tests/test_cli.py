@@ -550,6 +550,13 @@ def test_version_refuses_a_champion_record_it_cannot_read_before_committing(
     assert code == 2 and lines == [
         f"error: {store}/rcpipe/champion.json: expected a JSON object, found list"], err
     assert not (workdir / "dvc.lock").exists() and not (store / "rcpipe" / "versions").exists()
+    # a remote rcpipe cannot compare-and-swap on (HTTP here; GCS, Azure): refused as early
+    subprocess.run([*dvc, "remote", "modify", "storage", "url", "http://127.0.0.1:9/r"],
+                   cwd=workdir, check=True, capture_output=True)
+    code, _, err = call("version", "--promote", "--set", "version.gate_file=data/synth/train.json")
+    lines = [ln for ln in err.strip().splitlines() if " INFO rcpipe.stages.fetch: " not in ln]
+    assert code == 2 and len(lines) == 1 and "compare-and-swap" in lines[0], err
+    assert not (workdir / "dvc.lock").exists()
 
 
 def test_the_readme_lists_every_command_and_no_other() -> None:

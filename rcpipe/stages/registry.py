@@ -65,7 +65,8 @@ def _pins(where: Remote, entry: dict[str, Any], limits: ReadLimits, what: str) -
     for name, url in sorted(urls.items()):
         if name not in pins:
             continue  # an ensemble's voter it weighs 0 (record.check pins every other)
-        data, _ = where.read_tagged(limits.json_bytes(), *where._parts(url), CONFIG)
+        data, _ = where.read_tagged(limits.json_bytes(), *where._parts(url), CONFIG,
+                                    key="limits.json_mb")
         if data is None:
             raise InputError(url, CONFIG, f"missing on the remote: {what} cannot be served")
         if sha256(data) != pins[name]:

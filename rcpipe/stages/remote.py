@@ -102,26 +102,37 @@ class Remote:
             raise InputError(url, "", f"cannot write: {str(e).splitlines()[0][:200]}") from None
         return url
 
-    def read_tagged(self, cap: int, *parts: str) -> tuple[bytes | None, str | None]:
+    def read_tagged(self, cap: int, *parts: str, key: str = "limits.record_kb"
+                    ) -> tuple[bytes | None, str | None]:
         """(the bytes of ``<remote>/rcpipe/<parts>`` or None when absent, its version tag
-        for ``write_if``): refused past ``cap`` bytes as they arrive. The tag is S3's ETag
-        of the very bytes read (one GET), a directory remote's their sha256."""
+        for ``write_if``): refused past ``cap`` bytes (the params key ``key``) as they
+        arrive. The tag is S3's ETag of the very bytes read (one GET), else their sha256."""
         path, url = self._where(*parts)
         try:
             if self.fs.protocol == "s3":
-                return self._s3_get(path, cap, url)
-            with self._local_lock(path):
-                if not os.path.isfile(path):
+                return self._s3_get(path, cap, url, key)
+            if self.fs.protocol != "local":  # read like any record; write_if refuses a swap
+                if not self.fs.exists(path):
                     return None, None
-                with open(path, "rb") as f:
+                with self.fs.open(path, "rb") as f:
                     data = f.read(cap + 1)
+            else:
+                with self._local_lock(path):
+                    if not os.path.isfile(path):
+                        return None, None
+                    with open(path, "rb") as f:
+                        data = f.read(cap + 1)
         except InputError:
             raise
         except Exception as e:  # noqa: BLE001 - s3fs/botocore raise many types
             raise InputError(url, "", f"cannot read: {str(e).splitlines()[0][:200]}") from None
         if len(data) > cap:
-            raise too_big(url, f"over {size_text(cap)}", cap, "limits.record_kb")
+            raise too_big(url, f"over {size_text(cap)}", cap, key)
         return data, _digest(data)
+
+    def swaps(self) -> bool:
+        """Whether ``write_if`` can compare-and-swap on this remote (S3, a directory)."""
+        return self.fs.protocol in ("s3", "local")
 
     def write_if(self, data: bytes, tag: str | None, *parts: str) -> str:
         """Write ``data`` to ``<remote>/rcpipe/<parts>`` only if it is still the version
@@ -134,7 +145,7 @@ class Remote:
                 if not self._s3_put_if(path, data, tag):
                     raise Changed(url)
                 return url
-            if self.fs.protocol != "local":
+            if not self.swaps():
                 raise InputError(url, "", f"a {self.fs.protocol} remote: the champion record "
                                  "is changed by compare-and-swap, which rcpipe does on S3 and "
                                  "directory remotes only")
@@ -161,9 +172,6 @@ class Remote:
         writers, across processes on the machines sharing the directory)."""
         import fcntl
 
-        if self.fs.protocol != "local":
-            raise InputError(self.url, "", f"a {self.fs.protocol} remote: rcpipe reads and "
-                             "swaps the champion record on S3 and directory remotes only")
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(f"{path}.lock", "a") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
@@ -172,7 +180,8 @@ class Remote:
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
-    def _s3_get(self, path: str, cap: int, url: str) -> tuple[bytes | None, str | None]:
+    def _s3_get(self, path: str, cap: int, url: str, key: str
+                ) -> tuple[bytes | None, str | None]:
         from fsspec.asyn import sync
 
         s3 = self.fs.fs  # s3fs under DVC's file system
@@ -192,7 +201,7 @@ class Remote:
 
         data, etag = sync(s3.loop, get)
         if data is not None and len(data) > cap:
-            raise too_big(url, f"over {size_text(cap)}", cap, "limits.record_kb")
+            raise too_big(url, f"over {size_text(cap)}", cap, key)
         return data, etag
 
     def _s3_put_if(self, path: str, data: bytes, tag: str | None) -> bool:

@@ -196,7 +196,11 @@ def version(cfg: Config, variants: Sequence[str] = VARIANTS, *,
         manifest = fetch(cfg)  # the pinned checksums, and sources.json for the fetch stage
         # a missing or malformed gate set, or the dev set named as one, fails before too
         gate = gate_set(cfg, manifest["dev"]["sha256"]) if promote else None
-        if promote:  # a champion record that cannot be read fails before anything is committed
+        if promote:  # a champion record that cannot be swapped or read fails before
+            if not where.swaps():  # anything is committed
+                raise InputError(where.url, "", f"a {where.fs.protocol} remote: the champion "
+                                 "record is changed by compare-and-swap, which rcpipe does on "
+                                 "S3 and directory remotes only; version without --promote")
             champion_record.read(where, cfg.limits)
         # a set a killed stage left half moved is finished first: dvc.lock never records
         # new predictions beside old metrics

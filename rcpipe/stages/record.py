@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rcpipe import reads
+from rcpipe import layout, reads
 from rcpipe.config import ReadLimits
 from rcpipe.errors import InputError
 from rcpipe.inference.combination import Combination
@@ -38,7 +38,7 @@ from rcpipe.stages.remote import Changed, Remote
 HEAD = "champion.json"
 HISTORY = "champion-history"
 KINDS = ("promotion", "rollback", "set")
-ENSEMBLE = "ensemble"
+ENSEMBLE = layout.ENSEMBLE
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 __all__ = ["Changed", "Head", "append", "check", "entry_at", "history", "read"]

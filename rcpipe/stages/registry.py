@@ -15,13 +15,14 @@ import getpass
 from pathlib import Path
 from typing import Any
 
+from rcpipe import layout
 from rcpipe.config import VARIANTS, ReadLimits
 from rcpipe.errors import InputError
 from rcpipe.stages import record
 from rcpipe.stages.remote import Remote, git, identity
 from rcpipe.trained.package_dir import CONFIG, sha256
 
-ENSEMBLE = "ensemble"
+ENSEMBLE = layout.ENSEMBLE
 
 
 def who(root: Path) -> str:

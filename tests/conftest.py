@@ -6,25 +6,32 @@ Everything is sized to keep the whole suite fast: a few articles, one tokenizer 
 from __future__ import annotations
 
 import copy
+import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from filelock import FileLock
 
 from rcpipe import stages
 from rcpipe.config import Config, load_config
 from rcpipe.data import synth
+from tests.marker_audit import job_ledger
 from tests.markers import (  # noqa: F401 - the markers' rules: hooks, registered from here
     pytest_configure,
     pytest_runtest_makereport,
     pytest_runtest_protocol,
     pytest_runtest_setup,
 )
+
+pytest_plugins = ["tests.job_count"]  # the suite's Ray Train jobs, counted and capped
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -95,28 +102,50 @@ class SynthData:
     dev_doc: dict[str, Any]
 
 
-def _synth(root: Path, version: str) -> SynthData:
+@contextmanager
+def built_once(factory: pytest.TempPathFactory, name: str) -> Iterator[tuple[Path, bool]]:
+    """(folder, build?) for a session fixture both pytest workers share: the first to ask
+    builds it (``build`` True) while the other waits on the lock, then reads what was built
+    (docs/dev/testing.md: a Ray Train job trained once for every test that reads it). The
+    folder is read-only to the tests: one that must write copies it first."""
+    base = factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # this run's
+    root, done = shared / name, shared / f"{name}.built"
+    with FileLock(shared / f"{name}.lock"):
+        build = not done.exists()
+        if build:
+            shutil.rmtree(root, ignore_errors=True)  # a builder that failed half-way
+            root.mkdir()
+        yield root, build
+        if build:
+            done.touch()
+
+
+def _synth(factory: pytest.TempPathFactory, version: str) -> SynthData:
     s = PARAMS["synth"]
-    docs = {}
-    for split, seed, articles in (("train", s["seed"], s["train_articles"]),
-                                  ("dev", s["seed"] + 1, s["dev_articles"])):
-        docs[split] = synth.generate(seed, articles, s["paragraphs_per_article"],
+    with built_once(factory, f"synth_v{version[0]}") as (root, build):
+        if build:
+            for split, seed, articles in (("train", s["seed"], s["train_articles"]),
+                                          ("dev", s["seed"] + 1, s["dev_articles"])):
+                doc = synth.generate(seed, articles, s["paragraphs_per_article"],
                                      s["questions_per_paragraph"], version=version,
                                      unanswerable_fraction=0.3, title_prefix=f"t-{split}")
-        synth.write(docs[split], root / f"{split}.json")
+                synth.write(doc, root / f"{split}.json")
+        docs = {split: json.loads((root / f"{split}.json").read_text(encoding="utf-8"))
+                for split in ("train", "dev")}
     return SynthData(version, root / "train.json", root / "dev.json", docs["train"], docs["dev"])
 
 
 @pytest.fixture(scope="session")
 def synth_v1(tmp_path_factory: pytest.TempPathFactory) -> SynthData:
     """A tiny SQuAD v1.1 train/dev pair (read-only: tests must not modify it)."""
-    return _synth(tmp_path_factory.mktemp("synth_v1"), "1.1")
+    return _synth(tmp_path_factory, "1.1")
 
 
 @pytest.fixture(scope="session")
 def synth_v2(tmp_path_factory: pytest.TempPathFactory) -> SynthData:
     """A tiny SQuAD v2.0 train/dev pair with unanswerable questions (read-only)."""
-    return _synth(tmp_path_factory.mktemp("synth_v2"), "2.0")
+    return _synth(tmp_path_factory, "2.0")
 
 
 @pytest.fixture
@@ -152,14 +181,16 @@ class Prepared:
 @pytest.fixture(scope="session")
 def prepared(tmp_path_factory: pytest.TempPathFactory, synth_v1: SynthData) -> Prepared:
     """`stages.prepare` run once on synth_v1, for tests that only read its output."""
-    root = tmp_path_factory.mktemp("prepared")
-    params = write_params(root / "params.yaml", data={
-        "train_file": str(synth_v1.train), "dev_file": str(synth_v1.dev),
-        "out_dir": str(root / "out"), "cache_dir": str(root / "cache"),
-    })
-    cfg = load_config(params)
-    report = stages.prepare(cfg)
-    return Prepared(cfg, synth_v1, root / "out", report)
+    with built_once(tmp_path_factory, "prepared") as (root, build):
+        params = root / "params.yaml"
+        if build:
+            write_params(params, data={
+                "train_file": str(synth_v1.train), "dev_file": str(synth_v1.dev),
+                "out_dir": str(root / "out"), "cache_dir": str(root / "cache")})
+            report = stages.prepare(load_config(params))
+            (root / "report.json").write_text(json.dumps(report), encoding="utf-8")
+        report = json.loads((root / "report.json").read_text(encoding="utf-8"))
+    return Prepared(load_config(params), synth_v1, root / "out", report)
 
 
 @pytest.fixture(scope="session")
@@ -167,7 +198,6 @@ def v2_splits(tmp_path_factory: pytest.TempPathFactory, synth_v2: SynthData
               ) -> tuple[Any, Any]:
     """(dev, held-out) of synth_v2 as prepare writes them: the held-out slice is one of
     the training file's articles."""
-    import json
 
     from rcpipe.data.dataset import SquadDataset
     from rcpipe.inference.reading import Split
@@ -187,7 +217,6 @@ def vectors_for_half(prepared: Prepared, path: Path) -> tuple[list[str], set[str
     """A GloVe-format file at ``path`` (4-d) with a vector for every other training word of
     ``prepared`` (made without vectors, so its vocabulary is the training words): those
     words (count order) and the ones no case form of which has a vector."""
-    import json
 
     from rcpipe.data.vocab import case_forms
 
@@ -323,7 +352,6 @@ class Trained:
 def save_untrained_model(cfg: Config, variant: str, no_answer: bool = False) -> Path:
     """models/<variant>/model.pt (relative to the current directory) with initial weights,
     for tests about what is done with a model file rather than what it learned."""
-    import json
 
     import torch
 
@@ -344,27 +372,34 @@ def save_untrained_model(cfg: Config, variant: str, no_answer: bool = False) -> 
 
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory: pytest.TempPathFactory, synth_v1: SynthData,
-            local_ray: None) -> Trained:
+            request: pytest.FixtureRequest) -> Trained:
     """bidaf trained for 3 steps on synth_v1 through Ray Train and qanet with its initial
     weights (a second voter without a second Ray job), each evaluated, and their ensemble,
-    once per session: for the tests that use trained models (predict, serve). Read-only;
-    chdir to ``root`` to use it (models/ is relative to it)."""
-    root = tmp_path_factory.mktemp("trained")
+    once for both pytest workers (built_once): for the tests that use trained models
+    (predict, serve). Read-only; chdir to ``root`` to use it (models/ is relative to it)."""
     variants = ("bidaf", "qanet")
-    params = write_params(root / "params.yaml", data={
-        "train_file": str(synth_v1.train), "dev_file": str(synth_v1.dev),
-        "out_dir": str(root / "data" / "prepared"), "cache_dir": str(root / "data" / "cache"),
-    }, train={"batch_size": 8, "max_steps": 3}, models=dict.fromkeys(variants, TINY_MODEL))
-    cfg = load_config(params)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(root)
-        stages.prepare(cfg)
-        summary = stages.train(cfg, "bidaf")
-        save_untrained_model(cfg, "qanet")
-        for v in variants:
-            stages.evaluate(cfg, v)
-        stages.ensemble(cfg, [Path(f"predictions/{v}.nbest.json") for v in variants])
-    return Trained(root, cfg, synth_v1, variants, summary)
+    with built_once(tmp_path_factory, "trained") as (root, build):
+        params = root / "params.yaml"
+        if build:
+            request.getfixturevalue("local_ray")  # only the worker that trains starts one
+            write_params(params, data={
+                "train_file": str(synth_v1.train), "dev_file": str(synth_v1.dev),
+                "out_dir": str(root / "data" / "prepared"),
+                "cache_dir": str(root / "data" / "cache"),
+            }, train={"batch_size": 8, "max_steps": 3},
+                models=dict.fromkeys(variants, TINY_MODEL))
+            cfg = load_config(params)
+            with pytest.MonkeyPatch.context() as mp:
+                mp.chdir(root)
+                mp.setenv(job_ledger.LABEL, "trained")  # job_count.SHARED_JOBS
+                stages.prepare(cfg)
+                stages.train(cfg, "bidaf")
+                save_untrained_model(cfg, "qanet")
+                for v in variants:
+                    stages.evaluate(cfg, v)
+                stages.ensemble(cfg, [Path(f"predictions/{v}.nbest.json") for v in variants])
+        summary = json.loads((root / "models" / "bidaf" / "summary.json").read_text())
+    return Trained(root, load_config(params), synth_v1, variants, summary)
 
 
 # A run long enough to be interrupted mid-training and resumed: tests/faults/test_kills.py
@@ -381,12 +416,16 @@ def undisturbed(tmp_path_factory: pytest.TempPathFactory, prepared: Prepared
                 ) -> dict[str, Any]:
     """The summary of RESUMED_VARIANT trained RESUMED_TRAIN's steps on ``prepared`` in one
     plain process (train_local: the Worker every Ray Train rank runs), never interrupted:
-    the reference that each interrupted and resumed run must match (one run for both)."""
+    the reference that each interrupted and resumed run must match (one run for both
+    pytest workers: built_once)."""
     from rcpipe.train.local import train_local
 
-    root = tmp_path_factory.mktemp("undisturbed")
-    params = write_params(root / "params.yaml", data={
-        "train_file": str(prepared.data.train), "dev_file": str(prepared.data.dev),
-        "out_dir": str(prepared.out_dir), "cache_dir": str(root / "cache"),
-    }, train=RESUMED_TRAIN, models={RESUMED_VARIANT: TINY_MODEL})
-    return train_local(load_config(params), RESUMED_VARIANT, root / RESUMED_VARIANT)
+    with built_once(tmp_path_factory, "undisturbed") as (root, build):
+        if build:
+            params = write_params(root / "params.yaml", data={
+                "train_file": str(prepared.data.train), "dev_file": str(prepared.data.dev),
+                "out_dir": str(prepared.out_dir), "cache_dir": str(root / "cache"),
+            }, train=RESUMED_TRAIN, models={RESUMED_VARIANT: TINY_MODEL})
+            summary = train_local(load_config(params), RESUMED_VARIANT, root / RESUMED_VARIANT)
+            (root / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+        return json.loads((root / "summary.json").read_text(encoding="utf-8"))

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.marker_audit import job_ledger
 from tests.marker_audit import sitecustomize as audit
 
 AUDIT_DIR = Path(audit.__file__).resolve().parent
@@ -52,9 +53,13 @@ def audit_on() -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if not audit_on():
-        return
-    if not os.environ.get(audit.LOG):  # xdist's workers inherit the controller's
+    """The job ledger in every run (tests/job_count.py reads it), the audit where asked;
+    both through every Python subprocess's start-up (this directory on PYTHONPATH)."""
+    if not os.environ.get(job_ledger.LEDGER):  # xdist's workers inherit the controller's
+        fd, ledger = tempfile.mkstemp(prefix="rcpipe-ray-train-jobs-", suffix=".jsonl")
+        os.close(fd)
+        os.environ[job_ledger.LEDGER] = ledger
+    if audit_on() and not os.environ.get(audit.LOG):
         fd, log = tempfile.mkstemp(prefix="rcpipe-marker-audit-", suffix=".log")
         os.close(fd)
         os.environ[audit.LOG] = log

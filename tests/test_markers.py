@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.marker_audit import job_ledger
 from tests.marker_audit import sitecustomize as audit
 from tests.markers import HEAVY_FIXTURES
 
@@ -104,6 +105,13 @@ def test_marked_trains():
     audit.hit("train", "probe")
 
 
+@pytest.mark.integration
+@pytest.mark.trains
+def test_ray_train_job_unmarked_ray_train():
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+    DataParallelTrainer.fit(None)
+
+
 @pytest.mark.trains
 def test_trains_marked_but_starts_ray():
     import ray
@@ -121,6 +129,8 @@ REFUSED = {
                                    "not marked trains",
     "test_uses_local_ray": "uses the fixture local_ray but is not marked integration",
     "test_trains_marked_but_starts_ray": "starts Ray (ray.init) but is not marked integration",
+    "test_ray_train_job_unmarked_ray_train": "starts a Ray Train job (DataParallelTrainer.fit) "
+                                             "but is not marked ray_train",
 }
 PASSED = {"test_light", "test_marked_integration", "test_marked_trains"}
 
@@ -132,9 +142,11 @@ def test_audit_fails_each_unmarked_start(tmp_path: Path) -> None:
     probe.mkdir()
     (probe / "conftest.py").write_text(PROBE_CONFTEST)
     (probe / "test_probe.py").write_text(PROBE)
-    (probe / "pytest.ini").write_text("[pytest]\nmarkers =\n    integration\n    trains\n")
+    (probe / "pytest.ini").write_text(
+        "[pytest]\nmarkers =\n    integration\n    trains\n    ray_train\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RCPIPE_MARKER_AUDIT")}
-    env |= {audit.SWITCH: "1", "PYTHONPATH": str(ROOT)}
+    env |= {audit.SWITCH: "1", "PYTHONPATH": str(ROOT),
+            job_ledger.LEDGER: str(tmp_path / "probe-jobs.jsonl")}  # not this run's
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q",
          "-rfEp", "--rootdir", str(probe), "-c", str(probe / "pytest.ini"), str(probe)],
@@ -165,7 +177,7 @@ def test_command_kinds(args: list[str] | str, kind: str | None) -> None:
 def test_fixture_markers_name_known_markers() -> None:
     text = (ROOT / "pyproject.toml").read_text()
     for marker in {*HEAVY_FIXTURES.values(), *audit.ALLOWS}:
-        assert re.search(rf'^\s*"{marker}: ', text, re.M), marker
+        assert re.search(rf'^\s*"{marker}(\(N\))?: ', text, re.M), marker
 
 
 def test_make_test_fast_is_the_audited_rest() -> None:

@@ -27,6 +27,8 @@ from bench.gpu.build import pack, sha256
 from bench.gpu.run import CALLS
 from tests.conftest import TINY_MODEL, Prepared, write_params
 
+pytestmark = pytest.mark.ray_train(2)  # tests/job_count.py; docs/dev/testing.md
+
 ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = ("bidaf", "qanet")  # an RNN variant and QANet: two voters for the ensemble
 TRAIN_STEPS, RAY_STEPS = 4, 30

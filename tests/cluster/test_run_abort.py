@@ -18,6 +18,8 @@ from tests import ray_nodes
 from tests.cluster.test_train_job import _run_dir
 from tests.conftest import TINY_MODEL
 
+pytestmark = pytest.mark.ray_train(1)  # tests/job_count.py; docs/dev/testing.md
+
 
 def _steps() -> list[str]:
     return sorted(p.name for p in _run_dir("bidaf").glob("step-*"))

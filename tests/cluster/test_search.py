@@ -21,6 +21,8 @@ from rcpipe.config import load_config
 from tests import ray_nodes
 from tests.conftest import TINY_MODEL
 
+pytestmark = pytest.mark.ray_train(3)  # tests/job_count.py; docs/dev/testing.md
+
 SPACE = {"optim": {"choice": [{"name": "adam", "lr": 0.01}, {"name": "adam", "lr": 0.001}]},
          "dropout": {"uniform": [0.0, 0.2]}}
 # bidaf's search over SPACE alone: the default space's other dimensions left out

@@ -16,6 +16,8 @@ from rcpipe import stages
 from rcpipe.errors import RunError
 from tests.conftest import TINY_MODEL, SynthData, start_s3
 
+pytestmark = pytest.mark.ray_train(4)  # tests/job_count.py; docs/dev/testing.md
+
 
 @pytest.fixture
 def own_s3(monkeypatch: pytest.MonkeyPatch) -> Any:

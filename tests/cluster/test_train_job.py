@@ -4,17 +4,15 @@ and resume: tests/faults/test_kills.py)."""
 from __future__ import annotations
 
 import json
-import threading
-import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from rcpipe import stages
 from rcpipe.errors import InputError
-from tests import ray_nodes
 from tests.conftest import TINY_MODEL, SynthData
+
+pytestmark = pytest.mark.ray_train(2)  # tests/job_count.py; docs/dev/testing.md
 
 
 def _run_dir(variant: str) -> Path:
@@ -45,32 +43,8 @@ def test_two_workers_hold_identical_weights_after_every_step(prepared_here) -> N
     assert metas[0]["replica_digests"][0] != metas[1]["replica_digests"][0]
 
 
-@pytest.mark.integration
-@pytest.mark.trains
-@pytest.mark.usefixtures("local_ray")
-def test_failure_config_restarts_a_run_whose_worker_died(prepared_here) -> None:  # noqa: ANN001
-    # BiDAF's two modeling layers (the paper's): with one the run can end before the kill
-    cfg = prepared_here(train={"max_steps": 24, "eval_every": 3, "batch_size": 4,
-                               "epochs": 50, "max_failures": 1},
-                        models={"bidaf": TINY_MODEL | {"layers": 2}})
-    killed: list[int] = []
-
-    def kill_a_worker_after_the_first_checkpoint() -> None:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not killed:
-            workers = ray_nodes.train_workers(psutil.Process())  # local_ray's
-            if workers and ray_nodes.recorded_steps(_run_dir("bidaf")):
-                workers[0].kill()  # SIGKILL, as an OOM killer or a lost node would
-                killed.append(workers[0].pid)
-            time.sleep(0.2)
-
-    killer = threading.Thread(target=kill_a_worker_after_the_first_checkpoint, daemon=True)
-    killer.start()
-    summary = stages.train(cfg, "bidaf")
-    killer.join()
-    assert killed, "the training worker was never seen"
-    assert summary["steps"] == 24
-    assert summary["resumed_from_step"] > 0  # the restarted group went on from a checkpoint
+# a worker killed mid-run and restarted by train.max_failures: the first step of one run's
+# life in tests/stages/test_train.py (one Ray Train run for that and five more cases)
 
 
 # kill -9 of `rcpipe train` and the same command resuming to the undisturbed run's dev F1:

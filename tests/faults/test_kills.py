@@ -46,7 +46,7 @@ from tests.conftest import (
     write_params,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray_train(2)]
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 36

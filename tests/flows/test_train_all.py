@@ -13,6 +13,8 @@ from flows.train_all import train_all
 from tests.conftest import TINY_MODEL, SynthData, write_params
 from tests.flows.conftest import flow_run_logs
 
+pytestmark = pytest.mark.ray_train(3)  # tests/job_count.py; docs/dev/testing.md
+
 
 def _params(root: Path, synth: SynthData) -> Path:
     return write_params(root / "params.yaml",

@@ -27,7 +27,7 @@ from rcpipe.scoring.metrics import score
 from tests.conftest import SynthData, questions_of
 from tests.dvc_project import BUCKET, make_project, sh
 
-pytestmark = [pytest.mark.trains, pytest.mark.integration]
+pytestmark = [pytest.mark.trains, pytest.mark.integration, pytest.mark.ray_train(6)]
 
 OUTPUTS = ("data/cache", "data/prepared", "models", "predictions", "metrics", "reports")
 
@@ -87,7 +87,7 @@ def project(s3: Any, tmp_path_factory: pytest.TempPathFactory, synth_v1: SynthDa
 
 
 def test_every_variant_left_the_contract_files(project: Path, synth_v1: SynthData) -> None:
-    """tests/stages/test_train.py checks two variants in-process; here all five, as run by
+    """tests/stages/test_train.py checks bidaf's in-process; here all five, as run by
     `rcpipe train` / `rcpipe evaluate` from dvc.yaml."""
     dev_ids = {qa["id"] for qa in questions_of(synth_v1.dev_doc)}
     for variant in VARIANTS:

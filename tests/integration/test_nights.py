@@ -50,7 +50,8 @@ from tests import ray_nodes
 from tests.conftest import AWS_WORKER_ENV, SynthData, questions_of
 from tests.dvc_project import BUCKET, make_project, sh
 
-pytestmark = [pytest.mark.integration, pytest.mark.trains, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.trains, pytest.mark.slow,
+              pytest.mark.ray_train(7)]
 
 VOTERS = ["bidaf", "qanet"]
 PREFIX = "nights"

@@ -38,7 +38,7 @@ from tests.conftest import (
     write_params,
 )
 
-pytestmark = pytest.mark.trains
+pytestmark = [pytest.mark.trains, pytest.mark.ray_train(1)]
 
 # the run tests/conftest.py's `undisturbed` trained, with the cluster's settings on top
 TRAIN = RESUMED_TRAIN | {"max_failures": 2, "cpus_per_worker": 1}

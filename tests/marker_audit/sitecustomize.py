@@ -27,6 +27,9 @@ subprocess given an environment of its own (Popen's env=, which the audit comple
 Meant for the fast selection (make test-fast: no integration, no trains), where nothing
 heavy may start at all: processes that outlive a test (a Ray node's workers) keep the
 environment of the test that started them, so the audit is not for the full suite.
+
+The same start-up hook carries the Ray Train job ledger (job_ledger.py, RCPIPE_JOB_LEDGER:
+every run, the full suite's too), which only records, never refuses.
 """
 
 from __future__ import annotations
@@ -47,11 +50,17 @@ TEST = "RCPIPE_MARKER_AUDIT_TEST"  # the running test's node id
 ALLOWED = "RCPIPE_MARKER_AUDIT_ALLOWED"  # what its markers allow: "ray,prefect,s3,train"
 LOG = "RCPIPE_MARKER_AUDIT_LOG"  # a file: a line a refusal, "<test>\t<kind>\t<what>\t<pid>"
 
+if __name__ == "sitecustomize":  # a subprocess: this directory is on sys.path
+    import job_ledger
+else:  # the pytest process: imported as a module of tests
+    from tests.marker_audit import job_ledger
+
 # what each marker allows a test to start
-ALLOWS = {"integration": ("ray", "prefect", "s3"), "trains": ("train",)}
+ALLOWS = {"integration": ("ray", "prefect", "s3"), "trains": ("train",),
+          "ray_train": ("ray_train",)}
 MARKER_OF = {kind: marker for marker, kinds in ALLOWS.items() for kind in kinds}
 VERB = {"ray": "starts Ray", "prefect": "starts a Prefect server", "s3": "starts an S3 server",
-        "train": "trains a model"}
+        "train": "trains a model", "ray_train": "starts a Ray Train job"}
 
 
 class MarkerAuditError(RuntimeError):
@@ -99,6 +108,11 @@ def _patch_prefect(module: Any) -> None:
     cls.start = _audited("prefect", "SubprocessASGIServer.start", cls.start)
 
 
+def _patch_fit(module: Any) -> None:
+    cls = module.DataParallelTrainer
+    cls.fit = _audited("ray_train", "DataParallelTrainer.fit", cls.fit)
+
+
 def _patch_worker(module: Any) -> None:
     cls = module.Worker
     cls.train = _audited("train", "rcpipe.train.worker.Worker.train", cls.train)
@@ -125,6 +139,7 @@ PATCHES: dict[str, Callable[[Any], None]] = {
     "moto.server": _patch_moto,
     "prefect.server.api.server": _patch_prefect,
     "rcpipe.train.worker": _patch_worker,
+    job_ledger.FIT: _patch_fit,
     "torch.optim.optimizer": _patch_optimizer,
 }
 
@@ -148,9 +163,9 @@ def _command_kind(args: Any) -> tuple[str, str] | None:
 def _audited_env(env: Any) -> dict[Any, Any]:
     """``env`` with the audit's variables and this directory first on PYTHONPATH."""
     env = dict(env)
-    for key in (SWITCH, TEST, ALLOWED, LOG):
+    for key in (SWITCH, TEST, ALLOWED, LOG, job_ledger.LEDGER, job_ledger.LABEL):
         if key in os.environ:
-            env[key] = os.environ[key]
+            env.setdefault(key, os.environ[key])  # a probe run's own ledger stays its own
     here = str(Path(__file__).resolve().parent)
     paths = [p for p in str(env.get("PYTHONPATH", "")).split(os.pathsep) if p]
     if here not in paths:
@@ -166,7 +181,7 @@ def _patch_popen() -> None:
     @functools.wraps(init)
     def audited(self: subprocess.Popen, args: Any, *rest: Any, **kwargs: Any) -> None:
         found = _command_kind(args)
-        if found is not None:
+        if found is not None and os.environ.get(SWITCH) == "1":  # not the ledger's alone
             hit(*found)
         env = kwargs.get("env")
         if env is not None and all(isinstance(k, str) for k in env):  # its own: audited too
@@ -178,13 +193,16 @@ def _patch_popen() -> None:
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
-    """Patches a module of PATCHES as soon as it is imported (the audit is installed at
+    """Patches a module of ``patches`` as soon as it is imported (the audit is installed at
     start-up, before rcpipe or a test imports ray, moto or prefect)."""
 
     marker_audit = True
 
+    def __init__(self, patches: dict[str, Callable[[Any], None]]) -> None:
+        self.patches = patches
+
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name not in PATCHES:
+        if name not in self.patches:
             return None
         for finder in sys.meta_path:
             if getattr(finder, "marker_audit", False) or not hasattr(finder, "find_spec"):
@@ -201,21 +219,33 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
         def exec_and_patch(module: Any) -> None:
             exec_module(module)
-            PATCHES[name](module)
+            self.patches[name](module)
 
         loader.exec_module = exec_and_patch
         return spec
 
 
 def install() -> None:
-    """Wrap the entry points: those already imported now, the others when imported."""
+    """Wrap the entry points: those already imported now, the others when imported; the
+    audit's where RCPIPE_MARKER_AUDIT=1, the job ledger's where RCPIPE_JOB_LEDGER is set."""
     if any(getattr(f, "marker_audit", False) for f in sys.meta_path):
         return  # this file runs twice in the pytest process: as sitecustomize, as tests
+    patches: dict[str, Callable[[Any], None]] = {}
+    if os.environ.get(SWITCH) == "1":
+        patches.update(PATCHES)
+    if os.environ.get(job_ledger.LEDGER):
+        audit_fit = patches.get(job_ledger.FIT)
+        patches[job_ledger.FIT] = (job_ledger.patch_fit if audit_fit is None else
+                                   # recorded inside the audit: a refused job is none
+                                   lambda module: (job_ledger.patch_fit(module),
+                                                   audit_fit(module)))
+    if not patches:
+        return
     _patch_popen()
-    for name, patch in PATCHES.items():
+    for name, patch in patches.items():
         if name in sys.modules:
             patch(sys.modules[name])
-    sys.meta_path.insert(0, _AfterImport())
+    sys.meta_path.insert(0, _AfterImport(patches))
 
 
 def _chain() -> None:
@@ -233,5 +263,4 @@ def _chain() -> None:
 
 if __name__ == "sitecustomize":  # imported at start-up from PYTHONPATH: a subprocess
     _chain()
-    if os.environ.get(SWITCH) == "1":
-        install()
+    install()

@@ -28,15 +28,17 @@ def test_a_missing_model_is_an_input_error(make_config, synth_v1: SynthData  # n
         stages.evaluate(make_config(synth_v1), "qanet")
 
 
-@pytest.mark.integration
 @pytest.mark.trains
-@pytest.mark.usefixtures("local_ray")
 def test_v2_models_predict_no_answer_probabilities(
         make_config, synth_v2: SynthData) -> None:  # noqa: ANN001
+    """A v2.0 model trained 3 steps in one process (train_local: the Worker a Ray Train rank
+    runs, no Ray Train job for what is evaluate's test) into models/rnet_mult/."""
+    from rcpipe.train.local import train_local
+
     cfg = make_config(synth_v2, train={"epochs": 1, "batch_size": 16, "max_steps": 3},
                       models=dict.fromkeys(VARIANTS, TINY_MODEL))
     stages.prepare(cfg)
-    stages.train(cfg, "rnet_mult")
+    train_local(cfg, "rnet_mult", Path("models/rnet_mult"))
     result = stages.evaluate(cfg, "rnet_mult")
     assert {"HasAns_f1", "NoAns_f1", "na_threshold", "oracle"} <= set(result)
     assert {"best_f1", "best_f1_thresh"} <= set(result["oracle"]) and "best_f1" not in result

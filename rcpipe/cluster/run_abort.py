@@ -11,7 +11,8 @@ installs no handler), and the driver holds no handle to that controller:
 ``AnnounceController``, a Train V2 controller callback, puts it on the run's progress
 queue as the controller starts, and ``abort`` stops the run through it. The hook is Train
 V2's internal ``ControllerCallback`` (RunConfig passes it through as it is) at the locked
-Ray; tests/cluster/test_run_abort.py fails if a Ray upgrade moves it.
+Ray; tests/cluster/test_run_abort.py fails if a Ray upgrade moves it (and night 3 of
+tests/integration/test_nights.py aborts real runs through it).
 """
 
 from __future__ import annotations

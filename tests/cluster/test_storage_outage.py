@@ -1,10 +1,11 @@
 """Checkpoints on S3 (loopback): the store goes away in the middle of a run: a clear error,
 no checkpoint left half-written in the run's record, and the same command, once the store
-is back, resumes and finishes; a run of other inputs is stored beside it, and --force
-forgets the stored run."""
+is back, resumes and finishes; a run of other settings starts anew and the first is
+pruned from the store, and --force forgets the stored run."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -33,7 +34,8 @@ def own_s3(monkeypatch: pytest.MonkeyPatch) -> Any:
 @pytest.mark.usefixtures("local_ray")
 @pytest.mark.integration
 def test_the_store_goes_down_mid_run_a_rerun_finishes_and_runs_resume_from_it(
-        prepared_here, make_config, synth_v1: SynthData, own_s3: Any) -> None:  # noqa: ANN001
+        prepared_here, make_config, synth_v1: SynthData, own_s3: Any,  # noqa: ANN001
+        caplog: pytest.LogCaptureFixture) -> None:
     """One run on the store for all of it: each Ray Train job costs ~15 s on 2 cores."""
     from moto.server import ThreadedMotoServer
 
@@ -88,13 +90,18 @@ def test_the_store_goes_down_mid_run_a_rerun_finishes_and_runs_resume_from_it(
     assert f"runs/bidaf/{name}/step-00000020/model.pt" in keys
     assert f"runs/bidaf/{name}/step-00000020/state.pt" in keys
     assert not Path("models/bidaf/runs").exists()
-    # other inputs (max_steps is keyed: rcpipe/fingerprints.py): shorter than the first,
-    # as nothing asserted here needs its steps (two runs of 24 steps cost ~15 s more)
-    other = make_config(synth_v1, train=train | {"max_steps": 8},
+    # other settings (max_steps is keyed: rcpipe/fingerprints.py; shorter than the first, as
+    # nothing asserted here needs its steps): a new run from step 0, said in one line, the
+    # old one pruned from the store by train.keep_runs 1 (unkeyed) once the new one finishes
+    other = make_config(synth_v1, train=train | {"max_steps": 8, "keep_runs": 1},
                         models={"bidaf": TINY_MODEL})
-    anew = stages.train(other, "bidaf")  # other inputs: another run beside the first
+    with caplog.at_level("INFO", logger="rcpipe.stages.train"):
+        anew = stages.train(other, "bidaf")
+    assert "settings changed (train.max_steps 20 -> 8); training anew" in caplog.text
     assert anew["resumed_from_step"] == 0 and anew["steps"] == 8 and anew["run"] != name
-    assert stored_runs() == {name, anew["run"]}  # train.keep_runs: 2
+    assert stored_runs() == {anew["run"]}
+    record = json.loads(Path("models/bidaf/runs.json").read_text())
+    assert [r["name"] for r in record["runs"]] == [anew["run"]]
 
     again = stages.train(other, "bidaf", force=True)  # --force forgets the S3 run too
     assert again["resumed_from_step"] == 0 and again["steps"] == 8

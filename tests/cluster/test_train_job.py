@@ -43,13 +43,9 @@ def test_two_workers_hold_identical_weights_after_every_step(prepared_here) -> N
     assert metas[0]["replica_digests"][0] != metas[1]["replica_digests"][0]
 
 
-# a worker killed mid-run and restarted by train.max_failures: the first step of one run's
-# life in tests/stages/test_train.py (one Ray Train run for that and five more cases)
-
-
-# kill -9 of `rcpipe train` and the same command resuming to the undisturbed run's dev F1:
-# tests/faults/test_kills.py::test_a_second_train_is_refused_and_a_killed_train_resumes
-# (one Ray Train run killed and resumed for both tests; it was trained twice)
+# a worker killed mid-run and restarted by train.max_failures, kill -9 of `rcpipe train` and
+# the same command resuming to the undisturbed run's dev F1: one run's life in
+# tests/faults/test_kills.py (one Ray Train run for those and four more cases)
 
 
 def test_no_credential_travels_with_the_checkpoint_filesystem(
@@ -107,7 +103,7 @@ def test_a_users_mistake_found_in_a_ray_train_worker_is_one_line_at_the_driver(
     """The worker reads dev.parquet (the driver does not): a broken one is found there, and
     the driver says the worker's InputError, not Ray's WorkerGroupError traceback."""
     # no restarts: the mistake fails every attempt alike, and each restart of the worker group
-    # (train.max_failures, 2 by default: test_failure_config_... restarts one) only repeats it
+    # (train.max_failures, 2 by default: tests/faults/test_kills.py restarts one) only repeats it
     cfg = prepared_here(train={"max_steps": 2, "batch_size": 8, "max_failures": 0},
                         models={"bidaf": TINY_MODEL})
     (cfg.data.out_dir / "dev.parquet").write_bytes(b"not parquet")

@@ -13,7 +13,8 @@ random.Random(SEED) (tests/faults/killer.py), and:
 
 `rcpipe train` through Ray is killed once, after its first checkpoint, with a second
 `train` and a `train --force` refused beside it (its checkpoints untouched), and the same
-command resumes it to the dev F1 of the run never interrupted.
+command resumes it to the dev F1 of the run never interrupted; the same run then lives
+through a worker's restart and three more interruptions (one Ray Train run for all).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -46,7 +48,7 @@ from tests.conftest import (
     write_params,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.ray_train(2)]
+pytestmark = [pytest.mark.slow, pytest.mark.ray_train(5)]
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 36
@@ -348,17 +350,54 @@ def test_export_killed_leaves_the_old_or_the_new_graph(
 # ------------------------------------------------------------- rcpipe train through Ray
 
 
+def _interrupted(cwd: Path) -> None:
+    """As a killed `rcpipe train` leaves its model folder: no summary, the run unfinished."""
+    (cwd / "models" / VARIANT / "summary.json").unlink()
+    record = cwd / "models" / VARIANT / "runs.json"
+    runs = json.loads(record.read_text())["runs"]
+    record.write_text(json.dumps({"runs": [r | {"finished": None} for r in runs]}))
+
+
+def _step(path: Path) -> int:
+    return int(path.name.removeprefix("step-"))
+
+
 @pytest.mark.integration
 @pytest.mark.trains
-def test_a_second_train_is_refused_and_a_killed_train_resumes(
-        tmp_path: Path, prepared: Prepared, join_local_ray: str, undisturbed: dict) -> None:
-    """Also the kill -9 and resume that tests/cluster/test_train_job.py ran on a run of its
-    own (one Ray Train run, killed and resumed, for both): `undisturbed` is this run trained
-    without a crash (tests/conftest.py, shared with the lost-node test); the driver killed
-    with the local Ray it started is the GPU kit's ray step (tests/bench/test_gpu_kit.py)."""
+def test_one_ray_train_run_killed_refused_restarted_skipped_and_resumed_four_ways(
+        tmp_path: Path, prepared: Prepared, join_local_ray: str, undisturbed: dict,
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """One run's life through Ray Train, as a user's nights would live it (one run for every
+    case: each Ray Train job costs ~20 CPU s before it trains; docs/dev/testing.md):
+
+    1. `rcpipe train` stopped after its first checkpoint: a second `train` and a
+       `train --force` refused beside it (its checkpoints untouched); then killed -9;
+    2. the same command resumes it, a Ray Train worker killed mid-run on the way
+       (SIGKILL, as an OOM killer or a lost node would: train.max_failures restarts the
+       worker group from a later checkpoint), to the dev F1 of the run never interrupted
+       (`undisturbed`, tests/conftest.py, shared with the lost-node test);
+    3. the same inputs, finished: nothing to do;
+    4. killed at its end (no summary, the record unfinished): resumed at its last
+       checkpoint, no step trained again, no checkpoint rewritten;
+    5. its latest checkpoint truncated: resumed from the one before, in one line (issue 43;
+       every kind of damage: tests/faults/test_checkpoints.py, without Ray);
+    6. Ctrl-C at a checkpoint the worker stored and Ray Train's controller never recorded:
+       resumed from it (the audit's rerun logged "resuming" and trained from step 0).
+
+    A run of other settings (anew, the old one pruned): tests/cluster/test_storage_outage.py,
+    on S3. The driver killed with the local Ray it started: the GPU kit's ray step
+    (tests/bench/test_gpu_kit.py)."""
+    import psutil
+
+    from rcpipe import stages
+    from rcpipe.config import load_config
+    from tests import ray_nodes
+
     assert VARIANT == RESUMED_VARIANT  # the run `undisturbed` trained
-    # no restart of a dead worker: the rerun alone resumes it
-    cwd = _model_workdir(tmp_path, prepared, **RESUMED_TRAIN, max_failures=0)
+    # no restart of a dead worker in step 1: the rerun alone resumes it; three checkpoints
+    # kept (the best by F1, and the latest) so that step 5 has one before the latest
+    cwd = _model_workdir(tmp_path, prepared, **RESUMED_TRAIN, max_failures=0,
+                         keep_checkpoints=3)
     command = [sys.executable, "-m", "rcpipe", "train", VARIANT]
     runs = cwd / "models" / VARIANT / "runs"
     log = (tmp_path / "first.log").open("w")
@@ -368,8 +407,8 @@ def test_a_second_train_is_refused_and_a_killed_train_resumes(
         assert first.poll() is None and time.monotonic() < deadline, \
             (tmp_path / "first.log").read_text()[-3000:]
         time.sleep(0.2)
-    # stopped, not ended: it holds its lock while the next two commands start (seconds on a
-    # busy machine, longer than its last steps)
+    # 1. stopped, not ended: it holds its lock while the next two commands start (seconds on
+    # a busy machine, longer than its last steps)
     os.killpg(first.pid, signal.SIGSTOP)
     held = {p.parent.name: p.name for p in sorted(runs.glob("*/step-*"))}  # run -> newest
     line = re.compile(rf"error: models/{VARIANT}: {VARIANT} is being trained by pid "
@@ -388,14 +427,78 @@ def test_a_second_train_is_refused_and_a_killed_train_resumes(
     TALLY.killed += 1
     TALLY.stages["train (Ray)"] = 1
     assert not (cwd / "models" / VARIANT / "summary.json").exists()  # no set: the old one
+    (run,) = runs.iterdir()
+    killed_at = max(_step(p) for p in run.glob("step-*"))
 
-    again = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+    # 2. resumed; a worker killed once a checkpoint past the resume point is recorded
+    killed: list[int] = []
+
+    def kill_a_worker_past(step: int) -> None:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not killed:
+            workers = ray_nodes.train_workers(psutil.Process())  # local_ray's, joined
+            if workers and max(ray_nodes.recorded_steps(run), default=0) > step:
+                workers[0].kill()
+                killed.append(workers[0].pid)
+            time.sleep(0.1)
+
+    killer = threading.Thread(target=kill_a_worker_past, args=(killed_at,), daemon=True)
+    killer.start()
+    again = subprocess.run(command + ["--set", "train.max_failures=1"], cwd=cwd,
+                           capture_output=True, text=True)
+    killer.join()
     assert again.returncode == 0, again.stderr[-3000:]
+    assert killed, "no Ray Train worker was seen past the resume point"
     summary = json.loads((cwd / "models" / VARIANT / "summary.json").read_text())
-    assert summary["resumed_from_step"] > 0
+    assert summary["resumed_from_step"] > killed_at  # the restarted group: a later one
     assert summary["steps"] == undisturbed["steps"] == RESUMED_TRAIN["max_steps"]
     # the same data order, optimizer, EMA and RNG streams: the same result, within noise
     assert summary["best_dev_f1"] == pytest.approx(undisturbed["best_dev_f1"], abs=2.0)
     assert json.loads((cwd / "models" / VARIANT / "metrics.json").read_text())["history"] == \
         summary["history"]
+
+    # 3. to 6. in this process, on the same run (its Ray: the one `rcpipe train` joined)
+    monkeypatch.chdir(cwd)
+    cfg = load_config(cwd / "params.yaml")
+    last = RESUMED_TRAIN["max_steps"]
+    model = cwd / "models" / VARIANT / "model.pt"
+    mtime = model.stat().st_mtime_ns
+    with caplog.at_level("INFO", logger="rcpipe"):
+        assert stages.train(cfg, VARIANT) == summary
+    assert model.stat().st_mtime_ns == mtime
+    assert "already finished with these inputs" in caplog.text
+
+    _interrupted(cwd)  # 4. at its end
+    saved = {p: p.stat().st_mtime_ns for p in run.glob("step-*/*")}
+    caplog.clear()
+    with caplog.at_level("INFO", logger="rcpipe"):
+        at_end = stages.train(cfg, VARIANT)
+    assert f"resuming {summary['run']}" in caplog.text and at_end["run"] == summary["run"]
+    assert at_end["resumed_from_step"] == at_end["steps"] == last
+    assert {p: p.stat().st_mtime_ns for p in run.glob("step-*/*")} == saved
+
+    kept = sorted(_step(p) for p in run.glob("step-*"))  # 5. the latest broken
+    assert kept[-1] == last and len(kept) >= 2
+    state = run / f"step-{last:08d}" / "state.pt"
+    state.write_bytes(state.read_bytes()[:1000])  # truncated
+    _interrupted(cwd)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="rcpipe"):
+        fell_back = stages.train(cfg, VARIANT)
+    notes = [r.getMessage() for r in caplog.records if "is broken" in r.getMessage()]
+    assert notes == [f"train {VARIANT}: checkpoint step-{last:08d} is broken (state.pt holds "
+                     "1,000 bytes, " + notes[0].split("bytes, ")[-1]], notes
+    assert fell_back["run"] == summary["run"]  # resumed, not retrained
+    assert fell_back["resumed_from_step"] == kept[-2] and fell_back["steps"] == last
+
+    oldest = min(run.glob("step-*"))  # 6. stored, never recorded by the controller
+    for left in run.iterdir():
+        if left != oldest:
+            shutil.rmtree(left) if left.is_dir() else left.unlink()
+    _interrupted(cwd)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="rcpipe"):
+        unrecorded = stages.train(cfg, VARIANT)
+    assert f"resuming {summary['run']}" in caplog.text
+    assert unrecorded["resumed_from_step"] == _step(oldest) and unrecorded["steps"] == last
     shutil.rmtree(runs, ignore_errors=True)

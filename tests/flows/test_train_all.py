@@ -13,23 +13,14 @@ from flows.train_all import train_all
 from tests.conftest import TINY_MODEL, SynthData, write_params
 from tests.flows.conftest import flow_run_logs
 
-pytestmark = pytest.mark.ray_train(3)  # tests/job_count.py; docs/dev/testing.md
+pytestmark = pytest.mark.ray_train(2)  # tests/job_count.py; docs/dev/testing.md
 
 
 def _params(root: Path, synth: SynthData) -> Path:
     return write_params(root / "params.yaml",
                         data={"train_file": str(synth.train), "dev_file": str(synth.dev)},
-                        # one CPU a job: both variants train at once on the 2-CPU test Ray
-                        train={"max_steps": 3, "batch_size": 8, "max_failures": 0,
-                               "cpus_per_worker": 1},
-                        models=dict.fromkeys(("bidaf", "rnet_mult", "qanet"), TINY_MODEL))
-
-
-def _training_interval(model_dir: Path) -> tuple[float, float]:
-    """(start, end) of a variant's training job, from its summary's wall seconds and mtime."""
-    summary = model_dir / "summary.json"
-    end = summary.stat().st_mtime
-    return end - json.loads(summary.read_text())["wall_seconds"], end
+                        train={"max_steps": 3, "batch_size": 8, "max_failures": 0},
+                        models=dict.fromkeys(("bidaf", "qanet"), TINY_MODEL))
 
 
 @pytest.mark.integration
@@ -38,24 +29,22 @@ def _training_interval(model_dir: Path) -> tuple[float, float]:
 def test_a_rerun_after_one_variant_failed_skips_what_finished(
         tmp_path: Path, synth_v1: SynthData) -> None:
     params, work = _params(tmp_path, synth_v1), tmp_path / "work"
-    variants = ["bidaf", "rnet_mult", "qanet"]
-    # qanet cannot be built with 3 heads on 8 dimensions: that variant fails, the others finish
+    variants = ["bidaf", "qanet"]
+    # qanet cannot be built with 3 heads on 8 dimensions: that variant fails (before its Ray
+    # Train job starts), the other finishes. Two jobs at once on a Ray with room for both:
+    # tests/integration/test_nights.py's night 1
     state = train_all(params=str(params), variants=variants, workdir=str(work),
                       overrides=["models.qanet.heads=3"], return_state=True)
     assert state.is_failed()
     assert "qanet" in state.message
-    # each training task's dev evaluations reached the Prefect UI, under that task's run
+    # the training task's dev evaluations reached the Prefect UI, under that task's run
     progress = [log for log in flow_run_logs(state.state_details.flow_run_id)
                 if log.name == "rcpipe.train.progress" and "dev EM" in log.message]
-    assert {log.message.split(":")[0] for log in progress} >= {"train bidaf", "train rnet_mult"}
+    assert {log.message.split(":")[0] for log in progress} == {"train bidaf"}
     assert all(log.task_run_id is not None for log in progress)
     bidaf = work / "models/bidaf"
-    for v in ("bidaf", "rnet_mult"):
-        assert json.loads((work / f"models/{v}/summary.json").read_text())["finished"]
+    assert json.loads((bidaf / "summary.json").read_text())["finished"]
     assert not (work / "models/qanet/summary.json").exists()
-    # two jobs fit the 2-CPU Ray at one CPU each: bidaf and rnet_mult trained at once
-    (a0, a1), (b0, b1) = _training_interval(bidaf), _training_interval(work / "models/rnet_mult")
-    assert a0 < b1 and b0 < a1
     trained_at = (bidaf / "model.pt").stat().st_mtime_ns
     prepared_at = (work / "data/prepared/meta.json").stat().st_mtime_ns
 

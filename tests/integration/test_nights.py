@@ -7,8 +7,9 @@ the S3 endpoint on loopback (the DVC remote), night after night in one DVC works
 2. nothing changed: trains nothing, evaluates nothing, in a fraction of night 1's time;
    the champion stays;
 3. new training data (more articles) and longer runs, cancelled mid-training: the flow
-   run ends by itself (its Ray Train runs aborted), well before Prefect's SIGKILL, and
-   leaves nothing running on the cluster it joined;
+   run ends by itself (its Ray Train runs aborted through their controllers:
+   rcpipe/cluster/run_abort.py), well before Prefect's SIGKILL, leaves nothing running on
+   the cluster it joined, stores no checkpoint after it ended and puts no model in place;
 4. the same data again: the cancelled night's checkpoints resume, the rest trains anew on
    the new data, everything is evaluated again and the gate decides;
 5. one variant's params changed: only it trains.
@@ -174,6 +175,9 @@ def test_four_nights_and_a_cancelled_one_train_only_what_changed(
     first_s, _ = _night(env, work, s3_env)
     night1 = _summaries(work)
     assert all(s["finished"] and s["resumed_from_step"] == 0 for s in night1.values())
+    # two jobs fit the joined 2-CPU Ray at one CPU each: both voters trained at once
+    (a0, a1), (b0, b1) = (_trained_during(work, v, night1) for v in VOTERS)
+    assert a0 < b1 and b0 < a1, (a0, a1, b0, b1)
     (decided,) = _decisions(s3)
     assert decided["promoted"] is True
     champion = _champion(s3)
@@ -228,6 +232,7 @@ def test_four_nights_and_a_cancelled_one_train_only_what_changed(
     _cancel(env, run_id)  # as `prefect flow-run cancel` does, without its ~2 s start-up
     _wait_until_final(env, run_id)
     cancelled_s = time.monotonic() - t0
+    stored = _stored(work)
     night3 = _summaries(work)
     # a run that finished before the cancellation landed is in place, whole, on the new data
     interrupted = [v for v in VOTERS if night3[v] == night1[v]]
@@ -236,7 +241,8 @@ def test_four_nights_and_a_cancelled_one_train_only_what_changed(
     assert interrupted  # the run that set the cancellation off had 44 steps to go
     assert len(_decisions(s3)) == 2 and _champion(s3) == champion  # nothing versioned
     assert cancelled_s < 30  # the flow's process group ended by itself: no runner's SIGKILL
-    _nothing_left_on(join_local_ray, free)
+    _nothing_left_on(join_local_ray, free)  # its Ray Train runs aborted, their workers gone
+    assert _stored(work) == stored  # no checkpoint stored after the flow run ended
     # read once the runs' workers and controllers are gone: a checkpoint a worker reported
     # as the cancellation landed is recorded by its controller after the flow run has ended
     resumes = {v: _resume_point(work, v, night1) for v in interrupted}
@@ -269,6 +275,23 @@ def test_four_nights_and_a_cancelled_one_train_only_what_changed(
     decisions = _decisions(s3)
     assert len(decisions) == 4
     _nights_a_person_can_compare(work, origin, decisions)
+
+
+def _stored(work: Path) -> set[str]:
+    """Every checkpoint folder the voters' runs hold."""
+    return {str(p.relative_to(work)) for v in VOTERS
+            for p in work.glob(f"models/{v}/runs/run-*/step-*")}
+
+
+def _trained_during(work: Path, variant: str, night: dict[str, dict[str, Any]]
+                    ) -> tuple[float, float]:
+    """(start, end) of ``variant``'s job on ``night``: its run's last checkpoint (their
+    folders are no DVC output: `dvc commit` leaves their times alone) and its summary's wall
+    seconds before it."""
+    summary = night[variant]
+    end = max(p.stat().st_mtime for p in
+              (work / f"models/{variant}/runs/{summary['run']}").glob("step-*/meta.json"))
+    return end - summary["wall_seconds"], end
 
 
 def _free_cpus(address: str) -> float:

@@ -133,7 +133,7 @@ def exported(workdir: Path, params: Path, model: str) -> dict[str, Any]:
     """models/<model>/export.json, running `rcpipe export` first if there is none."""
     record = workdir / "models" / model / "export.json"
     if not record.is_file():
-        subprocess.run([sys.executable, "-m", "rcpipe", "export", model, "--params",
+        subprocess.run([sys.executable, "-m", "rcpipe", "export", "--model", model, "--params",
                         str(params)], cwd=workdir, check=True)
     return json.loads(record.read_text())
 

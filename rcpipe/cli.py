@@ -173,7 +173,7 @@ def fetch(params: Params = None, set_: Sets = None) -> None:
 @app.command()
 def version(
     variant: Annotated[list[str] | None, typer.Option(
-        help="a variant the run trained (repeatable); default: all five")] = None,
+        help="a variant the run trained (repeatable); default: every variant")] = None,
     promote: Annotated[bool, typer.Option(
         help="the champion gate: move the champion to this run's best model on the gate "
              "set if its paired F1 gain's 95% interval lies above version.min_gain")] = False,
@@ -328,7 +328,8 @@ def package(
 
 @app.command()
 def export(
-    model: Annotated[str, typer.Argument(help="a trained variant or a package directory")],
+    model: Annotated[str, typer.Option("--model", help="a trained variant or a package "
+                                                        "directory")],
     questions: Annotated[int, typer.Option(
         help="check against the eager model on this many dev questions")] = 256,
     tolerance: Annotated[float, typer.Option(
@@ -379,16 +380,17 @@ def serve(
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port")] = 8000,
     replicas: Annotated[int | None, typer.Option(
-        help="Reader replicas per model (default serve.replicas; autoscaling off)")] = None,
+        min=1, help="Reader replicas per model (default serve.replicas; autoscaling off)")
+    ] = None,
     max_batch: Annotated[int | None, typer.Option(
-        help="requests per forward pass (default serve.max_batch)")] = None,
+        min=1, help="requests per forward pass (default serve.max_batch)")] = None,
     batch_wait_ms: Annotated[float | None, typer.Option(
-        help="wait for a batch to fill (default serve.batch_wait_ms)")] = None,
+        min=0, help="wait for a batch to fill (default serve.batch_wait_ms)")] = None,
     timeout: Annotated[float | None, typer.Option(
-        help="seconds per request, else 504 (default serve.timeout_s)")] = None,
-    max_context_chars: Annotated[int, typer.Option(help="longer: 413")] = 20_000,
-    max_question_chars: Annotated[int, typer.Option(help="longer: 413")] = 1_000,
-    threads: Annotated[int, typer.Option(help="torch CPU threads (onnxruntime's with "
+        min=1e-3, help="seconds per request, else 504 (default serve.timeout_s)")] = None,
+    max_context_chars: Annotated[int, typer.Option(min=1, help="longer: 413")] = 20_000,
+    max_question_chars: Annotated[int, typer.Option(min=1, help="longer: 413")] = 1_000,
+    threads: Annotated[int, typer.Option(min=0, help="torch CPU threads (onnxruntime's with "
                                          "--runtime onnx); 0: the library's default")] = 1,
     runtime: Runtime = "torch",
     params: Params = None,
@@ -397,14 +399,6 @@ def serve(
     """The answer service on Ray Serve: POST /answer, and a web page at / to ask a passage."""
     from rcpipe.serve.app import Limits
 
-    for option, value, least in (("--max-batch", max_batch, 1), ("--timeout", timeout, 1e-3),
-                                 ("--batch-wait-ms", batch_wait_ms, 0),
-                                 ("--replicas", replicas, 1),
-                                 ("--max-context-chars", max_context_chars, 1),
-                                 ("--max-question-chars", max_question_chars, 1),
-                                 ("--threads", threads, 0)):
-        if value is not None and value < least:
-            raise InputError(option, f"{value:g}", f"must be at least {least:g}")
     cfg = _config_for(model or [], params, set_)
     s = cfg.serve
     limits = Limits(max_context_chars, max_question_chars, max_batch or s.max_batch,
@@ -419,7 +413,13 @@ def main(argv: list[str] | None = None) -> None:
     the commands' log lines go to stderr too (rcpipe/logs.py)."""
     setup_logging()
     try:
-        app(args=argv, prog_name="rcpipe", standalone_mode=True)
+        code = app(args=argv, prog_name="rcpipe", standalone_mode=False)
+    except typer.Abort:  # Ctrl-C outside a command's own handling, as click says it
+        print("Aborted!", file=sys.stderr)
+        sys.exit(1)
+    except typer.TyperException as e:  # an unknown option, a value out of its range: one line
+        print(usage_line(e), file=sys.stderr)
+        sys.exit(getattr(e, "exit_code", 2))
     except InputError as e:  # RunError too, with its own exit code
         print(e.line(), file=sys.stderr)
         sys.exit(e.exit_code)
@@ -428,3 +428,13 @@ def main(argv: list[str] | None = None) -> None:
             raise
         print(disk_full(e.filename or "the disk").line(), file=sys.stderr)
         sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)  # --help and a command's Exit: theirs
+
+
+def usage_line(e: Exception) -> str:
+    """A command-line mistake typer found (click's usage errors) as rcpipe's one line:
+    ``error: rcpipe serve: Invalid value for '--max-batch': ... (rcpipe serve --help)``."""
+    ctx = getattr(e, "ctx", None)
+    where = ctx.command_path if ctx is not None else "rcpipe"
+    message = e.format_message() if hasattr(e, "format_message") else str(e)
+    return f"error: {where}: {' '.join(message.split())} ({where} --help)"

@@ -1,7 +1,8 @@
 """docs/reference/commands.md and params.md, made from the CLI and the config's own fields;
-README.md's command table, made from the CLI.
+README.md's command and variant tables, the guide's variant table (training.md) and attention
+views (evaluating.md), made from the CLI, the variant registry and each family's VIEWS.
 
-    .venv/bin/python -m rcpipe.docs_reference          writes the pages and README's table
+    .venv/bin/python -m rcpipe.docs_reference          writes the pages and the tables
     .venv/bin/python -m rcpipe.docs_reference --check  exit 1 when one is stale
 
 commands.md is the `rcpipe` typer app (rcpipe/cli.py): each command's docstring, arguments
@@ -264,28 +265,73 @@ def _papers(variants: list[str]) -> str:
     return "".join(out)
 
 
-# ------------------------------------------------------------------ README's command table
+# ------------------------------------------- the tables kept in hand-written pages
 
 README = ROOT / "README.md"
+GUIDE = ROOT / "docs" / "guide"
 # README's command table lies between these two lines; the rest of README is by hand
 BEGIN = ("<!-- the command table: made by `python -m rcpipe.docs_reference` from "
          "rcpipe/cli.py -->\n")
 END = "<!-- end of the command table -->\n"
+VARIANTS_BEGIN = ("<!-- the variant table: made by `python -m rcpipe.docs_reference` from "
+                  "rcpipe/variants.py -->\n")
+VARIANTS_END = "<!-- end of the variant table -->\n"
+VIEWS_BEGIN = ("<!-- the attention views: made by `python -m rcpipe.docs_reference` from "
+               "each family's VIEWS -->\n")
+VIEWS_END = "<!-- end of the attention views -->\n"
 
 
 class NoCommandTable(ValueError):
-    """A README without the command table's two marker lines."""
+    """A page without one of its tables' two marker lines."""
+
+
+def command_table() -> str:
+    rows = _command_rows(_commands(_group()), "docs/reference/commands.md#rcpipe-")
+    return "".join(["| command | what it does |\n|---|---|\n", *rows])
+
+
+def variant_table() -> str:
+    """Every registered variant: its paper and what it is (rcpipe.variants.REGISTRY)."""
+    from rcpipe.variants import REGISTRY
+
+    rows = [f"| `{v.name}` | {v.cite} | {v.summary} |\n" for v in REGISTRY.values()]
+    return "".join(["| variant | paper | what it is |\n|---|---|---|\n", *rows])
+
+
+def views_table() -> str:
+    """What `rcpipe explain` shows of each variant (each family module's VIEWS)."""
+    from rcpipe.models import views_of  # the family modules: torch, for this page alone
+    from rcpipe.variants import REGISTRY
+
+    rows = [f"| `{name}` | {view.title} | {view.note} |\n"
+            for name in REGISTRY for view in views_of(name)]
+    return "".join(["| variant | view | what it shows |\n|---|---|---|\n", *rows])
+
+
+def render_tables(text: str, path: Path, tables: list[tuple[str, str, Any]]) -> str:
+    """``text`` (read from ``path``) with each (begin, end, render) table made again."""
+    for begin, end, render in tables:
+        head, sep, rest = text.partition(begin)
+        _, sep2, tail = rest.partition(end)
+        if not (sep and sep2):
+            name = begin.split(":", 1)[0].removeprefix("<!-- the ")
+            raise NoCommandTable(f"{path}: no {name} between {begin.strip()} and "
+                                 f"{end.strip()}")
+        text = "".join([head, begin, render(), end, tail])
+    return text
 
 
 def render_readme(text: str, path: Path = README) -> str:
-    """README.md's text (read from ``path``) with its command table made again from the CLI."""
-    head, sep, rest = text.partition(BEGIN)
-    _, sep2, tail = rest.partition(END)
-    if not (sep and sep2):
-        raise NoCommandTable(f"{path}: no command table between {BEGIN.strip()} and "
-                             f"{END.strip()}")
-    rows = _command_rows(_commands(_group()), "docs/reference/commands.md#rcpipe-")
-    return "".join([head, BEGIN, "| command | what it does |\n|---|---|\n", *rows, END, tail])
+    """README.md's text (read from ``path``) with its command and variant tables made again."""
+    return render_tables(text, path, [(BEGIN, END, command_table),
+                                      (VARIANTS_BEGIN, VARIANTS_END, variant_table)])
+
+
+# the guide's pages that keep a made table: page -> its tables
+GUIDE_TABLES: dict[str, list[tuple[str, str, Any]]] = {
+    "training.md": [(VARIANTS_BEGIN, VARIANTS_END, variant_table)],
+    "evaluating.md": [(VIEWS_BEGIN, VIEWS_END, views_table)],
+}
 
 
 # -------------------------------------------------------------------------------- main
@@ -302,6 +348,10 @@ def main(argv: list[str] | None = None) -> None:
     stale = []
     made = {args.out / name: render for name, render in PAGES.items()}
     made[args.readme] = lambda: render_readme(args.readme.read_text(), args.readme)
+    for name, tables in GUIDE_TABLES.items():
+        page = GUIDE / name
+        made[page] = lambda page=page, tables=tables: render_tables(page.read_text(), page,
+                                                                    tables)
     for path, render in made.items():
         try:
             text = render()

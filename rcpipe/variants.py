@@ -32,6 +32,9 @@ class Variant:
     # `rcpipe tune`'s default search space (config.VariantSearch): dotted keys under
     # models.<name>; a params file's tune.<name>.space is laid over it key by key
     space: Mapping[str, Any] = field(default_factory=dict)
+    # what the model is, in a line: the variant tables of README and docs/guide/training.md
+    # (rcpipe.docs_reference makes them from here)
+    summary: str = ""
 
 
 _BIDAF: dict[str, Any] = {
@@ -84,21 +87,30 @@ _QANET_SPACE: dict[str, Any] = {  # Adam with warm-up, as the paper: its lr is s
 REGISTRY: dict[str, Variant] = {v.name: v for v in (
     Variant("bidaf", "rcpipe.models.bidaf", "build_bidaf", _BIDAF,
             "Seo et al. 2017, Bidirectional Attention Flow for Machine Comprehension",
-            _RNN_SPACE | {"hidden": {"choice": [75, 100, 150]}}),
+            _RNN_SPACE | {"hidden": {"choice": [75, 100, 150]}},
+            "char-CNN + word embedding, highway, BiLSTM, attention flow (C2Q, Q2C), "
+            "modeling layer"),
     # the CS224N SQuAD 2.0 study's BiDAF + self-matching keeps BiDAF's training recipe
     Variant("bidaf_selfattn", "rcpipe.models.bidaf", "build_bidaf_selfattn", _BIDAF,
             "BiDAF (Seo et al. 2017) with R-Net's self-matching attention (Wang et al. 2017)",
-            _RNN_SPACE | {"hidden": {"choice": [75, 100, 150]}}),
+            _RNN_SPACE | {"hidden": {"choice": [75, 100, 150]}},
+            "BiDAF with R-Net's self-matching over the attention flow: the CS224N SQuAD 2.0 "
+            "study's best model"),
     Variant("rnet", "rcpipe.models.rnet", "build_rnet", _RNET,
             "Wang et al. 2017, R-Net: Machine Reading Comprehension with Self-Matching Networks",
-            _RNN_SPACE | {"hidden": {"choice": [48, 75, 100]}}),
+            _RNN_SPACE | {"hidden": {"choice": [48, 75, 100]}},
+            "char BiGRU, gated attention-based recurrence (attention recomputed from the "
+            "previous state at each step), self-matching, pointer network"),
     # the same recipe; only the attention differs
     Variant("rnet_mult", "rcpipe.models.rnet", "build_rnet_mult", _RNET,
             "R-Net (Wang et al. 2017) with multiplicative attention",
-            _RNN_SPACE | {"hidden": {"choice": [48, 75, 100]}}),
+            _RNN_SPACE | {"hidden": {"choice": [48, 75, 100]}},
+            "R-Net's recipe, the attention computed outside the recurrence: fused BiGRUs"),
     Variant("qanet", "rcpipe.models.qanet", "build_qanet", _QANET,
             "Yu et al. 2018, QANet: Combining Local Convolution with Global Self-Attention",
-            _QANET_SPACE),
+            _QANET_SPACE,
+            "depthwise-separable convs, multi-head self-attention, stochastic depth, EMA, "
+            "log warm-up"),
 )}
 
 # what a params file's `models` section already means besides the variants' names

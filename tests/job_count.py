@@ -38,6 +38,7 @@ MARKER = "ray_train"
 # jobs (the fixture sets job_ledger.LABEL to the label while it builds)
 SHARED_JOBS = {"trained": 1}
 
+UNCLAIMED = "(a process of no pytest worker)"
 _tests: list[tuple[str, float, float]] = []  # (file, start, end) of each test run here
 _declared: dict[str, int] = {}  # file -> its ray_train marker's jobs
 
@@ -96,6 +97,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         part.unlink()
         charged.update(got["charged"])
         declares.update(got["declared"])
+    # a job no pytest process claimed (its process named no worker of this run): counted,
+    # and charged to nothing that may declare it
+    unclaimed = len(job_ledger.read(ledger)) - sum(charged.values())
+    if unclaimed > 0:
+        charged[UNCLAIMED] += unclaimed
     over = [f"{where} started {n} Ray Train job(s) but declares {allowed(where, declares)} "
             f"(pytest.mark.{MARKER}(N) in its pytestmark; tests/job_count.py)"
             for where, n in sorted(charged.items()) if n > allowed(where, declares)]

@@ -62,6 +62,33 @@ def test_help_lists_commands(tmp_path: Path) -> None:
         assert command in out.stdout
 
 
+@pytest.mark.parametrize(("args", "expected"), [
+    (["version", "--tries", "0"], "error: rcpipe version: Invalid value for '--tries': Input "
+     "should be greater than or equal to 1 (rcpipe version --help)"),
+    (["version", "--nope"], "error: rcpipe version: No such option: --nope (Possible options: "
+     "--no-promote) (rcpipe version --help)"),
+    (["train"], "error: rcpipe train: Missing argument 'variant'. (rcpipe train --help)"),
+    (["export"], "error: rcpipe export: Missing option '--model'. (rcpipe export --help)"),
+    (["no-such-command"], "error: rcpipe: No such command 'no-such-command'. (rcpipe --help)"),
+])
+def test_a_command_line_mistake_is_one_line_and_exit_2(
+        args: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """typer's usage errors (an unknown option or command, a value out of its range, a
+    missing argument) as every other mistake: one line on stderr, exit code 2."""
+    with pytest.raises(SystemExit) as done:
+        cli.main(args)
+    assert done.value.code == 2
+    assert capsys.readouterr().err == expected + "\n"
+
+
+def test_help_and_a_command_that_finishes_exit_0(capsys: pytest.CaptureFixture[str]) -> None:
+    for args in (["--help"], ["train", "--help"]):
+        with pytest.raises(SystemExit) as done:
+            cli.main(args)
+        assert done.value.code == 0
+    assert "Usage: rcpipe train" in capsys.readouterr().out
+
+
 def test_python_m_rcpipe_help(tmp_path: Path) -> None:
     out = run("--help", cwd=tmp_path)
     assert out.returncode == 0, out.stderr

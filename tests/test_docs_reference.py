@@ -51,6 +51,23 @@ def test_the_readmes_command_table_is_the_one_the_cli_makes(tmp_path: Path) -> N
     assert str(ended.value.code).startswith(f"error: {edited}: no command table")
 
 
+@pytest.mark.parametrize("name", sorted(docs_reference.GUIDE_TABLES))
+def test_the_guides_tables_are_the_ones_the_registry_makes(name: str) -> None:
+    page = docs_reference.GUIDE / name
+    text = page.read_text()
+    assert docs_reference.render_tables(text, page, docs_reference.GUIDE_TABLES[name]) == \
+        text, f"docs/guide/{name}'s table {STALE}"
+
+
+def test_every_variant_is_a_row_of_the_variant_tables() -> None:
+    from rcpipe.config import VARIANTS
+
+    for page in (docs_reference.README, docs_reference.GUIDE / "training.md"):
+        table = page.read_text().split(docs_reference.VARIANTS_BEGIN)[1]
+        table = table.split(docs_reference.VARIANTS_END)[0]
+        assert [row.split("`")[1] for row in table.splitlines()[2:]] == list(VARIANTS), page
+
+
 def test_every_command_and_key_is_in_the_reference() -> None:
     import typer
 

@@ -86,6 +86,28 @@ def test_a_job_in_an_undeclared_file_fails_the_run_on_two_workers(tmp_path: Path
     assert "test_declared.py started" not in text
 
 
+STRAY = """
+import os
+import subprocess
+import sys
+
+
+def test_a_job_of_no_worker():
+    # a process whose environment names no pytest worker of this run (a cluster started with
+    # an environment of its own): no file can declare it, so it fails the run
+    env = {**os.environ, "PYTEST_XDIST_WORKER": "gw9"}
+    subprocess.run([sys.executable, "-c", "from job_ledger import record; record()"],
+                   check=True, env=env)
+"""
+
+
+def test_a_job_no_worker_claims_is_counted_and_fails_the_run(tmp_path: Path) -> None:
+    out = _probe(tmp_path, {"test_stray.py": STRAY}, "-p", "no:xdist")
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert f"FAILED job count: {job_count.UNCLAIMED} started 1 Ray Train job(s)" in text, text
+
+
 def test_a_declared_job_passes_in_one_process(tmp_path: Path) -> None:
     out = _probe(tmp_path, {"test_declared.py": DECLARED}, "-p", "no:xdist")
     text = out.stdout + out.stderr

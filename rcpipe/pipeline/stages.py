@@ -90,9 +90,11 @@ STAGES: tuple[Stage, ...] = (
           "v2.0 at the no-answer threshold chosen on the held-out questions",
           (*WINDOW, *DECODE, "data.out_dir", *DEV),
           deps=lambda v: [str(layout.model_file(v)), PREPARED, CACHE],
+          # the by-type breakdown an output, not a metric: `dvc metrics show` is EM/F1 (and
+          # v2.0's HasAns/NoAns), the breakdown dvc.yaml's plots draw from report's rows
           outs=lambda v: _p(layout.predictions(v), layout.nbest(v), layout.dists(v),
-                            layout.na_threshold_file(v)),
-          metrics=lambda v: _p(layout.metrics(v), layout.by_type(v)),
+                            layout.na_threshold_file(v), layout.by_type(v)),
+          metrics=lambda v: _p(layout.metrics(v)),
           per_variant=True),
     Stage("ensemble", "rcpipe/stages/ensemble.py",
           "every variant's answers combined by ensemble.method: the majority vote (a tie: "
@@ -101,8 +103,9 @@ STAGES: tuple[Stage, ...] = (
           (*DEV, "data.out_dir", "eval.max_answer_len", "ensemble.method", "ensemble.rounds"),
           deps=lambda v: [*_p(*map(layout.nbest, VARIANTS)), *_p(*map(layout.dists, VARIANTS)),
                           PREPARED, CACHE],
-          outs=lambda v: _p(layout.predictions(layout.ENSEMBLE), layout.nbest(layout.ENSEMBLE)),
-          metrics=lambda v: _p(layout.metrics(layout.ENSEMBLE), layout.by_type(layout.ENSEMBLE))),
+          outs=lambda v: _p(layout.predictions(layout.ENSEMBLE), layout.nbest(layout.ENSEMBLE),
+                            layout.by_type(layout.ENSEMBLE)),
+          metrics=lambda v: _p(layout.metrics(layout.ENSEMBLE))),
     Stage("report", "rcpipe/stages/report.py",
           "the evaluation report: report.html, a PNG per chart and the charts' data (CSV, "
           "by_type/<model>.json rows) that dvc.yaml's plots draw", DEV,

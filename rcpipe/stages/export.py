@@ -1,4 +1,4 @@
-"""`rcpipe export MODEL`: a trained variant (models/<V>/model.pt) or a package directory as
+"""`rcpipe export --model M`: a trained variant (models/<V>/model.pt) or a package directory as
 an ONNX graph with dynamic batch and length axes (trained/onnx.py), written only once it
 matches the eager model to ``tolerance`` on the first ``questions`` questions of
 data.dev_file, encoded as `rcpipe predict` encodes them.

@@ -247,7 +247,7 @@ def load_onnx(name: str, threads: int = 1, profile: str | None = None) -> OnnxFo
     model.onnx is the file export.json records and was exported from the weights there now."""
     source, where = locations(name)
     graph_file, record_file = where / ONNX, where / RECORD
-    export = f"`rcpipe export {name}`"
+    export = f"`rcpipe export --model {name}`"
     if not graph_file.is_file() or not record_file.is_file():
         missing = graph_file if not graph_file.is_file() else record_file
         raise InputError(missing, "", f"no such file: no exported model; run {export} first")

@@ -342,7 +342,7 @@ def test_export_killed_leaves_the_old_or_the_new_graph(
 
     weights.add(_sha256(folder / "model.pt"))
     _kills("export", tmp_path, "rcpipe",
-           lambda i: ["export", VARIANT, "--questions", "4"],
+           lambda i: ["export", "--model", VARIANT, "--questions", "4"],
            [folder / "model.onnx", folder / "export.json"], check, points=2, between=between,
            compared=[])  # the graph's bytes differ from export to export: check() ties them
 

@@ -39,6 +39,12 @@ def test_a_taken_port_is_named() -> None:
     assert "cannot listen on" in err.value.what
 
 
+def _below(option: str, least: str) -> str:
+    """typer's own range check (the option's min=), as rcpipe.cli.main puts it in one line."""
+    return (f"error: rcpipe serve: Invalid value for '{option}': Input should be greater "
+            f"than or equal to {least} (rcpipe serve --help)")
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
@@ -46,10 +52,10 @@ def test_a_taken_port_is_named() -> None:
         (["--port", "0"], "error: --port: 0: must be between 1 and 65535"),
         (["--host", "no-such-host.invalid"],
          "error: --host: no-such-host.invalid: not an address or a name that resolves"),
-        (["--timeout", "0"], "error: --timeout: 0: must be at least 0.001"),
-        (["--max-batch", "0"], "error: --max-batch: 0: must be at least 1"),
-        (["--batch-wait-ms", "-1"], "error: --batch-wait-ms: -1: must be at least 0"),
-        (["--max-context-chars", "0"], "error: --max-context-chars: 0: must be at least 1"),
+        (["--timeout", "0"], _below("--timeout", "0.001")),
+        (["--max-batch", "0"], _below("--max-batch", "1")),
+        (["--batch-wait-ms", "-1"], _below("--batch-wait-ms", "0")),
+        (["--max-context-chars", "0"], _below("--max-context-chars", "1")),
     ],
 )
 def test_serve_misconfiguration_is_one_line(args: list[str], expected: str, tmp_path: Path,

@@ -121,13 +121,13 @@ def test_a_missing_or_changed_graph_is_one_line_and_exit_2(trained: Trained, run
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
     assert out.stderr.strip().splitlines()[-1] == (
         f"error: {Path('models/bidaf') / ONNX}: refused: its sha256 is not the one "
-        f"{RECORD} records (changed after export); run `rcpipe export bidaf` again")
+        f"{RECORD} records (changed after export); run `rcpipe export --model bidaf` again")
     onnx_file.unlink()
     out = _rcpipe(bad, *ask)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
     assert out.stderr.strip().splitlines()[-1] == (
         f"error: {Path('models/bidaf') / ONNX}: no such file: no exported model; run "
-        "`rcpipe export bidaf` first")
+        "`rcpipe export --model bidaf` first")
 
 
 def test_a_graph_onnxruntime_cannot_read_is_refused(trained: Trained, run: Path, tmp_path: Path,
@@ -166,7 +166,8 @@ def test_a_package_exports_and_answers_with_no_params_file(
     away = tmp_path / "away"  # no params.yaml; the prepared dev set explain reads
     shutil.copytree(trained.cfg.data.out_dir, away / "data" / "prepared")
     monkeypatch.chdir(away)
-    _cli("export", str(pkg), "--questions", "8", "--set", f"data.dev_file={trained.data.dev}")
+    _cli("export", "--model", str(pkg), "--questions", "8",
+         "--set", f"data.dev_file={trained.data.dev}")
     assert json.loads(capsys.readouterr().out)["max_abs_diff"] <= 1e-4
     assert (pkg / ONNX).is_file() and (pkg / RECORD).is_file()
     for runtime in ("torch", "onnx"):

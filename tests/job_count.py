@@ -39,6 +39,7 @@ MARKER = "ray_train"
 SHARED_JOBS = {"trained": 1}
 
 UNCLAIMED = "(a process of no pytest worker)"
+SHARED = "shared:"  # + a fixture's label: a job charged to SHARED_JOBS
 _tests: list[tuple[str, float, float]] = []  # (file, start, end) of each test run here
 _declared: dict[str, int] = {}  # file -> its ray_train marker's jobs
 
@@ -63,18 +64,27 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
 
 
 def _charged(worker: str) -> dict[str, int]:
-    """This worker's jobs by file (or ``shared:<label>``), from the ledger."""
+    """This worker's jobs by file (or SHARED + a fixture's label), from the ledger."""
     found: Counter[str] = Counter()
     for job in job_ledger.read(os.environ.get(job_ledger.LEDGER, "")):
-        if job.get("label"):
-            found[f"shared:{job['label']}"] += 1 if job["worker"] == worker else 0
-            continue
         if job.get("worker") != worker:
+            continue  # another pytest worker's: it charges them
+        if job.get("label"):
+            found[SHARED + job["label"]] += 1
             continue
         t = job["t"]
-        file = next((f for f, start, end in _tests if start <= t <= end), "(between tests)")
-        found[file] += 1
-    return {k: v for k, v in found.items() if v}
+        found[next((f for f, start, end in _tests if start <= t <= end),
+                   "(between tests)")] += 1
+    return dict(found)
+
+
+def allowed(where: str, declares: dict[str, int]) -> int:
+    if where.startswith(SHARED):
+        return SHARED_JOBS.get(where.removeprefix(SHARED), 0)
+    return declares.get(where, 0)
+
+
+_VERDICT = pytest.StashKey[tuple[int, dict[str, int], list[str]]]()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -112,15 +122,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     session.config.stash[_VERDICT] = (total, dict(charged), over)
     if over and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-def allowed(where: str, declares: dict[str, int]) -> int:
-    if where.startswith("shared:"):
-        return SHARED_JOBS.get(where.removeprefix("shared:"), 0)
-    return declares.get(where, 0)
-
-
-_VERDICT = pytest.StashKey[tuple[int, dict[str, int], list[str]]]()
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -173,7 +173,8 @@ def fetch(params: Params = None, set_: Sets = None) -> None:
 @app.command()
 def version(
     variant: Annotated[list[str] | None, typer.Option(
-        help="a variant the run trained (repeatable); default: every variant")] = None,
+        help="a variant the run trained (repeatable); default: every variant dvc.yaml "
+             "trains")] = None,
     promote: Annotated[bool, typer.Option(
         help="the champion gate: move the champion to this run's best model on the gate "
              "set if its paired F1 gain's 95% interval lies above version.min_gain")] = False,
@@ -194,7 +195,7 @@ def version(
         raise InputError(files[1], "", "dvc.yaml records params.yaml alone: a run with a "
                          "params layer over it cannot be versioned (merge the layer into "
                          "params.yaml)")
-    record = version_run(_config(files, set_), variant or list(VARIANTS), params=files[0],
+    record = version_run(_config(files, set_), variant or None, params=files[0],
                          overrides=set_ or [], remote=remote, promote=promote,
                          min_gain=min_gain, tries=tries)
     print(json.dumps(record))

@@ -21,15 +21,17 @@ from rcpipe.scoring.metrics import headline
 # ---------------------------------------------------------------------------- what to commit
 
 
-def commit_targets(variants: Sequence[str]) -> list[str]:
-    """dvc.yaml stages a run of ``variants`` produced; ensemble and report need all five."""
-    unknown = [v for v in variants if v not in VARIANTS]
+def commit_targets(variants: Sequence[str], pipeline: Sequence[str] = VARIANTS) -> list[str]:
+    """dvc.yaml stages a run of ``variants`` produced, in a dvc.yaml that trains
+    ``pipeline`` (rcpipe/pipeline/dvc_yaml.py --variants); ensemble and report need every
+    variant it trains."""
+    unknown = [v for v in variants if v not in pipeline]
     if unknown:
-        raise ValueError(f"unknown variant(s) {unknown}; choose from {VARIANTS}")
-    ordered = [v for v in VARIANTS if v in variants]
+        raise ValueError(f"dvc.yaml trains no variant {unknown}; it trains {list(pipeline)}")
+    ordered = [v for v in pipeline if v in variants]
     targets = ["fetch", "prepare", *(f"train@{v}" for v in ordered),
                *(f"evaluate@{v}" for v in ordered)]
-    return targets + (["ensemble", "report"] if len(ordered) == len(VARIANTS) else [])
+    return targets + (["ensemble", "report"] if len(ordered) == len(pipeline) else [])
 
 
 def untracked_overrides(overrides: Iterable[str], tracked: Mapping[str, Iterable[str]]

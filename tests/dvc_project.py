@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,13 +60,20 @@ def sh(root: Path, *cmd: str, check: bool = True, timeout: float = 600
     return out
 
 
-def make_project(root: Path, synth: SynthData, prefix: str = "dvc") -> Path:
+def make_project(root: Path, synth: SynthData, prefix: str = "dvc",
+                 variants: Sequence[str] = VARIANTS) -> Path:
     """The workspace at ``root`` (git committed), not reproduced yet; its remote is
-    s3://rcpipe-test/<prefix> (moto keeps one store per process: a prefix per test module)."""
+    s3://rcpipe-test/<prefix> (moto keeps one store per process: a prefix per test module).
+    ``variants``: the project's dvc.yaml, or one of those alone made in the workspace as a
+    user makes it (rcpipe/pipeline/dvc_yaml.py --variants)."""
     root.mkdir(parents=True)
-    shutil.copy(REPO / "dvc.yaml", root)
     shutil.copytree(REPO / "rcpipe", root / "rcpipe",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    if tuple(variants) == VARIANTS:
+        shutil.copy(REPO / "dvc.yaml", root)
+    else:
+        sh(root, sys.executable, "-m", "rcpipe.pipeline.dvc_yaml",
+           "--variants", ",".join(variants))
     for split, src in (("train", synth.train), ("dev", synth.dev)):
         (root / "data/synth").mkdir(parents=True, exist_ok=True)
         shutil.copy(src, root / f"data/synth/{split}.json")

@@ -53,6 +53,41 @@ def test_the_stale_check_can_fail(tmp_path: Path) -> None:
     assert ended.value.code == 1
 
 
+def test_a_pipeline_of_some_variants_is_the_same_rows_with_fewer_names() -> None:
+    """`--variants bidaf,qanet` (a workspace that trains two: tests/integration/test_dvc_s3.py
+    runs one): every line of it is one of the whole pipeline's, the ensemble and the report
+    read those two alone, and its plots draw those two alone."""
+    from dvc.schema import COMPILED_MULTI_STAGE_SCHEMA
+
+    two = dvc_yaml.render(dvc_yaml.pipeline_variants("qanet, bidaf"))  # the registry's order
+    assert set(two.splitlines()) <= set(dvc_yaml.render().splitlines())
+    doc = yaml.safe_load(two)
+    COMPILED_MULTI_STAGE_SCHEMA(doc)
+    assert doc["stages"]["train"]["foreach"] == doc["stages"]["evaluate"]["foreach"] == \
+        ["bidaf", "qanet"]
+    models = {"bidaf", "qanet", "ensemble"}
+    for name in ("ensemble", "report"):
+        read = {Path(d).name.split(".")[0] for d in doc["stages"][name]["deps"]
+                if d.startswith(("predictions/", "metrics/"))}
+        assert read == models - ({"ensemble"} if name == "ensemble" else set()), (name, read)
+    drawn = {Path(f).name.split(".")[0] if "by_type" in f else Path(f).parts[1]
+             for p in doc["plots"] if isinstance(p, dict)
+             for f, y in next(iter(p.values()))["y"].items() if not f.endswith(".csv")}
+    assert drawn == models
+
+
+@pytest.mark.parametrize("names, what", [
+    ("bidaf,bert", "unknown variant(s) bert; choose from bidaf, "),
+    ("qanet", "two or more variants: the ensemble stage combines them")])
+def test_a_pipeline_of_unknown_or_one_variant_is_one_line(
+        names: str, what: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as ended:
+        dvc_yaml.main(["--variants", names, "--out", str(tmp_path / "dvc.yaml")])
+    assert ended.value.code == 2 and not (tmp_path / "dvc.yaml").exists()
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --variants: {names}: {what}") and err.count("\n") == 1
+
+
 def test_dvc_yaml_matches_dvcs_schema() -> None:
     from dvc.schema import COMPILED_MULTI_STAGE_SCHEMA
 

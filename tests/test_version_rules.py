@@ -135,8 +135,12 @@ def test_commit_targets_follow_the_variants_the_run_trained() -> None:
         "fetch", "prepare", "train@bidaf", "train@qanet", "evaluate@bidaf", "evaluate@qanet"]
     full = commit_targets(list(VARIANTS))
     assert full[-2:] == ["ensemble", "report"] and len(full) == 2 + 2 * len(VARIANTS) + 2
-    with pytest.raises(ValueError, match="unknown variant"):
+    with pytest.raises(ValueError, match="dvc.yaml trains no variant"):
         commit_targets(["bert"])
+    # a dvc.yaml of two (rcpipe/pipeline/dvc_yaml.py --variants): both are all of it
+    assert commit_targets(["qanet", "bidaf"], ["bidaf", "qanet"])[-2:] == ["ensemble", "report"]
+    with pytest.raises(ValueError, match=r"no variant \['rnet'\]; it trains \['bidaf', 'qanet'\]"):
+        commit_targets(["rnet"], ["bidaf", "qanet"])
 
 
 def test_overrides_of_tracked_keys_are_found() -> None:

@@ -2,23 +2,30 @@
 
     .venv/bin/python -m rcpipe.pipeline.dvc_yaml          writes dvc.yaml
     .venv/bin/python -m rcpipe.pipeline.dvc_yaml --check  exit 1 when dvc.yaml is stale
+    .venv/bin/python -m rcpipe.pipeline.dvc_yaml --variants bidaf,qanet
+                                                          a pipeline of those alone
 
 The file is checked in, as DVC users expect one they can read; tests/test_dvc_pipeline.py
-fails when it differs from what this module makes.
+fails when it differs from what this module makes. DVC cannot make a list of files from
+params.yaml (the ensemble's and report's inputs), so a workspace that trains some variants
+only writes its own dvc.yaml with --variants: every variant's stages and plots are the same
+rows with fewer names, and `rcpipe version` commits the variants that file trains.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from rcpipe import layout
+from rcpipe.errors import InputError
 from rcpipe.pipeline.code import ROOT, code_deps
-from rcpipe.pipeline.stages import MODELS, STAGES, VARIANT, VARIANTS, Stage
+from rcpipe.pipeline.stages import STAGES, VARIANT, VARIANTS, Stage
 
 DVC_YAML = ROOT / "dvc.yaml"
 HEADER = """\
@@ -46,25 +53,26 @@ def _outs(paths: list[str], s: Stage) -> list[Any]:
             for p in paths]
 
 
-def stage_entry(s: Stage) -> dict[str, Any]:
+def stage_entry(s: Stage, variants: Sequence[str] = VARIANTS) -> dict[str, Any]:
     v = VARIANT if s.per_variant else ""
     entry: dict[str, Any] = {
         "desc": s.desc, "cmd": s.cmd(v),
         "params": [*([f"models.{VARIANT}"] if s.per_variant else []), *s.params],
-        "deps": [*s.deps(v), *code_deps(s.entry)], "outs": _outs(s.outs(v), s)}
+        "deps": [*s.reads(variants, v), *code_deps(s.entry)], "outs": _outs(s.outs(v), s)}
     if metrics := s.metrics(v):
         entry["metrics"] = metrics
-    return {"foreach": list(VARIANTS), "do": entry} if s.per_variant else entry
+    return {"foreach": list(variants), "do": entry} if s.per_variant else entry
 
 
-def plots() -> list[Any]:
+def plots(variants: Sequence[str] = VARIANTS) -> list[Any]:
     """What `dvc plots show` draws: each variant's curves as training writes them
     (rcpipe/train/progress.py: dvclive's files), and the report's charts and images."""
     def curve(title: str, metric: str, column: str) -> dict[str, Any]:
         return {title: {"template": "linear", "x": "step", "y": {
-            f"{layout.live_dir(v)}/plots/metrics/{metric}.tsv": column for v in VARIANTS}}}
+            f"{layout.live_dir(v)}/plots/metrics/{metric}.tsv": column for v in variants}}}
 
     report = layout.REPORTS
+    models = (*variants, layout.ENSEMBLE)  # every model the report compares
     return [
         curve("dev F1 during training", "dev/f1", "f1"),
         curve("dev EM during training", "dev/em", "em"),
@@ -72,9 +80,9 @@ def plots() -> list[Any]:
               "heldout/f1", "f1"),
         curve("training loss", "train/loss", "loss"),
         {"dev F1 by question type": {"template": "bar_horizontal", "x": "f1", "y": {
-            f"{report}/by_type/{m}.json": "question_type" for m in MODELS}}},
+            f"{report}/by_type/{m}.json": "question_type" for m in models}}},
         *({f"dev F1 by {what} length": {"template": "linear", "x": "min_words", "y": {
-            f"{report}/f1_by_{what}_length.csv": list(MODELS)}}}
+            f"{report}/f1_by_{what}_length.csv": list(models)}}}
           for what in ("answer", "context")),
         *(f"{report}/{name}.png" for name in
           ("scores", "f1_by_type", "f1_by_answer_length", "f1_by_context_length",
@@ -82,8 +90,22 @@ def plots() -> list[Any]:
     ]
 
 
-def render() -> str:
-    doc = {"stages": {s.name: stage_entry(s) for s in STAGES}, "plots": plots()}
+def pipeline_variants(names: str) -> tuple[str, ...]:
+    """``--variants``' comma-separated names, in the registry's order: two or more (an
+    ensemble of one is its member), each registered."""
+    chosen = [n.strip() for n in names.split(",") if n.strip()]
+    if unknown := [n for n in chosen if n not in VARIANTS]:
+        raise InputError("--variants", names, f"unknown variant(s) {', '.join(unknown)}; "
+                         f"choose from {', '.join(VARIANTS)}")
+    if len(set(chosen)) < 2:
+        raise InputError("--variants", names, "two or more variants: the ensemble stage "
+                         "combines them")
+    return tuple(v for v in VARIANTS if v in chosen)
+
+
+def render(variants: Sequence[str] = VARIANTS) -> str:
+    doc = {"stages": {s.name: stage_entry(s, variants) for s in STAGES},
+           "plots": plots(variants)}
     order = " -> ".join(f"{s.name}@<variant>" if s.per_variant else s.name for s in STAGES)
     return HEADER.format(order=order) + "\n" + yaml.safe_dump(
         doc, sort_keys=False, width=100, allow_unicode=True)
@@ -93,8 +115,15 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="exit 1 when dvc.yaml is stale")
     ap.add_argument("--out", type=Path, default=DVC_YAML)
+    ap.add_argument("--variants", default=",".join(VARIANTS),
+                    help="comma-separated: the variants the pipeline trains (default: all)")
     args = ap.parse_args(argv)
-    text = render()
+    try:
+        variants = pipeline_variants(args.variants)
+    except InputError as e:
+        print(e, file=sys.stderr)
+        sys.exit(2)
+    text = render(variants)
     if args.check:
         stale = not args.out.is_file() or args.out.read_text() != text
         print(f"{args.out}: " + ("stale: run python -m rcpipe.pipeline.dvc_yaml" if stale

@@ -4,12 +4,14 @@ runs. dvc.yaml is generated from this table (rcpipe/pipeline/dvc_yaml.py), the t
 flow walks it (flows/train_all.py), and tests/test_dvc_pipeline.py checks it.
 
 A stage that runs per variant is written once with ``VARIANT`` where the variant's name
-goes (dvc.yaml's ``${item}`` of a ``foreach`` over the registry's names).
+goes (dvc.yaml's ``${item}`` of a ``foreach`` over the pipeline's variants: the registry's
+names, or the ones `python -m rcpipe.pipeline.dvc_yaml --variants` is given); a stage that
+reads every variant's outputs names them once in ``each``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rcpipe import layout
@@ -19,7 +21,6 @@ from rcpipe.variants import REGISTRY
 VARIANT = "${item}"  # a per-variant stage's variant, as dvc.yaml's foreach names it
 CACHE, PREPARED = "${data.cache_dir}", "${data.out_dir}"  # params-named folders
 VARIANTS = tuple(REGISTRY)
-MODELS = (*VARIANTS, layout.ENSEMBLE)  # every model the report compares
 
 # where the data comes from and how it is cut, read by every stage that reads the dev set
 DEV = ("data.dev_file", "data.cache_dir")
@@ -47,6 +48,18 @@ class Stage:
     metrics: Callable[[str], list[str]] = lambda v: []  # outputs that are metrics files
     persist: tuple[str, ...] = ()  # outputs DVC keeps when the stage runs again
     notes: dict[str, str] = field(default_factory=dict)  # path -> why it is there
+    # the files it reads of each model before it (every variant, then the ensemble where
+    # ``each_ensemble``), listed before ``deps``
+    each: Callable[[str], list[str]] = lambda m: []
+    each_ensemble: bool = False
+
+    def reads(self, variants: Sequence[str], variant: str = "") -> list[str]:
+        """Every file it reads in a pipeline of ``variants``: ``each`` model's, kind by kind
+        (every model's first file, then every model's second, ...), then ``deps``."""
+        models = [*variants, *([layout.ENSEMBLE] if self.each_ensemble else [])]
+        per_model = [self.each(m) for m in models]
+        kinds = len(per_model[0]) if per_model else 0
+        return [files[k] for k in range(kinds) for files in per_model] + self.deps(variant)
 
     def cmd(self, variant: str = "") -> str:
         return " ".join(["rcpipe", self.name, *([variant] if variant else [])])
@@ -101,16 +114,16 @@ STAGES: tuple[Stage, ...] = (
           "the likeliest text), the mean of their distributions, or the mean weighted on the "
           "held-out questions; every method scored",
           (*DEV, "data.out_dir", "eval.max_answer_len", "ensemble.method", "ensemble.rounds"),
-          deps=lambda v: [*_p(*map(layout.nbest, VARIANTS)), *_p(*map(layout.dists, VARIANTS)),
-                          PREPARED, CACHE],
+          each=lambda m: _p(layout.nbest(m), layout.dists(m)),
+          deps=lambda v: [PREPARED, CACHE],
           outs=lambda v: _p(layout.predictions(layout.ENSEMBLE), layout.nbest(layout.ENSEMBLE),
                             layout.by_type(layout.ENSEMBLE)),
           metrics=lambda v: _p(layout.metrics(layout.ENSEMBLE))),
     Stage("report", "rcpipe/stages/report.py",
           "the evaluation report: report.html, a PNG per chart and the charts' data (CSV, "
           "by_type/<model>.json rows) that dvc.yaml's plots draw", DEV,
-          deps=lambda v: [*_p(*map(layout.predictions, MODELS)),
-                          *_p(*map(layout.metrics, MODELS)), CACHE],
+          each=lambda m: _p(layout.predictions(m), layout.metrics(m)), each_ensemble=True,
+          deps=lambda v: [CACHE],
           outs=lambda v: [str(layout.REPORTS)]),
 )
 

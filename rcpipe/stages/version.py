@@ -158,13 +158,13 @@ def _scores(targets: Sequence[str]) -> dict[str, dict[str, Any]]:
     return {m: reads.read_json(layout.metrics(m)) for m in models}
 
 
-def version(cfg: Config, variants: Sequence[str] = VARIANTS, *,
+def version(cfg: Config, variants: Sequence[str] | None = None, *,
             params: Path = Path("params.yaml"), overrides: Sequence[str] = (),
             remote: str | None = None, promote: bool = False, run: str | None = None,
             min_gain: float | None = None, tries: int = 3, backoff: float = 2.0
             ) -> dict[str, Any]:
-    """Version the outputs of a run of ``variants`` in the current directory (see above);
-    ``min_gain`` None: ``version.min_gain``."""
+    """Version the outputs of a run of ``variants`` (None: every variant dvc.yaml trains)
+    in the current directory (see above); ``min_gain`` None: ``version.min_gain``."""
     import tempfile
 
     from rcpipe.stages.fetch import fetch
@@ -181,14 +181,17 @@ def version(cfg: Config, variants: Sequence[str] = VARIANTS, *,
     if min_gain < 0:
         raise InputError("min_gain", f"{min_gain:g}", "below 0: a candidate must at least "
                                                      "beat the champion beyond chance")
+    tracked = tracked_params(root)
+    pipeline = [a.partition("@")[2] for a in tracked if a.startswith("train@")]
+    variants = pipeline if variants is None else variants
     try:
-        targets = commit_targets(variants)
+        targets = commit_targets(variants, pipeline)
     except ValueError as e:
-        raise InputError("variants", ",".join(variants), str(e)) from None
+        raise InputError(root / "dvc.yaml", ",".join(variants), str(e)) from None
     run = run or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     with workspace_lock(root), tempfile.TemporaryDirectory(prefix="rcpipe-version-") as tmp:
         where = Remote(root, remote)  # a missing remote fails before anything changes
-        clashes = untracked_overrides(overrides, tracked_params(root))
+        clashes = untracked_overrides(overrides, tracked)
         if clashes:
             item, stage, key = clashes[0]
             raise InputError("--set", item, f"dvc.yaml's {stage} tracks {key}: set it in "

@@ -1,9 +1,14 @@
 """dvc.yaml end to end against a real S3 endpoint (moto's server on 127.0.0.1).
 
-One temporary copy of the project (dvc.yaml, the code it lists, the committed .dvc/config,
-a tiny params.yaml and synthetic SQuAD files) is reproduced once for the module; the tests
-then push, wipe, pull, change one variant's params, push through an endpoint that goes down
-mid-push, and version the run with the champion gate, in that order.
+One temporary copy of the project (the code, the committed .dvc/config, a tiny params.yaml
+and synthetic SQuAD files) with a dvc.yaml of two variants, one recurrent and one
+convolutional (`python -m rcpipe.pipeline.dvc_yaml --variants bidaf,qanet`: the project's
+rows with fewer names, tests/test_dvc_pipeline.py) is reproduced once for the module; the
+tests then push, wipe, pull, change one variant's params, push through an endpoint that goes
+down mid-push, and version the run with the champion gate, in that order. Every variant's
+model trains and answers through the same `rcpipe train` / `evaluate` code in
+tests/stages/ and tests/models/; a Ray Train job more a variant here would add ~20 CPU s of
+Ray Train's start-up each (docs/dev/testing.md).
 """
 
 from __future__ import annotations
@@ -22,12 +27,13 @@ from typing import Any
 import pytest
 import yaml
 
-from rcpipe.config import VARIANTS
 from rcpipe.scoring.metrics import score
 from tests.conftest import SynthData, questions_of
 from tests.dvc_project import BUCKET, make_project, sh
 
-pytestmark = [pytest.mark.trains, pytest.mark.integration, pytest.mark.ray_train(6)]
+pytestmark = [pytest.mark.trains, pytest.mark.integration, pytest.mark.ray_train(3)]
+
+VARIANTS = ("bidaf", "qanet")  # the workspace's dvc.yaml trains these
 
 OUTPUTS = ("data/cache", "data/prepared", "models", "predictions", "metrics", "reports")
 
@@ -76,7 +82,8 @@ def assert_content_addressed(objects: dict[str, bytes]) -> int:
 def project(s3: Any, tmp_path_factory: pytest.TempPathFactory, synth_v1: SynthData,
             join_local_ray: str) -> Iterator[Path]:
     """The project copied, git and DVC set up, the remote pointed at moto, `dvc repro` run."""
-    root = make_project(tmp_path_factory.mktemp("dvc") / "project", synth_v1)
+    root = make_project(tmp_path_factory.mktemp("dvc") / "project", synth_v1,
+                        variants=VARIANTS)
     t0 = time.perf_counter()
     out = sh(root, "dvc", "repro")
     print(f"dvc repro of the whole pipeline: {time.perf_counter() - t0:.1f}s")
@@ -87,7 +94,7 @@ def project(s3: Any, tmp_path_factory: pytest.TempPathFactory, synth_v1: SynthDa
 
 
 def test_every_variant_left_the_contract_files(project: Path, synth_v1: SynthData) -> None:
-    """tests/stages/test_train.py checks bidaf's in-process; here all five, as run by
+    """tests/stages/test_train.py checks bidaf's in-process; here both, as run by
     `rcpipe train` / `rcpipe evaluate` from dvc.yaml."""
     dev_ids = {qa["id"] for qa in questions_of(synth_v1.dev_doc)}
     for variant in VARIANTS:
@@ -135,7 +142,7 @@ def test_repro_push_wipe_pull_gives_the_same_model_then_repro_does_nothing(
     assert digests(project) == before
 
     # the pulled model predicts exactly what it predicted before the push
-    sh(project, "rcpipe", "evaluate", "rnet")
+    sh(project, "rcpipe", "evaluate", "bidaf")
     assert digests(project) == before
     assert json.loads(sh(project, "dvc", "status", "--json").stdout) == {}
 

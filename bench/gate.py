@@ -6,8 +6,8 @@ over another seed of the same setting.
 
 Trains bidaf of the demo preset (params.demo.yaml on its synthetic data: `rcpipe synth` and
 `rcpipe prepare` once, in a fresh directory) for ``--steps`` steps with ``2 x --pairs``
-seeds, each run in one plain process (bench/demo_seeds.py's run: python -m
-rcpipe.train.local, the Worker the demo's Ray Train jobs run), its checkpoints ranked on
+seeds, each run in one plain process (python -m rcpipe.train.local, the Worker the demo's
+Ray Train jobs run, steps alone ending it), its checkpoints ranked on
 the held-out slice every ``--eval-every`` steps as the demo ranks them. Then the gate as
 `rcpipe version --promote` runs it: every run's best model answers the gate set
 (rcpipe.stages.gate's ``gate_set``: the prepared held-out questions), and for each disjoint
@@ -34,27 +34,52 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from demo_seeds import PARAMS, curve, setup
+from accuracy import _sets
 
 from rcpipe.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
+PARAMS = ROOT / "params.demo.yaml"
 VARIANT = "bidaf"
 TARGET = 0.05  # the rate the default min_gain must keep under
 
 
+def setup(work: Path, sets: list[str]) -> None:
+    """rcpipe synth and prepare of the demo preset in ``work`` (as the demo's first stages)."""
+    for command in ("synth", "prepare"):
+        subprocess.run([sys.executable, "-m", "rcpipe", command, "--params", str(PARAMS),
+                        *_sets(sets)], cwd=work, check=True, capture_output=True)
+
+
 def train(work: Path, seed: int, args: argparse.Namespace) -> Path:
-    """One seed's run of the setting (bench/demo_seeds.py's, steps alone ending it): its
-    best model by held-out F1, as the demo keeps it."""
+    """One seed's run of the setting, steps alone ending it (a loaded machine gets the same
+    run): its best model by held-out F1, as the demo keeps it."""
     run_dir = work / "runs" / args.tag / f"{VARIANT}-seed{seed}"
-    if not (run_dir / "model.pt").is_file():
-        curve(work, VARIANT, seed, args.steps, args)
+    if (run_dir / "model.pt").is_file():
+        return run_dir / "model.pt"
+    sets = [f"train.seed={seed}", f"models.{VARIANT}.max_steps={args.steps}",
+            f"train.eval_every={args.eval_every}", "train.threads=1",
+            f"models.{VARIANT}.max_minutes=600", "train.max_minutes=600", "train.epochs=1000",
+            *args.sets]
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with run_dir.with_suffix(".log").open("w") as log:
+        subprocess.run([sys.executable, "-m", "rcpipe.train.local", VARIANT,
+                        "--params", str(PARAMS), "--run-dir", str(run_dir), *_sets(sets)],
+                       cwd=work, check=True, stdout=subprocess.DEVNULL, stderr=log,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    history = json.loads((run_dir / "summary.json").read_text())["history"]
+    print(f"  {VARIANT} seed {seed}: {args.steps} steps in {time.perf_counter() - t0:.0f} s, "
+          f"dev F1 {history[-1]['f1']:.1f} at the end", flush=True)
     return run_dir / "model.pt"
 
 

@@ -180,7 +180,7 @@ def test_flows_call_stages_and_nothing_above_rcpipe_imports_tests() -> None:
     ("flows/x.py", "import rcpipe.train.local"),
     ("flows/x.py", "from bench.accuracy import PRESETS"),  # a flow runs without the bench
     ("flows/x.py", "from tests.dvc_project import project"),
-    ("bench/x.py", "from tests.models.test_rnet_recurrence import OpLog"),  # bench/rnet_reference
+    ("bench/x.py", "from tests.models.rnet_reference import OpLog"),  # a test helper
     ("bench/gpu/x.py", "import tests.conftest"),
 ])
 def test_the_check_finds_an_import_above_rcpipe_that_breaks_the_rules(rel: str, line: str

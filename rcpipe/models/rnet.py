@@ -49,7 +49,7 @@ class CharGRU(nn.Module):
     last char, the backward one the backward direction's, run on each word reversed within
     its length, at the same position. A word with no chars (a padding token) gives 0.
     The price, on the CPU: W steps for every word where packing ran only each real word's
-    chars, ~3x the GRU work on English words at W = 16 (bench/rnet_recurrence.py).
+    chars, ~3x the GRU work on English words at W = 16 (docs/results/speed.md).
     """
 
     def __init__(self, vocab_size: int, char_dim: int, hidden: int) -> None:

@@ -167,7 +167,7 @@ def checked(found: dict[str, Any]) -> dict[str, Any]:
 class _Solo(_Reader):
     """A single model's whole app in one deployment: the routes (app.py) in the Reader's own
     replicas, so a request goes proxy -> model replica, one hop fewer than through an
-    Ingress (bench/serve_hops.py measures the hops; docs/results/serving.md). A full queue
+    Ingress (docs/results/serving.md measures the hops). A full queue
     is Serve's own 503 at the proxy (max_queued_requests)."""
 
     def __init__(self, load: Load, max_batch: int, wait_ms: float, follow_s: float,

@@ -171,7 +171,7 @@ class OnnxForward(nn.Module):
         options.intra_op_num_threads = threads  # 0: onnxruntime's default (every core)
         options.inter_op_num_threads = 1
         options.log_severity_level = 3  # errors only
-        if profile:  # each node's time, in a JSON file under this prefix (bench/onnx_ops.py)
+        if profile:  # each node's time, in a JSON file under this prefix (docs/results/export.md)
             options.enable_profiling, options.profile_file_prefix = True, profile
         self.session = ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
         # an input the forward never reads is not in the graph

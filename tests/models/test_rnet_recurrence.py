@@ -1,10 +1,10 @@
 """R-Net's recurrences as they are (both gated directions in one loop, CharGRU without
 packing) against the implementations they replaced, kept as they stood (git 38a6af0) in
-bench/rnet_reference.py: the same weights give the same outputs and gradients; and no op of
+tests/models/rnet_reference.py: the same weights give the same outputs and gradients; and no op of
 an R-Net step has a data-dependent output (no host sync, no data-dependent shape), so it
 can be captured whole.
 
-bench/rnet_recurrence.py times the two side by side with the same reference classes.
+The timings of the two side by side: docs/results/speed.md.
 """
 
 from __future__ import annotations
@@ -13,18 +13,18 @@ import pytest
 import torch
 from torch import nn
 
-from bench.rnet_reference import (
-    OldBiGatedAttentionRNN,
-    OldCharGRU,
-    OpLog,
-    with_reference_recurrences,
-)
 from rcpipe.config import ModelConfig
 from rcpipe.models import build_model
 from rcpipe.models.gated_rnn import BiGatedAttentionRNN
 from rcpipe.models.layers import span_loss
 from rcpipe.models.rnet import CharGRU
 from tests.models.conftest import inputs, make_batch
+from tests.models.rnet_reference import (
+    OldBiGatedAttentionRNN,
+    OldCharGRU,
+    OpLog,
+    with_reference_recurrences,
+)
 
 # ----------------------------------------------------------------------------- helpers
 

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 USERS = ("rcpipe/trained/model_file.py", "rcpipe/stages/evaluate.py", "rcpipe/stages/predict.py",
          "rcpipe/stages/serving.py",
          "rcpipe/stages/explain.py", "rcpipe/trained/package_dir.py", "rcpipe/stages/package.py",
-         "rcpipe/trained/onnx.py", "rcpipe/stages/export.py", "bench/onnx_ops.py",
+         "rcpipe/trained/onnx.py", "rcpipe/stages/export.py",
          *(str(p.relative_to(ROOT)) for p in sorted((ROOT / "rcpipe/serve").glob("*.py"))))
 
 
@@ -29,8 +29,7 @@ def test_no_import_anywhere_in_a_models_user_reaches_training_code(path: str) ->
 @pytest.mark.parametrize("module", [
     "rcpipe.trained.model_file", "rcpipe.stages.evaluate", "rcpipe.stages.predict",
     "rcpipe.stages.explain", "rcpipe.stages.package", "rcpipe.trained.onnx",
-    "rcpipe.stages.export", "rcpipe.serve", "bench/serve.py",
-    "bench/length_prior.py", "bench/export_latency.py"])
+    "rcpipe.stages.export", "rcpipe.serve", "bench/serve.py", "bench/export_latency.py"])
 def test_a_fresh_interpreter_importing_a_models_user_imports_no_training_code(
         module: str) -> None:
     """At run time too: the rcpipe.stages package's own import (of stages/train.py) keeps

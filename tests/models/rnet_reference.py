@@ -1,9 +1,9 @@
 """R-Net's recurrences as they stood before they were batched (git 38a6af0's rnet.py,
 verbatim): the gated attention directions one after the other, CharGRU packed. The
-baseline bench/rnet_recurrence.py times rcpipe's against, and the reference
-tests/models/test_rnet_recurrence.py holds them to (the same weights give the same outputs
-and gradients). It lives here, not in tests/, because the bench needs it and nothing
-outside tests/ imports tests/; not in rcpipe/, which ships: rcpipe runs none of it.
+reference tests/models/test_rnet_recurrence.py holds them to (the same weights give the same
+outputs and gradients); the bench that timed the two (bench/rnet_recurrence.py) was removed
+after 8c924ea, its figures in docs/results/speed.md. Not in rcpipe/, which ships: rcpipe runs
+none of it.
 """
 
 from __future__ import annotations

@@ -1,15 +1,17 @@
 """A temporary DVC workspace of the project for tests: dvc.yaml, the code it lists, the
 committed .dvc/config with the remote pointed at a test bucket, a tiny params.yaml holding
-every key dvc.yaml tracks, and synthetic SQuAD files (tests/integration/test_dvc_s3.py,
-tests/integration/test_nights.py)."""
+every key dvc.yaml tracks, and synthetic SQuAD files (tests/integration/test_nights.py);
+what the tests read of it and of the remote, and an endpoint that goes down mid-push."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -89,3 +91,113 @@ def make_project(root: Path, synth: SynthData, prefix: str = "dvc",
     sh(root, "git", "add", ".")
     sh(root, "git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "project")
     return root
+
+
+OUTPUTS = ("data/cache", "data/prepared", "models", "predictions", "metrics", "reports")
+
+
+def ran_stages(output: str) -> set[str]:
+    return {line.split("'")[1] for line in output.splitlines()
+            if line.startswith("Running stage '")}
+
+
+def digests(root: Path) -> dict[str, str]:
+    """sha256 of every output file (relative path -> digest)."""
+    found = {}
+    for top in OUTPUTS:
+        for path in sorted((root / top).rglob("*")):
+            # not Ray's checkpoints (runs/) and the record of them, nor an output's lock
+            # file (rcpipe/locks.py, `.<output>.lock` beside it): not versioned
+            lock = path.name.startswith(".") and path.name.endswith(".lock")
+            if path.is_file() and "runs" not in path.parts and not lock and \
+                    path.name not in {".gitignore", "runs.json"}:
+                found[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+def remote_objects(s3: Any, prefix: str = "dvc") -> dict[str, bytes]:
+    """Every object under the DVC remote's ``prefix`` (make_project's), read straight from
+    the endpoint."""
+    found = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET,
+                                                             Prefix=f"{prefix}/"):
+        for item in page.get("Contents", []):
+            found[item["Key"]] = s3.get_object(Bucket=BUCKET, Key=item["Key"])["Body"].read()
+    return found
+
+
+def assert_content_addressed(objects: dict[str, bytes]) -> int:
+    """Each DVC object's md5 is its name: a torn or truncated upload would not be."""
+    count = 0
+    for key, body in objects.items():
+        if "/files/md5/" not in key:
+            continue
+        prefix, rest = key.split("/files/md5/")[1].split("/")
+        assert hashlib.md5(body).hexdigest() == prefix + rest.removesuffix(".dir"), key
+        count += 1
+    return count
+
+
+class Outage:
+    """A TCP proxy in front of the S3 endpoint that drops every connection, and refuses new
+    ones, once ``allow`` PUT requests have gone through: the endpoint going down mid-push."""
+
+    def __init__(self, target: int, allow: int) -> None:
+        self.target, self.allow, self.puts = target, allow, 0
+        self.down = threading.Event()
+        self.sockets: list[socket.socket] = []
+        self.lock = threading.Lock()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.down.is_set():
+                client.close()
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            with self.lock:
+                self.sockets += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream, True),
+                             daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False),
+                             daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, requests: bool) -> None:
+        try:
+            while data := src.recv(1 << 16):
+                if requests:
+                    with self.lock:
+                        self.puts += data.count(b"PUT /")
+                        over = self.puts > self.allow
+                    if over:
+                        self.cut()
+                        return
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                s.close()
+
+    def cut(self) -> None:
+        self.down.set()
+        with self.lock:
+            for s in self.sockets:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def restore(self) -> None:
+        self.allow = 10**9
+        self.down.clear()
+
+    def close(self) -> None:
+        self.cut()
+        self.listener.close()

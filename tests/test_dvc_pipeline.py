@@ -54,7 +54,7 @@ def test_the_stale_check_can_fail(tmp_path: Path) -> None:
 
 
 def test_a_pipeline_of_some_variants_is_the_same_rows_with_fewer_names() -> None:
-    """`--variants bidaf,qanet` (a workspace that trains two: tests/integration/test_dvc_s3.py
+    """`--variants bidaf,qanet` (a workspace that trains two: tests/integration/test_nights.py
     runs one): every line of it is one of the whole pipeline's, the ensemble and the report
     read those two alone, and its plots draw those two alone."""
     from dvc.schema import COMPILED_MULTI_STAGE_SCHEMA

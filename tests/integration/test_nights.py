@@ -1,26 +1,37 @@
-"""Scheduled retraining tested as nights: `prefect deployment run train-all/local` with
+"""The product's night-after-night sequence on one DVC workspace: a user's first `dvc repro`
+by hand, then scheduled retraining as nights (`prefect deployment run train-all/local` with
 version=True, on a real Prefect server and worker, a Ray cluster the flow joins
 (``ray_address``: the pytest worker's local Ray, as a nightly joins its team's cluster) and
-the S3 endpoint on loopback (the DVC remote), night after night in one DVC workspace:
+the S3 endpoint on loopback as the DVC remote). The workspace's dvc.yaml trains two variants,
+one recurrent and one convolutional (`python -m rcpipe.pipeline.dvc_yaml --variants
+bidaf,qanet`: the project's rows with fewer names, tests/test_dvc_pipeline.py); every
+variant's model trains and answers through the same `rcpipe train` / `evaluate` code in
+tests/stages/ and tests/models/. The tests run in order, each on what the one before left:
 
-1. trains both voters, versions, crowns the first champion;
-2. nothing changed: trains nothing, evaluates nothing, in a fraction of night 1's time;
-   the champion stays;
-3. new training data (more articles) and longer runs, cancelled mid-training: the flow
-   run ends by itself (its Ray Train runs aborted through their controllers:
+1. `dvc repro` runs every stage; every output is what its contract says; `dvc plots show`
+   draws every declared plot;
+2. a push through an endpoint that goes down mid-push fails in one line, pushing again
+   completes, and the outputs wiped and pulled are the same bytes (then `dvc repro` does
+   nothing);
+3. `rcpipe version --promote` crowns the first champion on prepare's held-out questions;
+4. night 1: nothing changed since the repro: the flow trains nothing and evaluates nothing
+   (the stamps the repro's commands wrote), and keeps the champion against itself at the
+   flow's min_gain (a difference of 0; the Prefect artifact says so with its interval);
+5. night 2: new training data (more articles) and longer runs, cancelled once both new runs
+   have a checkpoint and neither has finished (the two trained at once): the flow run ends
+   by itself (its Ray Train runs aborted through their controllers:
    rcpipe/cluster/run_abort.py), well before Prefect's SIGKILL, leaves nothing running on
    the cluster it joined, stores no checkpoint after it ended and puts no model in place;
-4. the same data again: the cancelled night's checkpoints resume, the rest trains anew on
-   the new data, everything is evaluated again and the gate decides;
-5. one variant's params changed: only it trains.
+6. night 3: the same data again: the cancelled night's checkpoints resume, both at once;
+   everything is evaluated again and the gate decides;
+7. night 4: one variant's params changed: DVC finds its two stages stale, it alone trains
+   (anew: its old run not resumed), and the workspace is what `dvc repro` calls up to date;
+   every night's commit is on the git remote, `dvc metrics diff` between two nights, the
+   nights page behind a link;
+8. a champion the run cannot beat stays, and the record says why.
 
-Each night's versioning is checked where it happens: night 1 commits dvc.lock, pushes data
-and models to the remote and crowns the first champion on prepare's held-out questions
-(never dev); night 2, with the flow's min_gain, keeps it (the same models: a difference of
-0), and the Prefect artifact gives the decision with its interval.
-
-The voters are two (one recurrent, one convolutional): every variant's own path is
-covered by tests/integration/test_dvc_s3.py.
+One sequence rather than a DVC test and a nights test that each train from nothing: each
+Ray Train job costs ~20 CPU s of Ray Train's start-up (docs/dev/testing.md).
 """
 
 from __future__ import annotations
@@ -29,11 +40,13 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,28 +56,367 @@ import yaml
 
 from flows import stack
 from flows.version import decision_markdown
-from rcpipe.config import VARIANTS
+from rcpipe.config import VARIANTS as REGISTERED
 from rcpipe.data import synth
+from rcpipe.scoring.metrics import score
 from rcpipe.stages.champions import history
 from rcpipe.train.checkpoint import first_whole
 from tests import ray_nodes
 from tests.conftest import AWS_WORKER_ENV, SynthData, questions_of
-from tests.dvc_project import BUCKET, make_project, sh
+from tests.dvc_project import (
+    BUCKET,
+    Outage,
+    assert_content_addressed,
+    digests,
+    make_project,
+    ran_stages,
+    remote_objects,
+    sh,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.trains, pytest.mark.slow,
               pytest.mark.ray_train(7)]
 
-VOTERS = ["bidaf", "qanet"]
+VOTERS = ("bidaf", "qanet")  # the workspace's dvc.yaml trains these
 PREFIX = "nights"
-# checkpoints every 4 steps of 24, so a cancelled night leaves some behind (the 24 steps
-# are ~3 s of a ~20 s run: the rest is Ray Train's start-up, which fewer steps do not cut).
-# One CPU a worker: the joined Ray (tests/conftest.py's local_ray, 2 CPUs) trains both voters
-# at once (rcpipe.cluster.train_job.jobs_that_fit) instead of one after the other, ~15 s less a
-# night that trains both; where and how fast to train is no key dvc.yaml tracks (nor a
-# run's fingerprint), so no night's decision depends on it
+# checkpoints every 4 steps of 24 (the 24 steps are ~3 s of a ~20 s run: the rest is Ray
+# Train's start-up, which fewer steps do not cut). One CPU a worker: the joined Ray
+# (tests/conftest.py's local_ray, 2 CPUs) trains both voters at once on a night
+# (rcpipe.cluster.train_job.jobs_that_fit) instead of one after the other; where and how
+# fast to train is no key dvc.yaml tracks (nor a run's fingerprint), so no night's decision
+# depends on it
 TRAIN = {"max_steps": 24, "eval_every": 4, "batch_size": 4, "epochs": 50,
          "cpus_per_worker": 1}
-LONGER = 48  # the max_steps of nights 3 to 5 (see night 3)
+# the max_steps of nights 2 to 4: from both runs' first checkpoint to their ends takes longer
+# than a cancellation takes to land, on a slow machine too (see night 2)
+LONGER = 64
+
+
+@dataclass
+class Workspace:
+    """The one workspace, its surroundings, and what a step leaves the next."""
+
+    work: Path
+    origin: Path  # the team's git remote: each versioned night's commit goes there
+    env: dict[str, str]  # a Prefect client's, RAY_ADDRESS the joined Ray's
+    s3_env: dict[str, str]  # the flow run's
+    api_url: str
+    params: dict[str, Any]
+    seen: dict[str, Any] = field(default_factory=dict)
+
+    def night(self, *more: str) -> tuple[float, str]:
+        return _night(self.env, self.work, self.s3_env, *more)
+
+    def write_params(self) -> None:
+        (self.work / "params.yaml").write_text(yaml.safe_dump(self.params, sort_keys=False))
+
+
+@pytest.fixture(scope="module")
+def ws(prefect_stack: dict, tmp_path_factory: pytest.TempPathFactory, synth_v1: SynthData,
+       s3: Any, join_local_ray: str) -> Workspace:
+    """The workspace, its dvc.yaml of the two voters, its first `dvc repro` by hand."""
+    root = tmp_path_factory.mktemp("nights")
+    work = make_project(root / "work", synth_v1, prefix=PREFIX, variants=VOTERS)
+    params = yaml.safe_load((work / "params.yaml").read_text())
+    params["train"] |= TRAIN
+    params["models"] = {v: params["models"][v] for v in VOTERS}
+    origin = root / "origin.git"
+    sh(root, "git", "init", "-q", "--bare", str(origin))
+    sh(work, "git", "remote", "add", "origin", str(origin))
+    sh(work, "git", "push", "-q", "origin", "HEAD")
+    env = stack.server_env(root / "client", str(prefect_stack["api_url"]))
+    assert env["RAY_ADDRESS"] == join_local_ray  # the flows join it (_deployment_run)
+    s3_env = {**AWS_WORKER_ENV, "AWS_ENDPOINT_URL": s3.meta.endpoint_url,
+              # the joined Ray asks for its token (Ray turned token auth on in this process
+              # as it started local_ray; the flow run's process, a child of the Prefect
+              # worker started before it, is told so as a nightly's environment would be)
+              **{k: os.environ[k] for k in ("RAY_AUTH_MODE",) if k in os.environ}}
+    ws = Workspace(work, origin, env, s3_env, str(prefect_stack["api_url"]), params)
+    ws.write_params()
+    t0 = time.perf_counter()
+    out = sh(work, "dvc", "repro")  # `rcpipe train` joins the pytest worker's Ray too
+    print(f"dvc repro of the whole pipeline: {time.perf_counter() - t0:.1f}s")
+    ws.seen["repro"] = out.stdout
+    return ws
+
+
+def test_the_first_repro_ran_every_stage_and_left_the_contract_files(
+        ws: Workspace, synth_v1: SynthData) -> None:
+    """tests/stages/test_train.py checks bidaf's in-process; here both, as `dvc repro` ran
+    `rcpipe train` / `rcpipe evaluate` from dvc.yaml."""
+    assert ran_stages(ws.seen["repro"]) == {
+        "fetch", "prepare", "ensemble", "report",
+        *(f"{s}@{v}" for s in ("train", "evaluate") for v in VOTERS)}
+    dev_ids = {qa["id"] for qa in questions_of(synth_v1.dev_doc)}
+    for variant in VOTERS:
+        summary = json.loads((ws.work / f"models/{variant}/summary.json").read_text())
+        assert summary["world_size"] == 1 and summary["resumed_from_step"] == 0, variant
+        assert summary["steps"] == TRAIN["max_steps"] and summary["device"] == "cpu", variant
+        preds = json.loads((ws.work / f"predictions/{variant}.json").read_text())
+        nbest = json.loads((ws.work / f"predictions/{variant}.nbest.json").read_text())
+        assert set(preds) == set(nbest) == dev_ids, variant
+        assert all(nbest[q]["text"] == preds[q] for q in preds), variant
+        metrics = json.loads((ws.work / f"metrics/{variant}.json").read_text())
+        assert metrics == score(synth_v1.dev_doc, preds), variant
+    for name in (*VOTERS, "ensemble"):
+        result = json.loads((ws.work / f"metrics/{name}.json").read_text())
+        # the official v1.1 keys; the ensemble's also its method and every method's scores
+        assert set(result) == {"exact_match", "f1"} | (
+            {"method", "methods"} if name == "ensemble" else set())
+        if name == "ensemble":  # evaluate keeps distributions: all three methods scored;
+            # the answers given are params.yaml's method's (tests/dvc_project.py: selected)
+            assert result["method"] == "selected"
+            assert set(result["methods"]) == {"vote", "mean", "selected"}
+            assert result["f1"] == result["methods"]["selected"]["f1"]
+        answers = json.loads((ws.work / f"predictions/{name}.json").read_text())
+        assert len(answers) == len(questions_of(synth_v1.dev_doc))
+
+
+def test_dvc_plots_draws_every_declared_plot_from_the_run(ws: Workspace) -> None:
+    shown = json.loads(sh(ws.work, "dvc", "plots", "show", "--json").stdout)
+    assert not shown.get("errors"), shown["errors"]
+    declared = yaml.safe_load((ws.work / "dvc.yaml").read_text())["plots"]
+    names = [p if isinstance(p, str) else next(iter(p)) for p in declared]
+    assert set(shown["data"]) == set(names)
+    models = len(VOTERS) + 1
+    for name, [plot] in shown["data"].items():
+        if plot["type"] == "image":
+            assert Path(plot["url"]).stat().st_size > 0, name
+            continue
+        rows = plot["content"]["data"]["values"]
+        per_model = len(VOTERS) if "training" in name else models
+        # one series per model: a file per model, or a CSV column per model
+        series = {r.get("field") or r["filename"] for r in rows}
+        assert len(series) == per_model, (name, series)
+
+
+def test_a_push_through_an_outage_fails_clearly_and_wiped_outputs_pull_back_the_same(
+        ws: Workspace, s3: Any) -> None:
+    """The repro's outputs pushed through an endpoint that dies after the first few PUTs;
+    pushed again; then every output and the cache wiped and pulled."""
+    project = ws.work
+    endpoint = os.environ["AWS_ENDPOINT_URL"]
+    outage = Outage(int(endpoint.rsplit(":", 1)[1]), allow=2)
+    proxy = f"http://127.0.0.1:{outage.port}"
+    sh(project, "dvc", "remote", "modify", "--local", "storage", "endpointurl", proxy)
+    try:
+        t0 = time.perf_counter()
+        failed = sh(project, "rcpipe", "version", "--tries", "2", check=False)
+        print(f"push through the outage failed after {time.perf_counter() - t0:.1f}s")
+        assert failed.returncode == 2, failed.stderr[-3000:]
+        lines = failed.stderr.strip().splitlines()
+        assert lines[-1].startswith(f"error: s3://{BUCKET}/{PREFIX}: dvc push: the remote "
+                                    "is unreachable after 2 tries"), lines[-1]
+        assert "push again once it is up" in lines[-1] and "Traceback" not in failed.stderr
+        assert outage.puts > 2  # it did go down in the middle of the push
+        objects = remote_objects(s3, PREFIX)
+        assert assert_content_addressed(objects) == len(
+            [k for k in objects if "/files/md5/" in k])
+        assert not [k for k in objects if k.startswith(f"{PREFIX}/rcpipe/")]  # no record
+
+        outage.restore()
+        sh(project, "dvc", "push")
+        cloud = sh(project, "dvc", "status", "--cloud", "--json")
+        assert json.loads(cloud.stdout) == {}, cloud.stdout
+        assert assert_content_addressed(remote_objects(s3, PREFIX)) > len(objects)
+    finally:
+        sh(project, "dvc", "remote", "modify", "--local", "--unset", "storage", "endpointurl")
+        outage.close()
+
+    before = digests(project)
+    assert {f"models/{v}/model.pt" for v in VOTERS} <= set(before)
+    shutil.rmtree(project / ".dvc/cache")
+    for path in before:  # every output; Ray's checkpoints stay (not versioned)
+        (project / path).unlink()
+    sh(project, "dvc", "pull")
+    assert json.loads(sh(project, "dvc", "status", "--json").stdout) == {}
+    assert digests(project) == before
+
+    # the pulled model predicts exactly what it predicted before the push
+    sh(project, "rcpipe", "evaluate", "bidaf")
+    assert digests(project) == before
+    assert json.loads(sh(project, "dvc", "status", "--json").stdout) == {}
+
+    again = sh(project, "dvc", "repro")
+    assert ran_stages(again.stdout) == set(), again.stdout
+    assert "Data and pipelines are up to date" in again.stdout
+    assert digests(project) == before
+
+
+def test_version_crowns_the_first_champion_on_the_heldout_questions(
+        ws: Workspace, s3: Any) -> None:
+    work = ws.work
+    first = json.loads(sh(work, "rcpipe", "version", "--promote").stdout)
+    assert first["promoted"] and "no champion yet" in first["reason"]
+    # dvc.yaml's variants, then the ensemble and report: all of what it trains
+    assert first["targets"][-2:] == ["ensemble", "report"]
+    assert [t for t in first["targets"] if t.startswith("train@")] == \
+        [f"train@{v}" for v in VOTERS]
+    # what each variant's training cost, for the nights page (version_rules.cost_of)
+    assert set(first["cost"]) == set(VOTERS)
+    assert all(c["wall_s"] > 0 and c["unit"] == "CPU-worker-h" for c in first["cost"].values())
+    champion = _champion(s3)
+    assert champion["score"] == first["candidate"] and champion["seq"] == 1
+    assert champion["change"]["kind"] == "promotion" and first["races"] == []
+    # GTO's mirror tags on the versioned commit (rcpipe/stages/champions.py), in its record
+    assert first["git_tags"] == ["rcpipe#champion#1", "rcpipe@v0.0.1"]
+    assert sh(work, "git", "rev-list", "-n1", "rcpipe#champion#1").stdout.strip() == \
+        first["git_commit"]
+    assert "dvc.lock" in sh(work, "git", "show", "--name-only", "--format=", "HEAD").stdout
+    key = champion["dvc_lock"].removeprefix(f"s3://{BUCKET}/")
+    assert key == f"{PREFIX}/rcpipe/versions/{first['run']}/dvc.lock"
+    assert s3.get_object(Bucket=BUCKET, Key=key)["Body"].read() == \
+        (work / "dvc.lock").read_bytes()
+    # each variant's package beside the record, the champion's named by the pointer
+    assert set(first["packages"]) == set(VOTERS)
+    prefix = f"{PREFIX}/rcpipe/versions/{first['run']}/packages/"
+    keys = {item["Key"].removeprefix(prefix) for item in s3.list_objects_v2(
+        Bucket=BUCKET, Prefix=prefix)["Contents"]}
+    assert {f"{v}/{f}" for v in VOTERS for f in ("model.safetensors", "config.json",
+                                                   "vocab.json", "README.md")} <= keys
+    assert champion["package"] == first["packages"].get(first["candidate"]["model"])
+    assert champion["score"]["model"] in (*VOTERS, "ensemble")
+    heldout = work / "data/prepared/heldout.json"  # the gate set, never the dev set
+    gate = champion["gate"]
+    assert gate["set"]["source"] == "heldout" and gate["champion"] is None
+    assert gate["set"]["sha256"] == hashlib.sha256(heldout.read_bytes()).hexdigest()
+    questions = sum(len(p["qas"]) for a in json.loads(heldout.read_text())["data"]
+                    for p in a["paragraphs"])
+    assert gate["questions"] == questions > 0
+    assert json.loads(sh(work, "dvc", "status", "--json").stdout) == {}
+    assert json.loads(sh(work, "dvc", "status", "--cloud", "--json").stdout) == {}
+    ws.seen["champion"] = champion
+
+
+def test_night_1_after_the_repro_trains_nothing_and_keeps_the_champion(
+        ws: Workspace, s3: Any) -> None:
+    """Nothing changed since the repro: nothing trained or evaluated again (a run's summary
+    holds its wall time; a stage's stamp is rewritten when it runs. The outputs' own times
+    are DVC's: `dvc commit` links them from its cache again); the champion stays."""
+    assert _default_variants(ws.api_url) == list(REGISTERED)
+    watched = [ws.work / f".rcpipe/stamps/{s}.json" for s in
+               ("evaluate-bidaf", "evaluate-qanet", "ensemble-ensemble", "report")]
+    before = [_mtime(p) for p in watched]
+    repro = _summaries(ws.work)
+    # the flow's min_gain reaches the gate
+    took, _ = ws.night("--param", "min_gain=0.5")
+    print(f"\nnight 1 (nothing changed since the repro) took {took:.0f} s")
+    assert _summaries(ws.work) == repro
+    assert [_mtime(p) for p in watched] == before
+    decisions = _decisions(s3)
+    assert len(decisions) == 2 and decisions[-1]["promoted"] is False
+    champion = ws.seen["champion"]
+    assert _champion(s3) == champion
+    _kept_against_itself(s3, decisions[-1], champion, ws.api_url)
+    ws.seen |= {"night1": repro, "watched": dict(zip(watched, before, strict=True))}
+
+
+def test_night_2_new_data_both_training_at_once_cancelled(
+        ws: Workspace, join_local_ray: str, s3: Any) -> None:
+    """More training articles and longer runs; cancelled once both new runs have a
+    checkpoint and neither has finished, which only two runs trained at once can be."""
+    work, night1 = ws.work, ws.seen["night1"]
+    ws.params["train"]["max_steps"] = LONGER
+    ws.write_params()
+    train = json.loads((work / "data/synth/train.json").read_text())
+    more = synth.generate(11, 4, 3, 3, version="1.1", title_prefix="t-more")
+    synth.write({**train, "data": train["data"] + more["data"]}, work / "data/synth/train.json")
+    free = _free_cpus(join_local_ray)  # the joined cluster before the night
+    run_id = _deployment_run(ws.env, work, ws.s3_env, watch=False)
+    assert isinstance(run_id, str)
+    deadline = time.monotonic() + 400
+    while not all(_recorded_step(work, v, night1) for v in VOTERS):
+        assert time.monotonic() < deadline, "night 2 never checkpointed both new runs"
+        # one ahead of the other by a whole run: trained one after the other
+        assert _summaries(work) == night1, "a run ended before the other had a checkpoint"
+        time.sleep(0.2)
+    t0 = time.monotonic()
+    _cancel(ws.env, run_id)  # as `prefect flow-run cancel` does, without its ~2 s start-up
+    _wait_until_final(ws.env, run_id)
+    cancelled_s = time.monotonic() - t0
+    stored = _stored(work)
+    night2 = _summaries(work)
+    # a run that finished before the cancellation landed is in place, whole, on the new data
+    interrupted = [v for v in VOTERS if night2[v] == night1[v]]
+    for v in set(VOTERS) - set(interrupted):
+        assert night2[v]["finished"] and night2[v]["steps"] == LONGER, night2[v]
+    assert interrupted  # each had most of its steps to go
+    assert len(_decisions(s3)) == 2 and _champion(s3) == ws.seen["champion"]  # unversioned
+    assert cancelled_s < 30  # the flow's process group ended by itself: no runner's SIGKILL
+    _nothing_left_on(join_local_ray, free)  # its Ray Train runs aborted, their workers gone
+    assert _stored(work) == stored  # no checkpoint stored after the flow run ended
+    # read once the runs' workers and controllers are gone: a checkpoint a worker reported
+    # as the cancellation landed is recorded by its controller after the flow run has ended
+    resumes = {v: _resume_point(work, v, night1) for v in interrupted}
+    print(f"night 2 cancelled: the flow run ended {cancelled_s:.1f} s after the "
+          f"cancellation; runs interrupted at the steps {resumes} of {LONGER}")
+    ws.seen |= {"night2": night2, "interrupted": interrupted, "resumes": resumes}
+
+
+def test_night_3_resumes_the_cancelled_runs_at_once(ws: Workspace, s3: Any) -> None:
+    work, night1, night2 = ws.work, ws.seen["night1"], ws.seen["night2"]
+    interrupted, resumes = ws.seen["interrupted"], ws.seen["resumes"]
+    ws.night()
+    night3 = _summaries(work)
+    for v in VOTERS:
+        assert night3[v]["run"] != night1[v]["run"]  # trained on the new data
+        assert night3[v]["steps"] == LONGER
+    for v in interrupted:  # from the last checkpoint night 2 recorded or, if none, stored
+        assert night3[v]["resumed_from_step"] == resumes[v], (v, night3[v], resumes)
+    for v in set(VOTERS) - set(interrupted):
+        assert night3[v] == night2[v]  # not trained again
+    if len(interrupted) == 2:  # two jobs fit the joined 2-CPU Ray at one CPU each
+        (a0, a1), (b0, b1) = (_trained_during(work, v, night3) for v in VOTERS)
+        assert a0 < b1 and b0 < a1, (a0, a1, b0, b1)
+    assert all(_mtime(p) != t for p, t in ws.seen["watched"].items())
+    decisions = _decisions(s3)
+    assert len(decisions) == 3 and isinstance(decisions[-1]["promoted"], bool)
+    assert decisions[-1]["reason"]
+    ws.seen["night3"] = night3
+
+
+def test_night_4_one_variants_params_changed_it_alone_trains(ws: Workspace, s3: Any) -> None:
+    work, night3 = ws.work, ws.seen["night3"]
+    ws.params["models"]["qanet"]["hidden"] = 12
+    ws.write_params()
+    assert list((work / "models/qanet/runs").glob("run-*/step-*"))  # the old params' run
+    status = json.loads(sh(work, "dvc", "status", "--json").stdout)
+    assert set(status) == {"train@qanet", "evaluate@qanet"}, status  # both list models.qanet
+    before = digests(work)
+    ws.night()
+    night4 = _summaries(work)
+    assert night4["bidaf"] == night3["bidaf"]
+    assert night4["qanet"]["run"] != night3["qanet"]["run"]
+    # a fresh run from the new params: the old run's checkpoints were not resumed
+    assert night4["qanet"]["resumed_from_step"] == 0 and night4["qanet"]["steps"] == LONGER
+    after = digests(work)
+    changed = {path for path in before if after.get(path) != before[path]}
+    assert {p for p in changed if p.startswith("models/")
+            and not p.startswith("models/qanet/live/")} <= {  # live/: qanet's dev curve
+        f"models/qanet/{name}" for name in ("model.pt", "summary.json", "metrics.json")}
+    assert "models/qanet/model.pt" in changed
+    # what the night versioned is what DVC calls up to date
+    assert json.loads(sh(work, "dvc", "status", "--json").stdout) == {}
+    again = sh(work, "dvc", "repro")
+    assert ran_stages(again.stdout) == set(), again.stdout
+    decisions = _decisions(s3)
+    assert len(decisions) == 4
+    _nights_a_person_can_compare(work, ws.origin, decisions)
+
+
+def test_a_champion_the_run_cannot_beat_stays(ws: Workspace, s3: Any) -> None:
+    champion = _champion(s3)
+    better = {**champion, "score": {**champion["score"], "f1": 101.0, "run": "best-ever"}}
+    key = f"{PREFIX}/rcpipe/champion.json"
+    s3.put_object(Bucket=BUCKET, Key=key, Body=json.dumps(better))
+    time.sleep(1)  # another run id (one per second)
+    second = json.loads(sh(ws.work, "rcpipe", "version", "--promote").stdout)
+    assert not second["promoted"]
+    assert "does not beat the champion" in second["reason"] and "best-ever" in second["reason"]
+    assert json.loads(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()) == better
+    record = s3.get_object(Bucket=BUCKET, Key=f"{PREFIX}/rcpipe/versions/{second['run']}/"
+                                               "version.json")
+    assert json.loads(record["Body"].read())["reason"] == second["reason"]
 
 
 def _deployment_run(env: dict[str, str], work: Path, s3_env: dict[str, str],
@@ -150,133 +502,6 @@ def _mtime(path: Path) -> int:
     return path.stat().st_mtime_ns
 
 
-def test_four_nights_and_a_cancelled_one_train_only_what_changed(
-        prefect_stack: dict, tmp_path: Path, synth_v1: SynthData, s3: Any,
-        join_local_ray: str) -> None:
-    assert _default_variants(str(prefect_stack["api_url"])) == list(VARIANTS)
-    work = make_project(tmp_path / "work", synth_v1, prefix=PREFIX)
-    params = yaml.safe_load((work / "params.yaml").read_text())
-    params["train"] |= TRAIN
-    params["models"] = {v: params["models"][v] for v in VOTERS}
-    (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    origin = tmp_path / "origin.git"  # the team's git remote: each night's commit goes there
-    sh(tmp_path, "git", "init", "-q", "--bare", str(origin))
-    sh(work, "git", "remote", "add", "origin", str(origin))
-    sh(work, "git", "push", "-q", "origin", "HEAD")
-    env = stack.server_env(tmp_path / "client", str(prefect_stack["api_url"]))
-    assert env["RAY_ADDRESS"] == join_local_ray  # the flows join it (_deployment_run)
-    s3_env = {**AWS_WORKER_ENV, "AWS_ENDPOINT_URL": s3.meta.endpoint_url,
-              # the joined Ray asks for its token (Ray turned token auth on in this process
-              # as it started local_ray; the flow run's process, a child of the Prefect
-              # worker started before it, is told so as a nightly's environment would be)
-              **{k: os.environ[k] for k in ("RAY_AUTH_MODE",) if k in os.environ}}
-
-    # night 1: trains, versions, promotes
-    first_s, _ = _night(env, work, s3_env)
-    night1 = _summaries(work)
-    assert all(s["finished"] and s["resumed_from_step"] == 0 for s in night1.values())
-    # two jobs fit the joined 2-CPU Ray at one CPU each: both voters trained at once
-    (a0, a1), (b0, b1) = (_trained_during(work, v, night1) for v in VOTERS)
-    assert a0 < b1 and b0 < a1, (a0, a1, b0, b1)
-    (decided,) = _decisions(s3)
-    assert decided["promoted"] is True
-    champion = _champion(s3)
-    _first_champion(work, s3, champion, str(prefect_stack["api_url"]))
-    for name in (*VOTERS, "ensemble"):
-        result = json.loads((work / f"metrics/{name}.json").read_text())
-        # the official v1.1 keys; the ensemble's also its method and every method's scores
-        assert set(result) == {"exact_match", "f1"} | (
-            {"method", "methods"} if name == "ensemble" else set())
-        if name == "ensemble":  # the nights' evaluate keeps distributions: all three scored
-            # the answers given are params.yaml's method's (tests/dvc_project.py: selected)
-            assert result["method"] == "selected"
-            assert set(result["methods"]) == {"vote", "mean", "selected"}
-            assert result["f1"] == result["methods"]["selected"]["f1"]
-        answers = json.loads((work / f"predictions/{name}.json").read_text())
-        assert len(answers) == len(questions_of(synth_v1.dev_doc))
-
-    # night 2: nothing changed: nothing trained or evaluated again; the champion stays
-    # (a run's summary holds its wall time; a stage's stamp is rewritten when it runs. The
-    # outputs' own times are DVC's: `dvc commit` links them from its cache again)
-    watched = [work / f".rcpipe/stamps/{s}.json" for s in
-               ("evaluate-bidaf", "evaluate-qanet", "ensemble-ensemble", "report")]
-    before = [_mtime(p) for p in watched]
-    # the flow's min_gain reaches the gate
-    second_s, _ = _night(env, work, s3_env, "--param", "min_gain=0.5")
-    assert _summaries(work) == night1
-    assert [_mtime(p) for p in watched] == before
-    decisions = _decisions(s3)
-    assert len(decisions) == 2 and decisions[-1]["promoted"] is False
-    assert _champion(s3) == champion
-    _kept_against_itself(s3, decisions[-1], champion, str(prefect_stack["api_url"]))
-    print(f"\nnight 2 (nothing changed) took {second_s:.0f} s, night 1 {first_s:.0f} s: "
-          f"{second_s / first_s:.2f}x")
-    assert second_s < 0.6 * first_s
-
-    # night 3: more training articles and longer runs (from a run's first checkpoint to its
-    # end then takes longer than a cancellation takes to land, on a slow machine too);
-    # cancelled once a new run has a checkpoint
-    params["train"]["max_steps"] = LONGER
-    (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    train = json.loads((work / "data/synth/train.json").read_text())
-    more = synth.generate(11, 4, 3, 3, version="1.1", title_prefix="t-more")
-    synth.write({**train, "data": train["data"] + more["data"]}, work / "data/synth/train.json")
-    free = _free_cpus(join_local_ray)  # the joined cluster before the night
-    run_id = _deployment_run(env, work, s3_env, watch=False)
-    assert isinstance(run_id, str)
-    deadline = time.monotonic() + 400
-    while not _a_new_run_checkpointed(work, night1):
-        assert time.monotonic() < deadline, "night 3 never checkpointed a new run"
-        time.sleep(0.5)
-    t0 = time.monotonic()
-    _cancel(env, run_id)  # as `prefect flow-run cancel` does, without its ~2 s start-up
-    _wait_until_final(env, run_id)
-    cancelled_s = time.monotonic() - t0
-    stored = _stored(work)
-    night3 = _summaries(work)
-    # a run that finished before the cancellation landed is in place, whole, on the new data
-    interrupted = [v for v in VOTERS if night3[v] == night1[v]]
-    for v in set(VOTERS) - set(interrupted):
-        assert night3[v]["finished"] and night3[v]["steps"] == LONGER, night3[v]
-    assert interrupted  # the run that set the cancellation off had 44 steps to go
-    assert len(_decisions(s3)) == 2 and _champion(s3) == champion  # nothing versioned
-    assert cancelled_s < 30  # the flow's process group ended by itself: no runner's SIGKILL
-    _nothing_left_on(join_local_ray, free)  # its Ray Train runs aborted, their workers gone
-    assert _stored(work) == stored  # no checkpoint stored after the flow run ended
-    # read once the runs' workers and controllers are gone: a checkpoint a worker reported
-    # as the cancellation landed is recorded by its controller after the flow run has ended
-    resumes = {v: _resume_point(work, v, night1) for v in interrupted}
-    print(f"night 3 cancelled: the flow run ended {cancelled_s:.1f} s after the "
-          f"cancellation; runs interrupted at the steps {resumes} of {LONGER}")
-
-    # night 4: the cancelled night's runs resume; every variant ends on the new data
-    _night(env, work, s3_env)
-    night4 = _summaries(work)
-    for v in VOTERS:
-        assert night4[v]["run"] != night1[v]["run"]  # trained on the new data
-        assert night4[v]["steps"] == LONGER
-    for v in interrupted:  # from the last checkpoint night 3 recorded or, if none, stored
-        assert night4[v]["resumed_from_step"] == resumes[v], (v, night4[v], resumes)
-    for v in set(VOTERS) - set(interrupted):
-        assert night4[v] == night3[v]  # not trained again
-    assert all(_mtime(p) != t for p, t in zip(watched, before, strict=True))
-    decisions = _decisions(s3)
-    assert len(decisions) == 3 and isinstance(decisions[-1]["promoted"], bool)
-    assert decisions[-1]["reason"]
-
-    # night 5: qanet's params changed: qanet alone trains
-    params["models"]["qanet"]["hidden"] = 12
-    (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    _, out = _night(env, work, s3_env)
-    night5 = _summaries(work)
-    assert night5["bidaf"] == night4["bidaf"]
-    assert night5["qanet"]["run"] != night4["qanet"]["run"]
-    assert night5["qanet"]["resumed_from_step"] == 0
-    decisions = _decisions(s3)
-    assert len(decisions) == 4
-    _nights_a_person_can_compare(work, origin, decisions)
-
-
 def _stored(work: Path) -> set[str]:
     """Every checkpoint folder the voters' runs hold."""
     return {str(p.relative_to(work)) for v in VOTERS
@@ -318,26 +543,6 @@ def _nothing_left_on(address: str, free: float, timeout: float = 60) -> None:
         time.sleep(0.5)
 
 
-def _first_champion(work: Path, s3: Any, crowned: dict[str, Any], api_url: str) -> None:
-    """Night 1 versioned what it produced: dvc.lock committed and on the remote, data and
-    models pushed, the first champion crowned on prepare's held-out questions."""
-    assert crowned["score"]["model"] in (*VOTERS, "ensemble")
-    key = crowned["dvc_lock"].removeprefix(f"s3://{BUCKET}/")
-    assert s3.get_object(Bucket=BUCKET, Key=key)["Body"].read() == \
-        (work / "dvc.lock").read_bytes()
-    assert "dvc.lock" in sh(work, "git", "show", "--name-only", "--format=", "HEAD").stdout
-    heldout = work / "data/prepared/heldout.json"  # the gate set, never the dev set
-    gate = crowned["gate"]
-    assert gate["set"]["source"] == "heldout" and gate["champion"] is None
-    assert gate["set"]["sha256"] == hashlib.sha256(heldout.read_bytes()).hexdigest()
-    questions = sum(len(p["qas"]) for a in json.loads(heldout.read_text())["data"]
-                    for p in a["paragraphs"])
-    assert gate["questions"] == questions > 0
-    assert "no champion yet" in _artifact(api_url, "train-all-version")
-    produced = ["fetch", "prepare", *(f"{s}@{v}" for v in VOTERS for s in ("train", "evaluate"))]
-    assert json.loads(sh(work, "dvc", "status", "--json", *produced).stdout) == {}
-    assert json.loads(sh(work, "dvc", "status", "--cloud", "--json", *produced).stdout) == {}
-
 
 def _kept_against_itself(s3: Any, night2: dict[str, Any], champion: dict[str, Any],
                          api_url: str) -> None:
@@ -353,17 +558,18 @@ def _kept_against_itself(s3: Any, night2: dict[str, Any], champion: dict[str, An
     assert f"sha256 `{gate['set']['sha256']}`" in artifact and "min_gain 0.50" in artifact
 
 
+
 def _nights_a_person_can_compare(work: Path, origin: Path,
                                  decisions: list[dict[str, Any]]) -> None:
     """Every night's commit on the git remote (`dvc metrics diff` between two nights), its
     report and the nights page behind a link a browser opens."""
     pushed = set(sh(origin, "git", "log", "--format=%H").stdout.split())
     assert all(d["git_push"]["pushed"] and d["git_commit"] in pushed for d in decisions)
-    assert len({d["git_commit"] for d in decisions}) == 3  # night 2 changed no dvc.lock
+    assert len({d["git_commit"] for d in decisions}) == 3  # night 1 changed no dvc.lock
     promoted = [d for d in decisions if d["promoted"]]
     # one GTO assignment per promotion on the git remote, newest first
     assert [p["commit"] for p in history(origin)] == [d["git_commit"] for d in promoted][::-1]
-    # night 5 retrained qanet alone: its dev metrics moved, bidaf's did not
+    # night 4 retrained qanet alone: its dev metrics moved, bidaf's did not
     diff = json.loads(sh(work, "dvc", "metrics", "diff", "HEAD~1", "HEAD", "--json").stdout)
     assert "metrics/qanet.json" in diff and "metrics/bidaf.json" not in diff
 
@@ -373,6 +579,7 @@ def _nights_a_person_can_compare(work: Path, origin: Path,
     assert all(d["run"] in page for d in decisions) and "champion" in page
     report = urllib.request.urlopen(last["report_link"], timeout=30).read().decode()
     assert "rcpipe evaluation report" in report
+
 
 
 def _new_runs(work: Path, variant: str, before: dict[str, dict[str, Any]]) -> list[Path]:
@@ -421,11 +628,6 @@ def _cancel(env: dict[str, str], run_id: str) -> None:
 
     with _client(env) as client:
         client.set_flow_run_state(run_id, Cancelling())
-
-
-def _a_new_run_checkpointed(work: Path, before: dict[str, dict[str, Any]]) -> bool:
-    """Whether a variant's run other than ``before``'s has recorded a checkpoint."""
-    return any(_recorded_step(work, v, before) for v in before)
 
 
 def _wait_until_final(env: dict[str, str], run_id: str, timeout: float = 120) -> None:

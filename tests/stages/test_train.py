@@ -5,8 +5,8 @@ the contract files are checked here on the session's `trained` run (tests/confte
 bidaf); one run's life through its interruptions (killed, a worker restarted, skipped,
 resumed from its end, a broken and an unrecorded checkpoint) is one sequence in
 tests/faults/test_kills.py, a run of other settings on S3 in
-tests/cluster/test_storage_outage.py; every variant's contract files through `rcpipe train`:
-tests/integration/test_dvc_s3.py."""
+tests/cluster/test_storage_outage.py; two variants' contract files through `dvc repro`:
+tests/integration/test_nights.py."""
 
 from __future__ import annotations
 

@@ -49,8 +49,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-SPLIT = ROOT.parent / "shared" / "data" / "squad-split"
+try:  # run as bench/accuracy.py, its folder first on sys.path
+    from common import OUT, ROOT, SPLIT, parser, set_args, write
+except ImportError:  # imported as bench.accuracy (the GPU kit's bench/gpu/run.py)
+    from bench.common import OUT, ROOT, SPLIT, parser, set_args, write
+
 PRESETS = {"paper": ROOT / "params.yaml", "cpu": ROOT / "params.demo.yaml"}
 
 
@@ -63,12 +66,8 @@ def prepare(params: Path, train: Path, test: Path, out: Path, sets: list[str]) -
     subprocess.run([sys.executable, "-m", "rcpipe", "prepare", "--params", str(params),
                     "--set", f"data.train_file={train}", "--set", f"data.dev_file={test}",
                     "--set", f"data.out_dir={out}", "--set", "data.word_vectors=null",
-                    "--set", f"data.cache_dir={out.parent / 'cache'}", *_sets(sets)],
+                    "--set", f"data.cache_dir={out.parent / 'cache'}", *set_args(sets)],
                    check=True)
-
-
-def _sets(sets: list[str]) -> list[str]:
-    return [a for s in sets for a in ("--set", s)]
 
 
 def train(variant: str, params: Path, prepared: Path, train_file: Path, test: Path,
@@ -81,7 +80,7 @@ def train(variant: str, params: Path, prepared: Path, train_file: Path, test: Pa
             f"models.{variant}.max_steps=0",
             f"train.max_minutes={args.minutes}", f"models.{variant}.max_minutes={args.minutes}",
             f"train.eval_every={args.eval_every}", f"train.device={args.device}",
-            f"train.threads={args.threads}", *args.set]
+            f"train.threads={args.threads}", *args.sets]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads or os.cpu_count())}
     log = run_dir.with_suffix(".log")
     run_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -89,7 +88,7 @@ def train(variant: str, params: Path, prepared: Path, train_file: Path, test: Pa
         done = subprocess.run([sys.executable, "-m", "rcpipe.train.local", variant,
                                "--params", str(params), *tuned_layer(args.tuned, variant),
                                "--run-dir", str(run_dir),
-                               *_sets(sets)], stdout=subprocess.PIPE, stderr=f, text=True,
+                               *set_args(sets)], stdout=subprocess.PIPE, stderr=f, text=True,
                               env=env)
     if done.returncode != 0:
         raise RuntimeError(f"{variant}: training failed, see {log}")
@@ -303,7 +302,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, OUT)
     ap.add_argument("--preset", choices=sorted(PRESETS), default="paper")
     ap.add_argument("--minutes", type=float, default=15.0, help="training minutes per variant")
     ap.add_argument("--versions", nargs="*", default=["1.1", "2.0"])
@@ -317,8 +316,6 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=0, help="steps between test scores "
                     "(0: 50 on the cpu preset, 200 otherwise)")
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    ap.add_argument("--set", action="append", default=[], help="a params override, e.g. "
-                    "models.bidaf.dropout=0.3 (repeatable)")
     ap.add_argument("--tag", default="", help="a name for this run's outputs (ablations)")
     ap.add_argument("--tuned", type=Path, help="a folder of `rcpipe tune` layers "
                     "(<variant>.yaml): each variant trains with its own (tag: tuned)")
@@ -329,7 +326,6 @@ def main() -> None:
                     "and scored again (after a change to the ensemble methods)")
     ap.add_argument("--first-seed", type=int, help="the first train.seed of --seeds (default: "
                     "the preset's): fresh seeds, to confirm on runs nothing was chosen on")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
     args = ap.parse_args()
     args.tag = args.tag or ("tuned" if args.tuned else "")
     cpu = args.preset == "cpu"
@@ -341,7 +337,7 @@ def main() -> None:
     from rcpipe.config import load_config
 
     base = args.first_seed if args.first_seed is not None else \
-        load_config(params, args.set).train.seed
+        load_config(params, args.sets).train.seed
     seeds = list(range(base, base + args.seeds))
     import torch
 
@@ -352,7 +348,7 @@ def main() -> None:
         f"{os.cpu_count()}-core CPU, {args.threads} thread(s) a variant"
     result: dict[str, Any] = {"preset": args.preset, "minutes": args.minutes, "device": name,
                               "seeds": seeds,
-                              "lanes": args.lanes, "sets": args.set, "versions": {},
+                              "lanes": args.lanes, "sets": args.sets, "versions": {},
                               "tuned": {v: str(args.tuned / f"{v}.yaml") for v in args.variants
                                         if tuned_layer(args.tuned, v)}}
     for version in args.versions:
@@ -386,10 +382,9 @@ def main() -> None:
             print(f"  v{version} {'  ' + m:<15} test F1 {spread_line(x['f1'])}, over the "
                   f"best variant {spread_line(x['over_best_member'])}")
     stem = f"accuracy{'-' + args.tag if args.tag else ''}"
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+    write(args.out / f"{stem}.json", result)
     plot(result, args.out / f"{stem}.png")
-    print(f"-> {args.out / f'{stem}.json'}, {args.out / f'{stem}.png'}")
+    print(f"-> {args.out / f'{stem}.png'}")
 
 
 if __name__ == "__main__":

@@ -18,8 +18,6 @@ Run it on an otherwise idle machine and name the machine with the numbers.
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 import time
@@ -27,11 +25,12 @@ from pathlib import Path
 
 import torch
 
-from rcpipe.config import load_config
-from rcpipe.data.dataset import SquadDataset, distinct_words
-from rcpipe.train.worker import train_batches
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # imported as bench.collate too
+from common import OUT, ROOT, parser, write  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+from rcpipe.config import load_config  # noqa: E402
+from rcpipe.data.dataset import SquadDataset, distinct_words  # noqa: E402
+from rcpipe.train.worker import train_batches  # noqa: E402
 
 
 def measure(data: SquadDataset, epoch: list[list[int]]) -> dict[str, float]:
@@ -55,16 +54,14 @@ def measure(data: SquadDataset, epoch: list[list[int]]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__, OUT / "collate.json")
     ap.add_argument("--params", type=Path, default=ROOT / "params.yaml")
-    ap.add_argument("--set", action="append", default=[], help="override a param (repeatable)")
     ap.add_argument("--prepared", type=Path, required=True, help="rcpipe prepare's out_dir")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--batches", type=int, default=100, help="batches timed")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "collate.json")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    cfg = load_config(args.params, args.set)
+    cfg = load_config(args.params, args.sets)
     edges = cfg.train.buckets
     buckets = (edges.context, edges.question) if edges else None
     data = SquadDataset.from_parquet(args.prepared / "train.parquet", buckets=buckets)
@@ -78,9 +75,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{out['distinct_words']:.0f} distinct words a batch "
           f"({out['tokens'] / out['distinct_words']:.1f}x); one collating thread feeds "
           f"{out['examples_per_s_one_thread']:,.0f} examples/s")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1) + "\n")
-    print(f"-> {args.out}")
+    write(args.out, out)
     return 0
 
 

@@ -30,7 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import OUT, ROOT, parser, write
+
 SPIN = "import sys, time\nend = time.time() + float(sys.argv[1])\nwhile time.time() < end: pass"
 
 
@@ -110,11 +111,10 @@ def over_seeds(runs: dict[int, dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--burners", type=int, default=2, help="CPU-bound processes beside it")
     ap.add_argument("--burn-minutes", type=float, default=60,
                     help="each burner stops by itself after this long")
-    ap.add_argument("--set", dest="sets", action="append", default=[])
     ap.add_argument("--seeds", nargs="*", type=int, default=[],
                     help="one demo per train.seed, one after another; a mean [min, max] table")
     ap.add_argument("--plot", type=Path, help="with --seeds: also draw each model's dev F1 "
@@ -135,10 +135,7 @@ def main() -> None:
         for m, r in result["over_seeds"].items():
             print(f"{m:<15} {r['f1_mean']:>8.1f} [{r['f1_min']:.1f}, {r['f1_max']:.1f}]"
                   f"{r['em_mean']:>8.1f}")
-    out_file = ROOT / "bench" / "out" / "demo_under_load.json"
-    out_file.parent.mkdir(parents=True, exist_ok=True)
-    out_file.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"-> {out_file}")
+    write(OUT / "demo_under_load.json", result)
     if args.plot and result.get("over_seeds"):
         from charts import demo_seeds  # bench/charts.py, beside this script
 

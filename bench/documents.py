@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from accuracy import PRESETS, ROOT, SPLIT, prepare, train  # noqa: E402
+from accuracy import PRESETS, prepare, train  # noqa: E402
+from common import OUT, ROOT, SPLIT, parser  # noqa: E402
 
 SEP = "\n\n"  # between an article's paragraphs in its document
 
@@ -81,9 +82,9 @@ def answer(reader: Any, doc: dict[str, Any], name: str) -> tuple[dict[str, Any],
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__, sets=False)
     ap.add_argument("--split", type=Path, default=SPLIT)
-    ap.add_argument("--workdir", type=Path, default=ROOT / "bench" / "out" / "documents")
+    ap.add_argument("--workdir", type=Path, default=OUT / "documents")
     ap.add_argument("--minutes", type=float, default=4.0)
     ap.add_argument("--questions", type=int, default=40,
                     help="per article, spread over it; 0: all")

@@ -16,7 +16,6 @@ Writes bench/out/export_latency.json.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -25,12 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from common import OUT, parser, write
 from serve import dev_payloads, save_untrained  # bench/serve.py, beside this script
 
 from rcpipe.config import VARIANTS, load_config
-
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "bench" / "out"
 
 
 def latencies(reader: Any, name: str, pairs: list[tuple[str, str]], warmup: int
@@ -82,7 +79,7 @@ def one_variant(cfg: Any, variant: str, pairs: list[tuple[str, str]], warmup: in
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = parser(__doc__, sets=False)
     ap.add_argument("--workdir", type=Path, required=True)
     ap.add_argument("--params", type=Path, default=Path("params.yaml"))
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
@@ -102,9 +99,7 @@ def main() -> None:
               "questions": args.questions, "threads": args.threads, "repeats": args.repeats,
               "cpus": os.cpu_count(),
               "machine": platform.machine(), "processor": platform.processor(), "rows": rows}
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "export_latency.json").write_text(json.dumps(report, indent=1) + "\n")
-    print(f"-> {OUT / 'export_latency.json'}")
+    write(OUT / "export_latency.json", report)
 
 
 if __name__ == "__main__":

@@ -43,11 +43,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from accuracy import _sets
+from common import OUT, ROOT, parser, set_args, write
 
 from rcpipe.config import load_config
 
-ROOT = Path(__file__).resolve().parents[1]
 PARAMS = ROOT / "params.demo.yaml"
 VARIANT = "bidaf"
 TARGET = 0.05  # the rate the default min_gain must keep under
@@ -57,7 +56,7 @@ def setup(work: Path, sets: list[str]) -> None:
     """rcpipe synth and prepare of the demo preset in ``work`` (as the demo's first stages)."""
     for command in ("synth", "prepare"):
         subprocess.run([sys.executable, "-m", "rcpipe", command, "--params", str(PARAMS),
-                        *_sets(sets)], cwd=work, check=True, capture_output=True)
+                        *set_args(sets)], cwd=work, check=True, capture_output=True)
 
 
 def train(work: Path, seed: int, args: argparse.Namespace) -> Path:
@@ -74,7 +73,7 @@ def train(work: Path, seed: int, args: argparse.Namespace) -> Path:
     t0 = time.perf_counter()
     with run_dir.with_suffix(".log").open("w") as log:
         subprocess.run([sys.executable, "-m", "rcpipe.train.local", VARIANT,
-                        "--params", str(PARAMS), "--run-dir", str(run_dir), *_sets(sets)],
+                        "--params", str(PARAMS), "--run-dir", str(run_dir), *set_args(sets)],
                        cwd=work, check=True, stdout=subprocess.DEVNULL, stderr=log,
                        env={**os.environ, "OMP_NUM_THREADS": "1"})
     history = json.loads((run_dir / "summary.json").read_text())["history"]
@@ -138,17 +137,15 @@ def rate(rows: list[dict[str, Any]], min_gain: float) -> tuple[int, int]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, OUT)
     ap.add_argument("--pairs", type=int, default=20, help="disjoint seed pairs (2x runs)")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--first-seed", type=int, default=100)
     ap.add_argument("--min-gain", type=float, help="default: params.demo.yaml's")
     ap.add_argument("--lanes", type=int, default=2)
-    ap.add_argument("--set", dest="sets", action="append", default=[])
     ap.add_argument("--workdir", type=Path, help="reuse a directory (default: a fresh one)")
     ap.add_argument("--tag", default="gate", help="the runs' folder under WORKDIR/runs/")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
     args = ap.parse_args()
     min_gain = load_config(PARAMS, args.sets).version.min_gain if args.min_gain is None \
         else args.min_gain
@@ -203,9 +200,7 @@ def main() -> None:
         print(f"  min_gain chosen on the first {len(choose)} pairs: {chosen:.2f}; on the other "
               f"{total}: {n} of {total}")
     print(f"training: {train_s / 60:.1f} min")
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "gate.json").write_text(json.dumps(result, indent=1) + "\n")
-    print(f"-> {args.out / 'gate.json'}")
+    write(args.out / "gate.json", result)
 
 
 if __name__ == "__main__":

@@ -12,26 +12,22 @@ each night's stage timings from the flow.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import tempfile
 import time
 from pathlib import Path
+
+from common import OUT, ROOT, cpu, parser, write
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, OUT / "nights.json")
     ap.add_argument("--workdir", type=Path, help="default: a fresh temporary directory")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "nights.json")
-    ap.add_argument("--set", dest="sets", action="append", default=[])
     args = ap.parse_args()
 
     from flows.demo import prepare_prefect_database
@@ -53,13 +49,11 @@ def main() -> None:
         print(f"night {night}: {wall:.0f} s; stages {out['seconds']}")
     first, second = nights
     assert first["runs"] == second["runs"] and first["f1"] == second["f1"]
-    result = {"device": f"{platform.processor() or platform.machine()}, "
-                        f"{os.cpu_count()} cores", "workdir": str(work), "nights": nights,
+    result = {"device": f"{cpu()}, {os.cpu_count()} cores", "workdir": str(work), "nights": nights,
               "night2_over_night1": round(second["wall_s"] / first["wall_s"], 3)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"night 2 / night 1 wall time: {result['night2_over_night1']:.3f} "
-          f"({second['wall_s']:.0f} s / {first['wall_s']:.0f} s) -> {args.out}")
+          f"({second['wall_s']:.0f} s / {first['wall_s']:.0f} s)")
+    write(args.out, result)
 
 
 if __name__ == "__main__":

@@ -18,12 +18,11 @@ seed spread, which the bootstrap does not see) and the verdict (rcpipe.scoring.c
 
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 from typing import Any
 
-from accuracy import PRESETS, ROOT, SPLIT, best_answers, voted
+from accuracy import PRESETS, best_answers, voted
+from common import OUT, SPLIT, parser, write
 
 
 def seed_runs(a: Path, b: Path) -> list[tuple[Path, Path]]:
@@ -59,13 +58,12 @@ def compare(a: Path, b: Path, params: Path, prepared: Path, test: Path) -> dict[
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, OUT, sets=False)
     ap.add_argument("a", help="the first run's --tag (the baseline, e.g. the default)")
     ap.add_argument("b", help="the second run's --tag (e.g. tuned)")
     ap.add_argument("--preset", choices=sorted(PRESETS), default="paper")
     ap.add_argument("--versions", nargs="*", default=["1.1", "2.0"])
     ap.add_argument("--split", type=Path, default=SPLIT)
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
     args = ap.parse_args()
     work = args.out / "accuracy" / args.preset
     result: dict[str, Any] = {"a": args.a, "b": args.b, "preset": args.preset,
@@ -78,9 +76,7 @@ def main() -> None:
         result["versions"][version] = found
         for name, d in found.items():
             print(f"v{version} {name:<15} {args.a} -> {args.b}: {d['line']}", flush=True)
-    path = args.out / f"accuracy-paired-{args.a}-{args.b}.json"
-    path.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"-> {path}")
+    write(args.out / f"accuracy-paired-{args.a}-{args.b}.json", result)
 
 
 if __name__ == "__main__":

@@ -88,7 +88,7 @@ def rcpipe_args(model: str, vectors: Path, minutes: float, every: int,
     sets = [f"data.word_vectors={vectors}", "data.missing_vectors=fixed",
             f"models.{model}.train_word_vectors=true", *PAIRS[model]["sets"], *extra]
     return argparse.Namespace(minutes=minutes, eval_every=every, device="cpu", threads=1,
-                              tuned=None, set=sets)
+                              tuned=None, sets=sets)
 
 
 def peer_run(model: str, peer: Path, prepared: Path, test: Path, minutes: float, seed: int,

@@ -23,7 +23,6 @@ from typing import Any
 import yaml
 
 from rcpipe import layout
-from rcpipe.errors import InputError
 from rcpipe.pipeline.code import ROOT, code_deps
 from rcpipe.pipeline.stages import STAGES, VARIANT, VARIANTS, Stage
 
@@ -92,14 +91,13 @@ def plots(variants: Sequence[str] = VARIANTS) -> list[Any]:
 
 def pipeline_variants(names: str) -> tuple[str, ...]:
     """``--variants``' comma-separated names, in the registry's order: two or more (an
-    ensemble of one is its member), each registered."""
+    ensemble of one is its member), each registered; ValueError says which are not."""
     chosen = [n.strip() for n in names.split(",") if n.strip()]
     if unknown := [n for n in chosen if n not in VARIANTS]:
-        raise InputError("--variants", names, f"unknown variant(s) {', '.join(unknown)}; "
-                         f"choose from {', '.join(VARIANTS)}")
+        raise ValueError(f"unknown variant(s) {', '.join(unknown)}; choose from "
+                         f"{', '.join(VARIANTS)}")
     if len(set(chosen)) < 2:
-        raise InputError("--variants", names, "two or more variants: the ensemble stage "
-                         "combines them")
+        raise ValueError("two or more variants: the ensemble stage combines them")
     return tuple(v for v in VARIANTS if v in chosen)
 
 
@@ -120,8 +118,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     try:
         variants = pipeline_variants(args.variants)
-    except InputError as e:
-        print(e, file=sys.stderr)
+    except ValueError as e:  # one line, exit 2, as every rcpipe command's bad input
+        print(f"error: --variants: {args.variants}: {e}", file=sys.stderr)
         sys.exit(2)
     text = render(variants)
     if args.check:

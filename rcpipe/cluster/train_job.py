@@ -106,23 +106,11 @@ class RaySession:
             yield dirs()
 
     def _in_storage(self, below: str | None) -> Iterator[Any]:
-        """The run's stored checkpoints (step-<8 digits>/) older than ``below``, newest
-        first (none where the run's storage is not known: a search's trials)."""
-        from pyarrow import fs
-        from ray.train import Checkpoint
-
+        """The run's stored checkpoints older than ``below``, newest first (none where the
+        run's storage is not known: a search's trials)."""
         if self._storage is None:
-            return
-        path, filesystem = self._storage
-        filesystem = filesystem or fs.LocalFileSystem()
-        if filesystem.get_file_info(path).type == fs.FileType.NotFound:
-            return
-        names = sorted((f.base_name for f in filesystem.get_file_info(fs.FileSelector(path))
-                        if f.type == fs.FileType.Directory and f.base_name.startswith("step-")
-                        and f.base_name[5:].isdigit()), reverse=True)
-        for name in names:
-            if below is None or name < below:
-                yield Checkpoint(f"{path}/{name}", filesystem)
+            return iter(())
+        return iter(stored_checkpoints(*self._storage, below))
 
     def prepare_model(self, model: nn.Module) -> nn.Module:
         import ray.train.torch
@@ -284,18 +272,26 @@ def forget_run(storage_path: str, filesystem: Any, name: str | None = RUN_NAME) 
         filesystem.delete_dir(run)
 
 
-def latest_step(storage_path: str, filesystem: Any, name: str) -> int:
-    """The step of a run's newest stored checkpoint (step-<8 digits>/), 0 when none."""
+def stored_checkpoints(run: str, filesystem: Any, below: str | None = None) -> list[Any]:
+    """A run's stored checkpoints (step-<8 digits>/ under ``run``, its storage), newest
+    first, those older than ``below`` (a step-... name) where given: what its controller
+    recorded or not (a worker stores a checkpoint before its controller records it)."""
     from pyarrow import fs
+    from ray.train import Checkpoint
 
     filesystem = filesystem or fs.LocalFileSystem()
-    run = f"{storage_path}/{name}"
     if filesystem.get_file_info(run).type == fs.FileType.NotFound:
-        return 0
-    found = filesystem.get_file_info(fs.FileSelector(run))
-    steps = [int(f.base_name[5:]) for f in found
-             if f.base_name.startswith("step-") and f.base_name[5:].isdigit()]
-    return max(steps, default=0)
+        return []
+    names = sorted((f.base_name for f in filesystem.get_file_info(fs.FileSelector(run))
+                    if f.type == fs.FileType.Directory and f.base_name.startswith("step-")
+                    and f.base_name[5:].isdigit()), reverse=True)
+    return [Checkpoint(f"{run}/{n}", filesystem) for n in names if below is None or n < below]
+
+
+def latest_step(storage_path: str, filesystem: Any, name: str) -> int:
+    """The step of a run's newest stored checkpoint (step-<8 digits>/), 0 when none."""
+    newest = stored_checkpoints(f"{storage_path}/{name}", filesystem)[:1]
+    return int(PurePosixPath(newest[0].path).name[5:]) if newest else 0
 
 
 def make_trainer(job: Job, cfg: Config, refs: dict[str, Any], storage_path: str,

@@ -1,7 +1,8 @@
 """Checkpoints on S3 (loopback): the store goes away in the middle of a run: a clear error,
 no checkpoint left half-written in the run's record, and the same command, once the store
 is back, resumes and finishes; a run of other settings starts anew and the first is
-pruned from the store, and --force forgets the stored run."""
+pruned from the store, and --force forgets the stored run. The run is DDP's, two workers:
+each checkpoint holds both replicas' weight digests, equal after every step."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from rcpipe.errors import RunError
 from tests.conftest import TINY_MODEL, SynthData, start_s3
 
 pytestmark = pytest.mark.ray_train(4)  # tests/job_count.py; docs/dev/testing.md
+
+VARIANT = "qanet"
 
 
 @pytest.fixture
@@ -36,16 +39,20 @@ def own_s3(monkeypatch: pytest.MonkeyPatch) -> Any:
 def test_the_store_goes_down_mid_run_a_rerun_finishes_and_runs_resume_from_it(
         prepared_here, make_config, synth_v1: SynthData, own_s3: Any,  # noqa: ANN001
         caplog: pytest.LogCaptureFixture) -> None:
-    """One run on the store for all of it: each Ray Train job costs ~15 s on 2 cores."""
+    """One run on the store for all of it: each Ray Train job costs ~20 CPU s before it
+    trains (docs/dev/testing.md)."""
     from moto.server import ThreadedMotoServer
 
+    # two workers, one CPU each, on the 2-CPU local Ray: DDP's replicas (the weights
+    # compared below), as a cluster's job trains
     train = {"storage_path": "s3://outage/runs", "max_steps": 20, "eval_every": 4,
-             "batch_size": 4, "epochs": 50, "max_failures": 1, "threads": 1}
-    cfg = prepared_here(models={"bidaf": TINY_MODEL}, train=train)
+             "batch_size": 4, "epochs": 50, "max_failures": 1, "threads": 1,
+             "num_workers": 2}
+    cfg = prepared_here(models={VARIANT: TINY_MODEL}, train=train)
     s3 = own_s3["client"]
 
     def steps() -> list[str]:
-        listed = s3.list_objects_v2(Bucket="outage", Prefix="runs/bidaf/").get("Contents", [])
+        listed = s3.list_objects_v2(Bucket="outage", Prefix=f"runs/{VARIANT}/").get("Contents", [])
         return sorted(o["Key"] for o in listed)
 
     def stop_after_the_first_checkpoint() -> None:
@@ -59,13 +66,13 @@ def test_the_store_goes_down_mid_run_a_rerun_finishes_and_runs_resume_from_it(
     stopper = threading.Thread(target=stop_after_the_first_checkpoint, daemon=True)
     stopper.start()
     with pytest.raises(RunError) as failed:
-        stages.train(cfg, "bidaf")
+        stages.train(cfg, VARIANT)
     stopper.join()
     line = failed.value.line()
     assert line.startswith("error: s3://outage/runs: the checkpoint store failed (")
     assert "\n" not in line and failed.value.exit_code == 1
-    assert not Path("models/bidaf/model.pt").exists()  # no half-made model, no summary
-    assert not Path("models/bidaf/summary.json").exists()
+    assert not Path(f"models/{VARIANT}/model.pt").exists()  # no half-made model, no summary
+    assert not Path(f"models/{VARIANT}/summary.json").exists()
 
     back = ThreadedMotoServer(ip_address="127.0.0.1", port=own_s3["port"], verbose=False)
     back.start()
@@ -73,9 +80,11 @@ def test_the_store_goes_down_mid_run_a_rerun_finishes_and_runs_resume_from_it(
     written = steps()
     for step in {k.rsplit("/", 1)[0] for k in written if "/step-" in k}:  # every step whole
         assert {f"{step}/{f}" for f in ("meta.json", "model.pt", "state.pt")} <= set(written)
-    summary = stages.train(cfg, "bidaf")  # the same command, the store back
+    summary = stages.train(cfg, VARIANT)  # the same command, the store back
     assert summary["finished"] and summary["steps"] == 20
-    assert Path("models/bidaf/model.pt").is_file()
+    assert summary["world_size"] == 2 and summary["replicas_in_sync"]
+    _replicas_held_identical_weights(s3, steps())
+    assert Path(f"models/{VARIANT}/model.pt").is_file()
     print(f"\nstore stopped after checkpoint {written[-1]}; the rerun resumed from step "
           f"{summary['resumed_from_step']}")
 
@@ -87,24 +96,36 @@ def test_the_store_goes_down_mid_run_a_rerun_finishes_and_runs_resume_from_it(
     keys = set(steps())
     (name,) = stored_runs()
     assert name == summary["run"] and name.startswith("run-")
-    assert f"runs/bidaf/{name}/step-00000020/model.pt" in keys
-    assert f"runs/bidaf/{name}/step-00000020/state.pt" in keys
-    assert not Path("models/bidaf/runs").exists()
+    assert f"runs/{VARIANT}/{name}/step-00000020/model.pt" in keys
+    assert f"runs/{VARIANT}/{name}/step-00000020/state.pt" in keys
+    assert not Path(f"models/{VARIANT}/runs").exists()
     # other settings (max_steps is keyed: rcpipe/fingerprints.py; shorter than the first, as
     # nothing asserted here needs its steps): a new run from step 0, said in one line, the
     # old one pruned from the store by train.keep_runs 1 (unkeyed) once the new one finishes
     other = make_config(synth_v1, train=train | {"max_steps": 8, "keep_runs": 1},
-                        models={"bidaf": TINY_MODEL})
+                        models={VARIANT: TINY_MODEL})
     with caplog.at_level("INFO", logger="rcpipe.stages.train"):
-        anew = stages.train(other, "bidaf")
+        anew = stages.train(other, VARIANT)
     assert "settings changed (train.max_steps 20 -> 8); training anew" in caplog.text
     assert anew["resumed_from_step"] == 0 and anew["steps"] == 8 and anew["run"] != name
     assert stored_runs() == {anew["run"]}
-    record = json.loads(Path("models/bidaf/runs.json").read_text())
+    record = json.loads(Path(f"models/{VARIANT}/runs.json").read_text())
     assert [r["name"] for r in record["runs"]] == [anew["run"]]
 
-    again = stages.train(other, "bidaf", force=True)  # --force forgets the S3 run too
+    again = stages.train(other, VARIANT, force=True)  # --force forgets the S3 run too
     assert again["resumed_from_step"] == 0 and again["steps"] == 8
+
+
+def _replicas_held_identical_weights(s3: Any, keys: list[str]) -> None:
+    """Each rank hashed its own weights into every checkpoint's meta; DDP kept them bitwise
+    equal, and they moved between two checkpoints (so equal is not trivially equal)."""
+    metas = [json.loads(s3.get_object(Bucket="outage", Key=k)["Body"].read())
+             for k in keys if k.endswith("/meta.json")]
+    assert len(metas) >= 2
+    for meta in metas:
+        assert len(meta["replica_digests"]) == 2, meta["step"]
+        assert meta["replica_digests"][0] == meta["replica_digests"][1], meta["step"]
+    assert len({m["replica_digests"][0] for m in metas}) == len(metas)
 
 
 def test_a_run_error_is_one_line_and_exit_code_1(

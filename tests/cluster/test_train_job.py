@@ -1,9 +1,9 @@
-"""Ray Train on a real local Ray cluster: DDP replicas, worker death (kill -9 of the driver
-and resume: tests/faults/test_kills.py)."""
+"""Ray Train on a real local Ray cluster: a user's mistake found in a worker, the local Ray
+started once more, the credentials a job carries (DDP replicas: test_storage_outage.py;
+worker death, kill -9 of the driver and resume: tests/faults/test_kills.py)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -12,40 +12,14 @@ from rcpipe import stages
 from rcpipe.errors import InputError
 from tests.conftest import TINY_MODEL, SynthData
 
-pytestmark = pytest.mark.ray_train(2)  # tests/job_count.py; docs/dev/testing.md
+pytestmark = pytest.mark.ray_train(1)  # tests/job_count.py; docs/dev/testing.md
 
 
-def _run_dir(variant: str) -> Path:
-    """The variant's one keyed run (train/runs.py), or where it will be once it starts."""
-    return next(Path(f"models/{variant}/runs").glob("run-*"), Path("no-run-yet"))
-
-
-def _metas(variant: str) -> list[dict]:
-    found = sorted(_run_dir(variant).glob("step-*/meta.json"))
-    return [json.loads(p.read_text()) for p in found]
-
-
-@pytest.mark.integration
-@pytest.mark.trains
-@pytest.mark.usefixtures("local_ray")
-def test_two_workers_hold_identical_weights_after_every_step(prepared_here) -> None:  # noqa: ANN001
-    cfg = prepared_here(train={"num_workers": 2, "max_steps": 2, "eval_every": 1,
-                               "batch_size": 8, "epochs": 3}, models={"qanet": TINY_MODEL})
-    summary = stages.train(cfg, "qanet")
-    assert summary["world_size"] == 2 and summary["steps"] == 2
-    assert summary["replicas_in_sync"]
-    metas = _metas("qanet")
-    assert [m["step"] for m in metas] == [1, 2]
-    for m in metas:  # each rank hashed its own weights; DDP kept them bitwise equal
-        assert len(m["replica_digests"]) == 2
-        assert m["replica_digests"][0] == m["replica_digests"][1]
-    # and the weights did move between the steps, so equal digests are not trivially equal
-    assert metas[0]["replica_digests"][0] != metas[1]["replica_digests"][0]
-
-
+# DDP's two replicas holding identical weights after every step: the two-worker run of
+# tests/cluster/test_storage_outage.py (each Ray Train job costs ~20 CPU s before it trains);
 # a worker killed mid-run and restarted by train.max_failures, kill -9 of `rcpipe train` and
 # the same command resuming to the undisturbed run's dev F1: one run's life in
-# tests/faults/test_kills.py (one Ray Train run for those and four more cases)
+# tests/faults/test_kills.py (one Ray Train run for those and three more cases)
 
 
 def test_no_credential_travels_with_the_checkpoint_filesystem(

@@ -13,7 +13,7 @@ LOCKED_TORCH := $(shell sed -n '/^name = "torch"$$/{n;s/^version = "\(.*\)"$$/\1
 PY_TAG := $(shell $(PYTHON) -c 'import sys; print("cp%d%d" % sys.version_info[:2])' 2>/dev/null)
 LOCAL_TORCH := $(firstword $(wildcard $(WHEELS)/torch-$(LOCKED_TORCH)+cpu-$(PY_TAG)-*.whl))
 
-.PHONY: setup test test-fast demo up down lint clean browser gpu-kit docs
+.PHONY: setup test test-fast demo dvc-demo up down lint clean browser gpu-kit docs
 PREFECT_PORT ?= 4200
 # pytest workers for make test (pytest-xdist): the suite waits much of its time on Ray,
 # Prefect and dvc start-ups, so two workers on 2 cores took 666-679 s on clean clones against
@@ -69,6 +69,20 @@ test-fast: setup
 
 demo: setup
 	$(BIN)/python -m flows.demo
+
+# `dvc repro` on the demo preset in one step: params.yaml becomes the demo's with every key
+# (`rcpipe config`: DVC reads each key dvc.yaml lists from the file itself), the synthetic
+# SQuAD files are written, then `dvc repro $(DVC_TARGETS)` (all by default). A params.yaml
+# with changes of yours is refused, not overwritten; `git restore params.yaml` puts the
+# papers' one back. Again: what changed runs, the same table as make demo.
+dvc-demo: setup
+	@$(BIN)/rcpipe config --params params.demo.yaml > .params.demo.tmp
+	@if ! cmp -s .params.demo.tmp params.yaml && ! git diff --quiet -- params.yaml; then \
+	  rm -f .params.demo.tmp; echo "error: params.yaml: has changes of yours; commit or move \
+	them, then make dvc-demo again (git restore params.yaml undoes them)" >&2; exit 2; fi
+	@mv .params.demo.tmp params.yaml
+	$(BIN)/rcpipe synth
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro $(DVC_TARGETS)
 
 # the documentation site into site/ (ignored): MkDocs + Material, strict (mkdocs.yml), so a
 # broken link or anchor, or a page under docs/ missing from the nav, fails; the reference

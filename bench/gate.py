@@ -10,9 +10,9 @@ seeds, each run in one plain process (python -m rcpipe.train.local, the Worker t
 Ray Train jobs run, steps alone ending it), its checkpoints ranked on
 the held-out slice every ``--eval-every`` steps as the demo ranks them. Then the gate as
 `rcpipe version --promote` runs it: every run's best model answers the gate set
-(rcpipe.stages.gate's ``gate_set``: the prepared held-out questions), and for each disjoint
+(rcpipe.release.gate's ``gate_set``: the prepared held-out questions), and for each disjoint
 pair (the first seed the champion, the second the candidate) the paired F1 difference with
-its paragraph bootstrap (rcpipe.scoring.compare) goes to rcpipe.version_rules.decide at
+its paragraph bootstrap (rcpipe.scoring.compare) goes to rcpipe.release.rules.decide at
 ``--min-gain`` (default: params.demo.yaml's ``version.min_gain``). The two sides of a pair
 are the same settings, so every promotion is a false one. A run answers through its model
 file, not a package as the gate does: the same Reader and decoding (the package holds the
@@ -90,8 +90,8 @@ def gate_answers(work: Path, models: dict[int, Path], sets: list[str]
     from rcpipe.data.encode import TextEncoder
     from rcpipe.data.prepared import Prepared
     from rcpipe.inference.answer import Reader
+    from rcpipe.release.gate import gate_set
     from rcpipe.stages.fetch import sha256_of
-    from rcpipe.stages.gate import gate_set
     from rcpipe.trained.model_file import model_from_payload
 
     torch.set_num_threads(1)
@@ -120,8 +120,8 @@ def judge(gate: Any, champion: tuple[int, dict[str, str]], candidate: tuple[int,
     """The gate's decision on one pair (champion seed, candidate seed)."""
     from dataclasses import asdict
 
+    from rcpipe.release.rules import Score, decide
     from rcpipe.scoring.compare import paired_difference
-    from rcpipe.version_rules import Score, decide
 
     d = paired_difference(gate.doc, champion[1], candidate[1])
     decision = decide(Score(VARIANT, 0.0, 0.0, "", f"seed{candidate[0]}"),

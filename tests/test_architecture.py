@@ -37,10 +37,12 @@ ALLOWED: dict[str, set[str]] = {
     "cluster": BASE | {"data", "models", "train", "trained"},  # the Ray layer over train
     # config: the guard alone (python -m) reads the params; reads: what counts as blank
     "serve": {"errors", "config", "reads"},
-    "version_rules": {"config", "scoring"},  # scoring: metrics.headline (pure)
+    # releasing a run: the rules (pure), the remote's records, the champion, the gate, the
+    # nights page (render)
+    "release": BASE | {"data", "scoring", "inference", "trained", "render"},
     "pipeline": {"config", "layout", "variants"},  # the stage table; dvc.yaml made from it
     "stages": BASE | {"data", "models", "scoring", "inference", "trained", "render",
-                       "train", "cluster", "serve", "version_rules"},
+                       "train", "cluster", "serve", "release"},
     "cli": BASE | {"stages", "serve"},
     # docs/reference/ made from the commands and the params
     # (and the guide's tables made from the variants and their families' attention views)

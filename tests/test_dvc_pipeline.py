@@ -23,7 +23,7 @@ from rcpipe.pipeline import dvc_yaml
 from rcpipe.pipeline.code import closure
 from rcpipe.pipeline.stages import STAGES
 from rcpipe.pipeline.stages import stage as table_row
-from rcpipe.version_rules import untracked_overrides
+from rcpipe.release.rules import untracked_overrides
 from tests.conftest import SynthData
 
 REPO = Path(__file__).resolve().parents[1]

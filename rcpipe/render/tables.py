@@ -249,7 +249,7 @@ def night_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def night_costs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per versioned night (oldest first): what training each variant cost that
-    night (wall time, device-hours: version_rules.cost_of), "" where the night did not
+    night (wall time, device-hours: release.rules.cost_of), "" where the night did not
     retrain it (the same run as the night before) or its record has no cost, and the
     night's total device-hours."""
     rows, before = [], {}

@@ -1,7 +1,7 @@
-"""`rcpipe champion`: the champion record (stages/record.py) shown, set by hand, rolled back.
+"""`rcpipe champion`: the champion record (release/record.py) shown, set by hand, rolled back.
 
 ``show`` reads the remote's record and history, newest first, and says where this clone's
-GTO tags (stages/champions.py, a mirror written by promotions where a git commit exists)
+GTO tags (release/champions.py, a mirror written by promotions where a git commit exists)
 name another champion. ``set`` makes a versioned night's model the champion, ``rollback``
 the champion before the current one (or entry ``--to``): both through the record's
 compare-and-swap, both with a reason and who did it, both refused in one line when the
@@ -18,8 +18,8 @@ from typing import Any
 from rcpipe import layout
 from rcpipe.config import VARIANTS, ReadLimits
 from rcpipe.errors import InputError
-from rcpipe.stages import record
-from rcpipe.stages.remote import Remote, git, identity
+from rcpipe.release import record
+from rcpipe.release.remote import Remote, git, identity
 from rcpipe.trained.package_dir import CONFIG, sha256
 
 ENSEMBLE = layout.ENSEMBLE
@@ -41,7 +41,7 @@ def show(root: Path, remote: str | None, limits: ReadLimits) -> dict[str, Any]:
     """{"head": the record's entry or None, "history": every entry newest first,
     "tags": what this clone's GTO tags say, "disagree": a line when they name another
     champion than the record, else None}."""
-    from rcpipe.stages.champions import history as gto_history
+    from rcpipe.release.champions import history as gto_history
 
     where = Remote(root, remote)
     head = record.read(where, limits)

@@ -176,7 +176,7 @@ CHAMPION = "champion"  # the name the champion app serves under, whichever night
 
 class Champion:
     """In a Reader replica: the champion the DVC remote's champion record names
-    (stages/record.py: its "package"; an ensemble champion: its voters' "packages", whose
+    (release/record.py: its "package"; an ensemble champion: its voters' "packages", whose
     answers this replica combines as `rcpipe ensemble` does), and ``update``, which the
     Reader calls every serve.champion_poll_s: a new entry's packages are downloaded, checked
     (config.json's sha256 against the entry's "package_sha256" or "packages_sha256", every
@@ -189,7 +189,7 @@ class Champion:
 
     def __init__(self, cfg: Config, workspace: str, remote: str | None, threads: int,
                  replica: bool = True) -> None:
-        from rcpipe.stages.remote import Remote
+        from rcpipe.release.remote import Remote
 
         self.cfg, self.threads = on_device(cfg, replica), threads
         self.where = Remote(Path(workspace), remote)
@@ -203,7 +203,7 @@ class Champion:
 
     def update(self) -> bool:
         """Load the champion the record names now if it is a new one; True if swapped."""
-        from rcpipe.stages import record
+        from rcpipe.release import record
 
         try:
             head = record.read(self.where, self.cfg.limits)

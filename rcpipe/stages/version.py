@@ -6,14 +6,14 @@ push` sends the data and models to the remote, and the run's record and dvc.lock
 the remote's objects (``<remote>/rcpipe/versions/<run>/``), with each evaluated variant's
 `rcpipe package` (``versions/<run>/packages/<variant>/``), so even a run whose workspace
 disappears (a pod) leaves a version anyone can `dvc pull` and models anyone can download.
-With ``promote`` the champion gate follows (rcpipe/stages/gate.py): the run's models and
+With ``promote`` the champion gate follows (rcpipe/release/gate.py): the run's models and
 the champion of ``<remote>/rcpipe/champion.json`` answer the same gate set (never the dev
-set), the run's best there is its candidate, and rcpipe.version_rules.decide moves the
-pointer (and assigns GTO's champion stage, stages/champions.py) only when the paired
+set), the run's best there is its candidate, and rcpipe.release.rules.decide moves the
+pointer (and assigns GTO's champion stage, release/champions.py) only when the paired
 interval of the candidate's F1 minus the champion's lies above ``version.min_gain``; the
 pointer names the winner's packages and the answers it gave, and the run's record holds the
 decision with its interval. Last
-(rcpipe/stages/nights.py): the night's commit and tags go to the git remote
+(rcpipe/release/nights.py): the night's commit and tags go to the git remote
 ``version.git_remote`` when the workspace has one, and its report and the nights page (dev
 F1 per model over every recorded night, the champion marked) to
 ``versions/<run>/report/``, with a presigned link the flow's artifact shows.
@@ -42,14 +42,12 @@ from rcpipe.config import VARIANTS, Config
 from rcpipe.errors import InputError
 from rcpipe.inference.combination import Combination
 from rcpipe.outputs import settle
-from rcpipe.scoring.metrics import headline
-from rcpipe.stages import record as champion_record
-from rcpipe.stages.champions import crown
-from rcpipe.stages.gate import Gate, answers, champion_answers, gate_f1, gate_set, store_answers
-from rcpipe.stages.nights import publish, push_commit
-from rcpipe.stages.remote import Remote, git, identity
-from rcpipe.trained.package_dir import CONFIG, sha256
-from rcpipe.version_rules import (
+from rcpipe.release import record as champion_record
+from rcpipe.release.champions import crown
+from rcpipe.release.gate import Gate, answers, champion_answers, gate_f1, gate_set, store_answers
+from rcpipe.release.nights import publish, push_commit
+from rcpipe.release.remote import Remote, git, identity
+from rcpipe.release.rules import (
     Score,
     classify_failure,
     commit_targets,
@@ -61,6 +59,8 @@ from rcpipe.version_rules import (
     pick_candidate,
     untracked_overrides,
 )
+from rcpipe.scoring.metrics import headline
+from rcpipe.trained.package_dir import CONFIG, sha256
 
 log = logging.getLogger(__name__)
 LOCK = Path(".dvc/tmp/rcpipe-version.lock")
@@ -143,7 +143,7 @@ def _git_commit(root: Path, message: str) -> str | None:
 
 
 def _costs(targets: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Each trained variant's training cost (version_rules.cost_of), from its summary."""
+    """Each trained variant's training cost (release.rules.cost_of), from its summary."""
     found = {}
     for variant in (t.partition("@")[2] for t in targets if t.startswith("train@")):
         path = layout.summary_file(variant)
@@ -264,7 +264,7 @@ def push_package(cfg: Config, where: Remote, run: str, variant: str, out: Path
 def pointer(record: dict[str, Any], score: dict[str, Any], members: list[str],
             packages: dict[str, Path], answers_url: str | None, decided: dict[str, Any],
             ensemble: Combination | None = None) -> dict[str, Any]:
-    """The champion fields of a record entry (stages/record.py) for ``score``'s model of the
+    """The champion fields of a record entry (release/record.py) for ``score``'s model of the
     night ``record`` describes (its dvc_lock, git_commit, pushed packages); ``packages``:
     their local directories; ``ensemble``: how an ensemble champion's voters' answers are
     combined."""
@@ -298,7 +298,7 @@ def champion_gate(root: Path, cfg: Config, where: Remote, gate: Gate,
     """The champion gate of the run ``record`` describes (its run, dvc_lock, git_commit and
     pushed packages): its models (``packages``, local; the ensemble when ``scores``, the
     dev metrics, hold one) and the champion answer ``gate``; the candidate, the decision
-    and its interval, and on a promotion the champion record's new entry (stages/record.py),
+    and its interval, and on a promotion the champion record's new entry (release/record.py),
     swapped in only if the record is still the one judged against: a night that lost the
     race to another's promotion judges again against the new champion (``races``: each
     champion it lost to). GTO's tags follow a promotion, a mirror of the record."""

@@ -15,7 +15,7 @@ import pytest
 
 from rcpipe.config import ReadLimits
 from rcpipe.errors import InputError
-from rcpipe.stages.remote import Remote
+from rcpipe.release.remote import Remote
 
 BUCKET = "rcpipe-test"  # made by the s3 fixture
 PACKAGE = "t/rcpipe/versions/n1/bidaf"

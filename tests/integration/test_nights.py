@@ -58,8 +58,8 @@ from flows import stack
 from flows.version import decision_markdown
 from rcpipe.config import VARIANTS as REGISTERED
 from rcpipe.data import synth
+from rcpipe.release.champions import history
 from rcpipe.scoring.metrics import score
-from rcpipe.stages.champions import history
 from rcpipe.train.checkpoint import first_whole
 from tests import ray_nodes
 from tests.conftest import AWS_WORKER_ENV, SynthData, questions_of
@@ -252,13 +252,13 @@ def test_version_crowns_the_first_champion_on_the_heldout_questions(
     assert first["targets"][-2:] == ["ensemble", "report"]
     assert [t for t in first["targets"] if t.startswith("train@")] == \
         [f"train@{v}" for v in VOTERS]
-    # what each variant's training cost, for the nights page (version_rules.cost_of)
+    # what each variant's training cost, for the nights page (release.rules.cost_of)
     assert set(first["cost"]) == set(VOTERS)
     assert all(c["wall_s"] > 0 and c["unit"] == "CPU-worker-h" for c in first["cost"].values())
     champion = _champion(s3)
     assert champion["score"] == first["candidate"] and champion["seq"] == 1
     assert champion["change"]["kind"] == "promotion" and first["races"] == []
-    # GTO's mirror tags on the versioned commit (rcpipe/stages/champions.py), in its record
+    # GTO's mirror tags on the versioned commit (rcpipe/release/champions.py), in its record
     assert first["git_tags"] == ["rcpipe#champion#1", "rcpipe@v0.0.1"]
     assert sh(work, "git", "rev-list", "-n1", "rcpipe#champion#1").stdout.strip() == \
         first["git_commit"]

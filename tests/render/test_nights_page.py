@@ -36,7 +36,7 @@ def test_the_page_lists_every_night_newest_first_with_its_chart() -> None:
 def test_each_night_costs_what_it_trained_and_nothing_for_what_it_kept() -> None:
     """Night 2 retrained nothing (the same runs as night 1): it cost nothing; night 3
     retrained qanet alone on 4 GPUs."""
-    from rcpipe.version_rules import cost_of
+    from rcpipe.release.rules import cost_of
 
     bidaf = cost_of({"run": "run-b1", "wall_seconds": 1800, "world_size": 1, "device": "cpu"})
     qanet = cost_of({"run": "run-q1", "wall_seconds": 3600, "world_size": 4,

@@ -18,9 +18,9 @@ import pytest
 
 from rcpipe.config import Config, ReadLimits
 from rcpipe.inference.combination import Combination
+from rcpipe.release import record as champion_record
+from rcpipe.release.remote import Remote
 from rcpipe.serve.app import Limits
-from rcpipe.stages import record as champion_record
-from rcpipe.stages.remote import Remote
 from rcpipe.stages.version import pointer
 from rcpipe.trained.package_dir import sha256
 from tests.conftest import Trained

@@ -30,7 +30,8 @@ import yaml
 
 from rcpipe import stages
 from rcpipe.config import ReadLimits, effective_yaml
-from rcpipe.stages import record, registry
+from rcpipe.release import record
+from rcpipe.stages import registry
 from rcpipe.stages.predict import load_reader
 from rcpipe.stages.serving import CHAMPION, Champion, champion_app, vote
 from tests.conftest import Trained

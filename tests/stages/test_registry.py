@@ -15,10 +15,11 @@ import pytest
 
 from rcpipe.config import ReadLimits
 from rcpipe.errors import InputError
-from rcpipe.stages import record, registry
-from rcpipe.stages.remote import Remote
+from rcpipe.release import record
+from rcpipe.release.remote import Remote
+from rcpipe.stages import registry
 from rcpipe.trained.package_dir import sha256
-from tests.stages.test_record import workspace
+from tests.release.test_record import workspace
 
 LIMITS = ReadLimits()
 

@@ -59,7 +59,7 @@ def test_an_ensemble_champion_answers_by_its_method(trained: Trained, tmp_path: 
     # at the deploy in one line (fail closed), nothing served from it
     import json
 
-    from rcpipe.stages import record
+    from rcpipe.release import record
 
     last = record.read(where, trained.cfg.limits).entry
     forged = {**last, "ensemble": {"method": "median", "weights": {"bidaf": 1.0}}}

@@ -1,5 +1,5 @@
-"""The champion record and its git mirror (rcpipe/stages/record.py, the registry on the DVC
-remote; rcpipe/stages/champions.py, GTO's stage assignments), as nights write them and clones
+"""The champion record and its git mirror (rcpipe/release/record.py, the registry on the DVC
+remote; rcpipe/release/champions.py, GTO's stage assignments), as nights write them and clones
 read them: a workspace with a bare git remote and a DVC remote (a local directory), three
 nights (A crowned, B crowned, C rejected), and a clone made after night 1 that follows with
 the documentation's own commands (docs/guide/versioning.md, the block marked `tested: a
@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from rcpipe.config import ReadLimits
-from rcpipe.stages import record
-from rcpipe.stages.champions import crown, history
-from rcpipe.stages.nights import push_commit
-from rcpipe.stages.remote import Remote
+from rcpipe.release import record
+from rcpipe.release.champions import crown, history
+from rcpipe.release.nights import push_commit
+from rcpipe.release.remote import Remote
 from rcpipe.trained.package_dir import sha256
 from tests.dvc_project import BIN, REPO, sh
 
@@ -36,7 +36,7 @@ def guide_block() -> str:
 
 
 def _decided(run: str, model: str, f1: float, before: str | None) -> dict[str, Any]:
-    """A gate decision as version_rules.gate_record writes it (the fields the tag keeps)."""
+    """A gate decision as release.rules.gate_record writes it (the fields the tag keeps)."""
     gain = None if before is None else (3.1, 1.2, 5.0)
     reason = f"{model} of {run}: no champion yet" if before is None else \
         f"{model} of {run} beats the champion of {before} by +3.10 F1 [+1.20, +5.00]"

@@ -33,7 +33,7 @@ from rcpipe import layout, reads
 from rcpipe.config import ReadLimits
 from rcpipe.errors import InputError
 from rcpipe.inference.combination import Combination
-from rcpipe.stages.remote import Changed, Remote
+from rcpipe.release.remote import Changed, Remote
 
 HEAD = "champion.json"
 HISTORY = "champion-history"

@@ -1,4 +1,4 @@
-"""stages/gate.py's answers: the gate's ensemble candidate answers as `rcpipe ensemble` made
+"""release/gate.py's answers: the gate's ensemble candidate answers as `rcpipe ensemble` made
 it (ensemble.method): the vote, or the mean of the packages' distributions with its weights
 (a member weighed alone answers as its own package does: the tokens line up)."""
 
@@ -12,7 +12,7 @@ import torch
 from rcpipe import stages
 from rcpipe.inference.combination import Combination
 from rcpipe.inference.ensemble import majority_vote
-from rcpipe.stages.gate import answers, gate_set, package_nbest
+from rcpipe.release.gate import answers, gate_set, package_nbest
 from tests.conftest import Trained
 
 pytestmark = [pytest.mark.integration, pytest.mark.trains]

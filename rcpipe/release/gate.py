@@ -9,7 +9,7 @@ of their distributions with the weights it chose on the held-out questions). The
 answers the same questions: the answers its own night stored (``versions/<run>/gate.json``)
 when the gate set is byte for byte the one it answered then, else its packages, downloaded
 from the remote, answer the current set: new training data moves the held-out slice, and the two
-sides must still answer the same questions. rcpipe.version_rules decides from the answers.
+sides must still answer the same questions. rcpipe.release.rules decides from the answers.
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ from rcpipe import layout, reads
 from rcpipe.config import VARIANTS, Config, ReadLimits, Window
 from rcpipe.errors import InputError
 from rcpipe.inference.combination import Combination
-from rcpipe.version_rules import GateSet, Score
+from rcpipe.release.rules import GateSet, Score
 
 if TYPE_CHECKING:
     import torch
 
     from rcpipe.data.dataset import SquadDataset
     from rcpipe.data.squad import SquadFile
-    from rcpipe.stages.remote import Remote
+    from rcpipe.release.remote import Remote
 
 log = logging.getLogger(__name__)
 ENSEMBLE = layout.ENSEMBLE

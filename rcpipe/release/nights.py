@@ -11,7 +11,7 @@ and its git commit on the workspace's git remote.
   ``<remote>/rcpipe/nights.html``. Links are presigned HTTPS URLs where the remote signs
   (S3, a week), else the remote's own URL: never a path inside the pod that ran the night.
 - ``push_commit``: the night's dvc.lock commit and a promotion's registry tags
-  (stages/champions.py) to the git remote
+  (release/champions.py) to the git remote
   ``version.git_remote`` when the workspace has it, so `dvc metrics diff` and `dvc exp show`
   compare nights on any clone (`git fetch`, `dvc pull`). The cluster's nightly runs without
   git (the image's ``core.no_scm``): its nights are compared on the nights page alone.
@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rcpipe import layout
-from rcpipe.stages.remote import git
+from rcpipe.release.remote import git
 
 if TYPE_CHECKING:
-    from rcpipe.stages.remote import Remote
+    from rcpipe.release.remote import Remote
 
 log = logging.getLogger(__name__)
 LINK_SECONDS = 7 * 24 * 3600  # a presigned link lasts a week: until the next weekly look
@@ -95,7 +95,7 @@ def _csv(rows: list[dict[str, Any]], header: list[str]) -> bytes:
 def push_commit(root: Path, remote: str | None, commit: str | None, tags: list[str]
                 ) -> dict[str, Any]:
     """Push the night's commit (HEAD's branch) and, when promoted, the registry's tags
-    (stages/champions.py: new tags, never forced, so a clone fetches them)."""
+    (release/champions.py: new tags, never forced, so a clone fetches them)."""
     if remote is None or commit is None:
         return {"pushed": False, "why": "no git remote set" if commit else "no git commit"}
     if git(root, "remote", "get-url", remote).returncode != 0:

@@ -1,4 +1,4 @@
-"""The champion record (rcpipe/stages/record.py): entries numbered and kept in the history,
+"""The champion record (rcpipe/release/record.py): entries numbered and kept in the history,
 changed only by compare-and-swap (a stale writer changes nothing), checked as read (fail
 closed: no pin, wrong type, over limits.record_kb), on a directory remote and on S3."""
 
@@ -12,8 +12,8 @@ import pytest
 
 from rcpipe.config import ReadLimits
 from rcpipe.errors import InputError
-from rcpipe.stages import record
-from rcpipe.stages.remote import Remote
+from rcpipe.release import record
+from rcpipe.release.remote import Remote
 
 PIN = "a" * 64
 LIMITS = ReadLimits()

@@ -1,6 +1,6 @@
 """The champion record's mirror in git: GTO's stage assignments (`gto`).
 
-The registry is the champion record on the DVC remote (stages/record.py); a promotion
+The registry is the champion record on the DVC remote (release/record.py); a promotion
 (stages/version.py's ``champion_gate``) is mirrored here, where the night ran in a git
 checkout, by assigning the stage ``champion`` of the artifact ``rcpipe`` to the night's
 commit: GTO writes two annotated tags that never move, ``rcpipe@v0.0.N`` (the version) and
@@ -21,7 +21,7 @@ from typing import Any
 
 from rcpipe import reads
 from rcpipe.errors import InputError
-from rcpipe.stages.remote import git, identity
+from rcpipe.release.remote import git, identity
 
 ARTIFACT, STAGE = "rcpipe", "champion"
 GATE = "gate: "  # the message's last line: the decision's numbers, as JSON

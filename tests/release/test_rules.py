@@ -1,4 +1,4 @@
-"""rcpipe.version_rules: what a run commits, which overrides dvc.lock can absorb, which failed
+"""rcpipe.release.rules: what a run commits, which overrides dvc.lock can absorb, which failed
 pushes are retried, and the champion gate's decision; the gate with real models on the
 loopback S3 (two seeds of the same settings kept apart from a better model); plus the fetch
 helpers."""
@@ -19,9 +19,7 @@ import pytest
 from rcpipe import stages
 from rcpipe.config import VARIANTS, Config, load_config
 from rcpipe.errors import InputError
-from rcpipe.scoring.compare import PairedDifference
-from rcpipe.stages.fetch import check_pin, fetch, sources
-from rcpipe.version_rules import (
+from rcpipe.release.rules import (
     GateSet,
     Score,
     classify_failure,
@@ -33,6 +31,8 @@ from rcpipe.version_rules import (
     pick_candidate,
     untracked_overrides,
 )
+from rcpipe.scoring.compare import PairedDifference
+from rcpipe.stages.fetch import check_pin, fetch, sources
 from tests.conftest import TINY_MODEL, SynthData, write_params
 from tests.dvc_project import BUCKET
 
@@ -200,7 +200,7 @@ def test_fetch_verifies_pins_and_writes_the_manifest(make_config, synth_v1: Synt
 
 
 def test_version_without_a_remote_is_a_one_line_error(tmp_path: Path) -> None:
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     run = {"cwd": tmp_path, "capture_output": True, "text": True, "timeout": 120}
     subprocess.run(["git", "init", "-q"], check=True, **run)
     subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], check=True, **run)
@@ -276,7 +276,7 @@ def test_the_gate_keeps_the_champion_against_another_seed_and_promotes_a_better_
     and 44 of the same settings differ on the gate set, but within chance: the better of
     the two does not replace the worse (the old rule, any higher F1, did). The 300-step
     model does, on another gate set, which the champion answers with its package."""
-    from rcpipe.stages.gate import gate_set
+    from rcpipe.release.gate import gate_set
     from rcpipe.stages.version import Remote, champion_gate, push_package
 
     monkeypatch.chdir(tmp_path)
@@ -355,8 +355,8 @@ def test_two_nights_racing_to_promote_one_wins_and_the_other_judges_again(
     import threading
 
     from rcpipe.config import ReadLimits
-    from rcpipe.stages import record
-    from rcpipe.stages.gate import gate_set
+    from rcpipe.release import record
+    from rcpipe.release.gate import gate_set
     from rcpipe.stages.version import Remote, champion_gate, push_package
 
     monkeypatch.chdir(tmp_path)

@@ -1,4 +1,8 @@
-"""The stages of the pipeline: the only code that reads and writes files for a stage.
+"""The stages of the pipeline: a module per command, each stage's function reading its
+inputs and writing its outputs (as one set: rcpipe/outputs.py). A training run's own files
+(its checkpoints, its record of runs, model.pt and summary.json at its end) are written for
+the train and tune stages by rcpipe/train/ (checkpoint.py, runs.py, state.py, local.py);
+releasing a run by rcpipe/release/.
 
 The CLI, dvc.yaml and the Prefect flows all call these functions, so each stage has one
 implementation. Heavy libraries are imported inside the stage that needs them, which keeps

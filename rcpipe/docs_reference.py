@@ -281,7 +281,7 @@ VIEWS_BEGIN = ("<!-- the attention views: made by `python -m rcpipe.docs_referen
 VIEWS_END = "<!-- end of the attention views -->\n"
 
 
-class NoCommandTable(ValueError):
+class NoTable(ValueError):
     """A page without one of its tables' two marker lines."""
 
 
@@ -315,7 +315,7 @@ def render_tables(text: str, path: Path, tables: list[tuple[str, str, Any]]) -> 
         _, sep2, tail = rest.partition(end)
         if not (sep and sep2):
             name = begin.split(":", 1)[0].removeprefix("<!-- the ")
-            raise NoCommandTable(f"{path}: no {name} between {begin.strip()} and "
+            raise NoTable(f"{path}: no {name} between {begin.strip()} and "
                                  f"{end.strip()}")
         text = "".join([head, begin, render(), end, tail])
     return text
@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> None:
     for path, render in made.items():
         try:
             text = render()
-        except NoCommandTable as e:
+        except NoTable as e:
             sys.exit(f"error: {e}")
         if args.check:
             if not path.is_file() or path.read_text() != text:

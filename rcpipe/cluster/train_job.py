@@ -100,17 +100,13 @@ class RaySession:
                 if recorded is not None:
                     yield Path(fetched.enter_context(recorded.as_directory()))
                     below = PurePosixPath(recorded.path).name
-                for checkpoint in self._in_storage(below):
+                # the run's stored ones below it (none where the run's storage is not
+                # known: a search's trials)
+                for checkpoint in (stored_checkpoints(*self._storage, below)
+                                   if self._storage is not None else []):
                     yield Path(fetched.enter_context(checkpoint.as_directory()))
 
             yield dirs()
-
-    def _in_storage(self, below: str | None) -> Iterator[Any]:
-        """The run's stored checkpoints older than ``below``, newest first (none where the
-        run's storage is not known: a search's trials)."""
-        if self._storage is None:
-            return iter(())
-        return iter(stored_checkpoints(*self._storage, below))
 
     def prepare_model(self, model: nn.Module) -> nn.Module:
         import ray.train.torch

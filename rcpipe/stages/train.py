@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from rcpipe import fingerprints, layout, reads
@@ -107,14 +107,21 @@ def _train_here(cfg: Config, variant: str, key: Fingerprint | None, force: bool
     dev_doc = opening.dev_document(cfg)
     t0 = time.perf_counter()
     result, attempt = _fit(cfg, variant, inputs, dev_doc, path, filesystem, name)
-    # a run resumed at its end trains nothing and reports no checkpoint: where its controller
-    # never recorded the last ones (killed between a worker storing and the controller
-    # recording them), Ray's result names none, and the stored ones are the run's
-    unrecorded = [] if result.checkpoint is not None else \
-        train_job.stored_checkpoints(f"{path}/{name}", filesystem)
-    if result.checkpoint is None and not unrecorded:
-        raise InputError(Prepared(cfg.data.out_dir).train, "",
-                         "training produced no checkpoint (no batch to train on?)")
+    if result.checkpoint is not None:  # Ray's record: the latest, and the kept ones
+        kept = list(result.best_checkpoints)
+        by_step = [result.checkpoint, *[c for c, _ in sorted(
+            kept, key=lambda cm: cm[1].get("step", 0), reverse=True)]]
+        by_rank = [c for c, _ in sorted(
+            kept, key=lambda cm: cm[1].get(RANK_METRIC, float("-inf")), reverse=True)]
+    else:
+        # a run resumed at its end trains nothing and reports no checkpoint: where its
+        # controller never recorded the last ones (killed between a worker storing and the
+        # controller recording them), the stored ones are the run's, newest first, and the
+        # best is the one the latest's meta names
+        by_step, by_rank = train_job.stored_checkpoints(f"{path}/{name}", filesystem), None
+        if not by_step:
+            raise InputError(Prepared(cfg.data.out_dir).train, "",
+                             "training produced no checkpoint (no batch to train on?)")
     with ExitStack() as fetched:
         def dirs(checkpoints: list[Any]) -> Iterator[Path]:
             for c in checkpoints:
@@ -125,18 +132,11 @@ def _train_here(cfg: Config, variant: str, key: Fingerprint | None, force: bool
 
         # each checkpoint verified before use (a broken one passed by with a line): the
         # latest gives the run's facts, the best by RANK_METRIC its model
-        kept = list(result.best_checkpoints)
-        if unrecorded:  # newest first; the best is the one the latest's meta names
-            last = first_whole(dirs(unrecorded), say)
-            named = f"step-{read_meta(last)['best']['step']:08d}" if last else ""
-            best = first_whole(dirs(sorted(unrecorded, key=lambda c: not c.path.endswith(
-                "/" + named))), say)
-        else:
-            last = first_whole(dirs([result.checkpoint, *[c for c, _ in sorted(
-                kept, key=lambda cm: cm[1].get("step", 0), reverse=True)]]), say)
-            best = first_whole(dirs([c for c, _ in sorted(
-                kept, key=lambda cm: cm[1].get(RANK_METRIC, float("-inf")),
-                reverse=True)]), say)
+        last = first_whole(dirs(by_step), say)
+        if by_rank is None and last is not None:
+            named = f"step-{read_meta(last)['best']['step']:08d}"
+            by_rank = sorted(by_step, key=lambda c: PurePosixPath(c.path).name != named)
+        best = first_whole(dirs(by_rank or []), say)
         if last is None or best is None:
             raise RunError(result.path, "", "no whole checkpoint: every one is broken")
         meta = read_meta(last)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -10,7 +11,7 @@ from typing import Annotated
 import typer
 
 from rcpipe import layout, stages
-from rcpipe.config import VARIANTS, Config, effective_yaml, load_config
+from rcpipe.config import NAMED_AS_ENV, VARIANTS, Config, effective_yaml, load_config
 from rcpipe.errors import InputError
 from rcpipe.logs import setup as setup_logging
 from rcpipe.safe_open import disk_full, is_disk_full
@@ -37,7 +38,9 @@ Wait = Annotated[bool, typer.Option(
 
 
 def _config(params: list[Path] | None, sets: list[str] | None) -> Config:
-    return load_config(params or [Path("params.yaml")], sets or [])
+    # a Ray job's params are a copy of the submitter's: its lines name the submitter's file
+    return load_config(params or [Path("params.yaml")], sets or [],
+                       named_as=os.environ.get(NAMED_AS_ENV))
 
 
 def _config_or_defaults(params: list[Path] | None, sets: list[str] | None) -> Config:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from rcpipe.cluster import job_runs
-from rcpipe.config import Config, effective_yaml
+from rcpipe.config import NAMED_AS_ENV, Config, effective_yaml
 from rcpipe.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -78,12 +78,13 @@ def job_config(cfg: Config) -> str:
 
 
 def entrypoint(variant: str, params_yaml: str, workdir: Path, force: bool,
-               command: str = "train") -> str:
+               command: str = "train", named_as: str = "params.yaml") -> str:
     """The job's shell command: in the shared directory (or a clear failure), the params
     written to a file of the head's own, then rcpipe train (or tune). The params travel inside the
     command, so the dashboard shows exactly what ran and no file needs sharing for it.
     RAY_API_SERVER_ADDRESS, were the head's environment to hold it, is dropped: the job
-    joins the cluster it runs on instead of submitting itself once more."""
+    joins the cluster it runs on instead of submitting itself once more. Its lines and
+    records (the search's "train with it" line) name ``named_as``, the submitter's file."""
     if any(line == HEREDOC for line in params_yaml.splitlines()):
         raise ValueError(f"params contain the line {HEREDOC}")
     train = f"rcpipe {command} {shlex.quote(variant)} --params \"$params\"" + \
@@ -94,7 +95,8 @@ def entrypoint(variant: str, params_yaml: str, workdir: Path, force: bool,
     return (f"set -e\ncd {where} 2>/dev/null || {{ echo {missing} >&2; exit 2; }}\n"
             f"params=$(mktemp --suffix=.yaml)\ncat > \"$params\" <<'{HEREDOC}'\n"
             f"{params_yaml.rstrip()}\n{HEREDOC}\n"
-            f"unset {API_SERVER_ENV}\nexec {train}\n")
+            f"unset {API_SERVER_ENV}\nexport {NAMED_AS_ENV}={shlex.quote(named_as)}\n"
+            f"exec {train}\n")
 
 
 def submit_train(cfg: Config, variant: str, force: bool,
@@ -128,7 +130,8 @@ def submit_train(cfg: Config, variant: str, force: bool,
     except ConnectionError as e:
         raise InputError(cfg.source, key,
                          f"no Ray Jobs API at {address}: {str(e).splitlines()[0]}") from None
-    script = entrypoint(variant, job_config(cfg), Path.cwd().resolve(), force, command)
+    script = entrypoint(variant, job_config(cfg), Path.cwd().resolve(), force, command,
+                        cfg.source)
     # a search is its own job beside the variant's training: rcpipe-<run>-tune-<v>-<n>
     what = variant if command == "train" else f"{command}-{variant}"
     job_id, attached = job_runs.attach_or_submit(

@@ -13,6 +13,7 @@ from rcpipe.config.eval import EvalConfig
 from rcpipe.config.limits import PARAMS_BYTES, ReadLimits
 from rcpipe.config.load import (
     DEFAULTS,
+    NAMED_AS_ENV,
     Layers,
     effective_yaml,
     load_config,
@@ -30,7 +31,8 @@ from rcpipe.config.tune import SPACE_KINDS, SearchConfig, VariantSearch, space_v
 from rcpipe.config.version import VersionConfig
 
 __all__ = [
-    "DEFAULTS", "PARAMS_BYTES", "SPACE_KINDS", "VARIANTS", "Arch", "Autoscaling", "Buckets",
+    "DEFAULTS", "NAMED_AS_ENV", "PARAMS_BYTES", "SPACE_KINDS", "VARIANTS", "Arch",
+    "Autoscaling", "Buckets",
     "Config", "DataConfig", "EnsembleConfig", "EvalConfig", "Heldout", "Layers", "Limits",
     "ModelConfig",
     "ModelsConfig", "OptimConfig", "ReadLimits", "SearchConfig", "Section", "ServeConfig",

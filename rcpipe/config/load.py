@@ -17,6 +17,9 @@ from rcpipe.config.section import merge_over
 from rcpipe.errors import InputError
 
 DEFAULTS = "params defaults"  # where a config without a params file says it came from
+# the params file a command's errors and records name, when it was handed a copy of another
+# (a Ray job runs the submitter's params from a file of the head's own: rcpipe/cluster/jobs_api)
+NAMED_AS_ENV = "RCPIPE_PARAMS_NAMED_AS"
 
 
 def located(e: ValidationError) -> tuple[str, str]:
@@ -98,13 +101,14 @@ def _holds(raw: Any, keys: list[str]) -> bool:
 Layers = Path | str | Sequence[Path | str]
 
 
-def load_config(params: Layers | None = "params.yaml", overrides: list[str] | None = None
-                ) -> Config:
+def load_config(params: Layers | None = "params.yaml", overrides: list[str] | None = None,
+                named_as: str | None = None) -> Config:
     """The config of one params file, or of several laid over each other in order (a later
     file's keys win, key by key at any depth, as ``models.<variant>`` over its paper), with
     the ``--set`` values on top. An error names the last file that holds the key at fault.
     ``params`` None: no file, the defaults (data.train_file and data.dev_file, which have
-    none, empty): for a command given only package directories, which carry their own."""
+    none, empty): for a command given only package directories, which carry their own.
+    ``named_as``: the file its errors and records name instead of the first one read."""
     if params is None:
         files = [Path(DEFAULTS)]
         layers = [(files[0], {"data": {"train_file": "", "dev_file": ""}})]
@@ -131,7 +135,7 @@ def load_config(params: Layers | None = "params.yaml", overrides: list[str] | No
             raise InputError("--set", where, what) from None  # the value at fault is --set's
         held = [f for f, layer in layers if _holds(layer, at)]
         raise InputError((held or files)[-1 if held else 0], where, what) from None
-    cfg._source = str(files[0])
+    cfg._source = named_as or str(files[0])
     return cfg
 
 

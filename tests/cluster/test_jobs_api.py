@@ -20,10 +20,9 @@ from typing import Any
 
 import pytest
 
-from rcpipe import stages
+from rcpipe import cli, stages
 from rcpipe.cluster.job_runs import default_run, run_jobs
 from rcpipe.cluster.jobs_api import entrypoint, is_jobs_api, job_config, jobs_api_address
-from rcpipe.config import load_config
 from rcpipe.errors import InputError
 from tests import ray_nodes
 from tests.conftest import SynthData
@@ -51,22 +50,29 @@ def test_ray_address_may_name_the_jobs_api_as_rays_own_cli_reads_it(
 
 
 def test_the_job_runs_the_same_config_in_the_same_directory(
-        make_config, synth_v1: SynthData, tmp_path: Path) -> None:  # noqa: ANN001
+        make_config, synth_v1: SynthData, tmp_path: Path,  # noqa: ANN001
+        monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = make_config(synth_v1, train={"ray_address": "http://head:8265", "max_steps": 7})
     shared = tmp_path / "shared dir"
     shared.mkdir()
     fake = tmp_path / "bin" / "rcpipe"  # what the head's rcpipe would be handed
     fake.parent.mkdir()
-    fake.write_text('#!/bin/sh\necho "$@"\npwd\ncp "$4" job.yaml\n')
+    fake.write_text('#!/bin/sh\necho "$@"\npwd\necho "$RCPIPE_PARAMS_NAMED_AS"\n'
+                    'cp "$4" job.yaml\n')
     fake.chmod(0o755)
-    command = entrypoint("bidaf", job_config(cfg), shared, force=True)
+    command = entrypoint("bidaf", job_config(cfg), shared, force=True,
+                         named_as="their params.yaml")
     ran = subprocess.run(["bash", "-c", command], capture_output=True, text=True,
                          env={"PATH": f"{fake.parent}:/usr/bin:/bin"}, cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
-    argv, where = ran.stdout.splitlines()[:2]
+    argv, where, named = ran.stdout.splitlines()[:3]
     assert argv.startswith("train bidaf --params /") and argv.endswith(" --force")
     assert where == str(shared)
-    again = load_config(shared / "job.yaml")  # the params as the job read them
+    # the params as the job read them, its lines and records naming the submitter's file
+    monkeypatch.setenv(named_as_env := "RCPIPE_PARAMS_NAMED_AS", named)
+    again = cli._config([shared / "job.yaml"], None)
+    assert again.source == "their params.yaml"
+    monkeypatch.delenv(named_as_env)
     assert again.train.ray_address == "auto"
     assert again.model_dump() == cfg.model_copy(update={"train": cfg.train.model_copy(
         update={"ray_address": "auto"})}).model_dump()
@@ -105,8 +111,8 @@ def test_ray_api_server_address_comes_first_as_in_rays_cli(
     assert jobs_api_address(make_config(synth_v1, train={"ray_address": "10.0.0.1:6379"})) \
         is None
     # the job itself joins its cluster: the entrypoint drops the variable
-    assert "unset RAY_API_SERVER_ADDRESS\nexec rcpipe train" in entrypoint(
-        "bidaf", "x: 1", Path("/shared"), force=False)
+    script = entrypoint("bidaf", "x: 1", Path("/shared"), force=False)
+    assert script.index("unset RAY_API_SERVER_ADDRESS\n") < script.index("exec rcpipe train")
 
 
 def test_a_bad_run_name_is_one_line_and_exit_2(make_config, synth_v1: SynthData,  # noqa: ANN001

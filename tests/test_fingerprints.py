@@ -112,3 +112,25 @@ def test_a_stamp_keys_its_stages_code(tmp_path: Path, monkeypatch: pytest.Monkey
     Stamp.of("s", "ensemble", [], {}).keep()
     assert Stamp.of("s", "ensemble", [], {}).is_current([made])
     assert not Stamp.of("s", "report", [], {}).is_current([made])  # another stage's code
+
+
+def test_a_training_run_says_why_it_trains_in_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """rcpipe/stages/train.py's line: first, resumed, --force, or what changed since the
+    model in place (a run of other settings on a real store: tests/cluster/
+    test_storage_outage.py, which runs --force)."""
+    from rcpipe.stages.train import _why
+    from rcpipe.train.runs import Runs, run_name
+
+    monkeypatch.chdir(tmp_path)
+    twenty = _training(_cfg(tmp_path, train={"max_steps": 20}))
+    eight = _training(_cfg(tmp_path, train={"max_steps": 8}))
+    runs, name = Runs("bidaf"), run_name(eight)
+    assert _why("bidaf", eight, runs, name, False) == f"first run ({name})"
+    assert _why("bidaf", eight, runs, name, True) == f"--force: training anew ({name})"
+    layout.write_json(layout.summary_file("bidaf"),
+                      {"finished": True, "fingerprint": twenty.as_dict()})
+    assert _why("bidaf", eight, runs, name, False) == \
+        f"settings changed (train.max_steps 20 -> 8); training anew ({name})"
+    runs.started(name, eight)  # interrupted: the same inputs resume it
+    assert _why("bidaf", eight, runs, name, False).startswith(f"resuming {name}, whose")

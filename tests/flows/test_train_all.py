@@ -1,60 +1,19 @@
-"""The train-all flow on tiny data, run in-process against a real temporary Prefect API;
-and its walk of the stage table (rcpipe/pipeline/stages.py), a row added, with stand-ins."""
+"""The train-all flow in-process against a real temporary Prefect API: the variants through a
+Jobs API all at once, and its walk of the stage table (rcpipe/pipeline/stages.py), a row
+added, with stand-ins. The flow training for real: as a deployment's nights
+(tests/integration/test_nights.py: a variant cancelled, then the rerun resuming it and
+skipping what finished) and a deployment run that loses a node while one of its variants
+fails (tests/integration/test_prefect_deployment.py)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from flows.train_all import train_all
-from tests.conftest import TINY_MODEL, SynthData, write_params
-from tests.flows.conftest import flow_run_logs
-
-pytestmark = pytest.mark.ray_train(2)  # tests/job_count.py; docs/dev/testing.md
-
-
-def _params(root: Path, synth: SynthData) -> Path:
-    return write_params(root / "params.yaml",
-                        data={"train_file": str(synth.train), "dev_file": str(synth.dev)},
-                        train={"max_steps": 3, "batch_size": 8, "max_failures": 0},
-                        models=dict.fromkeys(("bidaf", "qanet"), TINY_MODEL))
-
-
-@pytest.mark.integration
-@pytest.mark.trains
-@pytest.mark.usefixtures("prefect_api", "local_ray")
-def test_a_rerun_after_one_variant_failed_skips_what_finished(
-        tmp_path: Path, synth_v1: SynthData) -> None:
-    params, work = _params(tmp_path, synth_v1), tmp_path / "work"
-    variants = ["bidaf", "qanet"]
-    # qanet cannot be built with 3 heads on 8 dimensions: that variant fails (before its Ray
-    # Train job starts), the other finishes. Two jobs at once on a Ray with room for both:
-    # tests/integration/test_nights.py's night 1
-    state = train_all(params=str(params), variants=variants, workdir=str(work),
-                      overrides=["models.qanet.heads=3"], return_state=True)
-    assert state.is_failed()
-    assert "qanet" in state.message
-    # the training task's dev evaluations reached the Prefect UI, under that task's run
-    progress = [log for log in flow_run_logs(state.state_details.flow_run_id)
-                if log.name == "rcpipe.train.progress" and "dev EM" in log.message]
-    assert {log.message.split(":")[0] for log in progress} == {"train bidaf"}
-    assert all(log.task_run_id is not None for log in progress)
-    bidaf = work / "models/bidaf"
-    assert json.loads((bidaf / "summary.json").read_text())["finished"]
-    assert not (work / "models/qanet/summary.json").exists()
-    trained_at = (bidaf / "model.pt").stat().st_mtime_ns
-    prepared_at = (work / "data/prepared/meta.json").stat().st_mtime_ns
-
-    out = train_all(params=str(params), variants=variants, workdir=str(work))
-    assert (bidaf / "model.pt").stat().st_mtime_ns == trained_at  # not retrained
-    assert (work / "data/prepared/meta.json").stat().st_mtime_ns == prepared_at  # nor prepared
-    assert json.loads((work / "models/qanet/summary.json").read_text())["finished"]
-    assert set(out["scores"]) == {*variants, "ensemble"}
-    for name in (*variants, "ensemble"):
-        assert json.loads((work / f"metrics/{name}.json").read_text()) == out["scores"][name]
+from tests.conftest import SynthData, write_params
 
 
 @pytest.mark.integration

@@ -39,7 +39,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import time
@@ -73,6 +72,7 @@ from tests.dvc_project import (
     remote_objects,
     sh,
 )
+from tests.flow_runs import flow_run, flow_run_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.trains, pytest.mark.slow,
               pytest.mark.ray_train(6)]
@@ -352,7 +352,14 @@ def test_night_3_resumes_the_cancelled_run_and_trains_nothing_else(
         ws: Workspace, s3: Any) -> None:
     work, night1 = ws.work, ws.seen["night1"]
     stamps = {p.name: _mtime(p) for p in ws.seen["watched"]}
-    ws.night()
+    _, said = ws.night()
+    # the training's lines (relayed from its Ray Train workers) reached the Prefect UI, each
+    # under the training task's run
+    _, lines = flow_run(ws.api_url, flow_run_id(said))
+    progress = [line for line in lines if line.name == "rcpipe.train.progress"
+                and "dev EM" in line.message]
+    assert progress and {line.message.split(":")[0] for line in progress} == {"train qanet"}
+    assert all(line.task_run_id is not None for line in progress)
     night3 = _summaries(work)
     assert night3["bidaf"] == night1["bidaf"]
     # the cancelled night's run of the new params, from the checkpoint it recorded last or,
@@ -427,10 +434,7 @@ def _deployment_run(env: dict[str, str], work: Path, s3_env: dict[str, str],
     if not watch:
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-        found = re.search(r"UUID:?\s*([0-9a-f-]{36})|id[^0-9a-f]*([0-9a-f-]{36})",
-                          out.stdout)
-        assert found, out.stdout
-        return found.group(1) or found.group(2)
+        return flow_run_id(out.stdout)
     return subprocess.run(cmd + ["--watch", "--watch-interval", "1", "--watch-timeout", "900"],
                           env=env, capture_output=True, text=True, timeout=1000)
 

@@ -10,7 +10,10 @@ The distributed path on one machine: the same command against a Ray cluster of t
 this machine (`ray start --head` with the Jobs API, a second `ray start --address` with its own
 temp dir and ports), checkpoints on the loopback S3. The variant's Ray job trains on the second
 node; that node's raylet is SIGKILLed mid-training; the run resumes from its last checkpoint
-on the head and the deployment's run finishes with the outputs an undisturbed run gives.
+on the head and finishes with the outputs an undisturbed run gives. A second variant of the
+same flow run fails (its size cannot build, found by its Ray job before training): the flow
+run fails naming it, the other variant trains on regardless (the rerun that trains what
+failed and skips what finished: the nights' cancelled night and its resume).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from tests.conftest import (
     questions_of,
     write_params,
 )
+from tests.flow_runs import flow_run, flow_run_id
 
 pytestmark = [pytest.mark.trains, pytest.mark.ray_train(1)]
 
@@ -48,20 +52,6 @@ def _checkpoints(s3: Any, prefix: str) -> list[int]:
     listed = s3.list_objects_v2(Bucket="rcpipe-test", Prefix=prefix).get("Contents", [])
     return sorted({int(o["Key"].split("step-")[1][:8]) for o in listed
                    if "/step-" in o["Key"] and o["Key"].endswith("/state.pt")})
-
-
-def _job_lines(api_url: str) -> list[str]:
-    """What the flow's runs logged through rcpipe.cluster.jobs_api, as the Prefect API holds it."""
-    from prefect import get_client
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    found: list[str] = []
-    offset = 0
-    with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as c:
-        while page := c.read_logs(limit=200, offset=offset):  # the API's pages
-            found += [log.message for log in page if log.name == "rcpipe.cluster.jobs_api"]
-            offset += len(page)
-    return found
 
 
 def _lose_the_training_node(s3: Any, head: ray_nodes.Node, second: ray_nodes.Node,
@@ -91,7 +81,8 @@ def test_a_deployment_run_loses_the_training_node_and_finishes_as_undisturbed(
         prefect_stack: dict, s3: Any, tmp_path: Path, synth_v1: SynthData,
         prepared: Prepared, undisturbed: dict[str, Any]) -> None:
     variant = RESUMED_VARIANT
-    params = write_params(tmp_path / "params.yaml", train=TRAIN, models={variant: TINY_MODEL},
+    params = write_params(tmp_path / "params.yaml", train=TRAIN,
+                          models={variant: TINY_MODEL, "qanet": TINY_MODEL},
                           data={"train_file": str(synth_v1.train),
                                 "dev_file": str(synth_v1.dev)})
     env = ray_nodes.node_env({**AWS_WORKER_ENV, "AWS_ENDPOINT_URL": s3.meta.endpoint_url})
@@ -109,7 +100,9 @@ def test_a_deployment_run_loses_the_training_node_and_finishes_as_undisturbed(
         run = subprocess.run(
             [stack._prefect(), "deployment", "run", "train-all/local",
              "--param", f"params={params}", "--param", f"workdir={work}",
-             "--param", "synth_data=false", "--param", f'variants=["{variant}"]',
+             "--param", "synth_data=false", "--param", f'variants=["{variant}", "qanet"]',
+             # qanet cannot be built with 3 heads on 8 dimensions: that variant fails
+             "--param", 'overrides=["models.qanet.heads=3"]',
              "--param", f"ray_address={jobs_api}",
              "--param", "storage_path=s3://rcpipe-test/deploy",
              "--watch", "--watch-interval", "1", "--watch-timeout", "900"],
@@ -118,8 +111,11 @@ def test_a_deployment_run_loses_the_training_node_and_finishes_as_undisturbed(
         killer.join(timeout=60)
     finally:
         ray_nodes.stop_all(nodes)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "Completed" in run.stdout
+    state, lines = flow_run(str(prefect_stack["api_url"]), flow_run_id(run.stdout))
+    assert run.returncode == 1 and state.state.is_failed(), run.stdout[-3000:] + \
+        run.stderr[-3000:]
+    assert "1 variant(s) failed: qanet: " in state.state.message, state.state.message
+    assert not (work / "models/qanet/summary.json").exists()
     assert "recovered_s" in seen, "the second node was never lost mid-training"
     resumed = json.loads((work / f"models/{variant}/summary.json").read_text())
     # from the newest checkpoint (one stored after the kill was decided may be newer still)
@@ -127,10 +123,16 @@ def test_a_deployment_run_loses_the_training_node_and_finishes_as_undisturbed(
     assert seen["last_before"] <= resumed["resumed_from_step"] < TRAIN["max_steps"]
     answers = json.loads((work / f"predictions/{variant}.json").read_text())
     assert len(answers) == len(questions_of(synth_v1.dev_doc))
-    # the flow followed the job: its submission and the job's own lines are in Prefect
-    relayed = _job_lines(str(prefect_stack["api_url"]))
-    assert any("submitted Ray job" in line for line in relayed)
-    assert any(f"train {variant}:" in line and "dev EM" in line for line in relayed)
+    # the flow followed the jobs: their submission and own lines are in Prefect, each under
+    # the training task's run
+    relayed = [line for line in lines if line.name == "rcpipe.cluster.jobs_api"]
+    assert all(line.task_run_id is not None for line in relayed)
+    assert any(f"train {variant}: submitted Ray job" in line.message for line in relayed)
+    assert any(f"train {variant}:" in line.message and "dev EM" in line.message
+               for line in relayed)
+    # qanet's job said why in one line, naming the key in the submitter's params file
+    assert any(f"error: {params}: models.qanet" in line.message for line in relayed), \
+        [line.message for line in relayed if "qanet" in line.message]
 
     # the same params, undisturbed, in one process (`undisturbed`, shared with test_kills.py's
     # test, trained on `prepared`: the data this flow prepared, byte for byte): the same

@@ -31,7 +31,7 @@ from rcpipe.cluster.ray_runtime import joined
 from rcpipe.config import Config
 from rcpipe.errors import InputError
 from rcpipe.models import ModelInputs
-from rcpipe.train.checkpoint import RANK_METRIC
+from rcpipe.train.checkpoint import RANK_METRIC, step_dir, step_of
 from rcpipe.train.job import Job
 from rcpipe.train.worker import Worker
 
@@ -60,6 +60,7 @@ class RaySession:
         self.device: torch.device = ray.train.torch.get_device()
         self._inputs, self._dev_doc, self._queue = inputs, dev_doc, progress
         self._storage = storage  # the run's folder and pyarrow file system, for stored()
+        self._taken: set[str] = set()  # its checkpoints' folders at resume: report()
         self._dev: dict[str, Any] | None = None
         self._raylet = os.getppid()  # the node's raylet started this worker process
 
@@ -93,6 +94,9 @@ class RaySession:
         stored it before its controller recorded it, and used to train from the start."""
         import ray.train
 
+        # every rank lists them before its first step, and none stores one before all have
+        self._taken = {PurePosixPath(c.path).name for c in stored_checkpoints(*self._storage)} \
+            if self._storage is not None else set()
         with ExitStack() as fetched:
             def dirs() -> Iterator[Path]:
                 recorded = ray.train.get_checkpoint()
@@ -116,13 +120,20 @@ class RaySession:
         return ray.train.torch.prepare_model(
             model, parallel_strategy_kwargs={"find_unused_parameters": False})
 
-    def report(self, metrics: dict[str, Any], directory: Path | None, name: str) -> None:
+    def report(self, metrics: dict[str, Any], directory: Path | None, name: str) -> str:
+        """Store the checkpoint in ``directory`` (rank 0's; the others report None) and
+        report ``metrics``; the folder's name: ``name``, or where the run already had a
+        checkpoint of that step at resume (a broken one passed by: Ray Train's record of it
+        would delete this one's folder when evicted), the next free step-...-r<k>."""
         import ray.train
         from ray.train import Checkpoint
 
         self.check_node()  # before the checkpoint is stored
+        step = step_of(name)
+        name = step_dir(step, self._taken) if step is not None else name
         checkpoint = Checkpoint.from_directory(directory) if directory is not None else None
         ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=name)
+        return name
 
     def progress(self, message: dict[str, Any]) -> None:
         self.check_node()  # every few steps, rank 0 (the others at each checkpoint)
@@ -279,15 +290,15 @@ def stored_checkpoints(run: str, filesystem: Any, below: str | None = None) -> l
     if filesystem.get_file_info(run).type == fs.FileType.NotFound:
         return []
     names = sorted((f.base_name for f in filesystem.get_file_info(fs.FileSelector(run))
-                    if f.type == fs.FileType.Directory and f.base_name.startswith("step-")
-                    and f.base_name[5:].isdigit()), reverse=True)
+                    if f.type == fs.FileType.Directory and step_of(f.base_name) is not None),
+                   reverse=True)
     return [Checkpoint(f"{run}/{n}", filesystem) for n in names if below is None or n < below]
 
 
 def latest_step(storage_path: str, filesystem: Any, name: str) -> int:
     """The step of a run's newest stored checkpoint (step-<8 digits>/), 0 when none."""
     newest = stored_checkpoints(f"{storage_path}/{name}", filesystem)[:1]
-    return int(PurePosixPath(newest[0].path).name[5:]) if newest else 0
+    return step_of(PurePosixPath(newest[0].path).name) or 0 if newest else 0
 
 
 def make_trainer(job: Job, cfg: Config, refs: dict[str, Any], storage_path: str,

@@ -89,7 +89,7 @@ def _train_here(cfg: Config, variant: str, key: Fingerprint | None, force: bool
                 ) -> dict[str, Any]:
     """The Ray Train job from this driver, to the model in place (under the lock)."""
     from rcpipe.cluster import train_job
-    from rcpipe.train.checkpoint import RANK_METRIC, finish_run, first_whole, read_meta
+    from rcpipe.train.checkpoint import RANK_METRIC, finish_run, first_whole, read_meta, step_of
     from rcpipe.train.runs import Runs, run_name
 
     inputs = opening.model_inputs(cfg)
@@ -134,8 +134,9 @@ def _train_here(cfg: Config, variant: str, key: Fingerprint | None, force: bool
         # latest gives the run's facts, the best by RANK_METRIC its model
         last = first_whole(dirs(by_step), say)
         if by_rank is None and last is not None:
-            named = f"step-{read_meta(last)['best']['step']:08d}"
-            by_rank = sorted(by_step, key=lambda c: PurePosixPath(c.path).name != named)
+            best_step = read_meta(last)["best"]["step"]
+            by_rank = sorted(by_step, key=lambda c: step_of(PurePosixPath(c.path).name)
+                             != best_step)
         best = first_whole(dirs(by_rank or []), say)
         if last is None or best is None:
             raise RunError(result.path, "", "no whole checkpoint: every one is broken")

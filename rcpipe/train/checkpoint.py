@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable
+import re
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,29 @@ from rcpipe.errors import InputError
 from rcpipe.layout import CHECKPOINT_META, CHECKPOINT_SUMS, CURVE, MODEL, STATE, SUMMARY
 from rcpipe.outputs import output_set
 from rcpipe.train.progress import finished
+
+# a checkpoint's folder: step-<8 digits> (name order is step order), or step-<8 digits>-r<k>
+# where the run saved that step again after passing by a broken one there on resume: Ray
+# Train keeps its record of the broken one, and evicting that record deletes its folder,
+# which must not be the new checkpoint's
+STEP_DIR = re.compile(r"step-(\d{8})(?:-r(\d+))?")
+
+
+def step_dir(step: int, taken: Collection[str] = ()) -> str:
+    """The folder name of a checkpoint at ``step``: the first of step-<8 digits>, then
+    step-<8 digits>-r1, -r2, ... that is none of ``taken``."""
+    name, again = f"step-{step:08d}", 0
+    while name in taken:
+        again += 1
+        name = f"step-{step:08d}-r{again}"
+    return name
+
+
+def step_of(name: str) -> int | None:
+    """The step of a checkpoint folder's name; None for any other name."""
+    found = STEP_DIR.fullmatch(name)
+    return int(found.group(1)) if found else None
+
 
 # The score a run's checkpoints are ranked by, as each evaluation reports it (evaluation.py),
 # and what it is measured on: Ray Train keeps the best checkpoints by it

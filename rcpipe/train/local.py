@@ -74,9 +74,9 @@ class LocalSession:
     def prepare_model(self, model: nn.Module) -> nn.Module:
         return model
 
-    def report(self, metrics: dict[str, Any], directory: Path | None, name: str) -> None:
+    def report(self, metrics: dict[str, Any], directory: Path | None, name: str) -> str:
         if directory is None:
-            return
+            return name
         tmp = self.run_dir / f".{name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(directory, tmp)
@@ -85,6 +85,7 @@ class LocalSession:
             shutil.rmtree((self.run_dir / name).rename(self.run_dir / f".pruned-{name}"))
         tmp.replace(self.run_dir / name)  # a checkpoint appears whole or not at all
         self._prune()
+        return name
 
     @staticmethod
     def _rank(checkpoint: Path) -> float:

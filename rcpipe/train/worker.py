@@ -59,8 +59,10 @@ class Session(Protocol):
         """DDP-wrap (and place) the model for this world; the identity for one process."""
         ...
 
-    def report(self, metrics: dict[str, Any], directory: Path | None, name: str) -> None:
-        """Persist the checkpoint in ``directory`` (rank 0; None on the others) as ``name``."""
+    def report(self, metrics: dict[str, Any], directory: Path | None, name: str) -> str:
+        """Persist the checkpoint in ``directory`` (rank 0; None on the others) as ``name``
+        (or the folder name the session chose instead: train/checkpoint.py's step_dir);
+        the name it was stored under."""
         ...
 
     def progress(self, message: dict[str, Any]) -> None: ...
@@ -220,9 +222,10 @@ class Worker:
         with tempfile.TemporaryDirectory() as tmp:
             self._write(Path(tmp), rngs, digests, v)
             # "minutes": training time so far, a time-budgeted search's clock (cluster/search.py)
-            self.session.report({"step": run.step, "epoch": run.epoch, "dev_em": v.em,
-                                 "dev_f1": v.f1, RANK_METRIC: v.rank,
-                                 "minutes": run.history[-1]["minutes"]}, Path(tmp), name)
+            name = self.session.report({"step": run.step, "epoch": run.epoch, "dev_em": v.em,
+                                        "dev_f1": v.f1, RANK_METRIC: v.rank,
+                                        "minutes": run.history[-1]["minutes"]}, Path(tmp),
+                                       name)
         # the curve's point, once its checkpoint is stored (train/progress.py logs and draws it)
         self.session.progress({"eval": run.history[-1] | {
             "checkpoint": name, "resumed_from_step": run.resumed_from_step}})

@@ -4,6 +4,7 @@ worker death, kill -9 of the driver and resume: tests/faults/test_kills.py)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,37 @@ def test_a_worker_whose_raylet_has_gone_stores_and_trains_nothing_more(
         session.report({"step": 12}, None, "step-00000012")
     with pytest.raises(RuntimeError, match="Ray node is gone"):
         session.progress({"step": 20})
+
+
+def test_a_step_saved_again_after_a_broken_one_gets_a_folder_of_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that passed by its broken latest checkpoint on resume saves that step again:
+    Ray Train still records the broken one, and evicting that record deletes its folder
+    (the kill sequence's resume lost its new step-24 so, then failed on deleting it twice:
+    tests/faults/test_kills.py). The new checkpoint goes to step-...-r1, which the listings
+    read as the same step, after the first."""
+    import ray.train
+
+    from rcpipe.cluster.train_job import RaySession, latest_step, stored_checkpoints
+    from rcpipe.train.checkpoint import step_dir, step_of
+
+    assert step_dir(24) == "step-00000024"
+    assert step_dir(24, {"step-00000024", "step-00000024-r1"}) == "step-00000024-r2"
+    assert [step_of(n) for n in ("step-00000024", "step-00000024-r3", "step-24", "x")] == \
+        [24, 24, None, None]
+    run = tmp_path / "run-a"
+    for name in ("step-00000020", "step-00000024", "step-00000024-r1", "step-x", ".tmp"):
+        (run / name).mkdir(parents=True)
+    newest_first = [Path(c.path).name for c in stored_checkpoints(str(run), None)]
+    assert newest_first == ["step-00000024-r1", "step-00000024", "step-00000020"]
+    assert latest_step(str(tmp_path), None, "run-a") == 24
+
+    reported: list[str] = []
+    monkeypatch.setattr(ray.train, "report", lambda metrics, checkpoint, checkpoint_dir_name:
+                        reported.append(checkpoint_dir_name))
+    session = RaySession.__new__(RaySession)  # the fields a resumed worker's session has
+    session.rank, session._raylet, session._queue = 0, os.getppid(), None
+    session._taken = {"step-00000020", "step-00000024"}  # stored at its resume
+    assert session.report({"step": 24}, None, "step-00000024") == "step-00000024-r1"
+    assert session.report({"step": 28}, None, "step-00000028") == "step-00000028"
+    assert reported == ["step-00000024-r1", "step-00000028"]

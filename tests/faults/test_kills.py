@@ -359,7 +359,11 @@ def _interrupted(cwd: Path) -> None:
 
 
 def _step(path: Path) -> int:
-    return int(path.name.removeprefix("step-"))
+    from rcpipe.train.checkpoint import step_of
+
+    step = step_of(path.name)
+    assert step is not None, path
+    return step
 
 
 @pytest.mark.integration
@@ -460,6 +464,9 @@ def test_one_ray_train_run_killed_refused_restarted_skipped_and_resumed_three_wa
     assert len(notes) == 1 and f"train {VARIANT}: checkpoint step-{latest:08d} is broken " \
         "(state.pt holds 1,000 bytes, " in notes[0], notes  # passed by for the one before
     assert f"resuming {run.name}" in again.stderr  # resumed, not retrained
+    # that step saved again in a folder of its own: Ray Train's record of the broken one,
+    # evicted, deletes its folder (it deleted the new checkpoint, then failed the run)
+    assert f"checkpoint step-{latest:08d}-r1 saved" in again.stderr
     summary = json.loads((cwd / "models" / VARIANT / "summary.json").read_text())
     assert summary["resumed_from_step"] > killed_at  # the restarted group: a later one
     assert summary["steps"] == undisturbed["steps"] == RESUMED_TRAIN["max_steps"]

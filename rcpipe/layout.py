@@ -114,6 +114,13 @@ def by_type(model: str) -> Path:
     return METRICS / f"{model}.by_type.json"
 
 
+def methods(model: str) -> Path:
+    """An ensemble's every method scored side by side, and how ensemble.method combines
+    (its weights and threshold: rcpipe.inference.combination); beside its metrics file,
+    which holds the chosen method's EM/F1 alone (what `dvc metrics show` lists)."""
+    return METRICS / f"{model}.methods.json"
+
+
 def write(path: Path, data: bytes | str) -> None:
     """Write atomically: a reader never sees half a file, even if the run is killed. The
     temporary file is a new one (safe_open: a link planted at its name is not followed)."""

@@ -214,6 +214,7 @@ def test_metrics_and_plots_are_declared(stages: dict[str, Any]) -> None:
     # by-type breakdown is an output beside them, drawn by the plots below
     assert metrics == {f"metrics/{m}.json" for m in (*VARIANTS, "ensemble")}
     assert {f"metrics/{m}.by_type.json" for m in (*VARIANTS, "ensemble")} <= written - metrics
+    assert "metrics/ensemble.methods.json" in written - metrics  # every method, the weights
     data_plots = [p for p in doc["plots"] if isinstance(p, dict)]
     files = {f for plot in data_plots for spec in plot.values() for f in spec["y"]}
     images = {p for p in doc["plots"] if isinstance(p, str)}

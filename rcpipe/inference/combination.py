@@ -27,7 +27,8 @@ class Combination:
 
     @classmethod
     def of(cls, result: Mapping[str, Any]) -> Combination:
-        """From `rcpipe ensemble`'s metrics (metrics/ensemble.json): its method, and that
+        """From `rcpipe ensemble`'s methods (metrics/ensemble.methods.json, or a
+        metrics/ensemble.json of before they had a file of their own): its method, and that
         method's weights and threshold; the vote for metrics from before methods."""
         method = str(result.get("method", "vote"))
         chosen = (result.get("methods") or {}).get(method) or {}

@@ -116,14 +116,16 @@ STAGES: tuple[Stage, ...] = (
           (*DEV, "data.out_dir", "eval.max_answer_len", "ensemble.method", "ensemble.rounds"),
           each=lambda m: _p(layout.nbest(m), layout.dists(m)),
           deps=lambda v: [PREPARED, CACHE],
+          # every method's scores and the chosen weights an output beside the metrics file,
+          # which holds the chosen method's EM/F1 alone: `dvc metrics show` is one row each
           outs=lambda v: _p(layout.predictions(layout.ENSEMBLE), layout.nbest(layout.ENSEMBLE),
-                            layout.by_type(layout.ENSEMBLE)),
+                            layout.by_type(layout.ENSEMBLE), layout.methods(layout.ENSEMBLE)),
           metrics=lambda v: _p(layout.metrics(layout.ENSEMBLE))),
     Stage("report", "rcpipe/stages/report.py",
           "the evaluation report: report.html, a PNG per chart and the charts' data (CSV, "
           "by_type/<model>.json rows) that dvc.yaml's plots draw", DEV,
           each=lambda m: _p(layout.predictions(m), layout.metrics(m)), each_ensemble=True,
-          deps=lambda v: [CACHE],
+          deps=lambda v: [str(layout.methods(layout.ENSEMBLE)), CACHE],
           outs=lambda v: [str(layout.REPORTS)]),
 )
 

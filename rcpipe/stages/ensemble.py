@@ -28,7 +28,8 @@ def ensemble(cfg: Config, inputs: list[Path] | None = None,
     """The variants' answers combined by ensemble.method; scored against data.dev_file,
     with every method's scores under "methods" (the mean and selected ones where each input
     has its distributions beside it: predictions/<name>.dists.parquet, which `rcpipe
-    evaluate` writes).
+    evaluate` writes). The metrics file holds the chosen method's scores; the methods, with
+    the weights chosen on the held-out questions, are metrics/<name>.methods.json.
 
     vote: majority vote over the nbest files.
 
@@ -38,7 +39,7 @@ def ensemble(cfg: Config, inputs: list[Path] | None = None,
     "voters"), with no threshold of the ensemble's own; the walk over the voters' mean
     na_prob on dev is reported only as the "oracle". When the voters' files and the dev set
     are those the outputs were made from, nothing is done (``force``: vote anyway). The
-    four files are one set (rcpipe/outputs.py), one writer at a time (``wait``: for it)."""
+    five files are one set (rcpipe/outputs.py), one writer at a time (``wait``: for it)."""
     # the lock beside out's folder: a refused vote leaves no file in it
     with hold(out.parent, f"{out} is being voted", wait):
         settle(out.parent, layout.METRICS)
@@ -63,11 +64,12 @@ def _ensemble(cfg: Config, inputs: list[Path] | None, out: Path, force: bool
                      {"dev_file": source_identity(cfg.data.dev_file), "out": str(out),
                       "ensemble": cfg.ensemble.model_dump(mode="json"),
                       "max_answer_len": cfg.eval.max_answer_len})
-    outputs = [out, out.with_suffix(".nbest.json"), layout.metrics(name), layout.by_type(name)]
+    outputs = [out, out.with_suffix(".nbest.json"), layout.metrics(name), layout.by_type(name),
+               layout.methods(name)]
     if not force and stamp.is_current(outputs):
         log.info(f"ensemble: the voters and the dev set are those of {out}; nothing to do")
         kept: dict[str, Any] = reads.read_json(layout.metrics(name))
-        return kept
+        return kept | reads.read_json(layout.methods(name))
     nbests = [_read_nbest(p) for p in inputs]
     voted = vote.majority_vote(nbests)
     doc = load_document(cfg.data.dev_file, cfg.data.cache_dir, cfg.limits)
@@ -96,14 +98,16 @@ def _ensemble(cfg: Config, inputs: list[Path] | None, out: Path, force: bool
         missing = next(d for d in dists if not d.is_file())
         raise InputError(missing, "", f"no distributions for ensemble.method "
                          f"{cfg.ensemble.method}: run `rcpipe evaluate` for its variant again")
-    result = result | {"method": cfg.ensemble.method, "methods": methods}
+    how = {"method": cfg.ensemble.method, "methods": methods}
     with output_set(f"ensemble-{name}", [out.parent, layout.METRICS, layout.STAMPS]) as files:
         files.remove(layout.stamp(stamp.name))  # the old vote's stamp goes with it
         files.write_json(out, preds)
         files.write_json(out.with_suffix(".nbest.json"), voted)
         files.write_json(layout.metrics(name), result)
         files.write_json(layout.by_type(name), metrics.breakdown(doc, preds, na))
+        files.write_json(layout.methods(name), how)
     stamp.keep()
+    result |= how
     log.info(f"ensemble of {len(inputs)} models -> {out}: "
              + ", ".join(f"{k} {v:.2f}" for k, v in result.items() if k in _HEADLINE))
     return result

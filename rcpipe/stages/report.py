@@ -65,7 +65,8 @@ def _report(cfg: Config, out: Path, force: bool) -> dict[str, Any]:
 
     models = evaluated_models()
     page, record = out / layout.REPORT_PAGE, out / layout.REPORT_DATA
-    read = [p for m in models for p in (layout.predictions(m), layout.metrics(m))]
+    read = [p for m in models for p in (layout.predictions(m), layout.metrics(m))] + \
+        [layout.methods(layout.ENSEMBLE)]
     stamp = Stamp.of("report", "report", read + [layout.tune_trials(v) for v in VARIANTS],
                      {"dev_file": source_identity(cfg.data.dev_file), "out": str(out)})
     if not force and models and stamp.is_current([page, record]):
@@ -167,6 +168,8 @@ def _read_run() -> tuple[list[str], dict[str, dict[str, str]], dict[str, dict[st
             raise InputError(path, "", f"no metrics beside {layout.predictions(m)}; run "
                              f"`{step}` again")
         scores[m] = _scores(path)
+        if (methods := layout.methods(m)).is_file():  # the ensemble's every method
+            scores[m] |= read_mapping(methods, (str, dict), "a method or the methods")
     return models, preds, scores
 
 

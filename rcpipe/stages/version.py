@@ -153,9 +153,13 @@ def _costs(targets: Sequence[str]) -> dict[str, dict[str, Any]]:
 
 
 def _scores(targets: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Each model's metrics; the ensemble's with its methods (how it combines) beside."""
     models = [t.partition("@")[2] for t in targets if t.startswith("evaluate@")]
     models += ["ensemble"] if "ensemble" in targets else []
-    return {m: reads.read_json(layout.metrics(m)) for m in models}
+    found = {m: reads.read_json(layout.metrics(m)) for m in models}
+    if "ensemble" in found and (methods := layout.methods("ensemble")).is_file():
+        found["ensemble"] |= reads.read_json(methods)
+    return found
 
 
 def version(cfg: Config, variants: Sequence[str] | None = None, *,

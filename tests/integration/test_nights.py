@@ -59,7 +59,7 @@ from rcpipe.config import VARIANTS as REGISTERED
 from rcpipe.data import synth
 from rcpipe.release.champions import history
 from rcpipe.scoring.metrics import score
-from rcpipe.train.checkpoint import first_whole
+from rcpipe.train.checkpoint import first_whole, step_of
 from tests import ray_nodes
 from tests.conftest import AWS_WORKER_ENV, SynthData, questions_of
 from tests.dvc_project import (
@@ -160,16 +160,21 @@ def test_the_first_repro_ran_every_stage_and_left_the_contract_files(
         assert metrics == score(synth_v1.dev_doc, preds), variant
     for name in (*VOTERS, "ensemble"):
         result = json.loads((ws.work / f"metrics/{name}.json").read_text())
-        # the official v1.1 keys; the ensemble's also its method and every method's scores
-        assert set(result) == {"exact_match", "f1"} | (
-            {"method", "methods"} if name == "ensemble" else set())
-        if name == "ensemble":  # evaluate keeps distributions: all three methods scored;
-            # the answers given are params.yaml's method's (tests/dvc_project.py: selected)
-            assert result["method"] == "selected"
-            assert set(result["methods"]) == {"vote", "mean", "selected"}
-            assert result["f1"] == result["methods"]["selected"]["f1"]
+        # the official v1.1 keys alone: `dvc metrics show` is a row of EM/F1 a model
+        assert set(result) == {"exact_match", "f1"}
+        if name == "ensemble":  # evaluate keeps distributions: all three methods scored,
+            # beside; the answers given are params.yaml's method's (tests/dvc_project.py)
+            how = json.loads((ws.work / "metrics/ensemble.methods.json").read_text())
+            assert how["method"] == "selected"
+            assert set(how["methods"]) == {"vote", "mean", "selected"}
+            assert result["f1"] == how["methods"]["selected"]["f1"]
         answers = json.loads((ws.work / f"predictions/{name}.json").read_text())
         assert len(answers) == len(questions_of(synth_v1.dev_doc))
+    # `dvc metrics show`: a row of EM/F1 a model, nothing else
+    shown = json.loads(sh(ws.work, "dvc", "metrics", "show", "--json").stdout)
+    rows = {f: d["data"] for w in shown.values() for f, d in w["data"].items()}
+    assert set(rows) == {f"metrics/{m}.json" for m in (*VOTERS, "ensemble")}
+    assert all(set(row) == {"exact_match", "f1"} for row in rows.values()), rows
 
 
 def test_dvc_plots_draws_every_declared_plot_from_the_run(ws: Workspace) -> None:
@@ -604,11 +609,10 @@ def _resume_point(work: Path, variant: str, before: dict[str, dict[str, Any]]) -
     recorded = _recorded_step(work, variant, before)
     if recorded:
         return recorded
-    stored = sorted((d for run in _new_runs(work, variant, before)
-                     for d in run.glob("step-" + "[0-9]" * 8)), key=lambda d: d.name,
-                    reverse=True)
+    stored = sorted((d for run in _new_runs(work, variant, before) for d in run.glob("step-*")
+                     if step_of(d.name) is not None), key=lambda d: d.name, reverse=True)
     whole = first_whole(stored, lambda line: None)
-    return int(whole.name[5:]) if whole is not None else 0
+    return step_of(whole.name) or 0 if whole is not None else 0
 
 
 @contextmanager

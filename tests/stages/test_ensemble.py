@@ -48,7 +48,11 @@ def test_ensemble_majority_vote_files(ens_dir: Path, synth_v1: SynthData) -> Non
     assert result == {"exact_match": 100.0, "f1": 100.0, "method": "vote",
                       "methods": {"vote": {"em": 100.0, "f1": 100.0}}}
     assert json.loads(Path("predictions/ensemble.json").read_text()) == gold
-    assert json.loads(Path("metrics/ensemble.json").read_text()) == result
+    # the metrics file the chosen method's EM/F1 alone; how it combines beside it
+    assert json.loads(Path("metrics/ensemble.json").read_text()) == {"exact_match": 100.0,
+                                                                     "f1": 100.0}
+    assert json.loads(Path("metrics/ensemble.methods.json").read_text()) == {
+        "method": "vote", "methods": {"vote": {"em": 100.0, "f1": 100.0}}}
     voted = json.loads(Path("predictions/ensemble.nbest.json").read_text())
     assert voted[first] == {"text": gold[first], "prob": 0.9, "votes": 3,
                             "na_prob": pytest.approx(0.2)}
@@ -68,7 +72,8 @@ def test_ensemble_tie_goes_to_the_higher_prob(ens_dir: Path, synth_v1: SynthData
     assert result["exact_match"] == 100.0
     assert json.loads(out.read_text()) == gold
     assert Path("out/custom.nbest.json").is_file()
-    assert json.loads(Path("metrics/custom.json").read_text()) == result
+    how = json.loads(Path("metrics/custom.methods.json").read_text())
+    assert json.loads(Path("metrics/custom.json").read_text()) | how == result
     # and the other way round: the wrong text wins the tie
     _write(a, _nbest(wrong, 0.8))
     assert stages.ensemble(load_config("params.yaml"), [a, b], out)["exact_match"] == 0.0
@@ -114,7 +119,10 @@ def test_the_ensemble_votes_answers_already_given_at_each_held_out_threshold(
     assert result["na_threshold"] is None and result["na_threshold_source"] == "voters"
     assert result["voters"] == {"bidaf": "heldout", "qanet": "heldout"}
     assert result["oracle"]["best_f1"] == 100.0  # dev's own walk: not the result
-    assert json.loads(Path("metrics/ensemble.json").read_text()) == result
+    # the metrics file its scores; how it combined (the vote of the voters' answers) beside
+    how = json.loads(Path("metrics/ensemble.methods.json").read_text())
+    assert json.loads(Path("metrics/ensemble.json").read_text()) | how == result
+    assert how["method"] == "vote" and set(how["methods"]) == {"vote"}
 
 
 def test_ensemble_without_inputs(ens_dir: Path) -> None:

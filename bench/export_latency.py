@@ -49,7 +49,7 @@ def one_variant(cfg: Any, variant: str, pairs: list[tuple[str, str]], warmup: in
 
     from rcpipe import stages
     from rcpipe.errors import InputError
-    from rcpipe.stages.predict import load_reader
+    from rcpipe.trained.reader import load_reader
 
     if not Path(f"models/{variant}/model.pt").is_file():
         save_untrained(cfg, variant)

@@ -31,7 +31,8 @@ ALLOWED: dict[str, set[str]] = {
     "models": {"config", "variants"},
     "scoring": set(),  # official scoring and the paired comparison: pure, no torch
     "inference": {"config", "errors", "data", "models", "layout", "scoring"},
-    "trained": {"config", "errors", "reads", "data", "models", "layout", "outputs"},
+    # inference: a Reader over trained models (reader.py), as every answering command loads one
+    "trained": {"config", "errors", "reads", "data", "models", "layout", "outputs", "inference"},
     "render": {"data", "models", "scoring", "inference", "layout"},
     "train": BASE | {"data", "models", "scoring", "inference", "trained"},
     "cluster": BASE | {"data", "models", "train", "trained"},  # the Ray layer over train
@@ -40,6 +41,8 @@ ALLOWED: dict[str, set[str]] = {
     # releasing a run: the rules (pure), the remote's records, the champion, the gate, the
     # nights page (render)
     "release": BASE | {"data", "scoring", "inference", "trained", "render"},
+    # the champion app: the remote's champion, on the answer service's deployments
+    "champion": BASE | {"data", "models", "inference", "trained", "release", "serve"},
     "pipeline": {"config", "layout", "variants"},  # the stage table; dvc.yaml made from it
     "stages": BASE | {"data", "models", "scoring", "inference", "trained", "render",
                        "train", "cluster", "serve", "release"},

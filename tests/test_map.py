@@ -12,7 +12,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MAP = ROOT / "docs" / "architecture.md"
 CELL_CHARS = 400  # a row a reader takes in at a glance
-# the one module that is Ray Serve itself: stages/serving.py imports it inside its functions
+# the one module that is Ray Serve itself: stages/serving.py and champion/app.py import it
+# inside their functions
 LOADS_RAY = {"rcpipe.serve.deployments", "rcpipe.cluster.run_abort"}
 HEAVY = ("ray", "spacy", "prefect")
 

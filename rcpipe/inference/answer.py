@@ -106,6 +106,14 @@ def vote(nbests: list[dict[str, dict[str, Any]]], token_probs: bool = False
     return voted
 
 
+def voted(answers: list[dict[str, Any]]) -> dict[str, Any]:
+    """One question's answer from its voters' (each answered with ``token_probs``): their
+    majority vote as `rcpipe evaluate` votes, with the context's tokens they share (the
+    answer service's ensemble and an ensemble champion)."""
+    found = vote([{"q": a} for a in answers], token_probs=True)["q"]
+    return found | {"tokens": answers[0]["tokens"]}
+
+
 def averaged(answers: list[dict[str, Any]], weights: list[float], context: str,
              max_answer_len: int, na_threshold: float | None = None) -> dict[str, Any]:
     """One question's answer from its members' (each answered with ``token_probs``, over the

@@ -146,8 +146,8 @@ def _no_dvc(tmp_path: Path) -> dict[str, Any]:
 ], ids=["threads_two", "threads_1e9", "threads_0", "unknown_key", "a_list", "no_dvc"])
 def test_the_serve_configs_args_are_checked_as_params_are(
         tmp_path: Path, args: Any, expected: str) -> None:
+    from rcpipe.champion.app import champion_app
     from rcpipe.config.section import usable_cpus
-    from rcpipe.stages.serving import champion_app
 
     with pytest.raises(InputError) as e:
         champion_app(args(tmp_path))

@@ -1,4 +1,4 @@
-"""The champion app follows the registry by itself (stages/serving.py's ``Champion``): on the
+"""The champion app follows the registry by itself (rcpipe/champion/app.py's ``Champion``): on the
 session's local Ray, the application infra/kuberay/rayservice.yaml deploys
 (``champion_app``) over a DVC remote (a local directory) answers under steady load while
 nights go by, each night's packages pushed beside its record and champion.json written as
@@ -29,11 +29,12 @@ import pytest
 import yaml
 
 from rcpipe import stages
+from rcpipe.champion.app import CHAMPION, Champion, champion_app
 from rcpipe.config import ReadLimits, effective_yaml
+from rcpipe.inference.answer import voted
 from rcpipe.release import record
 from rcpipe.stages import registry
-from rcpipe.stages.predict import load_reader
-from rcpipe.stages.serving import CHAMPION, Champion, champion_app, vote
+from rcpipe.trained.reader import load_reader
 from tests.conftest import Trained
 from tests.serve.conftest import champion_workspace, crown_night, deployed, light
 
@@ -179,7 +180,7 @@ def test_the_champion_app_follows_promotions_under_load(
         reader = load_reader(here.cfg, [str(package)], "torch", 1)
         (one,) = reader.answer_pairs([asked], str(package), token_probs=True)
         answers.append(one)
-    assert in_process == vote(answers)["text"] == served["answer"], (answers, served)
+    assert in_process == voted(answers)["text"] == served["answer"], (answers, served)
     print(f"\n{len(load.seen)} requests, all 200 {counts}; a promotion answered after "
           f"{reached_b:.1f} s (B) and {reached_e:.1f} s (E), a rollback {reached_back:.1f} s, "
           f"a set {reached_set:.1f} s, a torn package once whole {reached_g:.1f} s, "

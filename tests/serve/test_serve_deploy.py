@@ -161,7 +161,7 @@ def test_readers_reserve_a_gpu_only_where_the_params_say_so() -> None:
 
 def test_a_replica_loads_on_the_device_it_reserved() -> None:
     from rcpipe.config import load_config
-    from rcpipe.stages.serving import on_device
+    from rcpipe.trained.reader import on_device
 
     cpu = load_config(None, ["train.device=auto"])
     gpu = load_config(None, ["train.device=auto", "serve.replica_gpus=1"])

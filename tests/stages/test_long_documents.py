@@ -116,7 +116,7 @@ def in_run(run: Run, monkeypatch: pytest.MonkeyPatch) -> Run:
 @pytest.mark.trains
 def test_the_answer_past_token_1500_is_the_one_in_the_paragraph_alone(in_run: Run) -> None:
     from rcpipe.data.tokenize import tokenize
-    from rcpipe.stages.predict import load_reader
+    from rcpipe.trained.reader import load_reader
 
     alone, document = in_run.alone, FILLER + in_run.paragraph
     assert alone["answer"] and alone["windows"] == 1

@@ -14,7 +14,7 @@ from rcpipe.pipeline.code import closure
 
 ROOT = Path(__file__).resolve().parents[2]
 USERS = ("rcpipe/trained/model_file.py", "rcpipe/stages/evaluate.py", "rcpipe/stages/predict.py",
-         "rcpipe/stages/serving.py",
+         "rcpipe/stages/serving.py", "rcpipe/trained/reader.py", "rcpipe/champion/app.py",
          "rcpipe/stages/explain.py", "rcpipe/trained/package_dir.py", "rcpipe/stages/package.py",
          "rcpipe/trained/onnx.py", "rcpipe/stages/export.py",
          *(str(p.relative_to(ROOT)) for p in sorted((ROOT / "rcpipe/serve").glob("*.py"))))

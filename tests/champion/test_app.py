@@ -1,4 +1,4 @@
-"""stages/serving.py's ``Champion`` (in-process, no Ray) for an ensemble champion: its
+"""rcpipe/champion/app.py's ``Champion`` (in-process, no Ray) for an ensemble champion: its
 voters' answers combined as champion.json's "ensemble" says (ensemble.method: the vote, or
 the mean of their distributions with the weights `rcpipe ensemble` chose), and a forged
 "ensemble", a record that is not an object or one without its pins refused in one line
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from rcpipe import stages
+from rcpipe.champion.app import Champion
 from rcpipe.errors import InputError
-from rcpipe.inference.answer import averaged
+from rcpipe.inference.answer import averaged, voted
 from rcpipe.inference.combination import Combination
-from rcpipe.stages.predict import load_reader
-from rcpipe.stages.serving import Champion, vote
+from rcpipe.trained.reader import load_reader
 from tests.conftest import Trained
 from tests.serve.conftest import champion_workspace, crown_night
 
@@ -45,7 +45,7 @@ def test_an_ensemble_champion_answers_by_its_method(trained: Trained, tmp_path: 
 
     # no "ensemble" in champion.json (a promotion from before it): the vote
     assert [a["text"] for a in served("nV", None)] == [
-        vote([voters["bidaf"][i], voters["qanet"][i]])["text"] for i in range(len(ASKED))]
+        voted([voters["bidaf"][i], voters["qanet"][i]])["text"] for i in range(len(ASKED))]
     mean = served("nM", Combination("mean", {"bidaf": 1.0, "qanet": 1.0}))
     assert [(a["text"], a["start"], a["end"], a["night"]) for a in mean] == [
         (w["text"], w["start"], w["end"], "nM") for w in (
@@ -68,7 +68,7 @@ def test_an_ensemble_champion_answers_by_its_method(trained: Trained, tmp_path: 
                       ({**last, "packages_sha256": {}}, "packages_sha256.bidaf: missing")):
         where.write(json.dumps(bad).encode(), record.HEAD)
         caplog.clear()
-        with caplog.at_level(logging.ERROR, "rcpipe.stages.serving"), \
+        with caplog.at_level(logging.ERROR, "rcpipe.champion.app"), \
                 pytest.raises(InputError, match="the champion record is refused") as e:
             Champion(trained.cfg, work, None, 1, replica=False)
         assert "rcpipe/champion.json: " + says in e.value.line(), e.value.line()
@@ -80,7 +80,7 @@ def test_an_ensemble_champion_answers_by_its_method(trained: Trained, tmp_path: 
     where.write(json.dumps({**last, "seq": last["seq"] + 1, "package_sha256": None,
                             "packages_sha256": None}).encode(), record.HEAD)
     caplog.clear()
-    with caplog.at_level(logging.ERROR, "rcpipe.stages.serving"):
+    with caplog.at_level(logging.ERROR, "rcpipe.champion.app"):
         assert not any(here.update() for _ in range(3))
     assert len(caplog.records) == 1, caplog.text
     assert [a["champion"]["seq"] for a in here(ASKED)] == [last["seq"]] * len(ASKED)

@@ -13,8 +13,9 @@ stage's code; rcpipe.stages.train trains anew when it differs from the finished 
 model has it. evaluate, ensemble and report keep theirs as a stamp (`Stamp`), written after
 their outputs, so a run killed before the end leaves the old stamp and the next one redoes
 the work. prepare's (`preparing`) is kept in its meta.json, written in the same set as its
-outputs; its input files count by size and modification time (word vectors run to GB: an
-unchanged input is recognised without reading it).
+outputs; its input files count by content like every key's (word vectors run to GB: a
+large file's digest is remembered in layout.DIGESTS by path, size and modification time,
+as DVC remembers its hashes, so an unchanged input is recognised without reading it).
 
 With the code in the key a stage skips exactly when DVC would not run it, so dvc.yaml
 passes no --force (docs/architecture.md, "One way to skip finished work").
@@ -43,19 +44,46 @@ from rcpipe.pipeline.stages import stage
 
 STAMP_BYTES = 10_000_000  # a stamp names each file read with its digest: KB, not MB
 _digests: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> sha256: read once
+# a file this large is remembered across processes too (layout.DIGESTS): word vectors run
+# to GB, read in seconds each, and every prepare and every night asks for their key
+KEPT_BYTES = 32 << 20
+MEMO_BYTES = 1_000_000  # the memo: a line per large file
 
 
 def file_digest(path: Path) -> str:
-    """sha256 of a file's bytes (remembered while its size and modification time hold)."""
+    """sha256 of a file's bytes, remembered while its size and modification time hold: in
+    this process, and for a large file in layout.DIGESTS (as DVC's state remembers its
+    hashes: a file rewritten with the same size and time keeps its old digest)."""
     stat = path.stat()
     key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-    if key not in _digests:
-        h = hashlib.sha256()
-        with path.open("rb") as f:
-            while chunk := f.read(1 << 20):
-                h.update(chunk)
-        _digests[key] = h.hexdigest()
+    if key in _digests:
+        return _digests[key]
+    kept = _memo() if stat.st_size >= KEPT_BYTES else {}
+    said = kept.get(key[0])
+    if isinstance(said, list) and said[:2] == [key[1], key[2]] and isinstance(said[2], str):
+        _digests[key] = said[2]
+        return said[2]
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    _digests[key] = h.hexdigest()
+    if stat.st_size >= KEPT_BYTES:
+        try:  # a memo: another process writing it at once loses a line, read again later
+            layout.write_json(layout.DIGESTS, kept | {key[0]: [key[1], key[2], _digests[key]]})
+        except OSError:
+            pass  # a read-only workspace: read again next time
     return _digests[key]
+
+
+def _memo() -> dict[str, Any]:
+    """layout.DIGESTS: path -> [size, mtime_ns, sha256]; {} when absent or unreadable."""
+    try:
+        found = reads.parse_json(reads.read_bytes(layout.DIGESTS, MEMO_BYTES, "the digest "
+                                                  "memo's cap"), layout.DIGESTS)
+    except (OSError, InputError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def source_identity(uri: str) -> str:
@@ -138,18 +166,14 @@ def training(cfg: Config, variant: str, prepared: Mapping[str, Path]) -> Fingerp
 
 def preparing(cfg: Config) -> Fingerprint:
     """The key of preparing cfg's data: the data params that shape the prepared files, each
-    input's identity (a local file by path, size and modification time; a remote one by its
+    input's identity (a local file by its content, `source_identity`; a remote one by its
     URI: the download cache holds one version per URI) and the prepare stage's code."""
     d = cfg.data
     files: dict[str, str] = {}
     for key, uri in (("train_file", d.train_file), ("dev_file", d.dev_file),
                      ("word_vectors", d.word_vectors), ("heldout.file", d.heldout.file)):
-        path = Path(uri) if uri and "://" not in uri else None
-        if path is not None and path.is_file():
-            stat = path.stat()
-            files[f"data.{key}"] = f"{path.resolve()} {stat.st_size} {stat.st_mtime_ns}"
-        else:
-            files[f"data.{key}"] = str(uri)  # a URI, none, or a missing file by its name
+        # a URI, none, or a missing file by its name
+        files[f"data.{key}"] = source_identity(uri) if uri else str(uri)
     # the inputs are the files above; without vectors data.missing_vectors changes nothing;
     # how contexts are read when answering (data.window's length, stride and cap) is not
     # prepare's: only the training windows' stride shapes its rows; workers and the cache

@@ -35,6 +35,8 @@ CHECKPOINT_SUMS = "sums.json"
 REPORT_PAGE, REPORT_DATA = "report.html", "report.json"  # rcpipe report, in its folder
 RUNS = "runs"  # models/<variant>/runs/<run>/: each keyed run's Ray Train storage (train/runs.py)
 STAMPS = Path(".rcpipe/stamps")  # <stage>.json: the inputs its outputs were made from
+# large files' sha256 by path, size and modification time: read once, not at every key
+DIGESTS = Path(".rcpipe/digests.json")
 
 
 def model_dir(variant: str) -> Path:

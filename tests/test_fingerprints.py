@@ -134,3 +134,38 @@ def test_a_training_run_says_why_it_trains_in_one_line(
         f"settings changed (train.max_steps 20 -> 8); training anew ({name})"
     runs.started(name, eight)  # interrupted: the same inputs resume it
     assert _why("bidaf", eight, runs, name, False).startswith(f"resuming {name}, whose")
+
+
+def test_a_large_files_digest_is_read_once_across_processes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """layout.DIGESTS remembers a large file's sha256 by path, size and modification time
+    (word vectors: GB read at every prepare's key otherwise): kept after the first read,
+    used while both hold, read again once either changes."""
+    import hashlib
+    import json
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(fingerprints, "KEPT_BYTES", 10)  # "large" for this test
+    monkeypatch.setattr(fingerprints, "_digests", {})  # a fresh process's memory
+    vectors = tmp_path / "vectors.txt"
+    vectors.write_text("the 0.1 0.2\n")
+    truth = hashlib.sha256(vectors.read_bytes()).hexdigest()
+    assert fingerprints.file_digest(vectors) == truth
+    memo = json.loads(layout.DIGESTS.read_text())
+    stat = vectors.stat()
+    assert memo == {str(vectors.resolve()): [stat.st_size, stat.st_mtime_ns, truth]}
+    # another process: the memo's digest is used, the file not read (a planted one shows it)
+    monkeypatch.setattr(fingerprints, "_digests", {})
+    layout.DIGESTS.write_text(json.dumps({str(vectors.resolve()): [
+        stat.st_size, stat.st_mtime_ns, "planted"]}))
+    assert fingerprints.file_digest(vectors) == "planted"
+    os.utime(vectors, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))  # touched: read again
+    assert fingerprints.file_digest(vectors) == truth
+    small = tmp_path / "small.json"  # under KEPT_BYTES: this process's memory alone
+    small.write_text("{}")
+    fingerprints.file_digest(small)
+    assert str(small.resolve()) not in json.loads(layout.DIGESTS.read_text())
+    layout.DIGESTS.write_text("not json")  # a broken memo: read again, then rewritten
+    monkeypatch.setattr(fingerprints, "_digests", {})
+    assert fingerprints.file_digest(vectors) == truth

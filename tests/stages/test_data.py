@@ -233,10 +233,12 @@ def test_prepares_key_says_what_changed_and_nothing_when_current(
     # how prepare runs (its workers) is not what it makes
     assert stages.prepared_changes(cfg.model_copy(update={"data": cfg.data.model_copy(
         update={"workers": 7})})) is None
-    copy = tmp_path / "train.json"  # the same text, another file: an input changed
+    copy = tmp_path / "train.json"  # the same text in another file, newer: the same input
     shutil.copy(cfg.data.train_file, copy)
     moved = cfg.model_copy(update={"data": cfg.data.model_copy(
         update={"train_file": str(copy)})})
+    assert stages.prepared_changes(moved) is None
+    copy.write_text(copy.read_text().replace('"title": "', '"title": "x', 1))  # another text
     assert stages.prepared_changes(moved) == "data changed (data.train_file)"
     rarer = cfg.model_copy(update={"data": cfg.data.model_copy(
         update={"min_word_count": cfg.data.min_word_count + 1})})

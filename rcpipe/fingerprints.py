@@ -96,7 +96,13 @@ def source_identity(uri: str) -> str:
 def code_of(name: str) -> dict[str, str]:
     """Stage ``name``'s code: each file of its entry module's import closure (the files
     dvc.yaml's code deps cover) -> sha256."""
-    return {f: file_digest(ROOT / f) for f in sorted(closure(stage(name).entry))}
+    return code_from(stage(name).entry)
+
+
+def code_from(entry: str) -> dict[str, str]:
+    """Each file of ``entry``'s import closure (a path under the repository) -> sha256: a
+    command's code where it is no stage of the table (`rcpipe tune`)."""
+    return {f: file_digest(ROOT / f) for f in sorted(closure(entry))}
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,14 @@ its score and on which data), tune/<variant>.trials.json (every trial: settings,
 best score, curve; the report's table and plot), and the search's Ray Tune run with its
 trials' Ray Train runs under tune/<variant>/ (or train.storage_path/tune/<variant>).
 Running it again resumes an interrupted search (finished trials are not run again) or, when
-the search finished with the same settings, does nothing; ``force`` starts over.
+the search finished with the same inputs, does nothing; a search is keyed as every stage is
+(rcpipe/fingerprints.py: the prepared data its trials train on, the params, its own
+settings, its code), and one of other inputs searches anew, saying what changed; ``force``
+starts over.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -22,8 +24,10 @@ import yaml
 
 from rcpipe import layout, reads
 from rcpipe.config import Config, ModelConfig, lay, space_values
+from rcpipe.config.section import flatten
 from rcpipe.data.prepared import Prepared
 from rcpipe.errors import InputError
+from rcpipe.fingerprints import Fingerprint, code_from, file_digest
 from rcpipe.stages import opening
 
 if TYPE_CHECKING:  # the stages load no training code until a search runs
@@ -47,7 +51,8 @@ def tune(cfg: Config, variant: str, force: bool = False, run: str | None = None,
                                   lambda: _finished(trials_path, None), trials_path,
                                   "trials file")
     storage = opening.run_storage(cfg, f"tune/{variant}", layout.tune_run(variant))
-    digest = _digest(cfg, variant)
+    key = _key(cfg, variant)
+    digest = key.digest
     if force:
         opening.forget(storage)
         for path in (trials_path, layout.tune_params(variant)):
@@ -61,7 +66,7 @@ def tune(cfg: Config, variant: str, force: bool = False, run: str | None = None,
     data = opening.job_data(cfg)
     with opening.on_ray(cfg):
         plan = search.plan(cfg, variant)
-        _check_same_search(storage, digest, force)
+        _same_search_or_anew(variant, storage, key)
         trials, ended = search.run(cfg, variant, inputs, dev_doc, data, storage, plan)
     return _write(cfg, variant, trials, plan, digest, ended)
 
@@ -116,19 +121,24 @@ def _finished(path: Any, digest: str | None) -> dict[str, Any] | None:
     return {k: v for k, v in done.items() if k != "rows"}
 
 
-def _digest(cfg: Config, variant: str) -> str:
-    """What a search is: the params it trains with and its own settings (the step budget,
-    the space); a resumed search must be the same one."""
+def _key(cfg: Config, variant: str) -> Fingerprint:
+    """What a search is, as every stage's key: the prepared files its trials train on, the
+    params they train with and its own settings (the budget, the space; not where the
+    cluster is), its code and rcpipe's version; a resumed search must be the same one."""
     data = cfg.model_dump(mode="json")
     tune = data.pop("tune")
     data["tune"] = {k: v for k, v in tune.items() if k not in type(cfg.models).model_fields} | {
         "space": tune[variant]["space"]}
     data["train"].pop("ray_address", None)
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+    files = {name: file_digest(path) if path.is_file() else "missing"  # said in one line next
+             for name, path in Prepared.of(cfg).training_files().items()}
+    return Fingerprint(files, flatten(data), code_from("rcpipe/stages/tune.py"))
 
 
-def _check_same_search(storage: tuple[str, Any], digest: str, force: bool) -> None:
-    """Record the search's digest beside its run; refuse to resume one of other settings."""
+def _same_search_or_anew(variant: str, storage: tuple[str, Any], key: Fingerprint) -> None:
+    """Record the search's key beside its run; a search stored there of other inputs is
+    forgotten, with a line saying what changed (as a training run of other inputs trains
+    anew), and this one starts in its place."""
     from pyarrow import fs
 
     path, filesystem = storage
@@ -137,13 +147,14 @@ def _check_same_search(storage: tuple[str, Any], digest: str, force: bool) -> No
     if filesystem.get_file_info(marker).type != fs.FileType.NotFound:
         with filesystem.open_input_stream(marker) as f:
             seen = reads.parse_json(reads.read_up_to(f, reads.MB + 1), marker)
-        if seen.get("digest") != digest:
-            raise InputError(marker, "digest", "the search there ran other params or "
-                             "another space: run `rcpipe tune --force` to start over")
-        return
+        if isinstance(seen, dict) and seen.get("digest") == key.digest:
+            return
+        said = key.changes(Fingerprint.from_dict(seen if isinstance(seen, dict) else {}))
+        log.info("tune %s: %s; searching anew", variant, said or "another search")
+        opening.forget(storage)
     filesystem.create_dir(path, recursive=True)
     with filesystem.open_output_stream(marker) as f:
-        f.write(json.dumps({"digest": digest}).encode())
+        f.write(json.dumps({"digest": key.digest} | key.as_dict()).encode())
 
 
 def _check_trials_build(cfg: Config, variant: str, inputs: Any) -> None:

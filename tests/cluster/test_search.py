@@ -238,3 +238,26 @@ def test_a_trials_placement_groups_go_when_it_ends_and_each_end_is_a_line(
     groups.append(("t4", "pg-d"))
     lines.release_all()  # the search over: every group goes
     assert removed[-1] == "pg-d"
+
+
+def test_a_search_of_other_inputs_is_forgotten_and_searched_anew(
+        make_config, synth_v1, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:  # noqa: ANN001
+    """A search is keyed as every stage is (stages/tune.py: the prepared files, the params,
+    its settings, its code): the same key goes on with what is stored; another forgets it
+    with a line saying what changed, as a training run of other inputs trains anew."""
+    from rcpipe.stages.tune import _key, _same_search_or_anew
+
+    cfg = make_config(synth_v1, tune={"trials": 2, "max_steps": 6})
+    run = tmp_path / "tune" / "bidaf"
+    storage = (str(run), None)
+    _same_search_or_anew("bidaf", storage, _key(cfg, "bidaf"))
+    (run / "trials").mkdir()
+    (run / "trials" / "t1").write_text("a trial's run")
+    _same_search_or_anew("bidaf", storage, _key(cfg, "bidaf"))  # the same search: kept
+    assert (run / "trials" / "t1").exists()
+    other = make_config(synth_v1, tune={"trials": 3, "max_steps": 6})
+    with caplog.at_level("INFO", logger="rcpipe.stages.tune"):
+        _same_search_or_anew("bidaf", storage, _key(other, "bidaf"))
+    assert "tune bidaf: settings changed (tune.trials 2 -> 3); searching anew" in caplog.text
+    assert not (run / "trials").exists()
+    assert json.loads((run / "search.json").read_text())["digest"] == _key(other, "bidaf").digest

@@ -36,10 +36,26 @@ def test_every_file_the_map_names_exists() -> None:
     named = set(re.findall(r"`((?:rcpipe|flows|bench|tests|infra)/[\w/.-]+\.(?:py|yaml|json))`",
                            MAP.read_text()))
     short = set(re.findall(r"`((?:data|models|scoring|inference|trained|render|train|cluster|"
-                           r"stages|serve)/\w+\.py)`", MAP.read_text()))
+                           r"stages|serve|release|champion)/\w+\.py)`", MAP.read_text()))
     missing = sorted(p for p in named if not (ROOT / p).exists())
     missing += sorted(p for p in short if not (ROOT / "rcpipe" / p).exists())
     assert named and missing == []
+
+
+def test_every_file_the_docs_name_exists_or_is_said_removed() -> None:
+    """README and docs/: a repository file named (`rcpipe/...py`, `tests/...py`, ...) is
+    there, or its paragraph says where it was (`git show <commit>:<path>`: an investigation
+    removed once its finding was written down); `bench/out/` is what benches write."""
+    named = re.compile(r"`((?:rcpipe|flows|bench|tests|infra)/[\w/.-]+\.(?:py|yaml|json))")
+    missing = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for paragraph in re.split(r"\n\s*\n", doc.read_text()):
+            for path in named.findall(paragraph):
+                if (ROOT / path).exists() or path.startswith("bench/out/") or re.search(
+                        rf"git\s+show\s+[0-9a-f]{{7,40}}:{re.escape(path)}", paragraph):
+                    continue
+                missing.append(f"{doc.relative_to(ROOT)}: {path}")
+    assert missing == []
 
 
 def test_importing_rcpipe_loads_no_ray_spacy_or_prefect() -> None:

@@ -94,9 +94,11 @@ class RaySession:
         stored it before its controller recorded it, and used to train from the start."""
         import ray.train
 
-        # every rank lists them before its first step, and none stores one before all have
-        self._taken = {PurePosixPath(c.path).name for c in stored_checkpoints(*self._storage)} \
-            if self._storage is not None else set()
+        # the run's stored ones, newest first (none where the run's storage is not known: a
+        # search's trials), listed once: every rank lists them before its first step, and
+        # none stores one before all have (their names: report's)
+        stored = stored_checkpoints(*self._storage) if self._storage is not None else []
+        self._taken = {PurePosixPath(c.path).name for c in stored}
         with ExitStack() as fetched:
             def dirs() -> Iterator[Path]:
                 recorded = ray.train.get_checkpoint()
@@ -104,11 +106,9 @@ class RaySession:
                 if recorded is not None:
                     yield Path(fetched.enter_context(recorded.as_directory()))
                     below = PurePosixPath(recorded.path).name
-                # the run's stored ones below it (none where the run's storage is not
-                # known: a search's trials)
-                for checkpoint in (stored_checkpoints(*self._storage, below)
-                                   if self._storage is not None else []):
-                    yield Path(fetched.enter_context(checkpoint.as_directory()))
+                for checkpoint in stored:  # those below the recorded one
+                    if below is None or PurePosixPath(checkpoint.path).name < below:
+                        yield Path(fetched.enter_context(checkpoint.as_directory()))
 
             yield dirs()
 

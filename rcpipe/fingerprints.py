@@ -4,21 +4,20 @@ not done again, and work whose inputs changed is never skipped.
 A key (`Fingerprint`) holds the files a stage reads (each file's sha256), the settings it
 reads, its code (each file of its entry module's import closure, rcpipe/pipeline/code.py:
 the code deps dvc.yaml lists for it) and rcpipe's version; one record format,
-`Fingerprint.as_dict`, wherever it is kept. A training run is keyed on `training`: the
-prepared data it reads (which files, data/prepared.py's `Prepared.training_files` says),
-the settings that change what it learns (the variant's effective config, the train.* and
-eval.* keys, data.word_dim, data.window's reading of a long dev context) and the train
-stage's code; rcpipe.stages.train trains anew when it differs from the finished model's
-(kept in summary.json), resumes a run of the same key, and does nothing when the finished
-model has it. evaluate, ensemble and report keep theirs as a stamp (`Stamp`), written after
-their outputs, so a run killed before the end leaves the old stamp and the next one redoes
-the work. prepare's (`preparing`) is kept in its meta.json, written in the same set as its
-outputs; its input files count by content like every key's (word vectors run to GB: a
-large file's digest is remembered in layout.DIGESTS by path, size and modification time,
-as DVC remembers its hashes, so an unchanged input is recognised without reading it).
+`Fingerprint.as_dict`, wherever it is kept. A stage's key is built from its row of the table
+(rcpipe/pipeline/stages.py, `of_stage`), the row dvc.yaml is generated from: no stage module
+lists its inputs again. Where each is kept: a training run's in summary.json and runs.json
+(rcpipe.stages.train trains anew when it differs from the finished model's, resumes a run of
+the same key, does nothing when the finished model has it); prepare's in its meta.json,
+written in the same set as its outputs; evaluate's, ensemble's and report's as a stamp
+(`Stamp`), written after their outputs, so a run killed before the end leaves the old stamp
+and the next one redoes the work. `rcpipe tune`, no stage of the table, keys its search the
+same way (rcpipe/stages/tune.py). Files count by content (word vectors run to GB: a large
+file's digest is remembered in layout.DIGESTS by path, size and modification time, as DVC
+remembers its hashes, so an unchanged input is recognised without reading it).
 
 With the code in the key a stage skips exactly when DVC would not run it, so dvc.yaml
-passes no --force (docs/architecture.md, "One way to skip finished work").
+passes no --force (docs/architecture.md, "Three ways to skip finished work").
 
 Settings that only say where or how fast to run are not part of any key (`UNKEYED`, the
 keys dvc.yaml leaves out of the train stage's params too): a cluster run may set them
@@ -29,7 +28,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,10 +37,9 @@ from typing import Any
 from rcpipe import __version__, layout, reads
 from rcpipe.config import Config
 from rcpipe.config.section import flatten
-from rcpipe.config.train import UNKEYED
 from rcpipe.errors import InputError
 from rcpipe.pipeline.code import ROOT, closure
-from rcpipe.pipeline.stages import stage
+from rcpipe.pipeline.stages import CACHE, SOURCES, VARIANT, stage
 
 STAMP_BYTES = 10_000_000  # a stamp names each file read with its digest: KB, not MB
 _digests: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> sha256: read once
@@ -154,43 +153,56 @@ def _differing(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
-def training(cfg: Config, variant: str, prepared: Mapping[str, Path]) -> Fingerprint:
-    """The fingerprint of training ``variant`` on cfg's prepared data with cfg's settings;
-    ``prepared``: the files the run reads, by name (``Prepared.of(cfg).training_files()``:
-    data/ knows them, this floor below it does not)."""
-    files = {name: file_digest(path) for name, path in prepared.items()}
-    settings = flatten({
-        "models": {variant: cfg.models.of(variant).model_dump(mode="json")},
-        "train": cfg.train.model_dump(mode="json", exclude=set(UNKEYED)),
-        "eval": cfg.eval.model_dump(mode="json"),  # dev and held-out scoring pick the best
-        # how the dev curve reads a long context: what the checkpoints are ranked on
-        "data": {"word_dim": cfg.data.word_dim, "window": {
-            "length": cfg.data.window.length, "stride": cfg.data.window.stride}},
-    })
-    return Fingerprint(files, settings, code_of("train"))
+def of_stage(cfg: Config, name: str, variant: str = "", models: Sequence[str] = (),
+             each: Sequence[Path] | None = None, args: Mapping[str, Any] | None = None
+             ) -> Fingerprint:
+    """Stage ``name``'s key from its row of the table (rcpipe/pipeline/stages.py), as
+    dvc.yaml has it: the params keys the row lists with cfg's values, the files it lists
+    (each of ``models``' files, then its deps, then what it reads that no stage makes) and
+    its code. A folder counts by every file in it; the download cache by the sources its
+    params name (`SOURCES`: a local file by content, a URL by itself). ``each``: the models'
+    files when the user named them (``rcpipe ensemble --inputs``); ``args``: the command's
+    own choices (where it writes)."""
+    row = stage(name)
+    tree = cfg.model_dump(mode="json")
+    settings: dict[str, Any] = {}
+    for key in row.keys():
+        key = key.replace(VARIANT, variant)
+        if key.startswith("models."):  # the variant's effective model: defaults included
+            value: Any = cfg.models.of(key.split(".", 1)[1]).model_dump(mode="json")
+        else:
+            value = _at(tree, key)
+        if isinstance(value, str) and Path(value).is_absolute():
+            value = _here(Path(value))  # a path as a stamp names it: moved with the run
+        settings |= flatten({key: value}) if isinstance(value, dict) and value else {key: value}
+    # a source counts as its content, not by its name: a copied file prepares nothing again
+    files = {key: source_identity(str(uri)) if uri else str(uri)
+             for key, uri in settings.items() if key in SOURCES}
+    settings = {k: v for k, v in settings.items() if k not in SOURCES}
+    named = row.reads(models, variant) if each is None else [*map(str, each), *row.deps(variant)]
+    for path in [*named, *row.unstaged()]:
+        if path != CACHE:  # counted by its sources, above
+            files |= _contents(Path(re.sub(r"\$\{([\w.]+)\}",
+                                           lambda m: str(_at(tree, m.group(1))), path)))
+    return Fingerprint(files, settings | flatten(dict(args or {})), code_of(name))
 
 
-def preparing(cfg: Config) -> Fingerprint:
-    """The key of preparing cfg's data: the data params that shape the prepared files, each
-    input's identity (a local file by its content, `source_identity`; a remote one by its
-    URI: the download cache holds one version per URI) and the prepare stage's code."""
-    d = cfg.data
-    files: dict[str, str] = {}
-    for key, uri in (("train_file", d.train_file), ("dev_file", d.dev_file),
-                     ("word_vectors", d.word_vectors), ("heldout.file", d.heldout.file)):
-        # a URI, none, or a missing file by its name
-        files[f"data.{key}"] = source_identity(uri) if uri else str(uri)
-    # the inputs are the files above; without vectors data.missing_vectors changes nothing;
-    # how contexts are read when answering (data.window's length, stride and cap) is not
-    # prepare's: only the training windows' stride shapes its rows; workers and the cache
-    # say how, not what
-    unused = set() if d.word_vectors else {"missing_vectors"}
-    exclude: dict[str, Any] = {k: True for k in (
-        "train_file", "dev_file", "word_vectors", "workers", "cache_dir", *unused)}
-    exclude["window"] = {"length": True, "stride": True, "max_tokens": True}
-    exclude["heldout"] = {"file": True}
-    settings = flatten({"data": d.model_dump(mode="json", exclude=exclude)})
-    return Fingerprint(files, settings, code_of("prepare"))
+def _at(tree: Mapping[str, Any], key: str) -> Any:
+    """The value at dotted ``key``; one the config lacks is the table's bug: a KeyError."""
+    for part in key.split("."):
+        tree = tree[part]
+    return tree
+
+
+def _contents(path: Path) -> dict[str, str]:
+    """A file's digest, or a folder's every file's (names with a dot first left out: the
+    locks and journals beside outputs), by the name a stamp gives it; "missing" when not
+    there."""
+    if path.is_dir():
+        found = sorted(p for p in path.rglob("*") if p.is_file()
+                       and not any(part.startswith(".") for part in p.relative_to(path).parts))
+        return {_here(p): file_digest(p) for p in found}
+    return {_here(path): file_digest(path) if path.is_file() else "missing"}
 
 
 # ------------------------------------------------------------------------------------ stamps
@@ -207,18 +219,11 @@ def _here(path: Path) -> str:
 
 @dataclass(frozen=True)
 class Stamp:
-    """A stage's inputs, kept at layout.stamp(name) after its outputs are written."""
+    """A stage's key (`of_stage`), kept at layout.stamp(name) after its outputs are
+    written."""
 
     name: str  # e.g. "evaluate-bidaf"
     fingerprint: Fingerprint
-
-    @classmethod
-    def of(cls, name: str, stage_name: str, files: Iterable[Path],
-           settings: Mapping[str, Any]) -> Stamp:
-        """The stamp of stage ``stage_name``'s code reading ``files`` (missing ones count as
-        missing) with ``settings``."""
-        digests = {_here(p): file_digest(p) if p.is_file() else "missing" for p in files}
-        return cls(name, Fingerprint(digests, flatten(settings), code_of(stage_name)))
 
     def is_current(self, outputs: Iterable[Path]) -> bool:
         """Whether the kept stamp is this one and every output is in place."""

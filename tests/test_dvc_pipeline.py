@@ -160,22 +160,6 @@ def _tracked(stages: dict[str, Any]) -> dict[str, list[str]]:
             for a, s in stages.items()}
 
 
-def test_dvc_tracks_every_setting_a_training_run_is_keyed_on(stages: dict[str, Any]) -> None:
-    """dvc repro retrains exactly when a run's own key changes: every setting of the key
-    (fingerprints.training) is a params key train@<variant> tracks, or under one."""
-    from rcpipe import fingerprints
-    from rcpipe.data.prepared import Prepared
-
-    cfg = load_config(REPO / "params.yaml")
-    tracked = _tracked(stages)
-    for variant in VARIANTS:
-        keys = tracked[f"train@{variant}"]
-        key = fingerprints.training(cfg, variant, Prepared.of(cfg).training_files())
-        untracked = [k for k in key.settings
-                     if not any(k == t or k.startswith(f"{t}.") for t in keys)]
-        assert untracked == [], f"train@{variant}: {untracked}"
-
-
 def test_a_variants_stages_track_its_own_model_params_only(stages: dict[str, Any]) -> None:
     tracked = _tracked(stages)
     for address, keys in tracked.items():

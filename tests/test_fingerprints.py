@@ -9,9 +9,17 @@ import pytest
 
 from rcpipe import fingerprints, layout
 from rcpipe.config import Config, TrainConfig, load_config
-from rcpipe.data.prepared import Prepared
+from rcpipe.config.train import UNKEYED
 from rcpipe.fingerprints import Fingerprint, Stamp
 from tests.conftest import write_params
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _in_run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key names its files relative to the run directory, as a run does."""
+    monkeypatch.chdir(tmp_path)
 
 
 def _cfg(tmp_path: Path, **sections):  # noqa: ANN003, ANN202
@@ -26,8 +34,8 @@ def _cfg(tmp_path: Path, **sections):  # noqa: ANN003, ANN202
 
 
 def _training(cfg: Config, variant: str = "bidaf") -> Fingerprint:
-    """fingerprints.training on the files the prepared directory says a run reads."""
-    return fingerprints.training(cfg, variant, Prepared.of(cfg).training_files())
+    """A training run's key: the train stage's row (rcpipe/stages/train.py's)."""
+    return fingerprints.of_stage(cfg, "train", variant)
 
 
 def test_same_inputs_same_key_and_what_changed_is_named(tmp_path: Path) -> None:
@@ -39,7 +47,7 @@ def test_same_inputs_same_key_and_what_changed_is_named(tmp_path: Path) -> None:
     (tmp_path / "prepared" / "train.parquet").write_bytes(b"more articles")
     new_data = _training(_cfg(tmp_path))
     assert new_data.digest != base.digest
-    assert new_data.changes(base) == "data changed (train.parquet)"
+    assert new_data.changes(base) == "data changed (prepared/train.parquet)"
 
     lr = _training(_cfg(tmp_path, models={"bidaf": {"optim": {"lr": 0.25}}},
                         train={"epochs": 3}))
@@ -58,32 +66,82 @@ def test_where_and_how_fast_do_not_key_a_run_and_other_variants_do_not(tmp_path:
                                       "keep_checkpoints": 4, "cpus_per_worker": 1},
                      models={"qanet": {"hidden": 8}}, data={"workers": 1})
     assert _training(elsewhere) == base
-    assert fingerprints.UNKEYED < set(TrainConfig.model_fields)  # each names a real key
+    assert UNKEYED < set(TrainConfig.model_fields)  # each names a real key
 
 
-def test_checkpoints_ranked_on_dev_key_dev_only_then(tmp_path: Path) -> None:
+def test_a_run_is_keyed_on_the_prepared_folder_as_dvc_yaml_lists_it(tmp_path: Path) -> None:
+    """Every prepared file, as `dvc repro` reruns train@<variant> when any changes: a new
+    dev set trains again even where checkpoints are ranked on the held-out questions."""
     cfg = _cfg(tmp_path)
-    assert "dev.parquet" in _training(cfg).files  # nothing held out
     (tmp_path / "prepared" / "heldout.parquet").write_bytes(b"held")
-    files = _training(cfg).files
-    assert "dev.parquet" not in files and "heldout.parquet" in files
+    base = _training(cfg)
+    assert {"prepared/dev.parquet", "prepared/heldout.parquet"} <= set(base.files)
+    (tmp_path / "prepared" / "dev.parquet").write_bytes(b"another dev set")
+    assert _training(cfg).changes(base) == "data changed (prepared/dev.parquet)"
 
 
-def test_a_stamp_is_current_only_with_its_outputs_and_the_same_inputs(
+def test_a_stamp_is_current_only_with_its_outputs_and_the_same_key(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    read, made = tmp_path / "in.json", tmp_path / "out.json"
-    read.write_text("1")
-    stamp = Stamp.of("stage", "report", [read], {"k": 1})
+    made = tmp_path / "out.json"
+    stamp = Stamp("stage", Fingerprint({"in.json": "1"}, {"k": 1}))
     assert not stamp.is_current([made])  # never kept
     made.write_text("x")
     stamp.keep()
     assert layout.stamp("stage").is_file() and stamp.is_current([made])
-    assert not Stamp.of("stage", "report", [read], {"k": 2}).is_current([made])
-    read.write_text("22")
-    assert not Stamp.of("stage", "report", [read], {"k": 1}).is_current([made])
+    assert not Stamp("stage", Fingerprint({"in.json": "1"}, {"k": 2})).is_current([made])
+    assert not Stamp("stage", Fingerprint({"in.json": "2"}, {"k": 1})).is_current([made])
     made.unlink()
     assert not stamp.is_current([made])
+
+
+def _stage_key(cfg: Config, name: str, variant: str = "") -> Fingerprint:
+    return fingerprints.of_stage(cfg, name, variant, models=("bidaf", "qanet"))
+
+
+@pytest.mark.parametrize("preset", ["params.yaml", "params.demo.yaml"])
+def test_every_stages_key_is_its_rows_params_files_and_code(
+        preset: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key a stage skips by is its row of the table as dvc.yaml lists it: each params
+    key (a section by each key in it), each file, the code; nothing restated by a stage."""
+    from rcpipe.pipeline.stages import SOURCES, STAGES
+
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(ROOT / preset)
+    for row in STAGES:
+        variant = "bidaf" if row.per_variant else ""
+        key = _stage_key(cfg, row.name, variant)
+        keys = {k.replace("${item}", variant) for k in row.keys()}
+        assert {k for k in key.settings if not any(
+            k == p or k.startswith(f"{p}.") for p in keys)} == set(), row.name
+        # a data source counts by its content (files), not by its name
+        named = {*key.settings, *(k for k in key.files if k in SOURCES)}
+        assert all(any(k == p or k.startswith(f"{p}.") for k in named) for p in keys)
+        assert key.code == fingerprints.code_of(row.name)
+    assert "models.bidaf.hidden" in _stage_key(cfg, "train", "bidaf").settings
+    assert "predictions/qanet.dists.parquet" in _stage_key(cfg, "ensemble").files  # missing
+    assert "tune/qanet.trials.json" in _stage_key(cfg, "report").files  # no stage's output
+
+
+def test_a_folder_counts_by_its_files_and_the_cache_by_its_sources(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d.json").write_text("{}")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    cfg = _cfg(tmp_path, data={"cache_dir": str(cache)})
+    base = _stage_key(cfg, "evaluate", "bidaf")
+    assert base.files["data.dev_file"] == fingerprints.file_digest(tmp_path / "d.json")
+    assert "prepared/dev.parquet" in base.files and "models/bidaf/model.pt" in base.files
+    assert base.settings["data.out_dir"] == "prepared"  # a path as the run names it
+
+    (cache / "glove.zip").write_bytes(b"another download")  # no source of evaluate's
+    (tmp_path / "prepared" / ".dev.parquet.lock").write_text("")
+    assert _stage_key(cfg, "evaluate", "bidaf") == base
+    (tmp_path / "prepared" / "report.json").write_text("{}")  # DVC would run it again too
+    assert "prepared/report.json" in _stage_key(cfg, "evaluate", "bidaf").changes(base)
+    (tmp_path / "d.json").write_text('{"data": []}')
+    assert "data.dev_file" in _stage_key(cfg, "evaluate", "bidaf").changes(base)
 
 
 def test_a_stages_code_keys_it_as_dvc_yaml_lists_it(tmp_path: Path) -> None:
@@ -103,15 +161,6 @@ def test_a_stages_code_keys_it_as_dvc_yaml_lists_it(tmp_path: Path) -> None:
     assert edited.digest != base.digest
     assert edited.changes(base) == "code changed (rcpipe/train/loop.py)"
     assert Fingerprint.from_dict(base.as_dict()) == base  # the record reads back whole
-
-
-def test_a_stamp_keys_its_stages_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    made = tmp_path / "out.json"
-    made.write_text("x")
-    Stamp.of("s", "ensemble", [], {}).keep()
-    assert Stamp.of("s", "ensemble", [], {}).is_current([made])
-    assert not Stamp.of("s", "report", [], {}).is_current([made])  # another stage's code
 
 
 def test_a_training_run_says_why_it_trains_in_one_line(

@@ -151,8 +151,8 @@ class Prepared:
     # --------------------------------------------------------------- what training takes
 
     def training_files(self) -> dict[str, Path]:
-        """The files a training run reads, by name, those present: a run is keyed on their
-        digests, ``fingerprints.training(cfg, variant, Prepared.of(cfg).training_files())``.
+        """The files a training run reads, by name, those present: a search (`rcpipe tune`)
+        is keyed on their digests (a training run on its row's, the whole folder, as DVC).
         dev.parquet counts only when nothing is held out: checkpoints are then ranked on
         dev."""
         names = [self.SPLITS["train"], self.SPLITS["heldout"], self.VOCAB, self.WORD_EMB]

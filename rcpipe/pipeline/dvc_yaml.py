@@ -56,7 +56,7 @@ def stage_entry(s: Stage, variants: Sequence[str] = VARIANTS) -> dict[str, Any]:
     v = VARIANT if s.per_variant else ""
     entry: dict[str, Any] = {
         "desc": s.desc, "cmd": s.cmd(v),
-        "params": [*([f"models.{VARIANT}"] if s.per_variant else []), *s.params],
+        "params": s.keys(),
         "deps": [*s.reads(variants, v), *code_deps(s.entry)], "outs": _outs(s.outs(v), s)}
     if metrics := s.metrics(v):
         entry["metrics"] = metrics

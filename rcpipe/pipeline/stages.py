@@ -24,6 +24,10 @@ VARIANTS = tuple(REGISTRY)
 
 # where the data comes from and how it is cut, read by every stage that reads the dev set
 DEV = ("data.dev_file", "data.cache_dir")
+# the params that name a data source: in a stage's key a local file counts by its content, a
+# URL by itself (the download cache, ``CACHE``, holds one version per URL: a key counts the
+# cache by these, not by every file in it; rcpipe/fingerprints.py `of_stage`)
+SOURCES = ("data.train_file", "data.dev_file", "data.word_vectors", "data.heldout.file")
 WINDOW = ("data.window.length", "data.window.stride")  # a longer context read as windows
 DECODE = ("eval.max_answer_len", "eval.na_threshold", "eval.length_prior")
 # every train.* key a training run's key holds (config/train.py's UNKEYED: the others)
@@ -52,6 +56,9 @@ class Stage:
     # ``each_ensemble``), listed before ``deps``
     each: Callable[[str], list[str]] = lambda m: []
     each_ensemble: bool = False
+    # files it reads when they are there that no stage makes, so no DVC dep (DVC refuses a
+    # missing one): in the CLI's key only (a search's trials: `rcpipe tune` is no stage)
+    unstaged: Callable[[], list[str]] = lambda: []
 
     def reads(self, variants: Sequence[str], variant: str = "") -> list[str]:
         """Every file it reads in a pipeline of ``variants``: ``each`` model's, kind by kind
@@ -60,6 +67,10 @@ class Stage:
         per_model = [self.each(m) for m in models]
         kinds = len(per_model[0]) if per_model else 0
         return [files[k] for k in range(kinds) for files in per_model] + self.deps(variant)
+
+    def keys(self) -> list[str]:
+        """The params keys it reads: a per-variant stage's model section, then ``params``."""
+        return [*([f"models.{VARIANT}"] if self.per_variant else []), *self.params]
 
     def cmd(self, variant: str = "") -> str:
         return " ".join(["rcpipe", self.name, *([variant] if variant else [])])
@@ -126,6 +137,7 @@ STAGES: tuple[Stage, ...] = (
           "by_type/<model>.json rows) that dvc.yaml's plots draw", DEV,
           each=lambda m: _p(layout.predictions(m), layout.metrics(m)), each_ensemble=True,
           deps=lambda v: [str(layout.methods(layout.ENSEMBLE)), CACHE],
+          unstaged=lambda: _p(*(layout.tune_trials(v) for v in VARIANTS)),
           outs=lambda v: [str(layout.REPORTS)]),
 )
 

@@ -11,7 +11,7 @@ from typing import Any
 from rcpipe.config import Config
 from rcpipe.data.prepared import Prepared
 from rcpipe.errors import InputError
-from rcpipe.fingerprints import Fingerprint, preparing
+from rcpipe.fingerprints import Fingerprint, of_stage
 from rcpipe.locks import hold
 from rcpipe.outputs import OutputSet, output_set
 
@@ -55,7 +55,7 @@ def synth(cfg: Config) -> dict[str, Path]:
 
 def prepared_changes(cfg: Config) -> str | None:
     """What differs between data.out_dir's prepared data and what preparing cfg's would make
-    (its key, `fingerprints.preparing`, kept in meta.json), in one phrase; None: it is
+    (its key, its row's `fingerprints.of_stage`, kept in meta.json), in one phrase; None: it is
     current."""
     out = Prepared.of(cfg)
     try:
@@ -65,7 +65,7 @@ def prepared_changes(cfg: Config) -> str | None:
     kept = meta.get("fingerprint") if isinstance(meta, dict) else None
     if not isinstance(kept, dict) or not out.report.is_file():
         return "nothing prepared with a key"
-    return preparing(cfg).changes(Fingerprint.from_dict(kept))
+    return of_stage(cfg, "prepare").changes(Fingerprint.from_dict(kept))
 
 
 def prepare(cfg: Config, wait: bool = False) -> dict[str, Any]:
@@ -142,7 +142,7 @@ def _prepare(cfg: Config, files: OutputSet) -> dict[str, Any]:
         "missing_vectors": d.missing_vectors if d.word_vectors else None,
         "trained_words": trained, "heldout": held.record(),
         "seconds": round(seconds, 2),
-        "phases": phases, "fingerprint": preparing(cfg).as_dict()})
+        "phases": phases, "fingerprint": of_stage(cfg, "prepare").as_dict()})
     # every file prepare writes is one set (rcpipe/outputs.py): an earlier run's file this one
     # did not write (no vectors: word_emb.npy; nothing held out: heldout.*) goes at the commit
     for path in out.files():

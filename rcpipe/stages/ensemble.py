@@ -14,7 +14,7 @@ from rcpipe.config import VARIANTS, Config
 from rcpipe.data.prepared import Prepared
 from rcpipe.data.squad import load_document
 from rcpipe.errors import InputError
-from rcpipe.fingerprints import Stamp, source_identity
+from rcpipe.fingerprints import Stamp, of_stage
 from rcpipe.locks import hold
 from rcpipe.outputs import output_set, settle
 from rcpipe.stages.io import read_mapping
@@ -59,11 +59,8 @@ def _ensemble(cfg: Config, inputs: list[Path] | None, out: Path, force: bool
     name = out.name.removesuffix(".json")
     dists = [dists_of(p) for p in inputs]
     prepared = Prepared(cfg.data.out_dir)
-    read = [*inputs, *(d for d in dists if d.is_file()), prepared.dev, prepared.heldout_parquet]
-    stamp = Stamp.of(f"ensemble-{name}", "ensemble", read,
-                     {"dev_file": source_identity(cfg.data.dev_file), "out": str(out),
-                      "ensemble": cfg.ensemble.model_dump(mode="json"),
-                      "max_answer_len": cfg.eval.max_answer_len})
+    stamp = Stamp(f"ensemble-{name}", of_stage(cfg, "ensemble", each=[*inputs, *dists],
+                                                args={"out": str(out)}))
     outputs = [out, out.with_suffix(".nbest.json"), layout.metrics(name), layout.by_type(name),
                layout.methods(name)]
     if not force and stamp.is_current(outputs):

@@ -24,7 +24,7 @@ from rcpipe.config import Config
 from rcpipe.data.prepared import Prepared
 from rcpipe.data.squad import load_document
 from rcpipe.errors import InputError
-from rcpipe.fingerprints import Stamp, source_identity
+from rcpipe.fingerprints import Stamp, of_stage
 from rcpipe.locks import hold
 from rcpipe.outputs import output_set, settle
 
@@ -54,7 +54,7 @@ def _evaluate(cfg: Config, variant: str, force: bool) -> dict[str, Any]:
     from rcpipe.scoring import metrics
     from rcpipe.trained.model_file import device_of, length_prior, load_model
 
-    stamp = _stamp(cfg, variant)
+    stamp = Stamp(f"evaluate-{variant}", of_stage(cfg, "evaluate", variant))
     outputs = [layout.predictions(variant), layout.nbest(variant), layout.dists(variant),
                layout.metrics(variant), layout.by_type(variant),
                layout.na_threshold_file(variant)]
@@ -102,18 +102,6 @@ def _evaluate(cfg: Config, variant: str, force: bool) -> dict[str, Any]:
     log.info("evaluate %s: EM %.2f F1 %.2f on %d dev questions%s%s (%.1fs)", variant, em, f1,
              len(preds), at, read, time.perf_counter() - t0)
     return ev.result
-
-
-def _stamp(cfg: Config, variant: str) -> Stamp:
-    """What evaluate reads: dvc.yaml's evaluate stage lists the same."""
-    out = Prepared(cfg.data.out_dir)
-    return Stamp.of(f"evaluate-{variant}", "evaluate",
-                    [layout.model_file(variant), out.vocab_file, out.dev, out.heldout_parquet],
-                    {"models": {variant: cfg.models.of(variant).model_dump(mode="json")},
-                     "eval": cfg.eval.model_dump(mode="json"),
-                     "window": {"length": cfg.data.window.length,
-                                "stride": cfg.data.window.stride},
-                     "dev_file": source_identity(cfg.data.dev_file)})
 
 
 def _heldout(cfg: Config, v2: bool) -> tuple[Any, str | None]:

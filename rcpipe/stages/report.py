@@ -27,7 +27,7 @@ from rcpipe import layout, reads
 from rcpipe.config import VARIANTS, Config
 from rcpipe.data.squad import load_document
 from rcpipe.errors import InputError
-from rcpipe.fingerprints import Stamp, source_identity
+from rcpipe.fingerprints import Stamp, of_stage
 from rcpipe.locks import hold
 from rcpipe.outputs import output_set, settle
 from rcpipe.stages.io import read_mapping
@@ -65,10 +65,8 @@ def _report(cfg: Config, out: Path, force: bool) -> dict[str, Any]:
 
     models = evaluated_models()
     page, record = out / layout.REPORT_PAGE, out / layout.REPORT_DATA
-    read = [p for m in models for p in (layout.predictions(m), layout.metrics(m))] + \
-        [layout.methods(layout.ENSEMBLE)]
-    stamp = Stamp.of("report", "report", read + [layout.tune_trials(v) for v in VARIANTS],
-                     {"dev_file": source_identity(cfg.data.dev_file), "out": str(out)})
+    voters = [m for m in models if m != layout.ENSEMBLE]
+    stamp = Stamp("report", of_stage(cfg, "report", models=voters, args={"out": str(out)}))
     if not force and models and stamp.is_current([page, record]):
         log.info(f"report: the scores and predictions are those of {page}; nothing to do")
         return {"html": str(page), "files": []}

@@ -75,8 +75,9 @@ def train(cfg: Config, variant: str, force: bool = False, run: str | None = None
 
 
 def _key(cfg: Config, variant: str) -> Fingerprint:
-    """What a run of ``variant`` is trained from (rcpipe/fingerprints.py)."""
-    return fingerprints.training(cfg, variant, Prepared(cfg.data.out_dir).training_files())
+    """What a run of ``variant`` is trained from: the train stage's row of the table
+    (rcpipe/fingerprints.py `of_stage`)."""
+    return fingerprints.of_stage(cfg, "train", variant)
 
 
 def _nothing_to_do(variant: str, summary: dict[str, Any]) -> dict[str, Any]:

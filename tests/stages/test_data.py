@@ -205,22 +205,9 @@ def test_training_words_without_a_vector(make_config: MakeConfig, prepared: Prep
         assert emb[words.index(w)].tolist()[1:3] == [1, 2]
 
 
-def test_missing_vectors_matters_only_with_vectors(make_config: MakeConfig,
-                                                  synth_v1: SynthData) -> None:
-    """Data prepared before the setting existed stays current where it changes nothing."""
-    from rcpipe.fingerprints import preparing
-
-    def of(**data: object) -> str:
-        return preparing(make_config(synth_v1, data=data)).digest
-
-    assert of(missing_vectors="unk") == of(missing_vectors="fixed")
-    assert of(word_vectors="g.txt", missing_vectors="unk") != \
-        of(word_vectors="g.txt", missing_vectors="fixed")
-
-
 def test_prepares_key_says_what_changed_and_nothing_when_current(
         prepared: Prepared, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """prepare's key (fingerprints.preparing) is kept in meta.json: the flow skips prepare
+    """prepare's key (its row's: fingerprints.of_stage) is kept in meta.json: the flow skips prepare
     when it is current and names what changed otherwise: an input, a setting, the code."""
     import shutil
 
@@ -228,7 +215,7 @@ def test_prepares_key_says_what_changed_and_nothing_when_current(
 
     cfg = prepared.cfg
     meta = json.loads((prepared.out_dir / "meta.json").read_text())
-    assert meta["fingerprint"] == fingerprints.preparing(cfg).as_dict()
+    assert meta["fingerprint"] == fingerprints.of_stage(cfg, "prepare").as_dict()
     assert stages.prepared_changes(cfg) is None
     # how prepare runs (its workers) is not what it makes
     assert stages.prepared_changes(cfg.model_copy(update={"data": cfg.data.model_copy(

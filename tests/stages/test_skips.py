@@ -23,7 +23,8 @@ def run(trained: Trained, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # n
     root = tmp_path / "run"
     shutil.copytree(trained.root, root)
     monkeypatch.chdir(root)
-    data = trained.cfg.data.model_copy(update={"out_dir": root / "data" / "prepared"})
+    data = trained.cfg.data.model_copy(update={"out_dir": root / "data" / "prepared",
+                                               "cache_dir": root / "data" / "cache"})
     return trained.cfg.model_copy(update={"data": data})
 
 

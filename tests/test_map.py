@@ -99,3 +99,56 @@ def test_the_gpu_box_imports_every_module_the_map_says(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path)}, check=True)
     assert json.loads(out.stdout) == NEEDS_MORE_THAN_THE_BOX
+
+
+WRITES = re.compile(r"layout\.write|write_json\(|output_set\(|\.write_text\(|\.write_bytes\(|"
+                    r"torch\.save\(|open\([^)]*[\"'][wa]b?[\"']")
+
+
+def test_the_modules_that_write_files_are_the_ones_the_map_names() -> None:
+    """The map's "Who writes files": every rcpipe module that writes one is named there."""
+    section = MAP.read_text().split("## Who writes files")[1].split("\n## ")[0]
+    named = set(re.findall(r"`((?:\w+/)?\w+\.py)`", section))
+    writers = {str(p.relative_to(ROOT / "rcpipe")) for p in (ROOT / "rcpipe").rglob("*.py")
+               if WRITES.search(p.read_text())}
+    stages = {w for w in writers if w.startswith("stages/")}
+    assert stages and writers - stages == named
+
+
+def test_each_stages_key_is_built_from_its_row_alone() -> None:
+    """The map's three ways to skip: a stage keyed by its row (`of_stage`), nowhere else a
+    key of its own but a search's (`rcpipe tune`, no stage); fetch skips by the download
+    cache."""
+    from rcpipe.pipeline.stages import STAGES
+
+    section = MAP.read_text().split("## Three ways to skip finished work")[1].split("\n## ")[0]
+    assert [line[:3] for line in section.splitlines() if re.match(r"\d\. ", line)] == \
+        ["1. ", "2. ", "3. "]
+    for row in STAGES:
+        code = (ROOT / row.entry).read_text()
+        keyed = re.search(rf"of_stage\(cfg, \"{row.name}\"", code)
+        assert bool(keyed) == (row.name != "fetch"), row.name
+    own_keys = {str(p.relative_to(ROOT)) for p in (ROOT / "rcpipe").rglob("*.py")
+                if re.search(r"\bFingerprint\(", p.read_text())}
+    assert own_keys == {"rcpipe/fingerprints.py", "rcpipe/stages/tune.py"}
+    stamps = [m for p in (ROOT / "rcpipe" / "stages").glob("*.py")
+              for m in re.findall(r"\bStamp\(([^)]*)", p.read_text())]
+    assert stamps and all("of_stage(" in m for m in stamps), stamps
+
+
+def test_a_stage_is_its_row_its_module_its_command_and_its_test() -> None:
+    """The map's "Adding a variant / a stage": each row of the table has its module with a
+    function named as the stage, an `rcpipe` command of that name and its test file, the
+    package mirrored; dvc.yaml and the command tables are generated from them."""
+    import importlib
+
+    from rcpipe import cli
+    from rcpipe.pipeline.stages import STAGES
+
+    commands = {c.name or c.callback.__name__ for c in cli.app.registered_commands}
+    for row in STAGES:
+        module = importlib.import_module(row.module)
+        assert callable(getattr(module, row.name, None)), row.name
+        assert row.name in commands, row.name
+        stem = Path(row.entry).stem
+        assert (ROOT / "tests" / "stages" / f"test_{stem}.py").is_file(), row.name

@@ -1,7 +1,6 @@
 """rcpipe.release.rules: what a run commits, which overrides dvc.lock can absorb, which failed
 pushes are retried, and the champion gate's decision; the gate with real models on the
-loopback S3 (two seeds of the same settings kept apart from a better model); plus the fetch
-helpers."""
+loopback S3 (two seeds of the same settings kept apart from a better model)."""
 
 from __future__ import annotations
 
@@ -18,7 +17,6 @@ import pytest
 
 from rcpipe import stages
 from rcpipe.config import VARIANTS, Config, load_config
-from rcpipe.errors import InputError
 from rcpipe.release.rules import (
     GateSet,
     Score,
@@ -32,8 +30,7 @@ from rcpipe.release.rules import (
     untracked_overrides,
 )
 from rcpipe.scoring.compare import PairedDifference
-from rcpipe.stages.fetch import check_pin, fetch, sources
-from tests.conftest import TINY_MODEL, SynthData, write_params
+from tests.conftest import TINY_MODEL, write_params
 from tests.dvc_project import BUCKET
 
 DEV = "a" * 64
@@ -173,27 +170,6 @@ def test_dvc_failures_are_classified(output: str, kind: str) -> None:
     assert failure.kind == kind
     assert failure.retryable == (kind == "retry")
     assert failure.detail == output.removeprefix("ERROR:").strip().rstrip(".")
-
-
-# ---------------------------------------------------------------------------------- fetch
-
-
-def test_fetch_verifies_pins_and_writes_the_manifest(make_config, synth_v1: SynthData
-                                                     ) -> None:  # noqa: ANN001
-    digest = hashlib.sha256(synth_v1.dev.read_bytes()).hexdigest()
-    cfg = make_config(synth_v1, data={"sha256": {str(synth_v1.dev): digest.upper()}})
-    assert sources(cfg) == {"train": str(synth_v1.train), "dev": str(synth_v1.dev)}
-    manifest = fetch(cfg)
-    assert manifest["dev"] == {"uri": str(synth_v1.dev), "sha256": digest,
-                               "bytes": synth_v1.dev.stat().st_size, "pinned": True}
-    assert not manifest["train"]["pinned"]
-    assert json.loads((cfg.data.cache_dir / "sources.json").read_text()) == manifest
-
-    bad = make_config(synth_v1, data={"sha256": {str(synth_v1.train): "0" * 64}})
-    with pytest.raises(InputError) as e:
-        fetch(bad)
-    assert e.value.file == str(synth_v1.train) and "does not match data.sha256" in e.value.what
-    check_pin("https://x/y.json", "f" * 64, {})  # unpinned: accepted
 
 
 # ------------------------------------------------------------------------ one-line errors

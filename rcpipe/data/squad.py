@@ -8,6 +8,7 @@ and the length limits, and counted with a reason.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 import time
@@ -202,6 +203,20 @@ def _download(uri: str, dest: Path, deadline: float = float("inf"),
 def read_json(path: Path, name: str, limits: ReadLimits = DEFAULT) -> Any:
     """reads.read_json within the params' limits.json_mb (inflated) and limits.depth."""
     return reads.read_json(path, limits.json_bytes(), limits.depth, name=name)
+
+
+
+def read_mapping(path: Path, value: type | tuple[type, ...], what: str,
+                 limits: ReadLimits = DEFAULT) -> dict[str, Any]:
+    """A JSON object of question ids to values of type ``value`` (predictions, n-best or
+    no-answer probabilities), read within ``limits``."""
+    obj = read_json(path, str(path), limits)
+    if not isinstance(obj, dict):
+        raise InputError(path, "", "expected a JSON object mapping question ids to answers")
+    for k, v in obj.items():
+        if not isinstance(v, value) or isinstance(v, bool):
+            raise InputError(path, json.dumps([k]), f"expected {what}, got {type(v).__name__}")
+    return obj
 
 
 def _expect(value: Any, kind: type | tuple[type, ...], name: str, where: str, what: str) -> Any:

@@ -86,15 +86,11 @@ def package_nbest(package: Path, gate: Gate, device: torch.device, token_probs: 
     """(qid -> {"text", "prob", "na_prob", ...}, the gate set as the package encoded it, its
     max answer length): the package answering the gate set as it serves (its vocabulary,
     decoding and no-answer threshold); ``token_probs``: with its start/end distributions."""
-    from rcpipe.data.encode import TextEncoder
-    from rcpipe.inference.answer import Reader
     from rcpipe.trained.package_dir import load_package
+    from rcpipe.trained.reader import package_reader
 
-    pkg = load_package(package, gate.limits)
-    reader = Reader(TextEncoder.from_vocab(pkg.vocab, pkg.char_limit),
-                    {pkg.variant: pkg.model.to(device)}, device, pkg.max_answer_len,
-                    {pkg.variant: pkg.na_threshold}, no_answer=pkg.inputs.no_answer,
-                    length_prior=pkg.length_prior, window=gate.window)
+    pkg = load_package(package, gate.limits)  # its own threshold: the run's, not the params'
+    reader = package_reader(pkg, pkg.variant, device, pkg.na_threshold, gate.window)
     dataset = reader.encoder.squad(gate.squad)
     return reader.answer_dataset(dataset, pkg.variant, token_probs), dataset, \
         pkg.max_answer_len

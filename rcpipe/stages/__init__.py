@@ -14,7 +14,6 @@ from rcpipe.stages.ensemble import ensemble
 from rcpipe.stages.evaluate import evaluate
 from rcpipe.stages.explain import explain
 from rcpipe.stages.export import export
-from rcpipe.stages.io import read_mapping, write_json
 from rcpipe.stages.package import package
 from rcpipe.stages.predict import predict
 from rcpipe.stages.report import report
@@ -30,8 +29,8 @@ from rcpipe.stages.train import (
 from rcpipe.stages.tune import tune
 
 __all__ = [
-    "ensemble", "evaluate", "prepare", "prepared_changes", "read_mapping",
-    "score", "synth", "train", "trained_is_current", "tune", "write_json",
+    "ensemble", "evaluate", "prepare", "prepared_changes",
+    "score", "synth", "train", "trained_is_current", "tune",
     "explain", "report",
     "export", "package", "predict", "serve",
     "check_run_name", "stop_jobs", "train_slots",  # a flow's many variants (train-all)

@@ -12,12 +12,11 @@ from typing import Any
 from rcpipe import layout, reads
 from rcpipe.config import VARIANTS, Config
 from rcpipe.data.prepared import Prepared
-from rcpipe.data.squad import load_document
+from rcpipe.data.squad import load_document, read_mapping
 from rcpipe.errors import InputError
 from rcpipe.fingerprints import Stamp, of_stage
 from rcpipe.locks import hold
 from rcpipe.outputs import output_set, settle
-from rcpipe.stages.io import read_mapping
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from rcpipe.config import Config
 from rcpipe.errors import InputError
-from rcpipe.stages.io import write_json
+from rcpipe.layout import write_json
 
 log = logging.getLogger(__name__)
 MANIFEST = "sources.json"

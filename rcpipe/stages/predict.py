@@ -13,8 +13,8 @@ from typing import Any
 from rcpipe import layout
 from rcpipe.config import Config
 from rcpipe.errors import InputError
+from rcpipe.layout import write_json
 from rcpipe.reads import blank
-from rcpipe.stages.io import write_json
 from rcpipe.trained.reader import ENSEMBLE, load_reader
 from rcpipe.trained.reader import packages_only as packages_only  # the CLI's check
 

@@ -7,9 +7,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from rcpipe.data.squad import load_document
+from rcpipe.data.squad import load_document, read_mapping
 from rcpipe.errors import InputError
-from rcpipe.stages.io import read_mapping
 
 log = logging.getLogger(__name__)
 

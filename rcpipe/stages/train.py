@@ -27,6 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from rcpipe import fingerprints, layout, reads
+from rcpipe.cluster import opening
 from rcpipe.config import Config
 from rcpipe.console import shared_progress
 from rcpipe.data.prepared import Prepared
@@ -34,7 +35,6 @@ from rcpipe.errors import InputError, RunError
 from rcpipe.fingerprints import Fingerprint
 from rcpipe.locks import hold
 from rcpipe.outputs import settle
-from rcpipe.stages import opening
 
 if TYPE_CHECKING:  # heavy (torch): imported where they are used
     from rich.progress import Progress, TaskID

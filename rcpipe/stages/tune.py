@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from rcpipe import layout, reads
+from rcpipe.cluster import opening
 from rcpipe.config import Config, ModelConfig, lay, space_values
 from rcpipe.config.section import flatten
 from rcpipe.data.prepared import Prepared
 from rcpipe.errors import InputError
 from rcpipe.fingerprints import Fingerprint, code_from, file_digest
-from rcpipe.stages import opening
 
 if TYPE_CHECKING:  # the stages load no training code until a search runs
     from rcpipe.cluster.search import Plan

@@ -19,7 +19,9 @@ from rcpipe.errors import InputError
 if TYPE_CHECKING:  # heavy (torch): imported where it is used
     import torch
 
+    from rcpipe.config.data import Window
     from rcpipe.inference.answer import Reader
+    from rcpipe.trained.package_dir import Package
 
 ENSEMBLE = layout.ENSEMBLE
 
@@ -108,17 +110,26 @@ def _package_reader(cfg: Config, name: str, device: torch.device) -> Reader:
     `rcpipe evaluate` answered for it; eval.na_threshold, if set, overrides its threshold.
     A long context is read as data.window's windows (how a context is read is the
     caller's, as --runtime is, not the package's: its recorded limit was the window)."""
-    from rcpipe.data.encode import TextEncoder
-    from rcpipe.inference.answer import Reader
     from rcpipe.trained.model_file import threshold_for
     from rcpipe.trained.package_dir import load_package
 
     pkg = load_package(Path(name), cfg.limits)
-    threshold = threshold_for(cfg, pkg.na_threshold)
+    return package_reader(pkg, name, device, threshold_for(cfg, pkg.na_threshold),
+                          cfg.data.window, cfg.data.window.max_tokens)
+
+
+def package_reader(pkg: Package, name: str, device: torch.device, threshold: float | None,
+                   window: Window, max_tokens: int | None = None) -> Reader:
+    """A Reader over a loaded package answering under ``name``, as it serves: its
+    vocabulary, decoding and no-answer head; the caller's threshold and reading of a long
+    context (`rcpipe predict` and serve's, the champion gate's)."""
+    from rcpipe.data.encode import TextEncoder
+    from rcpipe.inference.answer import Reader
+
     return Reader(TextEncoder.from_vocab(pkg.vocab, pkg.char_limit),
                   {name: pkg.model.to(device)}, device, pkg.max_answer_len, {name: threshold},
-                  None, no_answer=pkg.inputs.no_answer, length_prior=pkg.length_prior,
-                  window=cfg.data.window, max_tokens=cfg.data.window.max_tokens)
+                  no_answer=pkg.inputs.no_answer, length_prior=pkg.length_prior,
+                  window=window, max_tokens=max_tokens)
 
 
 def on_device(cfg: Config, replica: bool = True) -> Config:

@@ -32,11 +32,11 @@ def _train_tiny(cfg: Config, variant: str, steps: int = 3) -> None:
     """
     import torch
 
+    from rcpipe.cluster.opening import model_inputs
     from rcpipe.data.dataset import SquadDataset, bucket_batches
     from rcpipe.data.prepared import Prepared
     from rcpipe.layout import model_dir
     from rcpipe.models import build_model
-    from rcpipe.stages.opening import model_inputs
     from rcpipe.train.loop import make_optimizer, train_step
     from rcpipe.trained.model_file import model_payload
 

@@ -1,4 +1,4 @@
-"""How a training stage opens (stages/opening.py): the pieces `rcpipe train` and `rcpipe tune`
+"""How a training stage opens (cluster/opening.py): the pieces `rcpipe train` and `rcpipe tune`
 share, each without Ray."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from rcpipe.cluster import opening
 from rcpipe.config import Config, load_config
 from rcpipe.errors import InputError
-from rcpipe.stages import opening
 from tests.conftest import TINY_MODEL, Prepared, SynthData
 
 

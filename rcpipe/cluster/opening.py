@@ -1,5 +1,6 @@
-"""How a training stage opens: what `rcpipe train` (stages/train.py) and `rcpipe tune`
-(stages/tune.py) both do before their Ray starts training, in one place.
+"""How a training stage opens on Ray: what `rcpipe train` (stages/train.py) and `rcpipe
+tune` (stages/tune.py) both do before their Ray starts training, in one place, beside the
+Ray layer it opens.
 
 In their order: the variant is known and the Ray at hand resumes runs (Train V2), checked
 before anything is deleted, loaded or started (``check_trainable``); through a cluster's

@@ -24,13 +24,11 @@ import time
 from pathlib import Path
 
 import torch
+from common import OUT, ROOT, parser, write
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # imported as bench.collate too
-from common import OUT, ROOT, parser, write  # noqa: E402
-
-from rcpipe.config import load_config  # noqa: E402
-from rcpipe.data.dataset import SquadDataset, distinct_words  # noqa: E402
-from rcpipe.train.worker import train_batches  # noqa: E402
+from rcpipe.config import load_config
+from rcpipe.data.dataset import SquadDataset, distinct_words
+from rcpipe.train.worker import train_batches
 
 
 def measure(data: SquadDataset, epoch: list[list[int]]) -> dict[str, float]:

@@ -27,16 +27,13 @@ of SQuAD dev, articles as documents".
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from accuracy import PRESETS, prepare, train  # noqa: E402
-from common import OUT, ROOT, SPLIT, parser  # noqa: E402
+from accuracy import PRESETS, prepare, train
+from common import OUT, ROOT, SPLIT, parser, write
 
 SEP = "\n\n"  # between an article's paragraphs in its document
 
@@ -115,9 +112,8 @@ def main() -> None:
     if model_file is None:
         run = args.workdir / "bidaf"
         if not (run / "model.pt").is_file():
-            ns = argparse.Namespace(minutes=args.minutes, eval_every=100, device="cpu",
-                                    threads=args.threads, set=[], tuned=None)
-            train("bidaf", PRESETS["cpu"], prepared, train_file, test, run, ns, seed=42)
+            train("bidaf", PRESETS["cpu"], prepared, train_file, test, run, 42, args.minutes,
+                  100, threads=args.threads)
         model_file = run / "model.pt"
     saved = torch.load(model_file, map_location="cpu", weights_only=True)
     model, _ = model_from_payload(saved, "bidaf", Prepared(prepared).vocab_digest())
@@ -128,27 +124,23 @@ def main() -> None:
     meta = json.loads((prepared / "meta.json").read_text())
     encoder = TextEncoder.from_vocab(json.loads((prepared / "vocab.json").read_text()),
                                      meta["char_limit"])
-    cpu = torch.device("cpu")
-    windowed = Reader(encoder, {"bidaf": model}, cpu, small.eval.max_answer_len,
-                      window=big.data.window)
-    cut = Reader(encoder, {"bidaf": model}, cpu, small.eval.max_answer_len,
-                 para_limit=big.data.window.length)
-    whole = Reader(encoder, {"bidaf": model}, cpu, small.eval.max_answer_len)
+
+    def reader(**reading: Any) -> Any:
+        return Reader(encoder, {"bidaf": model}, torch.device("cpu"),
+                      small.eval.max_answer_len, **reading)
 
     source = read_json(test, str(test))
     documents = as_documents(source, args.questions)
     qids = {qa["id"] for a in documents["data"] for qa in a["paragraphs"][0]["qas"]}
     paragraphs = only(source, qids)
+    readers = [("paragraph", reader(), paragraphs),
+               ("windows", reader(window=big.data.window), documents),
+               ("cut", reader(para_limit=big.data.window.length), documents)]
+    readers += [(f"windows {n}/{s}", reader(window=Window(length=n, stride=s)), documents)
+                for n, s in args.window]
     rows = {}
-    readers = [("paragraph", whole, paragraphs), ("windows", windowed, documents),
-               ("cut", cut, documents)]
-    for length, stride in args.window:
-        shape = Window(length=length, stride=stride)
-        readers.append((f"windows {length}/{stride}", Reader(
-            encoder, {"bidaf": model}, cpu, small.eval.max_answer_len, window=shape),
-            documents))
-    for name, reader, doc in readers:
-        found, seconds = answer(reader, doc, name)
+    for name, read, doc in readers:
+        found, seconds = answer(read, doc, name)
         scores = metrics.score(doc, {q: v["text"] for q, v in found.items()})
         past = [q for q, v in found.items() if v["windows"] > 1 and v["window"] > 0]
         rows[name] = {"f1": scores["f1"], "em": scores["exact_match"],
@@ -166,11 +158,9 @@ def main() -> None:
            "window": big.data.window.model_dump(), "cut_at": big.data.window.length,
            "documents": len(contexts), "tokens_per_document": tokens,
            "windows_per_document": windows, "rows": rows}
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    (args.workdir / "documents.json").write_text(json.dumps(out, indent=1))
     print(f"{len(contexts)} documents of {min(tokens):,}-{max(tokens):,} tokens, "
-          f"{min(windows)}-{max(windows)} windows (mean {sum(windows) / len(windows):.1f}) "
-          f"-> {args.workdir / 'documents.json'}")
+          f"{min(windows)}-{max(windows)} windows (mean {sum(windows) / len(windows):.1f})")
+    write(args.workdir / "documents.json", out)
 
 
 if __name__ == "__main__":

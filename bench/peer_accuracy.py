@@ -45,11 +45,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-from accuracy import PRESETS, SPLIT, best_evaluations, panels, prepare  # noqa: E402
-from accuracy import train as rcpipe_train  # noqa: E402
+from accuracy import PRESETS, best_evaluations, panels, prepare
+from accuracy import train as rcpipe_train
+from common import OUT, ROOT, SPLIT, parser, write
 
 PARAMS = PRESETS["cpu"]
 WORD_DIM = 64  # params.demo.yaml's data.word_dim
@@ -82,15 +80,6 @@ def shared_vectors(work: Path, train_file: Path, test: Path) -> tuple[Path, Path
     return vectors, prepared
 
 
-def rcpipe_args(model: str, vectors: Path, minutes: float, every: int,
-                extra: list[str]) -> argparse.Namespace:
-    """bench/accuracy.py's train() arguments for rcpipe's side of a pair."""
-    sets = [f"data.word_vectors={vectors}", "data.missing_vectors=fixed",
-            f"models.{model}.train_word_vectors=true", *PAIRS[model]["sets"], *extra]
-    return argparse.Namespace(minutes=minutes, eval_every=every, device="cpu", threads=1,
-                              tuned=None, sets=sets)
-
-
 def peer_run(model: str, peer: Path, prepared: Path, test: Path, minutes: float, seed: int,
              every: int, out: Path) -> dict[str, Any]:
     """The peer trained by its recipe in its own process (bench/peer_train.py)."""
@@ -110,8 +99,10 @@ def rcpipe_run(model: str, vectors: Path, prepared: Path, train_file: Path, test
                minutes: float, every: int, seed: int, run: Path,
                extra: list[str] = ()) -> dict[str, Any]:
     if not (run / "summary.json").is_file():
-        rcpipe_train(model, PARAMS, prepared, train_file, test, run,
-                     rcpipe_args(model, vectors, minutes, every, list(extra)), seed)
+        rcpipe_train(model, PARAMS, prepared, train_file, test, run, seed, minutes, every,
+                     sets=[f"data.word_vectors={vectors}", "data.missing_vectors=fixed",
+                           f"models.{model}.train_word_vectors=true", *PAIRS[model]["sets"],
+                           *extra])
     return json.loads((run / "summary.json").read_text())
 
 
@@ -225,7 +216,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, OUT, sets=False)
     ap.add_argument("--models", nargs="*", default=list(PAIRS), choices=list(PAIRS))
     ap.add_argument("--minutes", type=float, default=15.0, help="training minutes a side")
     ap.add_argument("--seeds", type=int, default=3, help="seeds 42, 43, ... (params.demo's "
@@ -236,7 +227,6 @@ def main() -> None:
                     help="steps between checkpoints on each side (default: PAIRS', about a "
                     "dozen a side in 15 minutes)")
     ap.add_argument("--split", type=Path, default=SPLIT)
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
     args = ap.parse_args()
     import torch
 
@@ -262,10 +252,9 @@ def main() -> None:
                                    "compared": found}
         for at, d in found.items():
             print(f"{model} at equal {at}: rcpipe minus peer {d['line']}", flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "peer-accuracy.json").write_text(json.dumps(result, indent=1) + "\n")
+    write(args.out / "peer-accuracy.json", result)
     plot(result, args.out / "peer-accuracy.png")
-    print(f"-> {args.out / 'peer-accuracy.json'}, {args.out / 'peer-accuracy.png'}")
+    print(f"-> {args.out / 'peer-accuracy.png'}")
 
 
 if __name__ == "__main__":

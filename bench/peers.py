@@ -6,27 +6,19 @@ BangLiu/QANet-PyTorch for ``qanet``. Its model class is imported from that path 
 at the sizes rcpipe's is; both read the same real-text batch (bench/peer_text.py: the first
 ``--context`` tokens of ``--batch`` SQuAD articles, so words repeat as in real batches) and
 train with the same optimiser (Adam, lr 1e-3; no EMA, no clipping on either side). After
-``--warmup`` rounds, each of ``--repeats`` rounds times a training step (forward, loss,
-backward, Adam) and an inference forward of each side, the side that goes first
-alternating round by round; it prints medians, minimums and rcpipe/peer ratios (above 1:
-rcpipe slower), then the differences between the two models that remain.
+``--warmup`` rounds, each of ``--repeats`` rounds times a training step and an inference
+forward of each side, the side that goes first alternating round by round; it prints medians,
+minimums and rcpipe/peer ratios (above 1: rcpipe slower), then the differences between the
+two models that remain. One torch thread unless ``--threads``; the CPU unless ``--device``
+(``cuda``: rcpipe's distinct words found on the host and copied each step, as its collate
+does). Name the machine with the numbers (its load moves them: compare within one run).
 
-    OMP_NUM_THREADS=1 .venv/bin/python -m bench.peers bidaf /tmp/peers/squad
-    OMP_NUM_THREADS=1 .venv/bin/python -m bench.peers bidaf /tmp/peers/squad \
-        --set char_dim=1 char_hidden=1 char_kernel=1
+    OMP_NUM_THREADS=1 .venv/bin/python -m bench.peers bidaf /tmp/peers/squad [--profile 3]
     OMP_NUM_THREADS=1 .venv/bin/python -m bench.peers qanet /tmp/peers/QANet-PyTorch
-    OMP_NUM_THREADS=1 .venv/bin/python -m bench.peers bidaf /tmp/peers/squad --profile 3
-
-One torch thread unless ``--threads``. The CPU unless ``--device`` (``cuda``: both models and
-the batch on the GPU, rcpipe's distinct words found on the host and copied each step, as its
-collate does; each timing synchronised). Name the machine with the numbers (its load moves
-them: compare within one run).
-
-    .venv/bin/python -m bench.peers bidaf /tmp/peers/squad --device cuda --repeats 20
 
 ``--text FILE`` reads the batch bench/peer_text.save_text_batch wrote instead of tokenizing
-``--squad`` (the GPU box has no spaCy: the kit carries the batch, bench/gpu/build.py);
-``--out FILE`` writes the timings and ratios as JSON too.
+``--squad`` (the GPU box has no spaCy: the kit carries the batch); ``--out FILE`` writes the
+timings and ratios as JSON too.
 """
 
 from __future__ import annotations
@@ -46,17 +38,15 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from common import ROOT, SQUAD, device_name, parser, write
+from peer_text import TextBatch, load_text_batch, read_text_batch, saved_word_rows
 from torch import nn
 
-from bench.peer_text import TextBatch, load_text_batch, read_text_batch, saved_word_rows
 from rcpipe.config import ModelConfig, load_config
 from rcpipe.data.dataset import distinct_words
 from rcpipe.models import ModelInputs, build_model
 from rcpipe.models.batch import Batch
 from rcpipe.models.layers import span_loss
-
-ROOT = Path(__file__).resolve().parents[1]
-SQUAD = ROOT.parent / "shared" / "data" / "squad" / "dev-v1.1.json"
 
 
 @dataclass
@@ -249,12 +239,6 @@ def profile_ops(sides: list[Side], steps: int, top: int) -> None:
                                                for n in names) + " |")
 
 
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"CPU, {torch.get_num_threads()} torch thread(s)"
-
-
 def ratios(times: dict[str, dict[str, list[float]]], ours: str, peer: str
            ) -> dict[str, dict[str, float]]:
     """Per step kind: each side's median and minimum seconds, and rcpipe/peer of each."""
@@ -265,57 +249,48 @@ def ratios(times: dict[str, dict[str, list[float]]], ours: str, peer: str
                      "peer_median_s": statistics.median(b), "peer_min_s": min(b),
                      "ratio_median": statistics.median(a) / statistics.median(b),
                      "ratio_min": min(a) / min(b)}
+        s = out[kind]
+        print(f"| {kind} | {s['rcpipe_median_s']:.3f} / {s['rcpipe_min_s']:.3f} | "
+              f"{s['peer_median_s']:.3f} / {s['peer_min_s']:.3f} | "
+              f"{s['ratio_median']:.2f}x / {s['ratio_min']:.2f}x |")
     return out
 
 
-def report(times: dict[str, dict[str, list[float]]], ours: str, peer: str) -> None:
-    print(f"| step | {ours}: median / min (s) | {peer}: median / min (s) | "
-          "ratio, median / min |")
-    print("|---|---|---|---|")
-    for kind, by_side in times.items():
-        a, b = by_side[ours], by_side[peer]
-        ma, mb = statistics.median(a), statistics.median(b)
-        print(f"| {kind} | {ma:.3f} / {min(a):.3f} | {mb:.3f} / {min(b):.3f} | "
-              f"{ma / mb:.2f}x / {min(a) / min(b):.2f}x |")
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("model", choices=sorted(PEERS))
-    parser.add_argument("peer", type=Path, help="the peer's checkout (outside this repo)")
-    parser.add_argument("--squad", type=Path, default=SQUAD)
-    parser.add_argument("--text", type=Path, help="a saved batch (bench/peer_text.py) "
-                        "instead of tokenizing --squad")
-    parser.add_argument("--out", type=Path, help="the timings and ratios as JSON too")
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--context", type=int, default=300)
-    parser.add_argument("--question", type=int, default=30)
-    parser.add_argument("--words", type=int, help="rows of the frozen table (20,000; with "
-                        "--text, the saved batch's)")
-    parser.add_argument("--word-dim", type=int, default=100)
-    parser.add_argument("--hidden", type=int, default=100)
-    parser.add_argument("--dropout", type=float, default=0.2)
-    parser.add_argument("--heads", type=int, default=4, help="QANet: both sides")
-    parser.add_argument("--char-dim", type=int, default=64, help="QANet: both sides")
-    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="over rcpipe's params.yaml settings of the variant")
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
-                        help="then profile this many training steps and inference forwards a "
-                        "side, op by op")
-    args = parser.parse_args()
+    ap = parser(__doc__, sets=False)
+    ap.add_argument("model", choices=sorted(PEERS))
+    ap.add_argument("peer", type=Path, help="the peer's checkout (outside this repo)")
+    ap.add_argument("--squad", type=Path, default=SQUAD)
+    ap.add_argument("--text", type=Path, help="a saved batch (bench/peer_text.py) "
+                    "instead of tokenizing --squad")
+    ap.add_argument("--out", type=Path, help="the timings and ratios as JSON too")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--context", type=int, default=300)
+    ap.add_argument("--question", type=int, default=30)
+    ap.add_argument("--words", type=int, help="rows of the frozen table (20,000; with "
+                    "--text, the saved batch's)")
+    ap.add_argument("--word-dim", type=int, default=100)
+    ap.add_argument("--hidden", type=int, default=100)
+    ap.add_argument("--dropout", type=float, default=0.2)
+    ap.add_argument("--heads", type=int, default=4, help="QANet: both sides")
+    ap.add_argument("--char-dim", type=int, default=64, help="QANet: both sides")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="over rcpipe's params.yaml settings of the variant")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--profile", type=int, default=0, metavar="STEPS", help="then profile "
+                    "this many training steps and inference forwards a side, op by op")
+    args = ap.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: no CUDA device here")
+        ap.error("--device cuda: no CUDA device here")
     peer = args.peer.resolve()
     # nothing of a peer is committed here; the GPU kit's copy lives in gpu-kit/, ignored
     if peer.is_relative_to(ROOT) and not peer.is_relative_to(ROOT / "gpu-kit"):
-        parser.error(f"{peer}: a peer's checkout lives outside this repository")
-
+        ap.error(f"{peer}: a peer's checkout lives outside this repository")
     try:
         if args.text:
             text = load_text_batch(args.text, args.words)
@@ -325,7 +300,7 @@ def main() -> None:
             text = read_text_batch(args.squad, args.batch, args.context, args.question,
                                    args.words)
     except (OSError, ValueError, KeyError) as e:
-        parser.error(f"{args.text or args.squad}: {e}" if isinstance(e, KeyError) else str(e))
+        ap.error(f"{args.text or args.squad}: {e}" if isinstance(e, KeyError) else str(e))
     vectors = np.random.default_rng(0).normal(size=(args.words, args.word_dim)).astype(
         np.float32)
     vectors[0] = 0.0  # padding
@@ -334,8 +309,8 @@ def main() -> None:
         sizes |= {"heads": args.heads, "char_dim": args.char_dim, "char_hidden": args.hidden,
                   "char_kernel": 5, "char_dropout": 0.05}
     sets = [f"models.{args.model}.{k}={v}" for k, v in sizes.items()]
-    sets += [f"models.{args.model}.{s}" for s in args.set]
-    cfg = load_config(ROOT / "params.yaml", sets).models.of(args.model)
+    cfg = load_config(ROOT / "params.yaml", sets + [f"models.{args.model}.{s}"
+                                                    for s in args.set]).models.of(args.model)
     torch.manual_seed(0)
     sides = [rcpipe_side(args.model, cfg, text, vectors, device),
              PEERS[args.model](peer, args, text, vectors, device)]
@@ -351,15 +326,15 @@ def main() -> None:
     for side in sides:
         n = sum(p.numel() for p in side.model.parameters() if p.requires_grad)
         print(f"{side.name}: {n:,} trainable parameters")
-    times = measure(sides, args.warmup, args.repeats)
-    report(times, sides[0].name, sides[1].name)
+    ours, theirs = (s.name for s in sides)
+    print(f"| step | {ours}: median / min (s) | {theirs}: median / min (s) | "
+          "ratio, median / min |\n|---|---|---|---|")
+    steps = ratios(measure(sides, args.warmup, args.repeats), ours, theirs)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({
-            "model": args.model, "peer": sides[1].name, "device": device_name(device),
-            "batch": len(text.cw), "context": text.cw.size(1), "question": text.qw.size(1),
-            "hidden": args.hidden, "warmup": args.warmup, "repeats": args.repeats,
-            "steps": ratios(times, sides[0].name, sides[1].name)}, indent=1) + "\n")
+        write(args.out, {"model": args.model, "peer": theirs, "device": device_name(device),
+                         "batch": len(text.cw), "context": text.cw.size(1),
+                         "question": text.qw.size(1), "hidden": args.hidden,
+                         "warmup": args.warmup, "repeats": args.repeats, "steps": steps})
     if args.profile:
         profile_ops(sides, args.profile, top=15)
     print("\nRemaining differences:")

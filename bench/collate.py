@@ -2,18 +2,14 @@
 params.yaml's buckets and batch size, on a prepared split.
 
 On a GPU the Worker collates and pins the next batches on another thread while the device
-runs the previous steps (train/worker.py ``_collated``), so the GPU waits for the host only
-when a collate takes longer than a step. This counts, over the epoch's first ``--batches``
-batches as training shuffles them (one thread, after a warm-up pass), the median
-milliseconds of the whole collate and of its distinct-word lists (data/dataset.py
-``distinct_words``, timed on the same arrays), the tokens and distinct words a batch holds,
-and the examples per second one collating thread could feed: the ceiling the host sets,
-to hold against a GPU step (QANet's target, 2,000 examples/s, is 16 ms a batch of 32).
+runs (train/worker.py), so the GPU waits for the host only when a collate takes longer than a
+step. This times the epoch's first ``--batches`` batches on one thread: the median ms of the
+collate and of its distinct-word lists, the tokens and distinct words a batch holds, and the
+examples/s one collating thread can feed, to hold against a GPU step (QANet's target, 2,000
+examples/s, is 16 ms a batch of 32). Name the machine with the numbers.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/collate.py --prepared data/prepared \\
         --set data.word_vectors=null
-
-Run it on an otherwise idle machine and name the machine with the numbers.
 """
 
 from __future__ import annotations

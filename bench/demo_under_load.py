@@ -2,19 +2,15 @@
 processes beside it, a fresh directory; timed, with every variant's steps and scores.
 
     .venv/bin/python bench/demo_under_load.py [--burners 2] [--set key=value ...]
-    .venv/bin/python bench/demo_under_load.py --burners 0 --seeds 42 43 44 \
+    .venv/bin/python bench/demo_under_load.py --burners 0 --seeds 42 43 44 \\
         --plot docs/results/demo-seeds.png                                   # docs/results/demo.md
 
-``--burners N`` starts N CPU-bound processes first (each stops by itself after
-``--burn-minutes``, and all are killed when the demo ends); ``--burners 0`` is the idle run.
-The demo (`python -m flows.demo --workdir DIR`) runs with PREFECT_HOME in a new temporary
-directory (no database yet: its first run migrates one) and analytics off. Prints the
-Prefect start-up figures (the migration's seconds from the demo's own line, against
-Prefect's 20 s start-up limit), the demo's minutes, and per variant its steps,
-examples/s and dev EM/F1; writes bench/out/demo_under_load.json. ``--seeds S ...`` runs the
-demo once per seed (``train.seed``; 42 is `make demo`'s own), one after another, each in a
-fresh directory and PREFECT_HOME, and ends with every model's dev F1 as mean [min, max]
-over the seeds: the demo table of docs/results/demo.md (README.md shows it).
+The demo (`python -m flows.demo`) runs with PREFECT_HOME new (its first run migrates the
+database; the demo's own line says how long, against Prefect's 20 s start-up limit) beside
+``--burners`` busy processes (0: the idle run). ``--seeds S ...`` runs it once per
+``train.seed``, each afresh, and ends with every model's dev F1 as mean [min, max] over the
+seeds: the demo table of docs/results/demo.md (README.md shows it). Writes
+bench/out/demo_under_load.json.
 """
 
 from __future__ import annotations

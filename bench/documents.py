@@ -1,26 +1,16 @@
-"""Benchmark: whole documents, read as windows against the old cut at 1,000 tokens.
+"""Benchmark: whole documents, read as windows against the old cut at 1,000 tokens
+(docs/results/long-documents.md).
 
-The article split's test articles (`../shared/data/squad-split/test-v1.1.json`, 9 articles
-of SQuAD dev v1.1) with each article's paragraphs joined into one document (a blank line
-between them), every question keeping its gold answers at their shifted offsets. A model
-trained on the split's training articles answers them three ways, at params.yaml's sizes
-(data.window: 1,000 tokens, 500 apart; the old cut: the window's length, 1,000):
-
-- ``paragraph``: each question in its own paragraph (the split as SQuAD gives it);
-- ``windows``: each question over its whole document, read as data.window's windows
-  (inference/answer.py's Reader, the path of predict and serve);
-- ``cut``: each question over its whole document cut at data.window.length tokens, as
-  predict and serve read it before windows (the old train.dev_para_limit).
-
-For each: F1/EM (the official script's), seconds per question (tokenizing, the forward
-passes and decoding, the Reader's batches of 64 windows) and windows per document. The
-model is bidaf trained with the CPU preset (params.demo.yaml's sizes) for ``--minutes``
-through `python -m rcpipe.train.local`, as bench/accuracy.py trains it (its best
-checkpoint, ranked on the held-out slice of the training articles; a model already there
-is reused); ``--model FILE`` takes a model.pt trained on the same prepared data instead.
-``--questions N`` answers N questions of each article, evenly spread over it (every one
-with 0): a question over a whole document costs all its windows. Quote as "article split
-of SQuAD dev, articles as documents".
+The article split's test articles, each article's paragraphs joined into one document,
+every question keeping its gold answers at their shifted offsets, answered by one bidaf
+three ways: each question in its own paragraph (``paragraph``), over its whole document read
+as params.yaml's data.window (``windows``: the Reader of predict and serve), and over its
+document cut at data.window.length tokens as before windows (``cut``); for each F1/EM,
+seconds per question and windows per document. The model is trained with the CPU preset for
+``--minutes`` as bench/accuracy.py trains (or ``--model FILE``, on the same prepared data).
+``--questions N`` answers N questions of each article, spread over it: a question over a
+whole document costs all its windows. Quote as "article split of SQuAD dev, articles as
+documents".
 
     .venv/bin/python bench/documents.py --minutes 5 --questions 40
 """

@@ -4,28 +4,22 @@ over another seed of the same setting.
     .venv/bin/python bench/gate.py [--pairs 20] [--steps 300] [--eval-every 100] \
         [--first-seed 100] [--min-gain G] [--lanes 2] [--set key=value ...]
 
-Trains bidaf of the demo preset (params.demo.yaml on its synthetic data: `rcpipe synth` and
-`rcpipe prepare` once, in a fresh directory) for ``--steps`` steps with ``2 x --pairs``
-seeds, each run in one plain process (python -m rcpipe.train.local, the Worker the demo's
-Ray Train jobs run, steps alone ending it), its checkpoints ranked on
-the held-out slice every ``--eval-every`` steps as the demo ranks them. Then the gate as
-`rcpipe version --promote` runs it: every run's best model answers the gate set
-(rcpipe.release.gate's ``gate_set``: the prepared held-out questions), and for each disjoint
-pair (the first seed the champion, the second the candidate) the paired F1 difference with
-its paragraph bootstrap (rcpipe.scoring.compare) goes to rcpipe.release.rules.decide at
-``--min-gain`` (default: params.demo.yaml's ``version.min_gain``). The two sides of a pair
-are the same settings, so every promotion is a false one. A run answers through its model
-file, not a package as the gate does: the same Reader and decoding (the package holds the
-same weights, vocabulary and decoding settings).
+Trains bidaf of the demo preset (params.demo.yaml on its synthetic data, made once in a fresh
+directory) for ``--steps`` steps with ``2 x --pairs`` seeds, each in one plain process (python
+-m rcpipe.train.local, steps alone ending it), its checkpoints ranked on the held-out slice as
+the demo ranks them. Then the gate as `rcpipe version --promote` runs it: every run's best
+model answers the gate set (rcpipe.release.gate's ``gate_set``), and for each disjoint pair
+(the first seed the champion) the paired F1 difference with its paragraph bootstrap goes to
+rcpipe.release.rules.decide at ``--min-gain`` (default: params.demo.yaml's). The two sides
+of a pair are the same settings, so every promotion is a false one. A run answers through
+its model file, not a package: the same Reader, weights, vocabulary and decoding. From the
+same runs also:
 
-Also, from the same runs:
-
-- **selection**: the nightly's candidate is the best of a run's models on the gate set,
-  which flatters it on the very questions it is then judged on. Disjoint triples: the first
-  seed the champion, the candidate the better of the other two on the gate set;
-- **choosing min_gain honestly**: the smallest ``min_gain`` (in 0.25 steps) whose rate on
-  the first half of the pairs is at most 5%, and that value's rate on the second half, the
-  pairs it was not chosen on.
+- **selection**: the nightly's candidate is the best of a run's models on the gate set, which
+  flatters it on the very questions it is then judged on: disjoint triples, the candidate the
+  better of two seeds on the gate set;
+- **choosing min_gain honestly**: the smallest ``min_gain`` (in 0.25 steps) whose rate on the
+  first half of the pairs is at most 5%, and that value's rate on the pairs it was not chosen on.
 
 Writes bench/out/gate.json (every pair's interval) and prints the rates.
 """

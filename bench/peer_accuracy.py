@@ -1,35 +1,24 @@
 """Benchmark: how well rcpipe's models learn beside the implementations people know, at equal
-minutes and at equal steps on this CPU (bench/peers.py's accuracy mode).
+minutes and at equal steps on this CPU (bench/peers.py's accuracy mode; docs/results/peers.md
+says what both sides share and each side's recipe).
 
 rcpipe's ``bidaf`` against chrischute/squad's BiDAF, its ``qanet`` against
-BangLiu/QANet-PyTorch, on the article split of SQuAD dev v1.1 (`../shared/data/squad-split`).
-Both sides read rcpipe's prepared rows (the same tokens; prepare run twice: once for the
-vocabulary, then with a file of seeded N(0, 1) vectors for it, so both sides start from one
-word_emb.npy and both train it), at the CPU preset's widths (BiDAF hidden 32, 2 modeling
-layers as the peer's; QANet d 32, 2 heads, char dim 8, the peer's depth: 4 convs in the
-embedding encoder, 7 model blocks of 2 convs). Each side trains by its own recipe: rcpipe's
-through `python -m rcpipe.train.local` (the worker `rcpipe train` runs) with params.demo.yaml's
-settings, the peer's by its repository's (bench/peer_recipes.py says each). The two sides of a
-pair train at once, one torch thread each, ``--minutes`` each, seed by seed.
-
-Checkpoints are chosen on the held-out slice prepare sets aside, never on the test articles;
-both sides answer through rcpipe's reader and are scored by the official scorer.
-At equal minutes: each side's best checkpoint of its run. At equal steps: the step count
-the slower side reached (S); each side's best checkpoint at or before S. The faster side's
-checkpoints at or before S come from its run again, capped at S steps with the slower side's
-checkpoint cadence: the same seed, data order and schedule, so the same first S steps (the
-bench checks it: held-out F1 at the steps both runs scored agree). The peer's clock is
-training alone (its checkpoints are scored after it stops); rcpipe's counts its evaluations
-too. The difference (rcpipe minus peer) comes with the paired paragraph-bootstrap interval
-over the seeds (rcpipe.scoring.compare.seeded_difference) and its verdict.
+BangLiu/QANet-PyTorch, on the article split of SQuAD dev v1.1, both from one prepared split
+and one word-vector matrix (seeded N(0, 1) rows, trained on both sides), at the CPU preset's
+widths. Each side trains by its own recipe (rcpipe's through `python -m rcpipe.train.local`,
+the peer's through bench/peer_train.py), the two at once, one torch thread each, seed by
+seed. Checkpoints are chosen on the held-out slice, never on the test articles. At equal
+steps S (the slower side's count) the faster side's checkpoints up to S come from its run
+again, capped at S with the slower side's cadence: the same first S steps (checked: held-out
+F1 at the steps both runs scored agrees). rcpipe minus peer comes with the paired
+paragraph-bootstrap interval over the seeds and its verdict.
 
     .venv/bin/python -m bench.peer_accuracy --minutes 15 --seeds 3
-    .venv/bin/python -m bench.peer_accuracy --minutes 1 --seeds 1 --models bidaf --out /tmp/x
 
 The peers' checkouts: ``git archive`` of their pinned commits (bench/gpu/box.PEERS) into
 /tmp/peers/squad and /tmp/peers/QANet-PyTorch, or ``--bidaf-peer`` / ``--qanet-peer``. A run
-already finished (its summary.json) is not trained again, so an interrupted bench goes on
-where it stopped. Writes OUT/peer-accuracy.json and OUT/peer-accuracy.png.
+already finished is not trained again, so an interrupted bench goes on where it stopped.
+Writes OUT/peer-accuracy.json and OUT/peer-accuracy.png.
 """
 
 from __future__ import annotations

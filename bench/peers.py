@@ -173,63 +173,60 @@ def timed(fn: Callable[[], None]) -> float:
     return time.perf_counter() - start
 
 
-def train_step(side: Side, optimizer: torch.optim.Optimizer) -> Callable[[], None]:
-    def step() -> None:
+def steps(side: Side) -> dict[str, Callable[[], None]]:
+    """What a round times on a side: a training step (forward, loss, backward, Adam at lr
+    1e-3, its own optimiser) and an inference forward."""
+    optimizer = torch.optim.Adam([p for p in side.model.parameters() if p.requires_grad],
+                                 lr=1e-3)
+
+    def train() -> None:
         side.model.train()
         optimizer.zero_grad(set_to_none=True)
         side.loss(side.forward()).backward()
         optimizer.step()
-    return step
 
-
-def inference(side: Side) -> Callable[[], None]:
-    def run() -> None:
+    def inference() -> None:
         side.model.eval()
         with torch.no_grad():
             side.forward()
-    return run
+
+    return {"train": train, "inference": inference}
 
 
 def measure(sides: list[Side], warmup: int, repeats: int) -> dict[str, dict[str, list[float]]]:
     """Seconds per round: {"train" | "inference": {side name: [...]}}, A/B alternated."""
-    runs = {"train": [], "inference": []}  # type: dict[str, list[Callable[[], None]]]
-    for side in sides:
-        trainable = [p for p in side.model.parameters() if p.requires_grad]
-        runs["train"].append(train_step(side, torch.optim.Adam(trainable, lr=1e-3)))
-        runs["inference"].append(inference(side))
-    times = {kind: {s.name: [] for s in sides} for kind in runs}  # type: dict[str, Any]
+    runs = [steps(s) for s in sides]
+    times: dict[str, Any] = {kind: {s.name: [] for s in sides} for kind in runs[0]}
     for round_ in range(warmup + repeats):
         order = range(len(sides)) if round_ % 2 == 0 else reversed(range(len(sides)))
         for i in order:
-            for kind, fns in runs.items():
-                seconds = timed(fns[i])
+            for kind, fn in runs[i].items():
+                seconds = timed(fn)
                 if round_ >= warmup:
                     times[kind][sides[i].name].append(seconds)
     return times
 
 
-def profile_ops(sides: list[Side], steps: int, top: int) -> None:
+def profile_ops(sides: list[Side], count: int, top: int) -> None:
     """Where a training step's and an inference forward's time goes on each side:
-    torch.profiler's self CPU time per aten op, per step (``steps`` profiled after the timed
+    torch.profiler's self CPU time per aten op, per step (``count`` profiled after the timed
     rounds), the ``top`` largest."""
     from torch.profiler import ProfilerActivity, profile
 
-    for kind in ("training step", "inference forward"):
+    for kind, what in (("train", "training step"), ("inference", "inference forward")):
         per_side = {}
         for side in sides:
-            trainable = [p for p in side.model.parameters() if p.requires_grad]
-            step = (train_step(side, torch.optim.Adam(trainable, lr=1e-3))
-                    if kind == "training step" else inference(side))
+            step = steps(side)[kind]
             step()  # the optimiser's state made outside the profile
             with profile(activities=[ProfilerActivity.CPU]) as prof:
-                for _ in range(steps):
+                for _ in range(count):
                     step()
-            per_side[side.name] = {e.key: e.self_cpu_time_total / 1e6 / steps
+            per_side[side.name] = {e.key: e.self_cpu_time_total / 1e6 / count
                                    for e in prof.key_averages() if e.key.startswith("aten::")}
         names = [s.name for s in sides]
         ops = sorted(set().union(*per_side.values()),
                      key=lambda k: -max(per_side[n].get(k, 0.0) for n in names))[:top]
-        print(f"\nA {kind}'s time by op (torch.profiler, self CPU s per step, {steps} "
+        print(f"\nA {what}'s time by op (torch.profiler, self CPU s per step, {count} "
               "steps a side):")
         print("| op | " + " | ".join(names) + " |\n|---|" + "---|" * len(names))
         for op in ops:

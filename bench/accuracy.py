@@ -276,22 +276,16 @@ def main() -> None:
     ap.add_argument("--preset", choices=sorted(PRESETS), default="paper")
     ap.add_argument("--minutes", type=float, default=15.0, help="training minutes per variant")
     ap.add_argument("--versions", nargs="*", default=["1.1", "2.0"])
-    ap.add_argument("--split", type=Path, default=SPLIT,
-                    help="folder of train-v<V>.json and test-v<V>.json")
+    ap.add_argument("--split", type=Path, default=SPLIT, help="train-v<V>.json, test-v<V>.json")
     ap.add_argument("--variants", nargs="*", default=VARIANTS)
     ap.add_argument("--lanes", type=int, default=0, help="variants at once (0: preset's)")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads a variant (0: 1 "
-                    "on the cpu preset, torch's default otherwise)")
-    ap.add_argument("--eval-every", type=int, default=0, help="steps between test scores "
-                    "(0: 50 on the cpu preset, 200 otherwise)")
+    ap.add_argument("--threads", type=int, default=0, help="a variant's (0: cpu 1, else torch's)")
+    ap.add_argument("--eval-every", type=int, default=0, help="steps (0: cpu 50, else 200)")
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     ap.add_argument("--tag", default="", help="a name for this run's outputs (ablations)")
-    ap.add_argument("--tuned", type=Path, help="a folder of `rcpipe tune` layers "
-                    "(<variant>.yaml): each variant trains with its own (tag: tuned)")
-    ap.add_argument("--seeds", type=int, default=1, help="train every variant with this many "
-                    "seeds (train.seed, train.seed + 1, ...): figures as mean [min, max]")
-    ap.add_argument("--first-seed", type=int, help="the first train.seed of --seeds (default: "
-                    "the preset's): fresh seeds, to confirm on runs nothing was chosen on")
+    ap.add_argument("--tuned", type=Path, help="`rcpipe tune`'s <variant>.yaml layers' folder")
+    ap.add_argument("--seeds", type=int, default=1, help="seeds a variant: mean [min, max]")
+    ap.add_argument("--first-seed", type=int, help="the first seed (default: the preset's)")
     args = ap.parse_args()
     import torch
 

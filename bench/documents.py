@@ -73,8 +73,7 @@ def main() -> None:
     ap.add_argument("--split", type=Path, default=SPLIT)
     ap.add_argument("--workdir", type=Path, default=OUT / "documents")
     ap.add_argument("--minutes", type=float, default=4.0)
-    ap.add_argument("--questions", type=int, default=40,
-                    help="per article, spread over it; 0: all")
+    ap.add_argument("--questions", type=int, default=40, help="an article's (0: all)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--model", type=Path, default=None, help="a trained bidaf model.pt")
     ap.add_argument("--window", type=int, nargs=2, action="append", default=[],

@@ -208,8 +208,7 @@ def main() -> None:
     ap = parser(__doc__, OUT, sets=False)
     ap.add_argument("--models", nargs="*", default=list(PAIRS), choices=list(PAIRS))
     ap.add_argument("--minutes", type=float, default=15.0, help="training minutes a side")
-    ap.add_argument("--seeds", type=int, default=3, help="seeds 42, 43, ... (params.demo's "
-                    "train.seed on): both sides of a pair train with each")
+    ap.add_argument("--seeds", type=int, default=3, help="42, 43, ...: both sides with each")
     ap.add_argument("--bidaf-peer", type=Path, default=PAIRS["bidaf"]["peer"])
     ap.add_argument("--qanet-peer", type=Path, default=PAIRS["qanet"]["peer"])
     ap.add_argument("--every", type=int, nargs=2, metavar=("RCPIPE", "PEER"),

@@ -181,18 +181,13 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=200, help="1 to 500")
     ap.add_argument("--max-batch", type=int, default=16)
     ap.add_argument("--wait-ms", type=float, default=5.0)
-    ap.add_argument("--threads", type=int, default=1,
-                    help="the service's CPU threads (torch's, or onnxruntime's intra-op)")
+    ap.add_argument("--threads", type=int, default=1, help="torch's or onnxruntime's")
     ap.add_argument("--long-tokens", type=int, default=5000)
     ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--arms", default="serve-1,serve-2",
-                    help="serve-N (N replicas), serve-N-onnx (the exported graph)")
-    ap.add_argument("--plot", type=Path, help="also draw requests/s by arm into this PNG "
-                    "(bench/charts.py; docs/results/serving.md shows it)")
-    ap.add_argument("--compare", choices=("service", "runtime"), default="service",
-                    help="runtime: --arms serve-1-onnx,serve-1 (`rcpipe export` first)")
-    ap.add_argument("--untrained", action="store_true",
-                    help="with --workdir: an untrained model at the params' sizes if none")
+    ap.add_argument("--arms", default="serve-1,serve-2", help="serve-N, serve-N-onnx")
+    ap.add_argument("--plot", type=Path, help="requests/s by arm, a PNG (bench/charts.py)")
+    ap.add_argument("--compare", choices=("service", "runtime"), default="service")
+    ap.add_argument("--untrained", action="store_true", help="one in --workdir if it has none")
     args = ap.parse_args()
     if not (1 <= args.requests <= 5000 and 1 <= args.concurrency <= 500):
         ap.error("--requests must be 1..5000, --concurrency 1..500")

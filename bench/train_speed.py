@@ -1,13 +1,12 @@
 """Benchmark: training speed of every variant at a params file's sizes, side by side.
 
 The models, optimisers and batch are the params file's (default params.yaml: the papers'
-sizes); the data a prepared split (``--prepared``; default: a small synthetic set made on the
-fly, which needs spaCy). Each (device, variant, mode) gets warm-up steps, then ``--repeats``
-timed runs of ``--steps`` steps, the device synchronised at both ends of each; the median run
-gives examples/s and ms per step. Devices: the CPU, and CUDA where present. Modes: fp32 (TF32
-matmuls on CUDA, train.tf32), bf16 (autocast, CUDA only) and compile (torch.compile). On CUDA
-also the peak memory and the share of a step the GPU is busy. Given ``--prepared`` it needs
-no Ray or spaCy, so it runs on a bare GPU box.
+sizes) on a prepared split. Each (device, variant, mode) gets warm-up steps, then
+``--repeats`` timed runs of ``--steps`` steps, the device synchronised at both ends of each;
+the median run gives examples/s and ms per step. Devices: the CPU, and CUDA where present.
+Modes: fp32 (TF32 matmuls on CUDA, train.tf32), bf16 (autocast, CUDA only) and compile
+(torch.compile). On CUDA also the peak memory and the share of a step the GPU is busy. It
+needs no Ray or spaCy, so it runs on a bare GPU box.
 
     .venv/bin/python bench/train_speed.py --prepared data/prepared [--params params.yaml]
     .venv/bin/python bench/train_speed.py --audit --prepared data/prepared [--devices cpu]
@@ -21,9 +20,7 @@ bench/out/train_speed.json (train_audit.json).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from itertools import cycle, islice
@@ -42,17 +39,6 @@ from rcpipe.train.worker import mixed_precision, train_batches
 from rcpipe.trained.model_file import prepared_inputs
 
 MODES = ("fp32", "bf16", "compile")
-
-
-def synthetic_prepared() -> Path:
-    from rcpipe import stages  # spaCy: only without --prepared
-
-    work = Path(tempfile.mkdtemp(prefix="bench-train-"))
-    os.chdir(work)
-    cfg = load_config(ROOT / "params.demo.yaml", ["synth.train_articles=20"])
-    stages.synth(cfg)
-    stages.prepare(cfg)
-    return work / cfg.data.out_dir
 
 
 def measure(variant: str, cfg: Config, data: SquadDataset, prepared: Path,
@@ -222,7 +208,7 @@ def run_audit(args: argparse.Namespace, prepared: Path) -> dict[str, Any]:
 def main() -> None:
     ap = parser(__doc__, OUT / "train_speed.json")
     ap.add_argument("--params", type=Path, default=ROOT / "params.yaml")
-    ap.add_argument("--prepared", type=Path, help="a prepared split (rcpipe prepare's out_dir)")
+    ap.add_argument("--prepared", type=Path, required=True, help="rcpipe prepare's out_dir")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--steps", type=int, default=20, help="steps per timed run")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs; the median is shown")
@@ -231,12 +217,11 @@ def main() -> None:
     ap.add_argument("--devices", nargs="*", default=["cpu", "cuda"])
     ap.add_argument("--modes", nargs="*", default=list(MODES), choices=MODES)
     ap.add_argument("--variants", nargs="*", default=list(VARIANTS))
-    ap.add_argument("--audit", action="store_true",
-                    help="count graphs, breaks, host syncs, shapes and kernels instead")
+    ap.add_argument("--audit", action="store_true", help="graphs, breaks, syncs, shapes, kernels")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    prepared = (args.prepared or synthetic_prepared()).resolve()
+    prepared = args.prepared.resolve()
     if args.audit:
         out = run_audit(args, prepared)
         args.out = args.out.with_name("train_audit.json")

@@ -151,12 +151,11 @@ def peer_code(peers: Path, dest: Path) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--split", type=Path, default=SPLIT,
-                    help="folder of train-v<V>.json and test-v<V>.json")
+    ap.add_argument("--split", type=Path, default=SPLIT, help="train-v<V>.json, test-v<V>.json")
     ap.add_argument("--kit", type=Path, default=ROOT / "gpu-kit")
     ap.add_argument("--params", type=Path, default=ROOT / "params.yaml")
     ap.add_argument("--peers", type=Path, default=ROOT.parent / ".mirror",
-                    help="a folder of the peers' git directories (<owner>+<name>/repo)")
+                    help="<owner>+<name>/repo dirs")
     args = ap.parse_args()
     kit, base = args.kit.resolve(), args.kit.resolve() / "base"
     lock = locked()

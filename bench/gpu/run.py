@@ -590,33 +590,27 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap = parser(__doc__, Path(os.environ.get("OUT") or ROOT / "bench" / "out" / "gpu"))
     ap.add_argument("steps", nargs="+", choices=[*CALLS, *STEPS], metavar="CALL|STEP",
                     help=f"a call ({', '.join(CALLS)}) or steps ({', '.join(STEPS)})")
-    ap.add_argument("--steps", dest="which", default="all", choices=["all", "open"],
-                    help="open: only the steps whose figures no GPU draw has yet")
-    ap.add_argument("--results", type=Path, default=ROOT / "bench" / "gpu" / "results",
-                    help="the committed draws --steps open reads")
+    ap.add_argument("--steps", dest="which", default="all", choices=["all", "open"])
+    ap.add_argument("--results", type=Path, default=ROOT / "bench" / "gpu" / "results")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--kit", type=Path, default=ROOT / "gpu-kit")
     ap.add_argument("--state", type=Path, default=Path("/tmp/rcpipe-kit"))
     ap.add_argument("--params", type=Path, default=ROOT / "params.yaml")
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     ap.add_argument("--versions", nargs="+", default=["1.1"], choices=["1.1", "2.0"])
-    ap.add_argument("--minutes", type=float, default=0.0,
-                    help="training minutes a variant (0: what the call has left)")
+    ap.add_argument("--minutes", type=float, default=0.0, help="a variant's (0: what is left)")
     ap.add_argument("--train-steps", type=int, default=0, help="steps instead of minutes")
     ap.add_argument("--eval-every", type=int, default=200, help="steps between checkpoints")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--speed-steps", type=int, default=8)
     ap.add_argument("--speed-repeats", type=int, default=3)
     ap.add_argument("--speed-warmup", type=int, default=2)
-    ap.add_argument("--speed-seconds", type=float, default=90.0,
-                    help="the speed step (and the audit) stop their variants after this")
+    ap.add_argument("--speed-seconds", type=float, default=90.0, help="speed's and audit's cap")
     ap.add_argument("--compile-variants", nargs="+", default=["qanet"], choices=VARIANTS)
     ap.add_argument("--compile-modes", nargs="+", default=["off", "default"],
                     choices=["off", "default", "reduce-overhead"])
-    ap.add_argument("--compile-shapes", type=int, default=1,
-                    help="the epoch's most frequent padded shapes compiled and timed")
-    ap.add_argument("--compile-seconds", type=float, default=75.0,
-                    help="the compiled steps' child is stopped after this")
+    ap.add_argument("--compile-shapes", type=int, default=1, help="the epoch's most frequent")
+    ap.add_argument("--compile-seconds", type=float, default=75.0)
     # 100 steps, a checkpoint at 50: on the H200 (2026-11-27) the first run reached its
     # checkpoint at 50 after 47 s, Ray's start included, and 200 steps left the resumed run
     # 150 steps and three evaluations it could not finish in the call
@@ -625,14 +619,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--peer-models", nargs="+", default=["bidaf", "qanet"],
                     choices=["bidaf", "qanet"])
     ap.add_argument("--peer-repeats", type=int, default=10)
-    ap.add_argument("--budget", type=float, default=0.0,
-                    help="seconds this call may run (0: plan.json's for the call, else 555)")
-    ap.add_argument("--reserve", type=float, default=30.0,
-                    help="seconds a step leaves for the ones after it")
-    ap.add_argument("--start-reserve", type=float, default=25.0,
-                    help="seconds the training processes take to reach their first step")
-    ap.add_argument("--eval-reserve", type=float, default=40.0,
-                    help="seconds kept after the trainings for the evaluation")
+    ap.add_argument("--budget", type=float, default=0.0, help="seconds (0: plan.json's, or 555)")
+    # seconds a step leaves for the ones after it; the trainings' processes take to reach
+    # their first step; kept after the trainings for the evaluation
+    ap.add_argument("--reserve", type=float, default=30.0)
+    ap.add_argument("--start-reserve", type=float, default=25.0)
+    ap.add_argument("--eval-reserve", type=float, default=40.0)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.params, args.kit, args.state, args.out, args.results = (

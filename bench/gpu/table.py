@@ -225,8 +225,7 @@ def every_draw(found: list[dict[str, Any]]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("dirs", nargs="*", type=Path,
-                    help="one draw's $OUT folders, in order (default: every recorded draw)")
+    ap.add_argument("dirs", nargs="*", type=Path, help="one draw's $OUT folders, in order")
     ap.add_argument("--results", type=Path, default=RESULTS)
     args = ap.parse_args()
     print(render(merged(args.dirs)) if args.dirs else every_draw(draws(args.results)), end="")

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import json
 import statistics
 import sys
@@ -39,6 +38,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from common import ROOT, SQUAD, device_name, parser, write
+from peer_recipes import bangliu_module, imported
 from peer_text import TextBatch, load_text_batch, read_text_batch, saved_word_rows
 from torch import nn
 
@@ -87,35 +87,16 @@ def rcpipe_side(variant: str, cfg: ModelConfig, text: TextBatch, vectors: np.nda
 
 def chrischute_bidaf(peer: Path, args: argparse.Namespace, text: TextBatch,
                      vectors: np.ndarray, device: torch.device) -> Side:
-    sys.path.insert(0, str(peer))
     sys.modules.setdefault("ujson", json)  # util.py imports it at the top; no model code uses it
-    models = importlib.import_module("models")
-    model = models.BiDAF(word_vectors=torch.from_numpy(vectors), hidden_size=args.hidden,
-                         drop_prob=args.dropout).to(device)
+    model = imported(peer, "models").BiDAF(word_vectors=torch.from_numpy(vectors),
+                                           hidden_size=args.hidden,
+                                           drop_prob=args.dropout).to(device)
     text = on(text, device)
 
     def loss(out: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         return F.nll_loss(out[0], text.y1) + F.nll_loss(out[1], text.y2)  # as its train.py
 
     return Side("chrischute/squad BiDAF", model, lambda: model(text.cw, text.qw), loss)
-
-
-def bangliu_module(peer: Path) -> Any:
-    """The peer's model/QANet.py, its PosEncoder wrapped to run on any device."""
-    if str(peer) not in sys.path:
-        sys.path.insert(0, str(peer))
-    module = importlib.import_module("model.QANet")
-
-    def pos_encoder(x: torch.Tensor, min_timescale: float = 1.0,
-                    max_timescale: float = 1.0e4) -> torch.Tensor:
-        # the peer's moves its signal to x.get_device(), -1 on the CPU (an error); the same
-        # signal (its own get_timing_signal) moved to x.device instead
-        x = x.transpose(1, 2)  # (B, L, d)
-        signal = module.get_timing_signal(x.size(1), x.size(2), min_timescale, max_timescale)
-        return (x + signal.to(x.device)).transpose(1, 2)  # (B, d, L)
-
-    module.PosEncoder = pos_encoder
-    return module
 
 
 def bangliu_qanet(peer: Path, args: argparse.Namespace, text: TextBatch,

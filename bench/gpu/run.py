@@ -16,6 +16,7 @@ aot_eager backend there.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -166,7 +167,7 @@ def train(kit: Kit) -> dict[str, Any]:
     """Every variant of every version at once on the one device, each its own session
     (a fresh start: an earlier call's runs and their evaluation are removed)."""
     a = kit.args
-    if (before := trainings(kit)) and any(alive(r["pid"]) for r in before["runs"]):
+    if (before := trainings(kit, False)) and any(alive(r["pid"]) for r in before["runs"]):
         raise RuntimeError("trainings of an earlier call still run on this box")
     shutil.rmtree(kit.state / "runs", ignore_errors=True)
     (kit.state / "accuracy.json").unlink(missing_ok=True)
@@ -208,17 +209,20 @@ def alive(pid: int) -> bool:
         return False
 
 
-def trainings(kit: Kit) -> dict[str, Any] | None:
+def trainings(kit: Kit, needed: bool = True) -> dict[str, Any] | None:
+    """What the train step started on this box (None where it started nothing)."""
     path = kit.state / "trainings.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    if path.is_file():
+        return json.loads(path.read_text())
+    if needed:
+        raise RuntimeError(f"no trainings on this box ({kit.state}): the machine was given "
+                           "back since call 1?")
+    return None
 
 
 def wait(kit: Kit) -> dict[str, Any]:
     """Until every training has ended, or until the call must keep --eval-reserve seconds."""
     started = trainings(kit)
-    if started is None:
-        raise RuntimeError(f"no trainings on this box ({kit.state}): the machine was given "
-                           "back since call 1?")
     while True:
         running = [r for r in started["runs"] if alive(r["pid"])]
         if not running or kit.left() < kit.args.eval_reserve:  # time left to evaluate
@@ -241,8 +245,6 @@ def evaluate(kit: Kit) -> dict[str, Any]:
     from rcpipe.scoring import metrics
 
     started = trainings(kit)
-    if started is None:
-        raise RuntimeError("no trainings on this box: nothing to evaluate")
     if running := [f"{r['variant']} v{r['version']}" for r in started["runs"]
                    if alive(r["pid"])]:
         raise NotYet(f"still training: {', '.join(running)}; a later call evaluates")
@@ -293,10 +295,8 @@ def kill_tree(pid: int) -> None:
 
     procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             p.kill()
-        except psutil.NoSuchProcess:
-            pass
     psutil.wait_procs(procs, timeout=30)
 
 

@@ -6,55 +6,39 @@ for ``--minutes`` each, in one plain process per variant (python -m rcpipe.train
 Worker that Ray Train runs), scoring on the test articles every ``--eval-every`` steps.
 The test articles tune nothing: checkpoints are ranked, and v2.0's no-answer threshold
 chosen, on the held-out slice `rcpipe prepare` takes out of the training articles
-(data.heldout, 5% of them), and the test F1 reported is at that threshold.
-Then the ensembles of the variants' best models, by each of `rcpipe ensemble`'s methods
-(the vote, the mean of their distributions, the mean weighted on the held-out slice), each
-with its gain over the seed's best variant. Writes
-bench/out/accuracy.json and bench/out/accuracy.png (test F1 against training minutes, a line
-per variant, the ensemble as a marker at the end).
-
-Presets: ``paper`` is params.yaml (the papers' sizes; for a GPU); ``cpu`` is a smaller,
-named comparison for a 2-core machine: params.demo.yaml's widths, one torch thread per
-variant and two variants at a time. Quote results as "article split of SQuAD dev", never as
-SQuAD dev scores.
+(data.heldout), and the test F1 reported is at that threshold. Then the ensembles of the
+variants' best models by each of `rcpipe ensemble`'s methods, each with its gain over the
+seed's best variant. Writes bench/out/accuracy.json and accuracy.png (test F1 against
+training minutes). Quote results as "article split of SQuAD dev", never as SQuAD dev scores.
 
     .venv/bin/python bench/accuracy.py --preset cpu --minutes 3 --versions 1.1 2.0
     .venv/bin/python bench/accuracy.py --preset paper --minutes 15 --lanes 5   # one GPU
 
-``--tuned DIR`` trains each variant with the params layer ``DIR/<variant>.yaml`` that
-`rcpipe tune` wrote (laid over the preset, as ``--params`` does) where there is one, and tags
-the outputs ``tuned``: run it beside a default run of the same minutes. A layer must come
-from a search on the same training file, whose trials were ranked on its held-out slice,
-so the test articles choose nothing (the search's cost is its own `tune/<v>.trials.json`).
-bench/paired.py then says whether the two runs differ beyond chance, question by question.
-
-``--seeds N`` trains every variant N times, with ``train.seed`` = the preset's seed, + 1, ...
-(each seed's run under ``<tag>/seed-<S>/``, its ensemble its own): a short run's F1 moves by
-points with the seed, so each figure is printed and written as mean [min, max] over the
-seeds (``runs`` in the JSON holds each seed's), and bench/paired.py pairs two such runs seed
-by seed. ``--first-seed S`` starts them at S: fresh seeds, to confirm a choice made on
-others. ``--rescore`` trains nothing and makes the ensembles of an earlier call's runs again
-(the same --tag, --seeds, --first-seed and --out), as the ensemble methods now are.
+Presets: ``paper`` is params.yaml (the papers' sizes; for a GPU); ``cpu`` a smaller, named
+comparison for a 2-core machine: params.demo.yaml's widths, one torch thread per variant, two
+variants at a time. ``--tuned DIR`` lays `rcpipe tune`'s ``DIR/<variant>.yaml`` over the
+preset: its search ranked trials on the held-out slice, so the test articles choose nothing.
+A short run's F1 moves by points with the seed: ``--seeds N`` trains every variant N times
+(``train.seed``, + 1, ...; ``--first-seed`` for fresh ones) and gives each figure as mean
+[min, max]; bench/paired.py says whether two runs differ beyond chance, question by question.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-try:  # run as bench/accuracy.py, its folder first on sys.path
-    from common import OUT, ROOT, SPLIT, parser, set_args, write
-except ImportError:  # imported as bench.accuracy (the GPU kit's bench/gpu/run.py)
-    from bench.common import OUT, ROOT, SPLIT, parser, set_args, write
+from common import OUT, ROOT, SPLIT, parser, set_args, write
 
 PRESETS = {"paper": ROOT / "params.yaml", "cpu": ROOT / "params.demo.yaml"}
+VARIANTS = ["bidaf", "bidaf_selfattn", "rnet", "rnet_mult", "qanet"]
 
 
 def prepare(params: Path, train: Path, test: Path, out: Path, sets: list[str]) -> None:
@@ -64,32 +48,31 @@ def prepare(params: Path, train: Path, test: Path, out: Path, sets: list[str]) -
     if meta.is_file() and "heldout" in json.loads(meta.read_text()):
         return
     subprocess.run([sys.executable, "-m", "rcpipe", "prepare", "--params", str(params),
-                    "--set", f"data.train_file={train}", "--set", f"data.dev_file={test}",
-                    "--set", f"data.out_dir={out}", "--set", "data.word_vectors=null",
-                    "--set", f"data.cache_dir={out.parent / 'cache'}", *set_args(sets)],
-                   check=True)
+                    *set_args([f"data.train_file={train}", f"data.dev_file={test}",
+                               f"data.out_dir={out}", "data.word_vectors=null",
+                               f"data.cache_dir={out.parent / 'cache'}", *sets])], check=True)
 
 
 def train(variant: str, params: Path, prepared: Path, train_file: Path, test: Path,
-          run_dir: Path, args: argparse.Namespace, seed: int) -> dict[str, Any]:
-    """One variant for ``args.minutes`` in its own process; its summary (with the curve)."""
+          run_dir: Path, seed: int, minutes: float, eval_every: int, device: str = "cpu",
+          threads: int = 1, sets: Sequence[str] = (), layers: Sequence[str] = ()
+          ) -> dict[str, Any]:
+    """One variant for ``minutes`` in its own process (``layers``: params files laid over
+    ``params``); its summary (with the curve)."""
     sets = [f"train.seed={seed}", f"data.train_file={train_file}", f"data.dev_file={test}",
             f"data.out_dir={prepared}", f"data.cache_dir={prepared.parent / 'cache'}",
             "data.word_vectors=null", "train.num_workers=1", "train.epochs=1000",
             # the budget is minutes: params.demo.yaml's fixed steps a variant must not cap it
-            f"models.{variant}.max_steps=0",
-            f"train.max_minutes={args.minutes}", f"models.{variant}.max_minutes={args.minutes}",
-            f"train.eval_every={args.eval_every}", f"train.device={args.device}",
-            f"train.threads={args.threads}", *args.sets]
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads or os.cpu_count())}
+            f"models.{variant}.max_steps=0", f"train.max_minutes={minutes}",
+            f"models.{variant}.max_minutes={minutes}", f"train.eval_every={eval_every}",
+            f"train.device={device}", f"train.threads={threads}", *sets]
     log = run_dir.with_suffix(".log")
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as f:
         done = subprocess.run([sys.executable, "-m", "rcpipe.train.local", variant,
-                               "--params", str(params), *tuned_layer(args.tuned, variant),
-                               "--run-dir", str(run_dir),
+                               "--params", str(params), *layers, "--run-dir", str(run_dir),
                                *set_args(sets)], stdout=subprocess.PIPE, stderr=f, text=True,
-                              env=env)
+                              env={**os.environ, "OMP_NUM_THREADS": str(threads or os.cpu_count())})
     if done.returncode != 0:
         raise RuntimeError(f"{variant}: training failed, see {log}")
     print(f"  {variant} (seed {seed}): {done.stdout.strip()}", flush=True)
@@ -123,13 +106,12 @@ def best_evaluations(variants: list[str], runs: Path, params: Path, prepared: Pa
     files = Prepared(prepared)
     dev = Split(SquadDataset.from_parquet(files.dev), read_json(test, str(test)))
     found = files.heldout()
-    digest = files.vocab_digest()
     heldout = heldout_split(found, None) if found else None
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     evaluations = {}
     for v in variants:
         saved = torch.load(runs / v / "model.pt", map_location="cpu", weights_only=True)
-        model, _ = model_from_payload(saved, v, digest)
+        model, _ = model_from_payload(saved, v, files.vocab_digest())
         evaluations[v] = heldout_then_dev(model.to(device), dev, heldout,
                                           found.source if found else None, device,
                                           cfg.eval.max_answer_len, window=cfg.data.window,
@@ -185,35 +167,25 @@ def abstain_all(test: Path) -> float | None:
     return 100.0 * sum(1 for qa in qas if qa.get("is_impossible")) / len(qas)
 
 
-def runs_dir(tag: str, seed: int, seeds: int) -> Path:
-    """Where a run's variants train, under the version's folder: ``<tag>/`` (``runs/``
-    untagged) for one seed, ``<tag>/seed-<S>/`` for each of several."""
-    base = Path(tag or "runs")
-    return base / f"seed-{seed}" if seeds > 1 else base
-
-
 def one_seed(seed: int, params: Path, prepared: Path, train_file: Path, test: Path,
-             runs: Path, args: argparse.Namespace) -> dict[str, Any]:
+             runs: Path, args: Any) -> dict[str, Any]:
     """Every variant trained with ``train.seed=seed`` for the minutes, then the ensemble:
     {wall_minutes, variants: {v: scores and curve}, ensemble}."""
     t0 = time.perf_counter()
-    if args.rescore:  # the runs trained before: their summaries, their models ensembled anew
-        summaries = {v: json.loads((runs / v / "summary.json").read_text())
-                     for v in args.variants}
-    else:
-        with ThreadPoolExecutor(args.lanes) as pool:
-            futures = {v: pool.submit(train, v, params, prepared, train_file, test, runs / v,
-                                      args, seed) for v in args.variants}
-            summaries = {v: f.result() for v, f in futures.items()}
+    with ThreadPoolExecutor(args.lanes) as pool:
+        futures = {v: pool.submit(train, v, params, prepared, train_file, test, runs / v, seed,
+                                  args.minutes, args.eval_every, args.device, args.threads,
+                                  args.sets, tuned_layer(args.tuned, v))
+                   for v in args.variants}
+        summaries = {v: f.result() for v, f in futures.items()}
     r: dict[str, Any] = {"wall_minutes": (time.perf_counter() - t0) / 60, "variants": {}}
     for v, s in summaries.items():
         # test scores of the checkpoint ranked best on the held-out slice, v2.0 at the
         # threshold chosen there (the summary's "dev" is the test file here)
         r["variants"][v] = {"best_test_f1": s["best_dev_f1"], "best_test_em": s["best_dev_em"],
                             "best_heldout_f1": s.get("best_heldout_f1"),
-                            "best_step": s["best_step"], "steps": s["steps"],
-                            "epochs": s["epochs"], "examples_per_s": s["examples_per_s"],
-                            "history": s["history"]}
+                            **{k: s[k] for k in ("best_step", "steps", "epochs",
+                                                 "examples_per_s", "history")}}
     if len(args.variants) > 1:
         r["ensemble"] = ensemble(args.variants, runs, params, prepared, test)
     return r
@@ -227,24 +199,22 @@ def spread(values: list[float]) -> dict[str, float]:
 def over_seeds(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The seeds' runs summed up: each variant's (and the ensemble's) test F1 and EM, held-out
     F1 and steps as mean, min and max over the seeds."""
-    first = next(iter(runs.values()))
+    first, runs = next(iter(runs.values())), list(runs.values())
     out: dict[str, Any] = {"variants": {
-        v: {key: spread([r["variants"][v][key] for r in runs.values()])
+        v: {key: spread([r["variants"][v][key] for r in runs])
             for key in ("best_test_f1", "best_test_em", "best_heldout_f1", "steps")
             if first["variants"][v].get(key) is not None}
         for v in first["variants"]}}
     if "ensemble" in first:
-        out["ensemble"] = {key: spread([r["ensemble"][key] for r in runs.values()])
-                           for key in ("f1", "exact_match" if "exact_match" in
-                                       first["ensemble"] else "exact")}
+        em = "exact_match" if "exact_match" in first["ensemble"] else "exact"
+        out["ensemble"] = {key: spread([r["ensemble"][key] for r in runs]) for key in ("f1", em)}
         # each ensemble method's test F1, and its gain over the seed's best single variant
         # (ranked by test F1 after the fact: the bar a method has to clear, not a choice)
         out["methods"] = {m: {
-            "f1": spread([r["ensemble"]["methods"][m]["f1"] for r in runs.values()]),
+            "f1": spread([r["ensemble"]["methods"][m]["f1"] for r in runs]),
             "over_best_member": spread([
                 r["ensemble"]["methods"][m]["f1"]
-                - max(v["best_test_f1"] for v in r["variants"].values())
-                for r in runs.values()])}
+                - max(v["best_test_f1"] for v in r["variants"].values()) for r in runs])}
             for m in first["ensemble"].get("methods", {})}
     return out
 
@@ -306,57 +276,44 @@ def main() -> None:
     ap.add_argument("--preset", choices=sorted(PRESETS), default="paper")
     ap.add_argument("--minutes", type=float, default=15.0, help="training minutes per variant")
     ap.add_argument("--versions", nargs="*", default=["1.1", "2.0"])
-    ap.add_argument("--split", type=Path, default=SPLIT,
-                    help="folder of train-v<V>.json and test-v<V>.json")
-    ap.add_argument("--variants", nargs="*",
-                    default=["bidaf", "bidaf_selfattn", "rnet", "rnet_mult", "qanet"])
+    ap.add_argument("--split", type=Path, default=SPLIT, help="train-v<V>.json, test-v<V>.json")
+    ap.add_argument("--variants", nargs="*", default=VARIANTS)
     ap.add_argument("--lanes", type=int, default=0, help="variants at once (0: preset's)")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads a variant (0: 1 "
-                    "on the cpu preset, torch's default otherwise)")
-    ap.add_argument("--eval-every", type=int, default=0, help="steps between test scores "
-                    "(0: 50 on the cpu preset, 200 otherwise)")
+    ap.add_argument("--threads", type=int, default=0, help="a variant's (0: cpu 1, else torch's)")
+    ap.add_argument("--eval-every", type=int, default=0, help="steps (0: cpu 50, else 200)")
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     ap.add_argument("--tag", default="", help="a name for this run's outputs (ablations)")
-    ap.add_argument("--tuned", type=Path, help="a folder of `rcpipe tune` layers "
-                    "(<variant>.yaml): each variant trains with its own (tag: tuned)")
-    ap.add_argument("--seeds", type=int, default=1, help="train every variant with this many "
-                    "seeds (train.seed, train.seed + 1, ...): figures as mean [min, max]")
-    ap.add_argument("--rescore", action="store_true", help="train nothing: the runs of an "
-                    "earlier call with the same --tag, --seeds and --out, their ensembles made "
-                    "and scored again (after a change to the ensemble methods)")
-    ap.add_argument("--first-seed", type=int, help="the first train.seed of --seeds (default: "
-                    "the preset's): fresh seeds, to confirm on runs nothing was chosen on")
+    ap.add_argument("--tuned", type=Path, help="`rcpipe tune`'s <variant>.yaml layers' folder")
+    ap.add_argument("--seeds", type=int, default=1, help="seeds a variant: mean [min, max]")
+    ap.add_argument("--first-seed", type=int, help="the first seed (default: the preset's)")
     args = ap.parse_args()
+    import torch
+
+    from rcpipe.config import load_config
+
+    cpu, params = args.preset == "cpu", PRESETS[args.preset]
     args.tag = args.tag or ("tuned" if args.tuned else "")
-    cpu = args.preset == "cpu"
     args.lanes = args.lanes or (2 if cpu else 1)
     args.threads = args.threads or (1 if cpu else 0)
     args.eval_every = args.eval_every or (50 if cpu else 200)
-    params = PRESETS[args.preset]
-    work = args.out / "accuracy" / args.preset
-    from rcpipe.config import load_config
-
-    base = args.first_seed if args.first_seed is not None else \
-        load_config(params, args.sets).train.seed
+    base = load_config(params, args.sets).train.seed if args.first_seed is None \
+        else args.first_seed
     seeds = list(range(base, base + args.seeds))
-    import torch
-
     if args.threads:  # the ensemble runs here: beside another bench, torch's default would spin
         torch.set_num_threads(args.threads)
-    device = ("cuda" if torch.cuda.is_available() and args.device != "cpu" else "cpu")
-    name = torch.cuda.get_device_name() if device == "cuda" else \
-        f"{os.cpu_count()}-core CPU, {args.threads} thread(s) a variant"
+    name = torch.cuda.get_device_name() if torch.cuda.is_available() and args.device != "cpu" \
+        else f"{os.cpu_count()}-core CPU, {args.threads} thread(s) a variant"
     result: dict[str, Any] = {"preset": args.preset, "minutes": args.minutes, "device": name,
-                              "seeds": seeds,
-                              "lanes": args.lanes, "sets": args.sets, "versions": {},
+                              "seeds": seeds, "lanes": args.lanes, "sets": args.sets,
+                              "versions": {},
                               "tuned": {v: str(args.tuned / f"{v}.yaml") for v in args.variants
                                         if tuned_layer(args.tuned, v)}}
     for version in args.versions:
         train_file = args.split / f"train-v{version}.json"
         test = args.split / f"test-v{version}.json"
-        prepared = work / f"v{version}" / "prepared"
-        prepare(params, train_file, test, prepared, [])
-        held = json.loads((prepared / "meta.json").read_text()).get("heldout")
+        work = args.out / "accuracy" / args.preset / f"v{version}"
+        prepare(params, train_file, test, work / "prepared", [])
+        held = json.loads((work / "prepared" / "meta.json").read_text()).get("heldout")
         r: dict[str, Any] = {
             "abstain_all_f1": abstain_all(test), "seeds": seeds,
             # what the test articles are not used for: the held-out slice of the training
@@ -368,9 +325,10 @@ def main() -> None:
         print(f"v{version}: {len(args.variants)} variants x {len(seeds)} seed(s), "
               f"{args.minutes} min each, {args.lanes} at a time on {name}", flush=True)
         for seed in seeds:
-            runs = work / f"v{version}" / runs_dir(args.tag, seed, len(seeds))
-            r["runs"][str(seed)] = one_seed(seed, params, prepared, train_file, test, runs,
-                                            args)
+            # the variants train under <tag>/ (runs/ untagged), each seed of several its own
+            runs = work / (args.tag or "runs") / (f"seed-{seed}" if len(seeds) > 1 else "")
+            r["runs"][str(seed)] = one_seed(seed, params, work / "prepared", train_file, test,
+                                            runs, args)
         r |= over_seeds(r["runs"])
         result["versions"][version] = r
         print(f"  v{version}: checkpoints and no-answer thresholds tuned on {r['tuned_on']}")

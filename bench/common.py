@@ -1,9 +1,5 @@
-"""What the benches share: the repository's paths, the options most of them take and the JSON
-result each writes under bench/out/.
-
-A bench runs as ``python bench/NAME.py``, its folder first on sys.path, so it imports this as
-``common``; one the tests import as ``bench.NAME`` puts its folder there first.
-"""
+"""What the benches share: the repository's paths, the options most of them take, the device
+they name and the JSON result each writes under bench/out/."""
 
 from __future__ import annotations
 
@@ -15,7 +11,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "out"
-SPLIT = ROOT.parent / "shared" / "data" / "squad-split"  # the article split (bench/accuracy.py)
+SHARED = ROOT.parent / "shared" / "data"
+SPLIT = SHARED / "squad-split"  # the article split of SQuAD dev (bench/accuracy.py)
+SQUAD = SHARED / "squad" / "dev-v1.1.json"
 
 
 def parser(doc: str | None, out: Path | None = None, sets: bool = True
@@ -40,6 +38,23 @@ def set_args(sets: list[str]) -> list[str]:
 def cpu() -> str:
     """The CPU's name as the results pages give it (the machine's kind where it has none)."""
     return platform.processor() or platform.machine()
+
+
+def device_name(device: Any) -> str:
+    """A torch device as a result names it: the GPU's model, or the CPU with torch's threads."""
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{cpu()} CPU, {torch.get_num_threads()} torch thread(s)"
+
+
+def sync(device: Any) -> None:
+    """Wait for the GPU's queue (a timing's ends); nothing on the CPU."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def write(path: Path, result: Any) -> Path:

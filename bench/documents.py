@@ -1,42 +1,29 @@
-"""Benchmark: whole documents, read as windows against the old cut at 1,000 tokens.
+"""Benchmark: whole documents, read as windows against the old cut at 1,000 tokens
+(docs/results/long-documents.md).
 
-The article split's test articles (`../shared/data/squad-split/test-v1.1.json`, 9 articles
-of SQuAD dev v1.1) with each article's paragraphs joined into one document (a blank line
-between them), every question keeping its gold answers at their shifted offsets. A model
-trained on the split's training articles answers them three ways, at params.yaml's sizes
-(data.window: 1,000 tokens, 500 apart; the old cut: the window's length, 1,000):
-
-- ``paragraph``: each question in its own paragraph (the split as SQuAD gives it);
-- ``windows``: each question over its whole document, read as data.window's windows
-  (inference/answer.py's Reader, the path of predict and serve);
-- ``cut``: each question over its whole document cut at data.window.length tokens, as
-  predict and serve read it before windows (the old train.dev_para_limit).
-
-For each: F1/EM (the official script's), seconds per question (tokenizing, the forward
-passes and decoding, the Reader's batches of 64 windows) and windows per document. The
-model is bidaf trained with the CPU preset (params.demo.yaml's sizes) for ``--minutes``
-through `python -m rcpipe.train.local`, as bench/accuracy.py trains it (its best
-checkpoint, ranked on the held-out slice of the training articles; a model already there
-is reused); ``--model FILE`` takes a model.pt trained on the same prepared data instead.
-``--questions N`` answers N questions of each article, evenly spread over it (every one
-with 0): a question over a whole document costs all its windows. Quote as "article split
-of SQuAD dev, articles as documents".
+The article split's test articles, each article's paragraphs joined into one document,
+every question keeping its gold answers at their shifted offsets, answered by one bidaf
+three ways: each question in its own paragraph (``paragraph``), over its whole document read
+as params.yaml's data.window (``windows``: the Reader of predict and serve), and over its
+document cut at data.window.length tokens as before windows (``cut``); for each F1/EM,
+seconds per question and windows per document. The model is trained with the CPU preset for
+``--minutes`` as bench/accuracy.py trains (or ``--model FILE``, on the same prepared data).
+``--questions N`` answers N questions of each article, spread over it: a question over a
+whole document costs all its windows. Quote as "article split of SQuAD dev, articles as
+documents".
 
     .venv/bin/python bench/documents.py --minutes 5 --questions 40
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from accuracy import PRESETS, prepare, train  # noqa: E402
-from common import OUT, ROOT, SPLIT, parser  # noqa: E402
+from accuracy import PRESETS, prepare, train
+from common import OUT, ROOT, SPLIT, parser, write
 
 SEP = "\n\n"  # between an article's paragraphs in its document
 
@@ -86,8 +73,7 @@ def main() -> None:
     ap.add_argument("--split", type=Path, default=SPLIT)
     ap.add_argument("--workdir", type=Path, default=OUT / "documents")
     ap.add_argument("--minutes", type=float, default=4.0)
-    ap.add_argument("--questions", type=int, default=40,
-                    help="per article, spread over it; 0: all")
+    ap.add_argument("--questions", type=int, default=40, help="an article's (0: all)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--model", type=Path, default=None, help="a trained bidaf model.pt")
     ap.add_argument("--window", type=int, nargs=2, action="append", default=[],
@@ -115,9 +101,8 @@ def main() -> None:
     if model_file is None:
         run = args.workdir / "bidaf"
         if not (run / "model.pt").is_file():
-            ns = argparse.Namespace(minutes=args.minutes, eval_every=100, device="cpu",
-                                    threads=args.threads, set=[], tuned=None)
-            train("bidaf", PRESETS["cpu"], prepared, train_file, test, run, ns, seed=42)
+            train("bidaf", PRESETS["cpu"], prepared, train_file, test, run, 42, args.minutes,
+                  100, threads=args.threads)
         model_file = run / "model.pt"
     saved = torch.load(model_file, map_location="cpu", weights_only=True)
     model, _ = model_from_payload(saved, "bidaf", Prepared(prepared).vocab_digest())
@@ -128,27 +113,23 @@ def main() -> None:
     meta = json.loads((prepared / "meta.json").read_text())
     encoder = TextEncoder.from_vocab(json.loads((prepared / "vocab.json").read_text()),
                                      meta["char_limit"])
-    cpu = torch.device("cpu")
-    windowed = Reader(encoder, {"bidaf": model}, cpu, small.eval.max_answer_len,
-                      window=big.data.window)
-    cut = Reader(encoder, {"bidaf": model}, cpu, small.eval.max_answer_len,
-                 para_limit=big.data.window.length)
-    whole = Reader(encoder, {"bidaf": model}, cpu, small.eval.max_answer_len)
+
+    def reader(**reading: Any) -> Any:
+        return Reader(encoder, {"bidaf": model}, torch.device("cpu"),
+                      small.eval.max_answer_len, **reading)
 
     source = read_json(test, str(test))
     documents = as_documents(source, args.questions)
     qids = {qa["id"] for a in documents["data"] for qa in a["paragraphs"][0]["qas"]}
     paragraphs = only(source, qids)
+    readers = [("paragraph", reader(), paragraphs),
+               ("windows", reader(window=big.data.window), documents),
+               ("cut", reader(para_limit=big.data.window.length), documents)]
+    readers += [(f"windows {n}/{s}", reader(window=Window(length=n, stride=s)), documents)
+                for n, s in args.window]
     rows = {}
-    readers = [("paragraph", whole, paragraphs), ("windows", windowed, documents),
-               ("cut", cut, documents)]
-    for length, stride in args.window:
-        shape = Window(length=length, stride=stride)
-        readers.append((f"windows {length}/{stride}", Reader(
-            encoder, {"bidaf": model}, cpu, small.eval.max_answer_len, window=shape),
-            documents))
-    for name, reader, doc in readers:
-        found, seconds = answer(reader, doc, name)
+    for name, read, doc in readers:
+        found, seconds = answer(read, doc, name)
         scores = metrics.score(doc, {q: v["text"] for q, v in found.items()})
         past = [q for q, v in found.items() if v["windows"] > 1 and v["window"] > 0]
         rows[name] = {"f1": scores["f1"], "em": scores["exact_match"],
@@ -166,11 +147,9 @@ def main() -> None:
            "window": big.data.window.model_dump(), "cut_at": big.data.window.length,
            "documents": len(contexts), "tokens_per_document": tokens,
            "windows_per_document": windows, "rows": rows}
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    (args.workdir / "documents.json").write_text(json.dumps(out, indent=1))
     print(f"{len(contexts)} documents of {min(tokens):,}-{max(tokens):,} tokens, "
-          f"{min(windows)}-{max(windows)} windows (mean {sum(windows) / len(windows):.1f}) "
-          f"-> {args.workdir / 'documents.json'}")
+          f"{min(windows)}-{max(windows)} windows (mean {sum(windows) / len(windows):.1f})")
+    write(args.workdir / "documents.json", out)
 
 
 if __name__ == "__main__":

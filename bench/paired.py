@@ -1,17 +1,13 @@
-"""Benchmark companion: two bench/accuracy.py runs (default and tuned) question by question.
+"""Benchmark companion: two bench/accuracy.py runs (say default and tuned) question by question.
 
 A test F1 over ~2,000 questions moves by about a point from chance alone, so "tuned beats
 default by 0.4" says nothing until the spread is known. For each variant both runs trained
-(``--tag A`` and ``--tag B`` of bench/accuracy.py, same preset, split and out folder), both
-best models answer the test articles again (each at its no-answer threshold chosen on the
-held-out slice, as the bench scored them), and rcpipe.scoring.compare gives B's F1 minus A's
-with a 95% interval from a bootstrap over the test paragraphs; the ensembles of each run too.
-Nothing is chosen here: it only reads the two runs. Runs of several seeds (bench/accuracy.py
-``--seeds N``: ``<tag>/seed-<S>/``) are paired seed by seed: the line gives the seed-averaged
-difference with its paragraph interval, each seed pair's difference (their range is the
-seed spread, which the bootstrap does not see) and the verdict (rcpipe.scoring.compare:
-``gain`` or ``loss`` only when the interval leaves out 0 and every seed pair agrees). Writes
-``OUT/accuracy-paired-A-B.json`` and prints a line per variant.
+(``--tag A`` and ``--tag B``, same preset, split and out folder), both best models answer the
+test articles again, as the bench scored them, and rcpipe.scoring.compare gives B's F1 minus
+A's with a 95% interval from a bootstrap over the test paragraphs; the ensembles' too. Runs of
+several seeds are paired seed by seed (the seed pairs' range is the spread the bootstrap does
+not see; the verdict is ``gain`` or ``loss`` only when the interval leaves out 0 and every
+seed pair agrees). Nothing is chosen here. Writes ``OUT/accuracy-paired-A-B.json``.
 
     .venv/bin/python bench/paired.py --preset cpu --versions 1.1 --out OUT s3default s3tuned
 """

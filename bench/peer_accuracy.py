@@ -1,35 +1,24 @@
 """Benchmark: how well rcpipe's models learn beside the implementations people know, at equal
-minutes and at equal steps on this CPU (bench/peers.py's accuracy mode).
+minutes and at equal steps on this CPU (bench/peers.py's accuracy mode; docs/results/peers.md
+says what both sides share and each side's recipe).
 
 rcpipe's ``bidaf`` against chrischute/squad's BiDAF, its ``qanet`` against
-BangLiu/QANet-PyTorch, on the article split of SQuAD dev v1.1 (`../shared/data/squad-split`).
-Both sides read rcpipe's prepared rows (the same tokens; prepare run twice: once for the
-vocabulary, then with a file of seeded N(0, 1) vectors for it, so both sides start from one
-word_emb.npy and both train it), at the CPU preset's widths (BiDAF hidden 32, 2 modeling
-layers as the peer's; QANet d 32, 2 heads, char dim 8, the peer's depth: 4 convs in the
-embedding encoder, 7 model blocks of 2 convs). Each side trains by its own recipe: rcpipe's
-through `python -m rcpipe.train.local` (the worker `rcpipe train` runs) with params.demo.yaml's
-settings, the peer's by its repository's (bench/peer_recipes.py says each). The two sides of a
-pair train at once, one torch thread each, ``--minutes`` each, seed by seed.
-
-Checkpoints are chosen on the held-out slice prepare sets aside, never on the test articles;
-both sides answer through rcpipe's reader and are scored by the official scorer.
-At equal minutes: each side's best checkpoint of its run. At equal steps: the step count
-the slower side reached (S); each side's best checkpoint at or before S. The faster side's
-checkpoints at or before S come from its run again, capped at S steps with the slower side's
-checkpoint cadence: the same seed, data order and schedule, so the same first S steps (the
-bench checks it: held-out F1 at the steps both runs scored agree). The peer's clock is
-training alone (its checkpoints are scored after it stops); rcpipe's counts its evaluations
-too. The difference (rcpipe minus peer) comes with the paired paragraph-bootstrap interval
-over the seeds (rcpipe.scoring.compare.seeded_difference) and its verdict.
+BangLiu/QANet-PyTorch, on the article split of SQuAD dev v1.1, both from one prepared split
+and one word-vector matrix (seeded N(0, 1) rows, trained on both sides), at the CPU preset's
+widths. Each side trains by its own recipe (rcpipe's through `python -m rcpipe.train.local`,
+the peer's through bench/peer_train.py), the two at once, one torch thread each, seed by
+seed. Checkpoints are chosen on the held-out slice, never on the test articles. At equal
+steps S (the slower side's count) the faster side's checkpoints up to S come from its run
+again, capped at S with the slower side's cadence: the same first S steps (checked: held-out
+F1 at the steps both runs scored agrees). rcpipe minus peer comes with the paired
+paragraph-bootstrap interval over the seeds and its verdict.
 
     .venv/bin/python -m bench.peer_accuracy --minutes 15 --seeds 3
-    .venv/bin/python -m bench.peer_accuracy --minutes 1 --seeds 1 --models bidaf --out /tmp/x
 
 The peers' checkouts: ``git archive`` of their pinned commits (bench/gpu/box.PEERS) into
 /tmp/peers/squad and /tmp/peers/QANet-PyTorch, or ``--bidaf-peer`` / ``--qanet-peer``. A run
-already finished (its summary.json) is not trained again, so an interrupted bench goes on
-where it stopped. Writes OUT/peer-accuracy.json and OUT/peer-accuracy.png.
+already finished is not trained again, so an interrupted bench goes on where it stopped.
+Writes OUT/peer-accuracy.json and OUT/peer-accuracy.png.
 """
 
 from __future__ import annotations
@@ -45,11 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-from accuracy import PRESETS, SPLIT, best_evaluations, panels, prepare  # noqa: E402
-from accuracy import train as rcpipe_train  # noqa: E402
+from accuracy import PRESETS, best_evaluations, panels, prepare
+from accuracy import train as rcpipe_train
+from common import OUT, ROOT, SPLIT, parser, write
 
 PARAMS = PRESETS["cpu"]
 WORD_DIM = 64  # params.demo.yaml's data.word_dim
@@ -82,15 +69,6 @@ def shared_vectors(work: Path, train_file: Path, test: Path) -> tuple[Path, Path
     return vectors, prepared
 
 
-def rcpipe_args(model: str, vectors: Path, minutes: float, every: int,
-                extra: list[str]) -> argparse.Namespace:
-    """bench/accuracy.py's train() arguments for rcpipe's side of a pair."""
-    sets = [f"data.word_vectors={vectors}", "data.missing_vectors=fixed",
-            f"models.{model}.train_word_vectors=true", *PAIRS[model]["sets"], *extra]
-    return argparse.Namespace(minutes=minutes, eval_every=every, device="cpu", threads=1,
-                              tuned=None, sets=sets)
-
-
 def peer_run(model: str, peer: Path, prepared: Path, test: Path, minutes: float, seed: int,
              every: int, out: Path) -> dict[str, Any]:
     """The peer trained by its recipe in its own process (bench/peer_train.py)."""
@@ -110,8 +88,10 @@ def rcpipe_run(model: str, vectors: Path, prepared: Path, train_file: Path, test
                minutes: float, every: int, seed: int, run: Path,
                extra: list[str] = ()) -> dict[str, Any]:
     if not (run / "summary.json").is_file():
-        rcpipe_train(model, PARAMS, prepared, train_file, test, run,
-                     rcpipe_args(model, vectors, minutes, every, list(extra)), seed)
+        rcpipe_train(model, PARAMS, prepared, train_file, test, run, seed, minutes, every,
+                     sets=[f"data.word_vectors={vectors}", "data.missing_vectors=fixed",
+                           f"models.{model}.train_word_vectors=true", *PAIRS[model]["sets"],
+                           *extra])
     return json.loads((run / "summary.json").read_text())
 
 
@@ -225,18 +205,16 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, OUT, sets=False)
     ap.add_argument("--models", nargs="*", default=list(PAIRS), choices=list(PAIRS))
     ap.add_argument("--minutes", type=float, default=15.0, help="training minutes a side")
-    ap.add_argument("--seeds", type=int, default=3, help="seeds 42, 43, ... (params.demo's "
-                    "train.seed on): both sides of a pair train with each")
+    ap.add_argument("--seeds", type=int, default=3, help="42, 43, ...: both sides with each")
     ap.add_argument("--bidaf-peer", type=Path, default=PAIRS["bidaf"]["peer"])
     ap.add_argument("--qanet-peer", type=Path, default=PAIRS["qanet"]["peer"])
     ap.add_argument("--every", type=int, nargs=2, metavar=("RCPIPE", "PEER"),
                     help="steps between checkpoints on each side (default: PAIRS', about a "
                     "dozen a side in 15 minutes)")
     ap.add_argument("--split", type=Path, default=SPLIT)
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
     args = ap.parse_args()
     import torch
 
@@ -262,10 +240,9 @@ def main() -> None:
                                    "compared": found}
         for at, d in found.items():
             print(f"{model} at equal {at}: rcpipe minus peer {d['line']}", flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "peer-accuracy.json").write_text(json.dumps(result, indent=1) + "\n")
+    write(args.out / "peer-accuracy.json", result)
     plot(result, args.out / "peer-accuracy.png")
-    print(f"-> {args.out / 'peer-accuracy.json'}, {args.out / 'peer-accuracy.png'}")
+    print(f"-> {args.out / 'peer-accuracy.png'}")
 
 
 if __name__ == "__main__":

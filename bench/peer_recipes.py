@@ -60,6 +60,7 @@ class Recipe:
 
 
 def imported(peer: Path, module: str) -> Any:
+    """A module of the peer's checkout (its folder first on the path)."""
     if str(peer) not in sys.path:
         sys.path.insert(0, str(peer))
     return importlib.import_module(module)
@@ -110,10 +111,24 @@ def chrischute_bidaf(peer: Path, vectors: np.ndarray, chars: int, hidden: int,
                    "padding": "to the batch's longest"})
 
 
+def bangliu_module(peer: Path) -> Any:
+    """The peer's model/QANet.py, its PosEncoder wrapped to run on any device."""
+    module = imported(peer, "model.QANet")
+
+    def pos_encoder(x: torch.Tensor, min_timescale: float = 1.0,
+                    max_timescale: float = 1.0e4) -> torch.Tensor:
+        # the peer's moves its signal to x.get_device(), -1 on the CPU (an error); the same
+        # signal (its own get_timing_signal) moved to x.device instead
+        x = x.transpose(1, 2)  # (B, L, d)
+        signal = module.get_timing_signal(x.size(1), x.size(2), min_timescale, max_timescale)
+        return (x + signal.to(x.device)).transpose(1, 2)  # (B, d, L)
+
+    module.PosEncoder = pos_encoder
+    return module
+
+
 def bangliu_qanet(peer: Path, vectors: np.ndarray, chars: int, hidden: int,
                   heads: int) -> Recipe:
-    from bench.peers import bangliu_module
-
     module = bangliu_module(peer)  # no EMA: --use_ema is off in its recipe
     char_dim = 8  # rcpipe's CPU preset's char embedding width, given to both sides
     char_mat = torch.randn(chars, char_dim)

@@ -18,7 +18,6 @@ heldout_f1, heldout_em; steps, examples_per_s, the recipe) and ``OUT/answers/ste
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import time
@@ -27,8 +26,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from common import parser, write
+from peer_recipes import RECIPES, Reader, Recipe, padded
 
-from bench.peer_recipes import RECIPES, Reader, Recipe, padded
 from rcpipe.config.data import Window
 from rcpipe.data.dataset import SquadDataset
 from rcpipe.data.prepared import Prepared
@@ -73,7 +73,7 @@ def evaluate(recipe: Recipe, dev: Split, held: Split | None, window: Window,
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, sets=False)
     ap.add_argument("model", choices=sorted(RECIPES))
     ap.add_argument("peer", type=Path, help="the peer's checkout (outside this repo)")
     ap.add_argument("--prepared", type=Path, required=True, help="rcpipe prepare's folder")
@@ -81,15 +81,9 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=15.0)
     ap.add_argument("--eval-every", type=int, default=200)
     ap.add_argument("--seed", type=int, default=42)
-    ap.add_argument("--hidden", type=int, default=32)
-    ap.add_argument("--heads", type=int, default=2)
-    ap.add_argument("--max-answer-len", type=int, default=15)
-    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--score-only", action="store_true", help="score the checkpoints a "
-                    "run saved under OUT again (OUT/trained.json lists them); no training")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(1)
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)  # as the peers' train scripts seed, before the model
@@ -97,41 +91,34 @@ def main() -> None:
     vectors = files.word_vectors()
     if vectors is None:
         raise SystemExit(f"error: {args.prepared}: no word_emb.npy (prepare with word vectors)")
-    recipe = RECIPES[args.model](args.peer, vectors, len(files.vocab()["chars"]), args.hidden,
-                                 args.heads)
-    train = SquadDataset.from_parquet(files.train)
+    # the CPU preset's widths (params.demo.yaml: hidden 32, 2 heads), as rcpipe's side
+    recipe = RECIPES[args.model](args.peer, vectors, len(files.vocab()["chars"]), 32, 2)
     dev = Split(SquadDataset.from_parquet(files.dev), read_json(args.test, str(args.test)))
     found = files.heldout()
     held = heldout_split(found, None) if found else None
-    window = Window()  # rcpipe evaluate's (data.window's defaults)
-    (args.out / "answers").mkdir(parents=True, exist_ok=True)
-    done = args.out / "trained.json"
-    if args.score_only:  # the checkpoints a run saved, scored again
-        saved = json.loads(done.read_text())["saved"]
-    else:
-        saved = trained(recipe, train, args.minutes, args.eval_every, args.seed,
-                        args.out / "checkpoints")
-        # how far it got, before the scoring: bench/peer_accuracy.py starts rcpipe's capped
-        # run on it; and what was saved, so that the scoring can be done again alone
-        done.write_text(json.dumps({"steps": saved[-1]["step"], "saved": saved}))
+    saved = trained(recipe, SquadDataset.from_parquet(files.train), args.minutes,
+                    args.eval_every, args.seed, args.out / "checkpoints")
+    # how far it got, before the scoring: bench/peer_accuracy.py starts rcpipe's capped run
+    write(args.out / "trained.json", {"steps": saved[-1]["step"], "saved": saved})
+    (args.out / "answers").mkdir(exist_ok=True)
     history = []
     for point in saved:  # scored after the clock stopped: the peer's minutes train only
         path = args.out / "checkpoints" / f"step-{point['step']}.pt"
         recipe.model.load_state_dict(torch.load(path, weights_only=True))
-        scores, answers = evaluate(recipe, dev, held, window, args.max_answer_len)
+        # rcpipe evaluate's reading: data.window's and eval.max_answer_len's defaults
+        scores, answers = evaluate(recipe, dev, held, Window(), 15)
         history.append(point | scores)
-        (args.out / "answers" / f"step-{point['step']}.json").write_text(json.dumps(answers))
+        (args.out / f"answers/step-{point['step']}.json").write_text(json.dumps(answers))
         print(f"{recipe.name} step {point['step']} ({point['minutes']:.1f} min): test F1 "
               f"{scores['f1']:.2f}, held-out F1 {scores.get('heldout_f1', float('nan')):.2f}",
               flush=True)
-    last = saved[-1] if saved else history[-1]
-    best = max(history, key=lambda h: h.get("heldout_f1", h["f1"]))
-    summary = {"peer": recipe.name, "recipe": recipe.settings, "seed": args.seed,
-               "steps": last["step"], "epochs": last["epoch"], "examples": last["examples"],
-               "examples_per_s": last["examples"] / (last["minutes"] * 60),
-               "best_step": best["step"], "best_test_f1": best["f1"],
-               "best_heldout_f1": best.get("heldout_f1"), "history": history}
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    last, best = saved[-1], max(history, key=lambda h: h.get("heldout_f1", h["f1"]))
+    write(args.out / "summary.json", {
+        "peer": recipe.name, "recipe": recipe.settings, "seed": args.seed,
+        "steps": last["step"], "epochs": last["epoch"], "examples": last["examples"],
+        "examples_per_s": last["examples"] / (last["minutes"] * 60), "best_step": best["step"],
+        "best_test_f1": best["f1"], "best_heldout_f1": best.get("heldout_f1"),
+        "history": history})
 
 
 def trained(recipe: Recipe, train: SquadDataset, minutes: float, every: int, seed: int,

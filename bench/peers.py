@@ -6,34 +6,25 @@ BangLiu/QANet-PyTorch for ``qanet``. Its model class is imported from that path 
 at the sizes rcpipe's is; both read the same real-text batch (bench/peer_text.py: the first
 ``--context`` tokens of ``--batch`` SQuAD articles, so words repeat as in real batches) and
 train with the same optimiser (Adam, lr 1e-3; no EMA, no clipping on either side). After
-``--warmup`` rounds, each of ``--repeats`` rounds times a training step (forward, loss,
-backward, Adam) and an inference forward of each side, the side that goes first
-alternating round by round; it prints medians, minimums and rcpipe/peer ratios (above 1:
-rcpipe slower), then the differences between the two models that remain.
+``--warmup`` rounds, each of ``--repeats`` rounds times a training step and an inference
+forward of each side, the side that goes first alternating round by round; it prints medians,
+minimums and rcpipe/peer ratios (above 1: rcpipe slower), then the differences between the
+two models that remain. One torch thread unless ``--threads``; the CPU unless ``--device``
+(``cuda``: rcpipe's distinct words found on the host and copied each step, as its collate
+does). Name the machine with the numbers (its load moves them: compare within one run).
 
-    OMP_NUM_THREADS=1 .venv/bin/python -m bench.peers bidaf /tmp/peers/squad
-    OMP_NUM_THREADS=1 .venv/bin/python -m bench.peers bidaf /tmp/peers/squad \
-        --set char_dim=1 char_hidden=1 char_kernel=1
+    OMP_NUM_THREADS=1 .venv/bin/python -m bench.peers bidaf /tmp/peers/squad [--profile 3]
     OMP_NUM_THREADS=1 .venv/bin/python -m bench.peers qanet /tmp/peers/QANet-PyTorch
-    OMP_NUM_THREADS=1 .venv/bin/python -m bench.peers bidaf /tmp/peers/squad --profile 3
-
-One torch thread unless ``--threads``. The CPU unless ``--device`` (``cuda``: both models and
-the batch on the GPU, rcpipe's distinct words found on the host and copied each step, as its
-collate does; each timing synchronised). Name the machine with the numbers (its load moves
-them: compare within one run).
-
-    .venv/bin/python -m bench.peers bidaf /tmp/peers/squad --device cuda --repeats 20
 
 ``--text FILE`` reads the batch bench/peer_text.save_text_batch wrote instead of tokenizing
-``--squad`` (the GPU box has no spaCy: the kit carries the batch, bench/gpu/build.py);
-``--out FILE`` writes the timings and ratios as JSON too.
+``--squad`` (the GPU box has no spaCy: the kit carries the batch); ``--out FILE`` writes the
+timings and ratios as JSON too.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import json
 import statistics
 import sys
@@ -46,17 +37,16 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from common import ROOT, SQUAD, device_name, parser, write
+from peer_recipes import bangliu_module, imported
+from peer_text import TextBatch, load_text_batch, read_text_batch, saved_word_rows
 from torch import nn
 
-from bench.peer_text import TextBatch, load_text_batch, read_text_batch, saved_word_rows
 from rcpipe.config import ModelConfig, load_config
 from rcpipe.data.dataset import distinct_words
 from rcpipe.models import ModelInputs, build_model
 from rcpipe.models.batch import Batch
 from rcpipe.models.layers import span_loss
-
-ROOT = Path(__file__).resolve().parents[1]
-SQUAD = ROOT.parent / "shared" / "data" / "squad" / "dev-v1.1.json"
 
 
 @dataclass
@@ -97,35 +87,16 @@ def rcpipe_side(variant: str, cfg: ModelConfig, text: TextBatch, vectors: np.nda
 
 def chrischute_bidaf(peer: Path, args: argparse.Namespace, text: TextBatch,
                      vectors: np.ndarray, device: torch.device) -> Side:
-    sys.path.insert(0, str(peer))
     sys.modules.setdefault("ujson", json)  # util.py imports it at the top; no model code uses it
-    models = importlib.import_module("models")
-    model = models.BiDAF(word_vectors=torch.from_numpy(vectors), hidden_size=args.hidden,
-                         drop_prob=args.dropout).to(device)
+    model = imported(peer, "models").BiDAF(word_vectors=torch.from_numpy(vectors),
+                                           hidden_size=args.hidden,
+                                           drop_prob=args.dropout).to(device)
     text = on(text, device)
 
     def loss(out: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         return F.nll_loss(out[0], text.y1) + F.nll_loss(out[1], text.y2)  # as its train.py
 
     return Side("chrischute/squad BiDAF", model, lambda: model(text.cw, text.qw), loss)
-
-
-def bangliu_module(peer: Path) -> Any:
-    """The peer's model/QANet.py, its PosEncoder wrapped to run on any device."""
-    if str(peer) not in sys.path:
-        sys.path.insert(0, str(peer))
-    module = importlib.import_module("model.QANet")
-
-    def pos_encoder(x: torch.Tensor, min_timescale: float = 1.0,
-                    max_timescale: float = 1.0e4) -> torch.Tensor:
-        # the peer's moves its signal to x.get_device(), -1 on the CPU (an error); the same
-        # signal (its own get_timing_signal) moved to x.device instead
-        x = x.transpose(1, 2)  # (B, L, d)
-        signal = module.get_timing_signal(x.size(1), x.size(2), min_timescale, max_timescale)
-        return (x + signal.to(x.device)).transpose(1, 2)  # (B, d, L)
-
-    module.PosEncoder = pos_encoder
-    return module
 
 
 def bangliu_qanet(peer: Path, args: argparse.Namespace, text: TextBatch,
@@ -183,63 +154,60 @@ def timed(fn: Callable[[], None]) -> float:
     return time.perf_counter() - start
 
 
-def train_step(side: Side, optimizer: torch.optim.Optimizer) -> Callable[[], None]:
-    def step() -> None:
+def steps(side: Side) -> dict[str, Callable[[], None]]:
+    """What a round times on a side: a training step (forward, loss, backward, Adam at lr
+    1e-3, its own optimiser) and an inference forward."""
+    optimizer = torch.optim.Adam([p for p in side.model.parameters() if p.requires_grad],
+                                 lr=1e-3)
+
+    def train() -> None:
         side.model.train()
         optimizer.zero_grad(set_to_none=True)
         side.loss(side.forward()).backward()
         optimizer.step()
-    return step
 
-
-def inference(side: Side) -> Callable[[], None]:
-    def run() -> None:
+    def inference() -> None:
         side.model.eval()
         with torch.no_grad():
             side.forward()
-    return run
+
+    return {"train": train, "inference": inference}
 
 
 def measure(sides: list[Side], warmup: int, repeats: int) -> dict[str, dict[str, list[float]]]:
     """Seconds per round: {"train" | "inference": {side name: [...]}}, A/B alternated."""
-    runs = {"train": [], "inference": []}  # type: dict[str, list[Callable[[], None]]]
-    for side in sides:
-        trainable = [p for p in side.model.parameters() if p.requires_grad]
-        runs["train"].append(train_step(side, torch.optim.Adam(trainable, lr=1e-3)))
-        runs["inference"].append(inference(side))
-    times = {kind: {s.name: [] for s in sides} for kind in runs}  # type: dict[str, Any]
+    runs = [steps(s) for s in sides]
+    times: dict[str, Any] = {kind: {s.name: [] for s in sides} for kind in runs[0]}
     for round_ in range(warmup + repeats):
         order = range(len(sides)) if round_ % 2 == 0 else reversed(range(len(sides)))
         for i in order:
-            for kind, fns in runs.items():
-                seconds = timed(fns[i])
+            for kind, fn in runs[i].items():
+                seconds = timed(fn)
                 if round_ >= warmup:
                     times[kind][sides[i].name].append(seconds)
     return times
 
 
-def profile_ops(sides: list[Side], steps: int, top: int) -> None:
+def profile_ops(sides: list[Side], count: int, top: int) -> None:
     """Where a training step's and an inference forward's time goes on each side:
-    torch.profiler's self CPU time per aten op, per step (``steps`` profiled after the timed
+    torch.profiler's self CPU time per aten op, per step (``count`` profiled after the timed
     rounds), the ``top`` largest."""
     from torch.profiler import ProfilerActivity, profile
 
-    for kind in ("training step", "inference forward"):
+    for kind, what in (("train", "training step"), ("inference", "inference forward")):
         per_side = {}
         for side in sides:
-            trainable = [p for p in side.model.parameters() if p.requires_grad]
-            step = (train_step(side, torch.optim.Adam(trainable, lr=1e-3))
-                    if kind == "training step" else inference(side))
+            step = steps(side)[kind]
             step()  # the optimiser's state made outside the profile
             with profile(activities=[ProfilerActivity.CPU]) as prof:
-                for _ in range(steps):
+                for _ in range(count):
                     step()
-            per_side[side.name] = {e.key: e.self_cpu_time_total / 1e6 / steps
+            per_side[side.name] = {e.key: e.self_cpu_time_total / 1e6 / count
                                    for e in prof.key_averages() if e.key.startswith("aten::")}
         names = [s.name for s in sides]
         ops = sorted(set().union(*per_side.values()),
                      key=lambda k: -max(per_side[n].get(k, 0.0) for n in names))[:top]
-        print(f"\nA {kind}'s time by op (torch.profiler, self CPU s per step, {steps} "
+        print(f"\nA {what}'s time by op (torch.profiler, self CPU s per step, {count} "
               "steps a side):")
         print("| op | " + " | ".join(names) + " |\n|---|" + "---|" * len(names))
         for op in ops:
@@ -247,12 +215,6 @@ def profile_ops(sides: list[Side], steps: int, top: int) -> None:
                   + " |")
         print("| all aten ops | " + " | ".join(f"{sum(per_side[n].values()):.3f}"
                                                for n in names) + " |")
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"CPU, {torch.get_num_threads()} torch thread(s)"
 
 
 def ratios(times: dict[str, dict[str, list[float]]], ours: str, peer: str
@@ -265,57 +227,44 @@ def ratios(times: dict[str, dict[str, list[float]]], ours: str, peer: str
                      "peer_median_s": statistics.median(b), "peer_min_s": min(b),
                      "ratio_median": statistics.median(a) / statistics.median(b),
                      "ratio_min": min(a) / min(b)}
+        s = out[kind]
+        print(f"| {kind} | {s['rcpipe_median_s']:.3f} / {s['rcpipe_min_s']:.3f} | "
+              f"{s['peer_median_s']:.3f} / {s['peer_min_s']:.3f} | "
+              f"{s['ratio_median']:.2f}x / {s['ratio_min']:.2f}x |")
     return out
 
 
-def report(times: dict[str, dict[str, list[float]]], ours: str, peer: str) -> None:
-    print(f"| step | {ours}: median / min (s) | {peer}: median / min (s) | "
-          "ratio, median / min |")
-    print("|---|---|---|---|")
-    for kind, by_side in times.items():
-        a, b = by_side[ours], by_side[peer]
-        ma, mb = statistics.median(a), statistics.median(b)
-        print(f"| {kind} | {ma:.3f} / {min(a):.3f} | {mb:.3f} / {min(b):.3f} | "
-              f"{ma / mb:.2f}x / {min(a) / min(b):.2f}x |")
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("model", choices=sorted(PEERS))
-    parser.add_argument("peer", type=Path, help="the peer's checkout (outside this repo)")
-    parser.add_argument("--squad", type=Path, default=SQUAD)
-    parser.add_argument("--text", type=Path, help="a saved batch (bench/peer_text.py) "
-                        "instead of tokenizing --squad")
-    parser.add_argument("--out", type=Path, help="the timings and ratios as JSON too")
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--context", type=int, default=300)
-    parser.add_argument("--question", type=int, default=30)
-    parser.add_argument("--words", type=int, help="rows of the frozen table (20,000; with "
-                        "--text, the saved batch's)")
-    parser.add_argument("--word-dim", type=int, default=100)
-    parser.add_argument("--hidden", type=int, default=100)
-    parser.add_argument("--dropout", type=float, default=0.2)
-    parser.add_argument("--heads", type=int, default=4, help="QANet: both sides")
-    parser.add_argument("--char-dim", type=int, default=64, help="QANet: both sides")
-    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="over rcpipe's params.yaml settings of the variant")
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
-                        help="then profile this many training steps and inference forwards a "
-                        "side, op by op")
-    args = parser.parse_args()
+    ap = parser(__doc__, sets=False)
+    ap.add_argument("model", choices=sorted(PEERS))
+    ap.add_argument("peer", type=Path, help="the peer's checkout (outside this repo)")
+    ap.add_argument("--squad", type=Path, default=SQUAD)
+    ap.add_argument("--text", type=Path, help="a saved batch instead of tokenizing --squad")
+    ap.add_argument("--out", type=Path, help="the timings and ratios as JSON too")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--context", type=int, default=300)
+    ap.add_argument("--question", type=int, default=30)
+    ap.add_argument("--words", type=int, help="the frozen table's rows (20,000; --text's)")
+    ap.add_argument("--word-dim", type=int, default=100)
+    ap.add_argument("--hidden", type=int, default=100)
+    ap.add_argument("--dropout", type=float, default=0.2)
+    ap.add_argument("--heads", type=int, default=4, help="QANet: both sides")
+    ap.add_argument("--char-dim", type=int, default=64, help="QANet: both sides")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="rcpipe's variant")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--profile", type=int, default=0, metavar="STEPS", help="then by op")
+    args = ap.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: no CUDA device here")
+        ap.error("--device cuda: no CUDA device here")
     peer = args.peer.resolve()
     # nothing of a peer is committed here; the GPU kit's copy lives in gpu-kit/, ignored
     if peer.is_relative_to(ROOT) and not peer.is_relative_to(ROOT / "gpu-kit"):
-        parser.error(f"{peer}: a peer's checkout lives outside this repository")
-
+        ap.error(f"{peer}: a peer's checkout lives outside this repository")
     try:
         if args.text:
             text = load_text_batch(args.text, args.words)
@@ -325,7 +274,7 @@ def main() -> None:
             text = read_text_batch(args.squad, args.batch, args.context, args.question,
                                    args.words)
     except (OSError, ValueError, KeyError) as e:
-        parser.error(f"{args.text or args.squad}: {e}" if isinstance(e, KeyError) else str(e))
+        ap.error(f"{args.text or args.squad}: {e}" if isinstance(e, KeyError) else str(e))
     vectors = np.random.default_rng(0).normal(size=(args.words, args.word_dim)).astype(
         np.float32)
     vectors[0] = 0.0  # padding
@@ -334,8 +283,8 @@ def main() -> None:
         sizes |= {"heads": args.heads, "char_dim": args.char_dim, "char_hidden": args.hidden,
                   "char_kernel": 5, "char_dropout": 0.05}
     sets = [f"models.{args.model}.{k}={v}" for k, v in sizes.items()]
-    sets += [f"models.{args.model}.{s}" for s in args.set]
-    cfg = load_config(ROOT / "params.yaml", sets).models.of(args.model)
+    cfg = load_config(ROOT / "params.yaml", sets + [f"models.{args.model}.{s}"
+                                                    for s in args.set]).models.of(args.model)
     torch.manual_seed(0)
     sides = [rcpipe_side(args.model, cfg, text, vectors, device),
              PEERS[args.model](peer, args, text, vectors, device)]
@@ -351,15 +300,15 @@ def main() -> None:
     for side in sides:
         n = sum(p.numel() for p in side.model.parameters() if p.requires_grad)
         print(f"{side.name}: {n:,} trainable parameters")
-    times = measure(sides, args.warmup, args.repeats)
-    report(times, sides[0].name, sides[1].name)
+    ours, theirs = (s.name for s in sides)
+    print(f"| step | {ours}: median / min (s) | {theirs}: median / min (s) | "
+          "ratio, median / min |\n|---|---|---|---|")
+    steps = ratios(measure(sides, args.warmup, args.repeats), ours, theirs)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({
-            "model": args.model, "peer": sides[1].name, "device": device_name(device),
-            "batch": len(text.cw), "context": text.cw.size(1), "question": text.qw.size(1),
-            "hidden": args.hidden, "warmup": args.warmup, "repeats": args.repeats,
-            "steps": ratios(times, sides[0].name, sides[1].name)}, indent=1) + "\n")
+        write(args.out, {"model": args.model, "peer": theirs, "device": device_name(device),
+                         "batch": len(text.cw), "context": text.cw.size(1),
+                         "question": text.qw.size(1), "hidden": args.hidden,
+                         "warmup": args.warmup, "repeats": args.repeats, "steps": steps})
     if args.profile:
         profile_ops(sides, args.profile, top=15)
     print("\nRemaining differences:")

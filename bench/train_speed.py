@@ -1,46 +1,34 @@
 """Benchmark: training speed of every variant at a params file's sizes, side by side.
 
 The models, optimisers and batch are the params file's (default params.yaml: the papers'
-sizes); the data is a prepared split (``--prepared``; default: a small synthetic set made on
-the fly, which needs spaCy). Each (device, variant, mode) gets warm-up steps, then
-``--repeats`` timed runs of ``--steps`` steps (the device synchronised at both ends of each
-run); the median run gives examples/s and ms per step. Devices: the CPU always, CUDA where
-present. Modes: fp32 (TF32 matmuls on CUDA, train.tf32), bf16 (autocast, CUDA only) and
-compile (torch.compile). On CUDA it also reports the peak memory and the fraction of a
-step the GPU is busy (kernel time over wall time, from torch.profiler).
+sizes) on a prepared split. Each (device, variant, mode) gets warm-up steps, then
+``--repeats`` timed runs of ``--steps`` steps, the device synchronised at both ends of each;
+the median run gives examples/s and ms per step. Devices: the CPU, and CUDA where present.
+Modes: fp32 (TF32 matmuls on CUDA, train.tf32), bf16 (autocast, CUDA only) and compile
+(torch.compile). On CUDA also the peak memory and the share of a step the GPU is busy. It
+needs no Ray or spaCy, so it runs on a bare GPU box.
 
     .venv/bin/python bench/train_speed.py --prepared data/prepared [--params params.yaml]
-    .venv/bin/python bench/train_speed.py --devices cpu --modes fp32 --steps 3
-    .venv/bin/python bench/train_speed.py --workers 1 2 [--variants qanet]
     .venv/bin/python bench/train_speed.py --audit --prepared data/prepared [--devices cpu]
 
-It needs PyTorch, numpy, pyarrow, PyYAML and pydantic only (no Ray, spaCy or Prefect) when
-given ``--prepared``, so it runs on a bare GPU box. Writes bench/out/train_speed.json and
-prints a table, with the ratios the literature quotes (QANet over the R-Nets). ``--workers``
-runs `rcpipe train` itself (Ray Train, DDP) with each number of workers at the same global
-batch and reports the workers' examples/s and the wall seconds of the whole job.
-
-``--audit`` counts, per variant at the params' sizes, what keeps a step from GPU speed
-(rcpipe/train/audit.py): graphs and graph breaks of the training forward under
-torch.compile, host syncs per step, distinct input shapes in an epoch of the prepared
-split (train.buckets), and kernels per step (CUDA kernels, or CPU operators without a
-GPU). Writes bench/out/train_audit.json.
+``--audit`` counts, per variant, what keeps a step from GPU speed (rcpipe/train/audit.py):
+graphs and graph breaks under torch.compile, host syncs per step, distinct input shapes in an
+epoch (train.buckets) and kernels per step (CPU operators without a GPU). Writes
+bench/out/train_speed.json (train_audit.json).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
-import tempfile
 import time
+from collections.abc import Callable
 from itertools import cycle, islice
 from pathlib import Path
 from typing import Any
 
 import torch
+from common import OUT, ROOT, device_name, parser, sync, write
 
 from rcpipe.config import VARIANTS, Config, load_config
 from rcpipe.data.dataset import SquadDataset, bucket_batches
@@ -50,30 +38,7 @@ from rcpipe.train.loop import EMA, make_optimizer, train_step
 from rcpipe.train.worker import mixed_precision, train_batches
 from rcpipe.trained.model_file import prepared_inputs
 
-ROOT = Path(__file__).resolve().parents[1]
 MODES = ("fp32", "bf16", "compile")
-
-
-def synthetic_prepared() -> Path:
-    from rcpipe import stages  # spaCy: only without --prepared
-
-    work = Path(tempfile.mkdtemp(prefix="bench-train-"))
-    os.chdir(work)
-    cfg = load_config(ROOT / "params.demo.yaml", ["synth.train_articles=20"])
-    stages.synth(cfg)
-    stages.prepare(cfg)
-    return work / cfg.data.out_dir
-
-
-def device_name(device: torch.device, threads: int) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"{platform.processor() or platform.machine()} CPU, {threads} torch thread(s)"
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def measure(variant: str, cfg: Config, data: SquadDataset, prepared: Path,
@@ -95,30 +60,37 @@ def measure(variant: str, cfg: Config, data: SquadDataset, prepared: Path,
             train_step(step_model, batch, optimizer, scheduler, mcfg.optim.grad_clip,
                        bf16=bf16)
             seen += len(indices)
-        _sync(device)
+        sync(device)
         return seen
 
     with mixed_precision(device, cfg.train.tf32):
+        return timed(run, lambda: run(args.warmup), device, args.steps, args.repeats) | {
+            "params": count_parameters(model, exclude_embeddings=True)}
+
+
+def timed(run: Callable[[int], int], warm: Callable[[], Any], device: torch.device,
+          steps: int, repeats: int) -> dict[str, Any]:
+    """``warm()``, then ``repeats`` runs of ``steps`` steps (``run(n)``: the examples it fed,
+    the device synchronised): the median run's examples/s and ms a step; on CUDA the peak
+    memory after the warm-up and the GPU's busy share."""
+    t0 = time.perf_counter()
+    warm()
+    warmup_s = time.perf_counter() - t0
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    rates, step_ms = [], []
+    for _ in range(repeats):
         t0 = time.perf_counter()
-        run(args.warmup)
-        warmup_s = time.perf_counter() - t0
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-        rates, step_ms = [], []
-        for _ in range(args.repeats):
-            t0 = time.perf_counter()
-            seen = run(args.steps)
-            wall = time.perf_counter() - t0
-            rates.append(seen / wall)
-            step_ms.append(wall / args.steps * 1000)
-        result = {"examples_per_s": statistics.median(rates), "step_ms": statistics.median(step_ms),
-                  "runs_examples_per_s": rates, "warmup_s": warmup_s,
-                  "params": count_parameters(model, exclude_embeddings=True)}
-        if device.type == "cuda":
-            result["peak_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
-            result["gpu_busy"] = gpu_busy(run, device, min(args.steps, 4),
-                                          result["step_ms"] / 1000)
-    return result
+        seen = run(steps)
+        wall = time.perf_counter() - t0
+        rates.append(seen / wall)
+        step_ms.append(wall / steps * 1000)
+    r = {"examples_per_s": statistics.median(rates), "step_ms": statistics.median(step_ms),
+         "runs_examples_per_s": rates, "warmup_s": warmup_s}
+    if device.type == "cuda":
+        r["peak_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+        r["gpu_busy"] = gpu_busy(run, device, min(steps, 4), r["step_ms"] / 1000)
+    return r
 
 
 def gpu_busy(run: Any, device: torch.device, steps: int, step_s: float) -> float:
@@ -136,10 +108,10 @@ def gpu_busy(run: Any, device: torch.device, steps: int, step_s: float) -> float
 
 
 def compare(args: argparse.Namespace, prepared: Path) -> dict[str, Any]:
-    cfg = load_config(args.params, args.set)
+    cfg = load_config(args.params, args.sets)
     data = SquadDataset.from_parquet(prepared / "train.parquet", para_limit=cfg.data.limits.para)
     devices = [torch.device(d) for d in args.devices if d == "cpu" or torch.cuda.is_available()]
-    out: dict[str, Any] = {"params": str(args.params), "sets": args.set, "batch": args.batch,
+    out: dict[str, Any] = {"params": str(args.params), "sets": args.sets, "batch": args.batch,
                            "steps": args.steps, "repeats": args.repeats,
                            "mean_context_tokens": float(data.context_lengths().mean()),
                            "devices": {}}
@@ -155,7 +127,7 @@ def compare(args: argparse.Namespace, prepared: Path) -> dict[str, Any]:
                          if "peak_mib" in r else "")
                 print(f"{device.type:<5} {v:<15} {mode:<8} {r['examples_per_s']:9.1f} ex/s "
                       f"{r['step_ms']:9.1f} ms/step{extra}", flush=True)
-        out["devices"][device.type] = {"name": device_name(device, torch.get_num_threads()),
+        out["devices"][device.type] = {"name": device_name(device),
                                        "results": by_variant}
     return out
 
@@ -175,38 +147,6 @@ def table(out: dict[str, Any]) -> None:
             if a in res and b in res:
                 best = {v: max(x["examples_per_s"] for x in res[v].values()) for v in (a, b)}
                 print(f"  {a} / {b} (each at its fastest mode): {best[a] / best[b]:.2f}x")
-
-
-def measure_workers(variant: str, prepared: Path, workers: int, batch: int, steps: int
-                    ) -> dict[str, float]:
-    """One `rcpipe train` job through Ray Train on this machine's local cluster."""
-    from rcpipe import stages
-
-    os.chdir(tempfile.mkdtemp(prefix=f"bench-workers-{workers}-"))
-    synth = prepared.parent / "synth"  # the params.demo.yaml layout: data/{synth,prepared}
-    cfg = load_config(ROOT / "params.demo.yaml", [
-        f"data.out_dir={prepared}", f"data.train_file={synth / 'train.json'}",
-        f"data.dev_file={synth / 'dev.json'}", f"train.num_workers={workers}",
-        f"train.batch_size={batch}", f"train.max_steps={steps}", "train.epochs=1000",
-        "train.eval_every=0", "train.max_minutes=0"])
-    t0 = time.perf_counter()
-    summary = stages.train(cfg, variant)
-    return {"examples_per_s": summary["examples_per_s"], "wall_s": time.perf_counter() - t0,
-            "steps": summary["steps"], "world_size": summary["world_size"]}
-
-
-def compare_workers(args: argparse.Namespace, prepared: Path) -> dict:
-    results: dict[str, dict[int, dict]] = {}
-    for v in args.variants:
-        results[v] = {n: measure_workers(v, prepared, n, args.batch, args.steps)
-                      for n in args.workers}
-    print(f"\n{'variant':<15} " + " ".join(f"{f'{n} worker(s) ex/s':>18}" for n in args.workers)
-          + f" {'speed-up':>9}   (global batch {args.batch}, {os.cpu_count()} CPUs)")
-    for v, by_n in results.items():
-        rates = [by_n[n]["examples_per_s"] for n in args.workers]
-        print(f"{v:<15} " + " ".join(f"{r:>18.1f}" for r in rates)
-              + f" {rates[-1] / rates[0]:>8.2f}x")
-    return results
 
 
 def audit_variant(variant: str, cfg: Config, data: SquadDataset, prepared: Path,
@@ -243,14 +183,14 @@ def audit_variant(variant: str, cfg: Config, data: SquadDataset, prepared: Path,
 
 
 def run_audit(args: argparse.Namespace, prepared: Path) -> dict[str, Any]:
-    cfg = load_config(args.params, args.set)
+    cfg = load_config(args.params, args.sets)
     b = cfg.train.buckets
     data = SquadDataset.from_parquet(prepared / "train.parquet", para_limit=cfg.data.limits.para,
                                      buckets=(b.context, b.question) if b else None)
     device = torch.device("cuda" if "cuda" in args.devices and torch.cuda.is_available()
                           else "cpu")
-    out: dict[str, Any] = {"params": str(args.params), "sets": args.set, "batch": args.batch,
-                           "device": device_name(device, torch.get_num_threads()),
+    out: dict[str, Any] = {"params": str(args.params), "sets": args.sets, "batch": args.batch,
+                           "device": device_name(device),
                            "buckets": [list(e) for e in data.buckets or ()],
                            "results": {}}
     cols = ("graphs", "graph_breaks", "host_syncs_per_step", "distinct_shapes_per_epoch",
@@ -266,40 +206,29 @@ def run_audit(args: argparse.Namespace, prepared: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, OUT / "train_speed.json")
     ap.add_argument("--params", type=Path, default=ROOT / "params.yaml")
-    ap.add_argument("--set", action="append", default=[], help="override a param (repeatable)")
-    ap.add_argument("--prepared", type=Path, help="a prepared split (rcpipe prepare's out_dir)")
+    ap.add_argument("--prepared", type=Path, required=True, help="rcpipe prepare's out_dir")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--steps", type=int, default=20, help="steps per timed run")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs; the median is shown")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0: default")
     ap.add_argument("--devices", nargs="*", default=["cpu", "cuda"])
-    ap.add_argument("--modes", nargs="*", default=["fp32", "bf16", "compile"], choices=MODES)
+    ap.add_argument("--modes", nargs="*", default=list(MODES), choices=MODES)
     ap.add_argument("--variants", nargs="*", default=list(VARIANTS))
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "train_speed.json")
-    ap.add_argument("--audit", action="store_true",
-                    help="count graphs, breaks, host syncs, shapes and kernels instead")
-    ap.add_argument("--workers", nargs="*", type=int,
-                    help="compare Ray Train jobs with these numbers of workers instead")
+    ap.add_argument("--audit", action="store_true", help="graphs, breaks, syncs, shapes, kernels")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    prepared = (args.prepared or synthetic_prepared()).resolve()
+    prepared = args.prepared.resolve()
     if args.audit:
-        out = run_audit(args, prepared) | {"prepared": str(prepared)}
+        out = run_audit(args, prepared)
         args.out = args.out.with_name("train_audit.json")
-    elif args.workers:
-        out: dict[str, Any] = {"prepared": str(prepared), "batch": args.batch,
-                               "results": compare_workers(args, prepared)}
-        args.out = args.out.with_name("train_workers.json")
     else:
-        out = compare(args, prepared) | {"prepared": str(prepared)}
+        out = compare(args, prepared)
         table(out)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1) + "\n")
-    print(f"-> {args.out}")
+    write(args.out, out | {"prepared": str(prepared)})
 
 
 if __name__ == "__main__":

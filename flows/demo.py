@@ -5,7 +5,7 @@ synth -> prepare -> train and evaluate the five variants (Ray Train jobs on a lo
 starts when none is configured). Outputs land in the project directory: data/, models/,
 predictions/ and metrics/<variant>.json, metrics/ensemble.json. Extra arguments are
 `--set` overrides, e.g. `python -m flows.demo models.bidaf.max_steps=100`; `--workdir DIR`
-puts the outputs elsewhere (bench/demo_under_load.py runs it in a fresh one).
+puts the outputs elsewhere (a fresh one each, for several seeds side by side).
 
 Each variant trains a fixed number of steps (params.demo.yaml, models.<v>.max_steps), so a
 busy machine gets the same table as an idle one, only later; the time limits there are a

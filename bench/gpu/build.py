@@ -1,26 +1,18 @@
-"""Build the GPU kit: one ignored folder, gpu-kit/, holding what a bare GPU box lacks.
-
-The box (bench/gpu/README.md) has Python 3.12, torch with CUDA, numpy, pyarrow, PyYAML, rich
-and typer, and no registry, spaCy, Ray or pydantic. The kit carries:
+"""Build the GPU kit: one ignored folder, gpu-kit/, holding what a bare GPU box lacks
+(bench/gpu/README.md says what each part is and why).
 
   gpu-kit/base/  every call: the article split prepared at params.yaml's sizes (v1.1 and v2.0
-                 Parquet, no word vectors) with each test file, the wheels the box lacks
-                 (pydantic and its parts, jsonschema and its parts for Ray), bench/peers.py's
-                 peers (box.PEERS: a `git archive` of the files it imports, from checkouts
-                 outside the repo) with the real-text batch both sides read, and
-                 manifest.json (versions, sizes, the Ray archive's sha256, each call's
-                 measured MiB)
-  gpu-kit/ray/   call 2: Ray's cp312 wheel slimmed (box.RAY_LEFT_OUT: the Java jars, RLlib,
-                 Serve, the dashboard's web build) and packed as one tar.xz
+                 Parquet, no word vectors) with each test file, the wheels the box lacks,
+                 bench/peers.py's peers (box.PEERS) with the real-text batch both sides
+                 read, and manifest.json (versions, sizes, the Ray archive's sha256, each
+                 call's measured MiB)
+  gpu-kit/ray/   call 2: Ray's cp312 wheel slimmed (box.RAY_LEFT_OUT), one tar.xz
 
 Versions are uv.lock's, and the Ray wheel is checked against the lock's sha256. Each call's
-carry is measured with the working tree into the kit's manifest and held to the call's
-`mib_limit` in bench/gpu/plan.json (tracked, and left as it is: a build leaves the tree
-clean). The build needs the registry, /work/shared (spaCy prepares here) and the peers'
-checkouts (--peers: a folder of <owner>+<name>/repo git directories, as the fetch tool
-leaves them): `make gpu-kit`, never the tests.
-
-    .venv/bin/python bench/gpu/build.py [--split DIR] [--kit gpu-kit] [--peers DIR]
+carry is measured with the working tree and held to its `mib_limit` in bench/gpu/plan.json
+(a build leaves the tree clean). It needs the registry, ../shared (spaCy prepares here) and
+the peers' checkouts (--peers: <owner>+<name>/repo git directories, as the fetch tool leaves
+them): `make gpu-kit`, never the tests.
 """
 
 from __future__ import annotations
@@ -41,7 +33,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.accuracy import SPLIT, prepare  # noqa: E402 - the repo root first
+from bench.accuracy import prepare  # noqa: E402 - the repo root first
+from bench.common import SPLIT, SQUAD  # noqa: E402
 from bench.gpu.box import PEER_TEXT, PEERS, RAY, RAY_LEFT_OUT, WHEELS, sha256  # noqa: E402
 
 MiB = 2**20
@@ -84,16 +77,6 @@ def pack(tree: Path, archive: Path) -> Path:
     return archive
 
 
-def slim(tree: Path) -> int:
-    """Cut what Ray Train on one node never loads (box.RAY_LEFT_OUT); the bytes cut."""
-    cut = 0
-    for rel in RAY_LEFT_OUT:
-        if (path := tree / rel).exists():
-            cut += size_of(path)
-            shutil.rmtree(path)
-    return cut
-
-
 def ray_slim(lock: dict[str, dict[str, Any]], kit: Path) -> dict[str, Any]:
     """Ray's locked cp312 wheel, checked, unpacked, slimmed and packed into gpu-kit/ray/."""
     with tempfile.TemporaryDirectory(prefix="gpu-kit-ray-") as tmp:
@@ -105,7 +88,11 @@ def ray_slim(lock: dict[str, dict[str, Any]], kit: Path) -> dict[str, Any]:
                 z.extract(info, tree)
                 if mode := info.external_attr >> 16:
                     (tree / info.filename).chmod(mode & 0o777)
-        cut = slim(tree)
+        cut = 0  # what Ray Train on one node never loads
+        for rel in RAY_LEFT_OUT:
+            if (path := tree / rel).exists():
+                cut += size_of(path)
+                shutil.rmtree(path)
         archive = pack(tree, kit / "ray" / f"{wheel.name.removesuffix('.whl')}.tar.xz")
         return {"wheel": wheel.name, "wheel_bytes": wheel.stat().st_size, "cut_bytes": cut,
                 "left_out": list(RAY_LEFT_OUT), "archive": archive.name,
@@ -164,12 +151,11 @@ def peer_code(peers: Path, dest: Path) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--split", type=Path, default=SPLIT,
-                    help="folder of train-v<V>.json and test-v<V>.json")
+    ap.add_argument("--split", type=Path, default=SPLIT, help="train-v<V>.json, test-v<V>.json")
     ap.add_argument("--kit", type=Path, default=ROOT / "gpu-kit")
     ap.add_argument("--params", type=Path, default=ROOT / "params.yaml")
     ap.add_argument("--peers", type=Path, default=ROOT.parent / ".mirror",
-                    help="a folder of the peers' git directories (<owner>+<name>/repo)")
+                    help="<owner>+<name>/repo dirs")
     args = ap.parse_args()
     kit, base = args.kit.resolve(), args.kit.resolve() / "base"
     lock = locked()
@@ -183,7 +169,6 @@ def main() -> None:
         data[version] = {"bytes": size_of(out),
                          "meta": json.loads((out / "prepared" / "meta.json").read_text())}
     from bench.peer_text import read_text_batch, save_text_batch
-    from bench.peers import SQUAD
 
     peers = peer_code(args.peers, base / "peers")  # bench/peers.py's defaults: 32 x 300 + 30
     save_text_batch(read_text_batch(SQUAD, 32, 300, 30, 20_000), 20_000,

@@ -2,33 +2,21 @@
 
     python3 bench/gpu/run.py [options] 1|2|all|STEP...      (bash bench/gpu/run.sh does it)
 
-The calls and their steps are bench/gpu/plan.json's. Steps, each writing <step>.json to
---out ($OUT on the box) as soon as it has a figure, and logging to call-<n>.log. The speed
-and compiled steps stop at --speed-seconds and --compile-seconds only where a training
-follows them in the call (it needs the rest); otherwise they take the call's time:
-  setup     the kit's wheels into <state>/site; Ray's slimmed archive where the call carries it
-  speed     bench/train_speed.py fp32 (TF32) and bf16, one variant a process, on the idle GPU
-  compiled  the Worker's TrainStep with train.compile off and default (--compile-modes) on
-            train.buckets' batches, QANet (--compile-variants), in a child with a time cap
-  train     every variant of every --versions trained at once on the one device, each its
-            own process (python -m rcpipe.train.local), for the minutes the call has left
-  wait      until the trainings end (or the call's --budget is near)
-  evaluate  each variant's best model at its held-out threshold, the ensemble (bench/accuracy.py)
-  ray       `rcpipe train qanet` as a Ray Train job (NCCL on CUDA, one worker), killed with
-            SIGKILL after its first checkpoint and run again: it resumes from there
-  peers     bench/peers.py, rcpipe's bidaf and qanet beside their peers (the kit carries the
-            peers' code and the real-text batch: box.PEERS), on the device
-  audit     bench/train_speed.py --audit, one variant a process: graphs, breaks, kernels
-``--steps open`` keeps only the steps whose figures no GPU draw in bench/gpu/results/ has
-yet (bench/gpu/results.py), so a later draw spends its minutes on what is missing. The
-box's state (installed site, runs) lives in --state. ``--device cpu`` with a tiny kit goes
-through every step with no GPU (tests/bench/test_gpu_kit.py): compiled uses the aot_eager
-backend there.
+The calls and their steps are bench/gpu/plan.json's; each step writes <step>.json to --out
+($OUT on the box) as soon as it has a figure, so a call stopped at its limit still returns
+what was done. speed and compiled stop at --speed-seconds and --compile-seconds only where a
+training follows them in the call (it needs the rest); otherwise they take the call's time.
+The trainings run detached, so that one call can start them and a later one evaluate them;
+the box's state (installed site, runs) lives in --state. ``--steps open`` keeps only the
+steps whose figures no GPU draw in bench/gpu/results/ has yet. ``--device cpu`` with a tiny
+kit goes through every step with no GPU (tests/bench/test_gpu_kit.py): compiled uses the
+aot_eager backend there.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -46,10 +34,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # bench.gpu.results, rcpipe: the repo is the working tree
 
-from bench.gpu.box import sha256  # noqa: E402 - the repo root first
-from bench.gpu.results import PLAN, open_steps  # noqa: E402
+from bench.common import device_name, parser, set_args, sync  # noqa: E402 - the repo root first
+from bench.gpu.box import sha256  # noqa: E402
+from bench.gpu.results import PLAN, VARIANTS, open_steps  # noqa: E402
 
-VARIANTS = ("bidaf", "bidaf_selfattn", "rnet", "rnet_mult", "qanet")
 # speed and compiled steps, most wanted first (the targets' variants): the time guard drops
 # the tail
 SPEED_ORDER = ("qanet", "rnet", "rnet_mult", "bidaf", "bidaf_selfattn")
@@ -74,10 +62,6 @@ class Kit:
     def state(self) -> Path:
         return self.args.state
 
-    @property
-    def site(self) -> Path:
-        return self.args.state / "site"
-
     def left(self) -> float:
         """Seconds of this call's budget left."""
         return self.args.budget - (time.monotonic() - self.started)
@@ -94,70 +78,68 @@ class Kit:
         return [f"data.out_dir={self.prepared(version)}",
                 f"data.dev_file={self.test_file(version)}",
                 f"data.cache_dir={self.state / 'cache'}", "data.word_vectors=null",
-                f"train.device={self.args.device}", "train.num_workers=1", *self.args.set]
+                f"train.device={self.args.device}", "train.num_workers=1", *self.args.sets]
 
     def env(self, threads: int = 0) -> dict[str, str]:
         """A child's environment (main put the kit's site and the repo on PYTHONPATH)."""
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        if threads:
-            env["OMP_NUM_THREADS"] = str(threads)
-        return env
+        return {**os.environ, "PYTHONUNBUFFERED": "1"} | (
+            {"OMP_NUM_THREADS": str(threads)} if threads else {})
 
-    def write(self, name: str, data: dict[str, Any]) -> Path:
+    def write(self, name: str, data: dict[str, Any]) -> None:
         """<name>.json in --out (what comes back) and in the state (what later calls read)."""
-        text = json.dumps(data, indent=1) + "\n"
         for d in (self.args.out, self.state):
             d.mkdir(parents=True, exist_ok=True)
-            (d / f"{name}.json").write_text(text)
-        return self.args.out / f"{name}.json"
+            (d / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n")
 
 
 def log(*parts: Any) -> None:
     print(time.strftime("%H:%M:%S"), *parts, flush=True)
 
 
-def python(kit: Kit, *argv: str, timeout: float | None = None, threads: int = 0,
-           cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """A child Python on the kit's path, its output in the call's log."""
-    return subprocess.run([sys.executable, *argv], env=kit.env(threads), cwd=cwd or ROOT,
-                          timeout=timeout, text=True, check=False)
+def python(kit: Kit, *argv: str, timeout: float | None = None) -> int:
+    """A child Python on the kit's path, its output in the call's log: its exit code."""
+    return subprocess.run([sys.executable, *argv], env=kit.env(), cwd=ROOT, timeout=timeout,
+                          check=False).returncode
 
 
-def params_args(kit: Kit) -> list[str]:
-    return ["--params", str(kit.args.params)]
+def spawn(kit: Kit, argv: list[str], log_file: Path, cwd: Path = ROOT, threads: int = 0,
+          session: bool = True) -> subprocess.Popen[bytes]:
+    """A child left running, its output in ``log_file``."""
+    with log_file.open("w") as f:
+        return subprocess.Popen(argv, cwd=cwd, env=kit.env(threads), stdout=f,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=session)
 
 
-def set_args(sets: list[str]) -> list[str]:
-    return [a for s in sets for a in ("--set", s)]
+def tail(path: Path, chars: int = 3000) -> str:
+    return path.read_text(errors="replace")[-chars:] if path.is_file() else ""
 
 
 # ----------------------------------------------------------------------------- setup
 
 def setup(kit: Kit) -> dict[str, Any]:
     """Install what the kit carries (once per box) and say what the box is."""
-    base = kit.args.kit / "base"
+    base, site = kit.args.kit / "base", kit.state / "site"
     manifest = json.loads((base / "manifest.json").read_text())
-    kit.site.mkdir(parents=True, exist_ok=True)
     wheels = sorted((base / "wheels").glob("*.whl"))
     done = kit.state / "wheels.installed"
     if wheels and not done.exists():
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
-                        "--no-compile", "--no-cache-dir", "--upgrade", "--target",
-                        str(kit.site), *map(str, wheels)], check=True)
+                        "--no-compile", "--no-cache-dir", "--upgrade", "--target", str(site),
+                        *map(str, wheels)], check=True)
         done.write_text("\n".join(w.name for w in wheels))
-    ray = ray_archive(kit, manifest.get("ray"))
+    ray = ray_archive(kit, manifest.get("ray"), site)
     importlib.invalidate_caches()  # the site's new packages, for this process's later steps
     import torch
 
     cuda = torch.cuda.is_available()
     return {"params": kit.args.params.name, "python": sys.version.split()[0],
-            "torch": torch.__version__,
-            "cuda": torch.version.cuda, "device": kit.args.device,
+            "torch": torch.__version__, "cuda": torch.version.cuda, "device": kit.args.device,
             "gpu": torch.cuda.get_device_name() if cuda else None, "cpus": os.cpu_count(),
             "wheels": [w.name for w in wheels], "ray": ray, "kit_calls": manifest.get("calls")}
 
 
-def ray_archive(kit: Kit, ray: dict[str, Any] | None) -> str:
+def ray_archive(kit: Kit, ray: dict[str, Any] | None, site: Path) -> str:
     """Where the call carries Ray's slimmed archive: check its sha256, unpack it into the
     site (once a box)."""
     if not ray:
@@ -170,7 +152,7 @@ def ray_archive(kit: Kit, ray: dict[str, Any] | None) -> str:
     if sha256(archive) != ray["archive_sha256"]:
         raise RuntimeError(f"{archive.name}: not the archive the kit was built with")
     with tarfile.open(archive, "r:xz") as tar:
-        tar.extractall(kit.site, filter="data")
+        tar.extractall(site, filter="data")
     (kit.state / "ray.unpacked").write_text(ray["wheel"])
     return "installed"
 
@@ -185,7 +167,7 @@ def train(kit: Kit) -> dict[str, Any]:
     """Every variant of every version at once on the one device, each its own session
     (a fresh start: an earlier call's runs and their evaluation are removed)."""
     a = kit.args
-    if (before := trainings(kit)) and any(alive(r["pid"]) for r in before["runs"]):
+    if (before := trainings(kit, False)) and any(alive(r["pid"]) for r in before["runs"]):
         raise RuntimeError("trainings of an earlier call still run on this box")
     shutil.rmtree(kit.state / "runs", ignore_errors=True)
     (kit.state / "accuracy.json").unlink(missing_ok=True)
@@ -202,14 +184,11 @@ def train(kit: Kit) -> dict[str, Any]:
                        "train.max_minutes=0"] if a.train_steps else
                       [f"train.max_minutes={minutes:.2f}", f"models.{v}.max_minutes={minutes:.2f}",
                        f"models.{v}.max_steps=0", "train.max_steps=0"])
-            argv = [sys.executable, "-m", "rcpipe.train.local", v, *params_args(kit),
+            argv = [sys.executable, "-m", "rcpipe.train.local", v, "--params", str(a.params),
                     "--run-dir", str(run_dir),
                     *set_args([*kit.data_sets(version), *budget, "train.epochs=1000",
                                f"train.eval_every={a.eval_every}", f"train.threads={threads}"])]
-            with run_dir.with_suffix(".log").open("w") as f:
-                proc = subprocess.Popen(argv, cwd=ROOT, env=kit.env(threads), stdout=f,
-                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        start_new_session=True)
+            proc = spawn(kit, argv, run_dir.with_suffix(".log"), threads=threads)
             runs.append({"version": version, "variant": v, "pid": proc.pid,
                          "run_dir": str(run_dir), "log": str(run_dir.with_suffix(".log"))})
             log(f"train v{version} {v}: pid {proc.pid}")
@@ -222,29 +201,28 @@ def train(kit: Kit) -> dict[str, Any]:
 
 def alive(pid: int) -> bool:
     """Whether the process runs (a zombie, ended but not reaped, does not)."""
+    import psutil
+
     try:
-        import psutil
-
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except Exception:  # noqa: BLE001 - psutil.NoSuchProcess, or no psutil: ask the kernel
-        try:
-            os.kill(pid, 0)
-        except OSError:
-            return False
-        return True
+    except psutil.NoSuchProcess:
+        return False
 
 
-def trainings(kit: Kit) -> dict[str, Any] | None:
+def trainings(kit: Kit, needed: bool = True) -> dict[str, Any] | None:
+    """What the train step started on this box (None where it started nothing)."""
     path = kit.state / "trainings.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    if path.is_file():
+        return json.loads(path.read_text())
+    if needed:
+        raise RuntimeError(f"no trainings on this box ({kit.state}): the machine was given "
+                           "back since call 1?")
+    return None
 
 
 def wait(kit: Kit) -> dict[str, Any]:
-    """Until every training has ended, or until the call must keep --reserve seconds."""
+    """Until every training has ended, or until the call must keep --eval-reserve seconds."""
     started = trainings(kit)
-    if started is None:
-        raise RuntimeError(f"no trainings on this box ({kit.state}): the machine was given "
-                           "back since call 1?")
     while True:
         running = [r for r in started["runs"] if alive(r["pid"])]
         if not running or kit.left() < kit.args.eval_reserve:  # time left to evaluate
@@ -262,10 +240,6 @@ def wait(kit: Kit) -> dict[str, Any]:
             "minutes_since_start": (time.time() - started["started"]) / 60}
 
 
-def tail(path: Path, chars: int = 3000) -> str:
-    return path.read_text(errors="replace")[-chars:] if path.is_file() else ""
-
-
 def evaluate(kit: Kit) -> dict[str, Any]:
     """Per version: each variant's training summary and its best model's test scores at the
     no-answer threshold chosen on the held-out slice, then their majority-vote ensemble."""
@@ -273,25 +247,21 @@ def evaluate(kit: Kit) -> dict[str, Any]:
     from rcpipe.scoring import metrics
 
     started = trainings(kit)
-    if started is None:
-        raise RuntimeError("no trainings on this box: nothing to evaluate")
     if running := [f"{r['variant']} v{r['version']}" for r in started["runs"]
                    if alive(r["pid"])]:
         raise NotYet(f"still training: {', '.join(running)}; a later call evaluates")
-    out: dict[str, Any] = {"minutes": started["minutes"], "steps": started["steps"],
-                           "eval_every": started["eval_every"], "versions": {}}
+    out: dict[str, Any] = {k: started[k] for k in ("minutes", "steps", "eval_every")}
+    out["versions"] = {}
     for version in sorted({r["version"] for r in started["runs"]}):
-        runs_dir = kit.state / "runs" / f"v{version}"
-        summaries = {r["variant"]: json.loads(s.read_text()) for r in started["runs"]
-                     if r["version"] == version
-                     and (s := Path(r["run_dir"]) / "summary.json").is_file()}
+        runs = [r for r in started["runs"] if r["version"] == version]
+        summaries = {r["variant"]: json.loads(s.read_text()) for r in runs
+                     if (s := Path(r["run_dir"]) / "summary.json").is_file()}
         test = kit.test_file(version)
         r: dict[str, Any] = {"abstain_all_f1": abstain_all(test), "variants": {},
-                             "missing": sorted({x["variant"] for x in started["runs"]
-                                                if x["version"] == version} - set(summaries))}
+                             "missing": sorted({x["variant"] for x in runs} - set(summaries))}
         if summaries:
-            answers, doc = best_answers(list(summaries), runs_dir, kit.args.params,
-                                        kit.prepared(version), test)
+            answers, doc = best_answers(list(summaries), kit.state / "runs" / f"v{version}",
+                                        kit.args.params, kit.prepared(version), test)
             for v, s in summaries.items():
                 res = answers[v].result
                 r["variants"][v] = {
@@ -300,13 +270,11 @@ def evaluate(kit: Kit) -> dict[str, Any]:
                     "best_heldout_f1": s.get("best_heldout_f1"), "best_step": s["best_step"],
                     "steps": s["steps"], "train_minutes": s["train_seconds"] / 60,
                     "examples_per_s": s["examples_per_s"], "device": s["device"]}
+                log(f"v{version} {v:<15} test F1 {res['f1']:6.2f} ({s['steps']} steps)")
             if len(summaries) > 1:
                 r["ensemble"] = metrics.score(doc, voted(answers))
+                log(f"v{version} {'ensemble':<15} test F1 {r['ensemble']['f1']:6.2f}")
         out["versions"][version] = r
-        for v, s in r["variants"].items():
-            log(f"v{version} {v:<15} test F1 {s['test_f1']:6.2f} ({s['steps']} steps)")
-        if "ensemble" in r:
-            log(f"v{version} {'ensemble':<15} test F1 {r['ensemble']['f1']:6.2f}")
     return out
 
 
@@ -329,10 +297,8 @@ def kill_tree(pid: int) -> None:
 
     procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             p.kill()
-        except psutil.NoSuchProcess:
-            pass
     psutil.wait_procs(procs, timeout=30)
 
 
@@ -355,13 +321,11 @@ def ray(kit: Kit) -> dict[str, Any]:
     sets = [*kit.data_sets(a.versions[0]), f"train.max_steps={a.ray_steps}",
             f"models.{variant}.max_steps={a.ray_steps}", "train.max_minutes=0",
             "train.epochs=1000", f"train.eval_every={a.ray_eval_every}", "train.max_failures=0"]
-    argv = [sys.executable, "-m", "rcpipe", "train", variant, *params_args(kit), *set_args(sets)]
+    argv = [sys.executable, "-m", "rcpipe", "train", variant, "--params", str(a.params),
+            *set_args(sets)]
     logs = work / "first.log", work / "resumed.log"
     t0 = time.monotonic()
-    with logs[0].open("w") as f:
-        proc = subprocess.Popen(argv, cwd=work, env=kit.env(), stdout=f,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+    proc = spawn(kit, argv, logs[0], cwd=work)
     runs = work / "models" / variant / "runs"  # the one run, named after its inputs
 
     def run_dir() -> Path:
@@ -374,114 +338,111 @@ def ray(kit: Kit) -> dict[str, Any]:
         time.sleep(0.5)
     kill_tree(proc.pid)
     proc.wait()
-    killed_after, saved = time.monotonic() - t0, steps_saved(checkpoints)
-    log(f"ray: killed after {killed_after:.0f} s, checkpoints {saved}; resuming")
-    with logs[1].open("w") as f:
-        again = subprocess.Popen(argv, cwd=work, env=kit.env(), stdout=f,
-                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    killed = {"variant": variant, "checkpoints_at_kill": steps_saved(checkpoints),
+              "killed_after_s": round(time.monotonic() - t0, 1)}
+    log(f"ray: killed after {killed['killed_after_s']:.0f} s, checkpoints "
+        f"{killed['checkpoints_at_kill']}; resuming")
+    again = spawn(kit, argv, logs[1], cwd=work, session=False)
     try:
         again.wait(timeout=max(1.0, kit.left() - a.reserve))
     except subprocess.TimeoutExpired:
         kill_tree(again.pid)
         again.wait()
         log("ray: the resumed job ran past the call's time:\n" + tail(logs[1], 1500))
-        return {"status": "ran past the call's time", "variant": variant,
-                "checkpoints_at_kill": saved, "killed_after_s": round(killed_after, 1),
+        return {"status": "ran past the call's time", **killed,
                 "checkpoints_after": steps_saved(run_dir()),
                 "wall_s": round(time.monotonic() - t0, 1)}
     if again.returncode != 0:
         raise RuntimeError("the resumed job failed:\n" + tail(logs[1]))
     s = json.loads((work / "models" / variant / "summary.json").read_text())
     resumed = 0 < s["resumed_from_step"] < s["steps"] == a.ray_steps
-    return {"status": "done" if resumed else "not resumed", "variant": variant,
-            "steps": s["steps"], "checkpoints_at_kill": saved,
-            "resumed_from_step": s["resumed_from_step"], "world_size": s["world_size"],
-            "device": s["device"], "backend": "nccl" if s["device"].startswith("cuda") else "gloo",
-            "examples_per_s": s["examples_per_s"], "killed_after_s": round(killed_after, 1),
-            "wall_s": round(time.monotonic() - t0, 1), "best_dev_f1": s["best_dev_f1"]}
+    return {"status": "done" if resumed else "not resumed", **killed,
+            **{k: s[k] for k in ("steps", "resumed_from_step", "world_size", "device",
+                                 "examples_per_s", "best_dev_f1")},
+            "backend": "nccl" if s["device"].startswith("cuda") else "gloo",
+            "wall_s": round(time.monotonic() - t0, 1)}
 
 
-# --------------------------------------------------------------------------- speed
+# -------------------------------------------------------------- one child a variant
 
-def audit(kit: Kit) -> dict[str, Any]:
-    """bench/train_speed.py --audit, one variant a process (its compile state its own)."""
-    return _per_variant(kit, "audit", ["--audit"], "train_audit.json")
-
-
-def speed(kit: Kit) -> dict[str, Any]:
-    """bench/train_speed.py in fp32 (TF32 on CUDA) and bf16 (CUDA only), one variant a process:
-    a variant that runs past the call's time leaves the others' figures."""
-    a = kit.args
-    return _per_variant(kit, "speed", ["--modes", "fp32", "bf16", "--steps", str(a.speed_steps),
-                                       "--repeats", str(a.speed_repeats),
-                                       "--warmup", str(a.speed_warmup)], "train_speed.json")
-
-
-def _per_variant(kit: Kit, name: str, extra: list[str], written: str) -> dict[str, Any]:
+def in_children(kit: Kit, name: str, seconds: float, jobs: dict[str, tuple[list[str], Path]],
+                keep: Callable[[str, Any], Any],
+                top: Callable[[Any], dict[str, Any]] = lambda got: {}) -> dict[str, Any]:
+    """Each job (key: its child's argv, the JSON it writes) a child Python in turn, none past
+    the call's time or ``seconds`` in all; ``keep(key, got)`` is the key's result, ``top(got)``
+    what goes beside the results. A job that runs past its time or fails leaves the others'
+    results, and <name>.json is written after each: a call stopped at its limit keeps them."""
     a = kit.args
     out: dict[str, Any] = {"results": {}, "skipped": {}}
-    ends = time.monotonic() + kit.capped(a.speed_seconds)
+    ends = time.monotonic() + seconds
 
     def left() -> float:
         return min(kit.left() - a.reserve / 2, ends - time.monotonic())
 
-    for v in [v for v in SPEED_ORDER if v in a.variants]:
+    for key, (argv, written) in jobs.items():
         if left() < a.reserve / 2:
-            out["skipped"][v] = "the call's time"
+            out["skipped"][key] = "the call's time"
             continue
-        d = kit.state / name / v
+        written.unlink(missing_ok=True)
         try:
-            done = python(kit, "bench/train_speed.py", "--prepared",
-                          str(kit.prepared(a.versions[0])), *params_args(kit),
-                          *set_args(kit.data_sets(a.versions[0])), "--devices", a.device,
-                          "--batch", str(a.batch), "--variants", v, *extra,
-                          "--out", str(d / "train_speed.json"),
-                          timeout=max(1.0, left()))
+            code = python(kit, *argv, timeout=max(1.0, left()))
         except subprocess.TimeoutExpired:
-            out["skipped"][v] = "ran past the call's time"
+            out["skipped"][key] = "ran past the call's time"
             continue
-        if done.returncode != 0 or not (d / written).is_file():
-            out["skipped"][v] = f"failed (exit {done.returncode}), see the log"
+        if code != 0 or not written.is_file():
+            out["skipped"][key] = f"failed (exit {code}), see the log"
             continue
-        got = json.loads((d / written).read_text())
-        out |= {k: got[k] for k in ("batch", "device", "mean_context_tokens", "buckets")
-                if k in got}
-        out["results"][v] = got["results"][v] if name == "audit" else \
-            got["devices"][a.device]["results"][v]
-        out["device"] = got.get("device") or got["devices"][a.device]["name"]
-        kit.write(name, out)  # so far: a call stopped at its limit keeps what was measured
+        got = json.loads(written.read_text())
+        out["results"][key] = keep(key, got)
+        out |= top(got)
+        kit.write(name, out)  # so far
     return out
+
+
+def train_speed(kit: Kit, name: str, extra: list[str], written: str) -> dict[str, Any]:
+    """bench/train_speed.py, one variant a process (its compile state its own)."""
+    a = kit.args
+    jobs = {v: (["bench/train_speed.py", "--prepared", str(kit.prepared(a.versions[0])),
+                 "--params", str(a.params), *set_args(kit.data_sets(a.versions[0])),
+                 "--devices", a.device, "--batch", str(a.batch), "--variants", v, *extra,
+                 "--out", str(kit.state / name / v / "train_speed.json")],
+                kit.state / name / v / written)
+            for v in SPEED_ORDER if v in a.variants}
+    return in_children(
+        kit, name, kit.capped(a.speed_seconds), jobs,
+        lambda v, got: got["results"][v] if name == "audit"
+        else got["devices"][a.device]["results"][v],
+        lambda got: {k: got[k] for k in ("batch", "mean_context_tokens", "buckets") if k in got}
+        | {"device": got.get("device") or got["devices"][a.device]["name"]})
+
+
+def speed(kit: Kit) -> dict[str, Any]:
+    """bench/train_speed.py in fp32 (TF32 on CUDA) and bf16 (CUDA only)."""
+    a = kit.args
+    return train_speed(kit, "speed", ["--modes", "fp32", "bf16", "--steps", str(a.speed_steps),
+                                      "--repeats", str(a.speed_repeats),
+                                      "--warmup", str(a.speed_warmup)], "train_speed.json")
+
+
+def audit(kit: Kit) -> dict[str, Any]:
+    """bench/train_speed.py --audit: graphs, breaks, host syncs, kernels per step."""
+    return train_speed(kit, "audit", ["--audit"], "train_audit.json")
 
 
 def peers(kit: Kit) -> dict[str, Any]:
     """bench/peers.py for each --peer-models on the device, its peer and the real-text batch
-    from the kit (box.PEERS), one process a pair: a pair that runs past the call's time
-    leaves the other's ratios."""
+    from the kit (box.PEERS), one process a pair."""
     from bench.gpu.box import PEER_TEXT, PEERS
 
     a, where = kit.args, kit.args.kit / "base" / "peers"
-    out: dict[str, Any] = {"results": {}, "skipped": {}}
-    for model in a.peer_models:
-        if kit.left() < a.reserve / 2:
-            out["skipped"][model] = "the call's time"
-            continue
-        written = kit.state / "peers" / f"{model}.json"
-        written.unlink(missing_ok=True)
-        try:
-            done = python(kit, "-m", "bench.peers", model, str(where / PEERS[model][2]),
-                          "--text", str(where / PEER_TEXT), "--device", a.device,
-                          "--repeats", str(a.peer_repeats), "--out", str(written),
-                          timeout=max(1.0, kit.left() - a.reserve / 2))
-        except subprocess.TimeoutExpired:
-            out["skipped"][model] = "ran past the call's time"
-            continue
-        if done.returncode != 0 or not written.is_file():
-            out["skipped"][model] = f"failed (exit {done.returncode}), see the log"
-            continue
-        out["results"][model] = json.loads(written.read_text())
-        kit.write("peers", out)  # so far
-    return out
+    jobs = {m: (["-m", "bench.peers", m, str(where / PEERS[m][2]), "--text",
+                 str(where / PEER_TEXT), "--device", a.device, "--repeats", str(a.peer_repeats),
+                 "--out", str(kit.state / "peers" / f"{m}.json")],
+                kit.state / "peers" / f"{m}.json") for m in a.peer_models}
+    return in_children(kit, "peers", float("inf"), jobs, lambda m, got: got)
 
+
+# ------------------------------------------------------------------ compiled steps
 
 def compiled(kit: Kit) -> dict[str, Any]:
     """The compiled steps in a child process, stopped at --compile-seconds (a compile cannot
@@ -490,9 +451,15 @@ def compiled(kit: Kit) -> dict[str, Any]:
     seconds = min(kit.capped(a.compile_seconds), kit.left() - a.reserve)
     if seconds < a.compile_seconds / 3:
         return {"results": {}, "skipped": {"all": "the call's time"}}
-    argv = [__file__, "compiled", "--child", "--budget", str(seconds), *forwarded(a)]
+    forwarded = [
+        "--device", a.device, "--kit", str(a.kit), "--state", str(a.state), "--out",
+        str(a.out), "--params", str(a.params), *set_args(a.sets), "--versions", *a.versions,
+        "--batch", str(a.batch), "--speed-steps", str(a.speed_steps), "--speed-repeats",
+        str(a.speed_repeats), "--compile-variants", *a.compile_variants, "--compile-modes",
+        *a.compile_modes, "--compile-shapes", str(a.compile_shapes)]
     try:
-        python(kit, *argv, timeout=seconds + 5)
+        python(kit, __file__, "compiled", "--child", "--budget", str(seconds), *forwarded,
+               timeout=seconds + 5)
     except subprocess.TimeoutExpired:
         log(f"compiled: stopped after {seconds:.0f} s")
     path = kit.state / "compiled.json"
@@ -504,31 +471,20 @@ def compiled(kit: Kit) -> dict[str, Any]:
     return got
 
 
-def forwarded(a: argparse.Namespace) -> list[str]:
-    """The options a child runner needs to measure as this one would."""
-    return ["--device", a.device, "--kit", str(a.kit), "--state", str(a.state),
-            "--out", str(a.out), "--params", str(a.params), *set_args(a.set),
-            "--variants", *a.variants, "--versions", *a.versions, "--batch", str(a.batch),
-            "--speed-steps", str(a.speed_steps), "--speed-repeats", str(a.speed_repeats),
-            "--compile-variants", *a.compile_variants, "--compile-modes", *a.compile_modes,
-            "--compile-shapes", str(a.compile_shapes)]
-
-
-def compile_steps(kit: Kit) -> dict[str, Any]:
+def compile_steps(kit: Kit) -> None:
     """Examples/s of the Worker's TrainStep with each --compile-modes (off, default,
     reduce-overhead; TF32, EMA, fused Adam with a tensor lr) on train.buckets' batches."""
     import torch
 
-    from bench.train_speed import device_name
     from rcpipe.config import load_config
 
     a = kit.args
     cfg = load_config(a.params, kit.data_sets(a.versions[0]))
     device = torch.device(a.device)
     backend = "inductor" if device.type == "cuda" else "aot_eager"  # CPU: a check, not a speed
-    out: dict[str, Any] = {"device": device_name(device, torch.get_num_threads()),
-                           "backend": backend, "batch": a.batch, "steps": a.speed_steps,
-                           "repeats": a.speed_repeats, "results": {}, "skipped": {}}
+    out: dict[str, Any] = {"device": device_name(device), "backend": backend, "batch": a.batch,
+                           "steps": a.speed_steps, "repeats": a.speed_repeats, "results": {},
+                           "skipped": {}}
     for v in [v for v in SPEED_ORDER if v in a.compile_variants]:
         for mode in a.compile_modes:
             t0 = time.perf_counter()
@@ -544,7 +500,6 @@ def compile_steps(kit: Kit) -> dict[str, Any]:
             log(f"compiled {v:<15} {mode:<16} {r['examples_per_s']:9.1f} ex/s "
                 f"(warm-up {r['warmup_s']:.0f} s)")
             kit.write("compiled", out)
-    return out
 
 
 def time_step(variant: str, cfg: Any, prepared: Path, device: Any, mode: str, backend: str,
@@ -552,12 +507,11 @@ def time_step(variant: str, cfg: Any, prepared: Path, device: Any, mode: str, ba
     """One variant's step as the Worker takes it (TrainStep over batches collated ahead) on
     the epoch's --compile-shapes most frequent padded shapes (each compiled, and captured,
     in the warm-up: every compile is tens of seconds on the box), then timed runs."""
-    import statistics
     from itertools import cycle, islice
 
     import torch
 
-    from bench.train_speed import _sync, gpu_busy
+    from bench.train_speed import timed
     from rcpipe.data.dataset import SquadDataset, ahead
     from rcpipe.models import build_model
     from rcpipe.train.audit import epoch_shapes
@@ -594,29 +548,15 @@ def time_step(variant: str, cfg: Any, prepared: Path, device: Any, mode: str, ba
             # the 2026-11-27 draw lost its compiled figures to it)
             step(batch.to(device))
             seen += a.batch
-        _sync(device)
+        sync(device)
         return seen
 
     with mixed_precision(device, cfg.train.tf32):
-        t0 = time.perf_counter()
-        run([i for i in first.values() for _ in range(3)])
-        warmup_s = time.perf_counter() - t0
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-        rates = []
-        for _ in range(a.speed_repeats):
-            t0 = time.perf_counter()
-            rates.append(run(islice(feed, a.speed_steps)) / (time.perf_counter() - t0))
-        r: dict[str, Any] = {"examples_per_s": statistics.median(rates),
-                             "step_ms": 1000 * a.batch / statistics.median(rates),
-                             "runs_examples_per_s": rates, "warmup_s": warmup_s,
-                             "shapes": len(kept), "epoch_shapes": len(shapes),
-                             "epoch_share": sum(shapes[k] for k in kept) / sum(shapes.values())}
-        if device.type == "cuda":
-            r["peak_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
-            r["gpu_busy"] = gpu_busy(lambda n: run(islice(feed, n)), device,
-                                     min(a.speed_steps, 4), r["step_ms"] / 1000)
-    return r
+        r = timed(lambda n: run(islice(feed, n)),
+                  lambda: run([i for i in first.values() for _ in range(3)]), device,
+                  a.speed_steps, a.speed_repeats)
+    return r | {"shapes": len(kept), "epoch_shapes": len(shapes),
+                "epoch_share": sum(shapes[k] for k in kept) / sum(shapes.values())}
 
 
 # ----------------------------------------------------------------------------- main
@@ -649,39 +589,30 @@ def run_step(kit: Kit, name: str) -> None:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, Path(os.environ.get("OUT") or ROOT / "bench" / "out" / "gpu"))
     ap.add_argument("steps", nargs="+", choices=[*CALLS, *STEPS], metavar="CALL|STEP",
                     help=f"a call ({', '.join(CALLS)}) or steps ({', '.join(STEPS)})")
-    ap.add_argument("--steps", dest="which", default="all", choices=["all", "open"],
-                    help="open: only the steps whose figures no GPU draw has yet")
-    ap.add_argument("--results", type=Path, default=ROOT / "bench" / "gpu" / "results",
-                    help="the committed draws --steps open reads")
+    ap.add_argument("--steps", dest="which", default="all", choices=["all", "open"])
+    ap.add_argument("--results", type=Path, default=ROOT / "bench" / "gpu" / "results")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--kit", type=Path, default=ROOT / "gpu-kit")
     ap.add_argument("--state", type=Path, default=Path("/tmp/rcpipe-kit"))
-    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or
-                                                     ROOT / "bench" / "out" / "gpu"))
     ap.add_argument("--params", type=Path, default=ROOT / "params.yaml")
-    ap.add_argument("--set", action="append", default=[], help="a params override, repeatable")
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     ap.add_argument("--versions", nargs="+", default=["1.1"], choices=["1.1", "2.0"])
-    ap.add_argument("--minutes", type=float, default=0.0,
-                    help="training minutes a variant (0: what the call has left)")
+    ap.add_argument("--minutes", type=float, default=0.0, help="a variant's (0: what is left)")
     ap.add_argument("--train-steps", type=int, default=0, help="steps instead of minutes")
     ap.add_argument("--eval-every", type=int, default=200, help="steps between checkpoints")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--speed-steps", type=int, default=8)
     ap.add_argument("--speed-repeats", type=int, default=3)
     ap.add_argument("--speed-warmup", type=int, default=2)
-    ap.add_argument("--speed-seconds", type=float, default=90.0,
-                    help="the speed step (and the audit) stop their variants after this")
+    ap.add_argument("--speed-seconds", type=float, default=90.0, help="speed's and audit's cap")
     ap.add_argument("--compile-variants", nargs="+", default=["qanet"], choices=VARIANTS)
     ap.add_argument("--compile-modes", nargs="+", default=["off", "default"],
                     choices=["off", "default", "reduce-overhead"])
-    ap.add_argument("--compile-shapes", type=int, default=1,
-                    help="the epoch's most frequent padded shapes compiled and timed")
-    ap.add_argument("--compile-seconds", type=float, default=75.0,
-                    help="the compiled steps' child is stopped after this")
+    ap.add_argument("--compile-shapes", type=int, default=1, help="the epoch's most frequent")
+    ap.add_argument("--compile-seconds", type=float, default=75.0)
     # 100 steps, a checkpoint at 50: on the H200 (2026-11-27) the first run reached its
     # checkpoint at 50 after 47 s, Ray's start included, and 200 steps left the resumed run
     # 150 steps and three evaluations it could not finish in the call
@@ -690,14 +621,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--peer-models", nargs="+", default=["bidaf", "qanet"],
                     choices=["bidaf", "qanet"])
     ap.add_argument("--peer-repeats", type=int, default=10)
-    ap.add_argument("--budget", type=float, default=0.0,
-                    help="seconds this call may run (0: plan.json's for the call, else 555)")
-    ap.add_argument("--reserve", type=float, default=30.0,
-                    help="seconds a step leaves for the ones after it")
-    ap.add_argument("--start-reserve", type=float, default=25.0,
-                    help="seconds the training processes take to reach their first step")
-    ap.add_argument("--eval-reserve", type=float, default=40.0,
-                    help="seconds kept after the trainings for the evaluation")
+    ap.add_argument("--budget", type=float, default=0.0, help="seconds (0: plan.json's, or 555)")
+    # seconds a step leaves for the ones after it; the trainings' processes take to reach
+    # their first step; kept after the trainings for the evaluation
+    ap.add_argument("--reserve", type=float, default=30.0)
+    ap.add_argument("--start-reserve", type=float, default=25.0)
+    ap.add_argument("--eval-reserve", type=float, default=40.0)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.params, args.kit, args.state, args.out, args.results = (

@@ -5,28 +5,24 @@ met, or open.
     .venv/bin/python bench/gpu/table.py                 every draw in bench/gpu/results/
     .venv/bin/python bench/gpu/table.py DIR [DIR ...]   one draw's calls, not yet recorded
 
-Each DIR holds what one device call brought back ($OUT: setup.json, speed.json,
-compiled.json, accuracy.json, ray.json, peers.json, audit.json, call-<n>.json); a file in a
-later DIR replaces the one of the same name before it (per variant where both hold
-results). Figures measured on a CPU (the dry run) leave every target open: the targets are
-the H100's, and each draw's column names the card that gave its figures (an H200 is lent
-too).
+Each DIR holds what one device call brought back ($OUT); a file in a later DIR replaces the
+one of the same name before it (per variant where both hold results). Figures measured on a
+CPU (the dry run) leave every target open: the targets are the H100's, and each draw's
+column names the card that gave its figures (an H200 is lent too).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.gpu.results import RESULTS, VARIANTS, draws, merged, on_gpu  # noqa: E402
 
-OPEN = "open"
+Measured = tuple[str, float] | None  # a target's figure as shown, and its value
 
 
 def device(r: dict[str, Any]) -> str:
@@ -38,14 +34,15 @@ def device(r: dict[str, Any]) -> str:
     return f"{name} (Python {setup.get('python', '?')}, torch {setup.get('torch', '?')})"
 
 
+def results(r: dict[str, Any], step: str, variant: str) -> dict[str, Any]:
+    return r.get(step, {}).get("results", {}).get(variant, {})
+
+
 def rates(r: dict[str, Any], variant: str) -> dict[str, float]:
     """Every measured mode's examples/s of a variant: fp32, bf16 (bench/train_speed.py) and
     the Worker's step compiled off, default, reduce-overhead."""
-    out = {m: x["examples_per_s"] for m, x in
-           r.get("speed", {}).get("results", {}).get(variant, {}).items()}
-    for m, x in r.get("compiled", {}).get("results", {}).get(variant, {}).items():
-        out[f"step {m}"] = x["examples_per_s"]
-    return out
+    return {m: x["examples_per_s"] for m, x in results(r, "speed", variant).items()} | {
+        f"step {m}": x["examples_per_s"] for m, x in results(r, "compiled", variant).items()}
 
 
 def fastest(r: dict[str, Any], variant: str) -> tuple[str, float] | None:
@@ -57,8 +54,14 @@ def num(x: float | None, fmt: str = ",.0f") -> str:
     return "-" if x is None else format(x, fmt)
 
 
+def skipped(*steps: dict[str, Any]) -> list[str]:
+    why = {k: v for s in steps for k, v in s.get("skipped", {}).items()}
+    return ["", "Not measured: " + "; ".join(f"`{k}` ({v})" for k, v in why.items()) + "."] \
+        if why else []
+
+
 def speed_table(r: dict[str, Any]) -> list[str]:
-    speed, comp, audit = (r.get(k, {}) for k in ("speed", "compiled", "audit"))
+    speed, comp = r.get("speed", {}), r.get("compiled", {})
     params = r.get("setup", {}).get("params", "params.yaml")
     lines = [f"Training examples/s at `{params}` sizes, batch {speed.get('batch', 32)}: "
              "bench/train_speed.py in fp32 (TF32 on CUDA) and bf16, and the Worker's step "
@@ -69,13 +72,11 @@ def speed_table(r: dict[str, Any]) -> list[str]:
              "fp32 ms/step | peak MiB | GPU busy (fp32) | graphs / breaks | kernels per step |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for v in VARIANTS:
-        s = speed.get("results", {}).get(v, {})
-        c = comp.get("results", {}).get(v, {})
-        a = audit.get("results", {}).get(v)
+        s, c = results(r, "speed", v), results(r, "compiled", v)
+        a = r.get("audit", {}).get("results", {}).get(v)
         if not (s or c or a):
             continue
-        fp32 = s.get("fp32", {})
-        busy = fp32.get("gpu_busy")
+        fp32, busy = s.get("fp32", {}), s.get("fp32", {}).get("gpu_busy")
         lines.append(" | ".join([
             f"| `{v}`", num(fp32.get("examples_per_s"), ",.1f"),
             num(s.get("bf16", {}).get("examples_per_s"), ",.1f"),
@@ -85,11 +86,7 @@ def speed_table(r: dict[str, Any]) -> list[str]:
             "-" if busy is None else f"{100 * busy:.0f}%",
             f"{a['graphs']} / {a['graph_breaks']}" if a else "-",
             num(a and a["kernels_per_step"])]) + " |")
-    skipped = {**speed.get("skipped", {}), **comp.get("skipped", {})}
-    if skipped:
-        lines += ["", "Not measured: " + "; ".join(f"`{v}` ({why})"
-                                                   for v, why in skipped.items()) + "."]
-    return lines
+    return lines + skipped(speed, comp)
 
 
 def accuracy_table(r: dict[str, Any]) -> list[str]:
@@ -115,10 +112,8 @@ def accuracy_table(r: dict[str, Any]) -> list[str]:
                       str(x.get("steps", "-"))]
         if any(c != "-" for c in cells):
             lines.append(f"| {v if v == 'ensemble' else f'`{v}`'} | " + " | ".join(cells) + " |")
-    for name, ver in versions.items():
-        if ver.get("abstain_all_f1") is not None:
-            lines.append(f"\nv{name}: answering nothing scores {ver['abstain_all_f1']:.2f} F1.")
-    return lines
+    return lines + [f"\nv{name}: answering nothing scores {ver['abstain_all_f1']:.2f} F1."
+                    for name, ver in versions.items() if ver.get("abstain_all_f1") is not None]
 
 
 def ray_line(r: dict[str, Any]) -> str:
@@ -146,90 +141,62 @@ def peers_lines(r: dict[str, Any]) -> list[str]:
              "rcpipe's time over the peer's, median / min; above 1: rcpipe slower):", "",
              "| rcpipe | peer | train | inference |", "|---|---|---|---|"]
     for model, p in x.get("results", {}).items():
-        st = p["steps"]
-        lines.append(f"| `{model}` | {p['peer']} | "
-                     + " | ".join(f"{st[k]['ratio_median']:.2f}x / {st[k]['ratio_min']:.2f}x"
-                                  for k in ("train", "inference")) + " |")
-    if x.get("skipped"):
-        lines += ["", "Not measured: " + "; ".join(f"`{k}` ({why})"
-                                                    for k, why in x["skipped"].items()) + "."]
-    return lines
-
-
-def card(d: dict[str, Any]) -> str:
-    """The GPU a draw ran on, as torch named it (the device tool's words otherwise)."""
-    return d["figures"].get("setup", {}).get("gpu") or d["device"]
-
-
-def verdict(ok: bool | None) -> str:
-    return OPEN if ok is None else "met" if ok else "not met"
+        lines.append(f"| `{model}` | {p['peer']} | " + " | ".join(
+            f"{p['steps'][k]['ratio_median']:.2f}x / {p['steps'][k]['ratio_min']:.2f}x"
+            for k in ("train", "inference")) + " |")
+    return lines + skipped(x)
 
 
 def targets(r: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(target, measured, met / not met / open) for each of the issue's targets."""
     gpu = on_gpu(r)
-    rows: list[tuple[str, str, str]] = []
 
-    def speed_row(name: str, measure: Callable[[], tuple[str, float] | None],
-                  least: float) -> None:
-        got = measure()
-        rows.append((name, got[0] if got else "-",
-                     verdict(got[1] >= least if got and gpu else None)))
+    def row(name: str, got: Measured, met: bool | None = None, least: float = 0) -> tuple:
+        met = (got[1] >= least if met is None else met) if got and gpu else None
+        return name, got[0] if got else "-", "open" if met is None else "met" if met else "not met"
 
-    def rate(v: str) -> tuple[str, float] | None:
+    def rate(v: str) -> Measured:
         f = fastest(r, v)
         return (f"{f[1]:,.0f} ex/s ({f[0]})", f[1]) if f else None
 
-    def ratio(a: str, b: str) -> tuple[str, float] | None:
+    def ratio(a: str, b: str) -> Measured:
         fa, fb = fastest(r, a), fastest(r, b)
-        return (f"{fa[1] / fb[1]:.2f}x ({fa[0]} / {fb[0]})", fa[1] / fb[1]) \
-            if fa and fb else None
+        return (f"{fa[1] / fb[1]:.2f}x ({fa[0]} / {fb[0]})", fa[1] / fb[1]) if fa and fb else None
 
-    def bf16_gain() -> tuple[str, float] | None:
-        q = rates(r, "qanet")
-        return (f"{q['bf16'] / q['fp32']:.2f}x", q["bf16"] / q["fp32"]) \
-            if "bf16" in q and "fp32" in q else None
-
-    def busy() -> tuple[str, float] | None:
-        b = r.get("speed", {}).get("results", {}).get("qanet", {}).get("fp32", {})
-        return (f"{100 * b['gpu_busy']:.0f}%", b["gpu_busy"]) if "gpu_busy" in b else None
-
-    speed_row("QANet >= 2,000 training examples/s", lambda: rate("qanet"), 2000)
-    speed_row("QANet >= 4x R-Net additive (each at its fastest)",
-              lambda: ratio("qanet", "rnet"), 4)
-    speed_row("R-Net multiplicative >= 4.5x additive", lambda: ratio("rnet_mult", "rnet"), 4.5)
-    speed_row("bf16 >= 1.3x fp32 for QANet", bf16_gain, 1.3)
-    speed_row("GPU busy >= 70% of a QANet step (fp32)", busy, 0.70)
+    q, busy = rates(r, "qanet"), results(r, "speed", "qanet").get("fp32", {}).get("gpu_busy")
     acc = r.get("accuracy", {})
-    v1 = acc.get("versions", {}).get("1.1")
     in_time = bool(acc) and 0 < acc.get("minutes", 0) <= 15
-    if v1 and v1["variants"]:
-        best_v, best = max(v1["variants"].items(), key=lambda kv: kv[1]["test_f1"])
-        rows.append(("v1.1 best single >= 45 F1 (<= 15 min a variant)",
-                     f"{best['test_f1']:.2f} (`{best_v}`, "
-                     + (f"{acc['minutes']:g} min)" if acc["minutes"] else f"{acc['steps']} steps)"),
-                     verdict(best["test_f1"] >= 45 and in_time if gpu else None)))
-    else:
-        rows.append(("v1.1 best single >= 45 F1 (<= 15 min a variant)", "-", OPEN))
-    ens = (v1 or {}).get("ensemble")
-    rows.append(("v1.1 ensemble >= 50 F1", f"{ens['f1']:.2f}" if ens else "-",
-                 verdict(ens["f1"] >= 50 and in_time if ens and gpu else None)))
-    v2 = acc.get("versions", {}).get("2.0")
-    if v2 and v2["variants"]:
-        best_v, best = max(v2["variants"].items(), key=lambda kv: kv[1]["test_f1"])
-        rows.append(("v2.0: a variant above answering nothing (held-out threshold)",
-                     f"{best['test_f1']:.2f} (`{best_v}`) against {v2['abstain_all_f1']:.2f}",
-                     verdict(best["test_f1"] > v2["abstain_all_f1"] if gpu else None)))
-    else:
-        rows.append(("v2.0: a variant above answering nothing (held-out threshold)", "-", OPEN))
-    return rows
+
+    def best(version: str) -> tuple[str, dict[str, Any]] | None:
+        found = acc.get("versions", {}).get(version, {}).get("variants")
+        return max(found.items(), key=lambda kv: kv[1]["test_f1"]) if found else None
+
+    v1, v2 = best("1.1"), best("2.0")
+    ens = acc.get("versions", {}).get("1.1", {}).get("ensemble")
+    nothing = acc.get("versions", {}).get("2.0", {}).get("abstain_all_f1")
+    budget = (f"{acc['minutes']:g} min" if acc.get("minutes") else f"{acc.get('steps')} steps")
+    return [
+        row("QANet >= 2,000 training examples/s", rate("qanet"), least=2000),
+        row("QANet >= 4x R-Net additive (each at its fastest)", ratio("qanet", "rnet"), least=4),
+        row("R-Net multiplicative >= 4.5x additive", ratio("rnet_mult", "rnet"), least=4.5),
+        row("bf16 >= 1.3x fp32 for QANet", (f"{q['bf16'] / q['fp32']:.2f}x", q["bf16"] / q["fp32"])
+            if "bf16" in q and "fp32" in q else None, least=1.3),
+        row("GPU busy >= 70% of a QANet step (fp32)",
+            None if busy is None else (f"{100 * busy:.0f}%", busy), least=0.70),
+        row("v1.1 best single >= 45 F1 (<= 15 min a variant)",
+            v1 and (f"{v1[1]['test_f1']:.2f} (`{v1[0]}`, {budget})", v1[1]["test_f1"]),
+            v1 and v1[1]["test_f1"] >= 45 and in_time),
+        row("v1.1 ensemble >= 50 F1", ens and (f"{ens['f1']:.2f}", ens["f1"]),
+            ens and ens["f1"] >= 50 and in_time),
+        row("v2.0: a variant above answering nothing (held-out threshold)",
+            v2 and (f"{v2[1]['test_f1']:.2f} (`{v2[0]}`) against {nothing:.2f}", 0),
+            v2 and v2[1]["test_f1"] > nothing)]
 
 
 def render(r: dict[str, Any]) -> str:
     lines = [f"GPU kit results on {device(r)}:", "", *speed_table(r), "", *accuracy_table(r),
              "", ray_line(r), "", *peers_lines(r), "",
-             "| target (H100, params.yaml sizes, batch 32) | measured | |",
-             "|---|---|---|"]
+             "| target (H100, params.yaml sizes, batch 32) | measured | |", "|---|---|---|"]
     lines += [f"| {t} | {m} | {s} |" for t, m, s in targets(r)]
     if not on_gpu(r):
         lines += ["", "Measured without a GPU: every target stays open."]
@@ -241,9 +208,11 @@ def every_draw(found: list[dict[str, Any]]) -> str:
     if not found:
         return ("No GPU draw recorded yet (bench/gpu/results/ is empty): every target "
                 "stays open.\n")
+    cards = [d["figures"].get("setup", {}).get("gpu") or d["device"] for d in found]
     lines = ["| target (H100, params.yaml sizes, batch 32) | "
-             + " | ".join(f"{d['date']} `{d['commit']}`, {card(d)}" for d in found) + " |",
-             "|---|" + "---|" * len(found)]
+             + " | ".join(f"{d['date']} `{d['commit']}`, {c}" for d, c in zip(found, cards,
+                                                                                strict=True))
+             + " |", "|---|" + "---|" * len(found)]
     per_draw = [targets(d["figures"]) for d in found]
     for i, (name, _, _) in enumerate(per_draw[0]):
         lines.append(f"| {name} | " + " | ".join(f"{t[i][1]} ({t[i][2]})" for t in per_draw)
@@ -256,8 +225,7 @@ def every_draw(found: list[dict[str, Any]]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("dirs", nargs="*", type=Path,
-                    help="one draw's $OUT folders, in order (default: every recorded draw)")
+    ap.add_argument("dirs", nargs="*", type=Path, help="one draw's $OUT folders, in order")
     ap.add_argument("--results", type=Path, default=RESULTS)
     args = ap.parse_args()
     print(render(merged(args.dirs)) if args.dirs else every_draw(draws(args.results)), end="")

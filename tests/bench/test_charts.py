@@ -1,5 +1,5 @@
 """bench/charts.py: the results pages' charts drawn from a bench's own JSON, as the benches
-write it (the shapes below are theirs: bench/demo_under_load.py --seeds, bench/serve.py)."""
+write it (the shape below is bench/serve.py's)."""
 
 from __future__ import annotations
 
@@ -14,15 +14,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def _demo() -> dict:
-    runs = {str(seed): {"variants": {"bidaf": {"f1": 90.0 + i, "em": 88.0},
-                                     "ensemble": {"f1": 70.0 - i, "em": 66.0}}}
-            for i, seed in enumerate((42, 43, 44))}
-    return {"seeds": [42, 43, 44], "runs": runs, "exit_code": 0, "over_seeds": {
-        "bidaf": {"f1_mean": 91.0, "f1_min": 90.0, "f1_max": 92.0, "em_mean": 88.0},
-        "ensemble": {"f1_mean": 69.0, "f1_min": 68.0, "f1_max": 70.0, "em_mean": 66.0}}}
-
-
 def _serve() -> dict:
     def run(rate: float) -> dict:
         return {"requests_per_s": rate, "p50_ms": 1.0}
@@ -32,19 +23,18 @@ def _serve() -> dict:
 
 
 def test_each_chart_is_a_png_that_changes_with_its_figures() -> None:
-    for draw, result in ((charts.demo_seeds, _demo()), (charts.serve_throughput, _serve())):
-        png = draw(result)
-        assert png.startswith(PNG) and len(png) > 5_000
+    png = charts.serve_throughput(_serve())
+    assert png.startswith(PNG) and len(png) > 5_000
     other = _serve()
     other["runs"]["serve-1"][0]["requests_per_s"] = 250.0
     assert charts.serve_throughput(other) != charts.serve_throughput(_serve())
 
 
 def test_a_chart_is_drawn_again_from_the_benchs_json(tmp_path: Path) -> None:
-    result = tmp_path / "demo_under_load.json"
-    result.write_text(json.dumps(_demo()))
-    png = tmp_path / "demo-seeds.png"
-    done = subprocess.run([sys.executable, "-m", "bench.charts", "demo", str(result), str(png)],
+    result = tmp_path / "serve.json"
+    result.write_text(json.dumps(_serve()))
+    png = tmp_path / "serve-throughput.png"
+    done = subprocess.run([sys.executable, "-m", "bench.charts", "serve", str(result), str(png)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert png.read_bytes() == charts.demo_seeds(_demo())
+    assert png.read_bytes() == charts.serve_throughput(_serve())

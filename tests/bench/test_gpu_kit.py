@@ -151,7 +151,7 @@ def test_the_kit_runs_every_step_on_the_cpu(tmp_path: Path, prepared: Prepared) 
     assert ray["status"] == "done" and ray["backend"] == "gloo" and ray["world_size"] == 1
     assert 0 < ray["resumed_from_step"] < ray["steps"] == RAY_STEPS
     pair = read(out2, "peers")["results"]["bidaf"]  # rcpipe's bidaf beside the stand-in
-    assert pair["device"].startswith("CPU") and pair["batch"] == 2
+    assert pair["device"].endswith("CPU, 1 torch thread(s)") and pair["batch"] == 2
     assert all(pair["steps"][k]["ratio_median"] > 0 for k in ("train", "inference"))
     audit = read(out2, "audit")["results"]
     assert set(audit) == set(VARIANTS)

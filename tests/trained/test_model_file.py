@@ -1,5 +1,5 @@
 """A trained model (trained/model_file.py) is used without training code: `rcpipe evaluate`,
-predict, explain, the service and the inference benches import nothing of rcpipe.train."""
+predict, explain, the service and the inference bench import nothing of rcpipe.train."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_no_import_anywhere_in_a_models_user_reaches_training_code(path: str) ->
 @pytest.mark.parametrize("module", [
     "rcpipe.trained.model_file", "rcpipe.stages.evaluate", "rcpipe.stages.predict",
     "rcpipe.stages.explain", "rcpipe.stages.package", "rcpipe.trained.onnx",
-    "rcpipe.stages.export", "rcpipe.serve", "bench/serve.py", "bench/export_latency.py"])
+    "rcpipe.stages.export", "rcpipe.serve", "bench/serve.py"])
 def test_a_fresh_interpreter_importing_a_models_user_imports_no_training_code(
         module: str) -> None:
     """At run time too: the rcpipe.stages package's own import (of stages/train.py) keeps

@@ -152,6 +152,8 @@ def ensemble(variants: list[str], runs: Path, params: Path, prepared: Path, test
                for v, (ev, h) in evaluations.items()}
     result = metrics.score(dev.doc, voted({v: ev for v, (ev, _) in evaluations.items()}))
     methods = {"vote": {"f1": result["f1"], "em": metrics.headline(result)[0]}}
+    # each member's own test F1 (a variant of several runs: their mean's)
+    result["members"] = {v: metrics.headline(ev.result)[1] for v, (ev, _) in evaluations.items()}
     # (the held-out slice is long enough to choose on only where prepare held one out)
     for method, (_, r, extra) in averaged(members, dev, held, max_len, rounds).items():
         methods[method] = {"f1": r["f1"], "em": metrics.headline(r)[0]} | extra
@@ -171,24 +173,48 @@ def one_seed(seed: int, params: Path, prepared: Path, train_file: Path, test: Pa
              runs: Path, args: Any) -> dict[str, Any]:
     """Every variant trained with ``train.seed=seed`` for the minutes, then the ensemble:
     {wall_minutes, variants: {v: scores and curve}, ensemble}."""
+    from rcpipe.config import load_config
+
+    # a variant of models.<v>.seeds runs trains each (train.seed + k) as `rcpipe train` does
+    n = {v: load_config(params, args.sets).models.of(v).seeds for v in args.variants}
     t0 = time.perf_counter()
     with ThreadPoolExecutor(args.lanes) as pool:
-        futures = {v: pool.submit(train, v, params, prepared, train_file, test, runs / v, seed,
-                                  args.minutes, args.eval_every, args.device, args.threads,
-                                  args.sets, tuned_layer(args.tuned, v))
+        futures = {v: [pool.submit(train, v, params, prepared, train_file, test,
+                                   runs / v / "seeds" / str(seed + k) if n[v] > 1 else runs / v,
+                                   seed + k, args.minutes, args.eval_every, args.device,
+                                   args.threads, [*args.sets, f"models.{v}.seeds=1"],
+                                   tuned_layer(args.tuned, v)) for k in range(n[v])]
                    for v in args.variants}
-        summaries = {v: f.result() for v, f in futures.items()}
+        summaries = {v: [f.result() for f in fs] for v, fs in futures.items()}
     r: dict[str, Any] = {"wall_minutes": (time.perf_counter() - t0) / 60, "variants": {}}
-    for v, s in summaries.items():
+    for v, ss in summaries.items():
+        if len(ss) > 1:  # the model of several runs: their weights side by side
+            seeds_together(runs / v, [runs / v / "seeds" / str(seed + k) for k in range(n[v])])
         # test scores of the checkpoint ranked best on the held-out slice, v2.0 at the
-        # threshold chosen there (the summary's "dev" is the test file here)
+        # threshold chosen there (the summary's "dev" is the test file here); of several
+        # runs the best single run's (the bar their mean has to clear), each run's beside
+        s = max(ss, key=lambda s: s["best_dev_f1"])
         r["variants"][v] = {"best_test_f1": s["best_dev_f1"], "best_test_em": s["best_dev_em"],
                             "best_heldout_f1": s.get("best_heldout_f1"),
                             **{k: s[k] for k in ("best_step", "steps", "epochs",
                                                  "examples_per_s", "history")}}
+        if len(ss) > 1:
+            r["variants"][v]["seeds_test_f1"] = [one["best_dev_f1"] for one in ss]
     if len(args.variants) > 1:
         r["ensemble"] = ensemble(args.variants, runs, params, prepared, test)
+        for v in (v for v in args.variants if n[v] > 1):  # the mean of the runs, one model
+            r["variants"][v]["seed_mean_test_f1"] = r["ensemble"]["members"][v]
     return r
+
+
+def seeds_together(out: Path, seeds: list[Path]) -> None:
+    """out/model.pt of the runs in ``seeds`` (stages/train.py's, through the same function)."""
+    import torch
+
+    from rcpipe.trained.model_file import payload_bytes, side_by_side
+
+    (out / "model.pt").write_bytes(payload_bytes(side_by_side(
+        [torch.load(d / "model.pt", map_location="cpu", weights_only=True) for d in seeds])))
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -216,6 +242,12 @@ def over_seeds(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
                 r["ensemble"]["methods"][m]["f1"]
                 - max(v["best_test_f1"] for v in r["variants"].values()) for r in runs])}
             for m in first["ensemble"].get("methods", {})}
+    # a variant of several runs (models.<v>.seeds): their mean, against the best single run
+    out["seed_means"] = {v: {
+        "f1": spread([r["variants"][v]["seed_mean_test_f1"] for r in runs]),
+        "over_best_member": spread([r["variants"][v]["seed_mean_test_f1"] - max(
+            x["best_test_f1"] for x in r["variants"].values()) for r in runs])}
+        for v in first["variants"] if "seed_mean_test_f1" in first["variants"][v]}
     return out
 
 
@@ -286,6 +318,8 @@ def main() -> None:
     ap.add_argument("--tuned", type=Path, help="`rcpipe tune`'s <variant>.yaml layers' folder")
     ap.add_argument("--seeds", type=int, default=1, help="seeds a variant: mean [min, max]")
     ap.add_argument("--first-seed", type=int, help="the first seed (default: the preset's)")
+    ap.add_argument("--seed-step", type=int, default=1, help="between seeds (models.<v>.seeds "
+                    "N: N, so no two seeds' runs share a train.seed)")
     args = ap.parse_args()
     import torch
 
@@ -298,7 +332,7 @@ def main() -> None:
     args.eval_every = args.eval_every or (50 if cpu else 200)
     base = load_config(params, args.sets).train.seed if args.first_seed is None \
         else args.first_seed
-    seeds = list(range(base, base + args.seeds))
+    seeds = list(range(base, base + args.seeds * args.seed_step, args.seed_step))
     if args.threads:  # the ensemble runs here: beside another bench, torch's default would spin
         torch.set_num_threads(args.threads)
     name = torch.cuda.get_device_name() if torch.cuda.is_available() and args.device != "cpu" \
@@ -336,6 +370,9 @@ def main() -> None:
             print(f"  v{version} {v:<15} test F1 {spread_line(s['best_test_f1'])}")
         if "ensemble" in r:
             print(f"  v{version} {'ensemble':<15} test F1 {spread_line(r['ensemble']['f1'])}")
+        for v, x in r.get("seed_means", {}).items():
+            print(f"  v{version} {v + ', seeds':<15} test F1 {spread_line(x['f1'])}, over the "
+                  f"best single run {spread_line(x['over_best_member'])}")
         for m, x in r.get("methods", {}).items():
             print(f"  v{version} {'  ' + m:<15} test F1 {spread_line(x['f1'])}, over the "
                   f"best variant {spread_line(x['over_best_member'])}")

@@ -33,6 +33,7 @@ CURVE = "metrics.json"  # beside model.pt: the finished run's dev curve
 STATE, CHECKPOINT_META, CHECKPOINT_METRICS = "state.pt", "meta.json", "metrics.json"
 CHECKPOINT_SUMS = "sums.json"
 REPORT_PAGE, REPORT_DATA = "report.html", "report.json"  # rcpipe report, in its folder
+SEEDS = "seeds"  # models/<variant>/seeds/<seed>/: each run of a variant of several
 RUNS = "runs"  # models/<variant>/runs/<run>/: each keyed run's Ray Train storage (train/runs.py)
 STAMPS = Path(".rcpipe/stamps")  # <stage>.json: the inputs its outputs were made from
 # large files' sha256 by path, size and modification time: read once, not at every key
@@ -58,6 +59,12 @@ def summary_file(variant: str) -> Path:
 def runs_dir(variant: str) -> Path:
     """Where a variant's runs keep their checkpoints, without train.storage_path."""
     return model_dir(variant) / RUNS
+
+
+def seed_dir(variant: str, seed: int) -> Path:
+    """One run of a variant of several (models.<variant>.seeds): its model.pt, summary.json,
+    metrics.json and live/, kept to make the variant's model from (stages/train.py)."""
+    return model_dir(variant) / SEEDS / str(seed)
 
 
 def runs_record(variant: str) -> Path:

@@ -174,15 +174,15 @@ def test_a_training_run_says_why_it_trains_in_one_line(
     monkeypatch.chdir(tmp_path)
     twenty = _training(_cfg(tmp_path, train={"max_steps": 20}))
     eight = _training(_cfg(tmp_path, train={"max_steps": 8}))
-    runs, name = Runs("bidaf"), run_name(eight)
-    assert _why("bidaf", eight, runs, name, False) == f"first run ({name})"
-    assert _why("bidaf", eight, runs, name, True) == f"--force: training anew ({name})"
+    runs, name, here = Runs("bidaf"), run_name(eight), layout.model_dir("bidaf")
+    assert _why(here, eight, runs, name, False) == f"first run ({name})"
+    assert _why(here, eight, runs, name, True) == f"--force: training anew ({name})"
     layout.write_json(layout.summary_file("bidaf"),
                       {"finished": True, "fingerprint": twenty.as_dict()})
-    assert _why("bidaf", eight, runs, name, False) == \
+    assert _why(here, eight, runs, name, False) == \
         f"settings changed (train.max_steps 20 -> 8); training anew ({name})"
     runs.started(name, eight)  # interrupted: the same inputs resume it
-    assert _why("bidaf", eight, runs, name, False).startswith(f"resuming {name}, whose")
+    assert _why(here, eight, runs, name, False).startswith(f"resuming {name}, whose")
 
 
 def test_a_large_files_digest_is_read_once_across_processes(

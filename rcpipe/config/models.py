@@ -60,6 +60,10 @@ class ModelConfig(Section):
     bidirectional_matching: bool = Arch(True, description="R-Net: question-passage "
                                         "matching reads the passage both ways (the "
                                         "report's section 4.1); False: forward only")
+    seeds: int = Arch(1, ge=1, le=16, description="training runs of this variant, seeds "
+                      "train.seed, + 1, ...; the model holds every run's weights and answers "
+                      "with the mean of their start/end distributions (the BiDAF and R-Net "
+                      "papers' ensembles of one architecture)")
     # -- training
     dropout: float = Field(0.2, ge=0, lt=1)
     char_dropout: float = Field(0.05, ge=0, lt=1)

@@ -66,4 +66,11 @@ def views_of(variant: str) -> tuple[ViewSpec, ...]:
 
 
 def build_model(variant: str, cfg: ModelConfig, inputs: ModelInputs) -> nn.Module:
+    """The variant's model; with ``cfg.seeds`` > 1 that many networks answering as one
+    (seed_mean.py): a trained model of several runs, each trained alone (stages/train.py)."""
+    if cfg.seeds > 1:
+        from rcpipe.models.seed_mean import SeedMean
+
+        one = cfg.model_copy(update={"seeds": 1})
+        return SeedMean([builder_of(variant)(one, inputs) for _ in range(cfg.seeds)])
     return builder_of(variant)(cfg, inputs)

@@ -13,21 +13,25 @@ from rcpipe.inference.decode import best_span, predict_no_answer
 from rcpipe.models import views_of
 from rcpipe.models.batch import Batch
 from rcpipe.models.layers import capture_attention
+from rcpipe.models.seed_mean import SeedMean
 from rcpipe.render.attention import AttentionMap
 
 
 def attention_maps(model: nn.Module, variant: str, batch: Batch
                    ) -> tuple[list[AttentionMap], torch.Tensor, torch.Tensor]:
     """One eval forward pass of a one-question batch; its views and log p_start, log p_end
-    over [no-answer, tokens] (1 + Lc,)."""
+    over [no-answer, tokens] (1 + Lc,). A model of several runs (models/seed_mean.py):
+    the views of its first run, the distributions their mean."""
     if len(batch) != 1:
         raise ValueError(f"explain one question at a time, not {len(batch)}")
     model.eval()
     with torch.no_grad(), capture_attention(model) as captured:
         log_p1, log_p2 = model(batch).log_probs()  # (1, 1 + Lc) each
     maps = []
+    # a model of several runs answers with their mean; the views are its first run's
+    viewed = model.replicas[0] if isinstance(model, SeedMean) else model
     for spec in views_of(variant):
-        calls = captured.get((model.get_submodule(spec.module), spec.name), [])
+        calls = captured.get((viewed.get_submodule(spec.module), spec.name), [])
         if len(calls) <= spec.call:
             raise RuntimeError(f"{variant}: {spec.module} recorded no {spec.name!r} attention")
         w = calls[spec.call][0].double()  # (Lc, Lq) / (Lc, Lc) / (Lc,), or (h, Lc, Lc)

@@ -71,6 +71,12 @@ def train(cfg: Config, variant: str, force: bool = False, run: str | None = None
         settle(layout.model_dir(variant))  # a set a killed stage committed: whole first
         if key is not None and not force and (done := _finished(variant, key)) is not None:
             return _nothing_to_do(variant, done)
+        if cfg.models.of(variant).seeds > 1:
+            return _train_seeds(cfg, variant, key or _key(cfg, variant), force)
+        kept = layout.seed_dir(variant, cfg.train.seed)  # a run of several seeds' first
+        if key is not None and not force and _finished(kept, key) is not None:
+            _copy_run(kept, layout.model_dir(variant))  # back to one seed trains nothing
+            return _nothing_to_do(variant, _finished(variant, key) or {})
         return _train_here(cfg, variant, key, force)
 
 
@@ -86,9 +92,10 @@ def _nothing_to_do(variant: str, summary: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
-def _train_here(cfg: Config, variant: str, key: Fingerprint | None, force: bool
-                ) -> dict[str, Any]:
-    """The Ray Train job from this driver, to the model in place (under the lock)."""
+def _train_here(cfg: Config, variant: str, key: Fingerprint | None, force: bool,
+                out: Path | None = None) -> dict[str, Any]:
+    """The Ray Train job from this driver, to the model in place (under the lock), or to
+    ``out`` (one run of a variant of several: _train_seeds)."""
     from rcpipe.cluster import train_job
     from rcpipe.train.checkpoint import RANK_METRIC, finish_run, first_whole, read_meta, step_of
     from rcpipe.train.runs import Runs, run_name
@@ -98,16 +105,18 @@ def _train_here(cfg: Config, variant: str, key: Fingerprint | None, force: bool
     opening.check_build(cfg, variant, inputs, f"models.{variant}",
                         lambda: cfg.models.of(variant))
     runs, name = Runs(variant), run_name(key)
+    out = out or layout.model_dir(variant)
     storage = opening.run_storage(cfg, variant, layout.runs_dir(variant))
     path, filesystem = storage
-    log.info("train %s: %s", variant, _why(variant, key, runs, name, force))
+    log.info("train %s: %s", variant, _why(out, key, runs, name, force))
     if force or (runs.get(name) or {}).get("finished"):  # a finished run's storage is spent
         opening.forget(storage, name)
     runs.started(name, key)
     stored = train_job.latest_step(path, filesystem, name)  # where a resumed run goes on from
     dev_doc = opening.dev_document(cfg)
     t0 = time.perf_counter()
-    result, attempt = _fit(cfg, variant, inputs, dev_doc, path, filesystem, name)
+    result, attempt = _fit(cfg, variant, inputs, dev_doc, path, filesystem, name,
+                           out / layout.LIVE)
     if result.checkpoint is not None:  # Ray's record: the latest, and the kept ones
         kept = list(result.best_checkpoints)
         by_step = [result.checkpoint, *[c for c, _ in sorted(
@@ -146,7 +155,7 @@ def _train_here(cfg: Config, variant: str, key: Fingerprint | None, force: bool
         # a run resumed at its last step trains none and writes no checkpoint: its
         # latest one's meta names the attempt before
         resumed = meta["resumed_from_step"] if meta.get("attempt") == attempt else stored
-        summary = finish_run(variant, layout.model_dir(variant), meta, best,
+        summary = finish_run(variant, out, meta, best,
                              time.perf_counter() - t0, checkpoints=result.path,
                              finished=True, run=name, fingerprint=key.as_dict(),
                              resumed_from_step=resumed)
@@ -154,6 +163,92 @@ def _train_here(cfg: Config, variant: str, key: Fingerprint | None, force: bool
     for old in runs.stale(cfg.train.keep_runs, name):  # train.keep_runs: the newest kept
         opening.forget(storage, old)
         runs.drop(old)
+    return summary
+
+
+def _train_seeds(cfg: Config, variant: str, key: Fingerprint, force: bool
+                 ) -> dict[str, Any]:
+    """models.<variant>.seeds runs (train.seed, + 1, ...), each keyed and trained as a
+    variant of one run is, into models/<variant>/seeds/<seed>/ where it stays: a finished
+    one is not trained again (from 3 seeds to 4 trains one; an interrupted run resumes),
+    and the first is the run a single seed would train. Then the model in place holds every
+    run's weights and answers with their mean distributions (models/seed_mean.py)."""
+    done = []
+    for k in range(cfg.models.of(variant).seeds):
+        one = one_seed(cfg, variant, k)
+        out, one_key = layout.seed_dir(variant, one.train.seed), _key(one, variant)
+        settle(out)  # a seed's set a killed stage committed: whole first
+        if k == 0 and not force and _finished(variant, one_key) is not None:
+            _copy_run(layout.model_dir(variant), out)  # the model in place is this run
+        found = None if force else _finished(out, one_key)
+        if found is not None:
+            log.info("train %s: seed %d already finished with these inputs (%s)", variant,
+                     one.train.seed, out)
+        done.append((out, found or _train_here(one, variant, one_key, force, out)))
+    return _seeds_together(cfg, variant, key, done)
+
+
+def _copy_run(source: Path, out: Path) -> None:
+    """A finished run's files (model, summary, curve, live/) from ``source`` to ``out``, as
+    one set: the model in place to a seed's folder (from one seed to several trains only
+    the others) or back (from several to the first alone trains nothing)."""
+    from rcpipe.outputs import output_set
+
+    live = source / layout.LIVE
+    with output_set("train", [out]) as files:
+        for f in [source / layout.MODEL, source / layout.SUMMARY, source / layout.CURVE,
+                  *(f for f in sorted(live.rglob("*")) if f.is_file())]:
+            if f.is_file():
+                files.copy(out / f.relative_to(source), f)
+
+
+def one_seed(cfg: Config, variant: str, k: int) -> Config:
+    """The config of the ``k``-th run of a variant of several: train.seed + k, one network."""
+    one = cfg.models.of(variant).model_copy(update={"seeds": 1})
+    return cfg.model_copy(update={
+        "train": cfg.train.model_copy(update={"seed": cfg.train.seed + k}),
+        "models": cfg.models.model_copy(update={variant: one})})
+
+
+def _seeds_together(cfg: Config, variant: str, key: Fingerprint,
+                    done: list[tuple[Path, dict[str, Any]]]) -> dict[str, Any]:
+    """The model in place from the seeds' runs: their weights side by side (``replicas.<k>.``,
+    models/seed_mean.py), the summary their facts (the cost summed: every run was paid
+    for), the curve and live/ the first run's with every run's curve beside."""
+    import torch
+
+    from rcpipe.outputs import output_set
+    from rcpipe.trained.model_file import payload_bytes, side_by_side
+
+    payload = side_by_side([torch.load(out / layout.MODEL, map_location="cpu",
+                                       weights_only=True) for out, _ in done])
+    runs = [s for _, s in done]
+    summary = {
+        "variant": variant, "seeds": [
+            {"seed": cfg.train.seed + k} | {f: s.get(f) for f in (
+                "run", "steps", "best_step", "best_dev_em", "best_dev_f1", "best_heldout_f1",
+                "wall_seconds")} for k, s in enumerate(runs)],
+        "world_size": runs[0]["world_size"], "device": runs[0]["device"],
+        "steps": sum(s["steps"] for s in runs), "epochs": sum(s["epochs"] for s in runs),
+        "wall_seconds": round(sum(s["wall_seconds"] for s in runs), 2),
+        "train_seconds": round(sum(s["train_seconds"] for s in runs), 2),
+        "examples_per_s": sum(s["examples_per_s"] for s in runs) / len(runs),
+        "ranked_on": runs[0].get("ranked_on"), "run": ",".join(s.get("run", "") for s in runs),
+        "finished": True, "fingerprint": key.as_dict()}
+    model_dir, first = layout.model_dir(variant), done[0][0]
+    with output_set("train", [model_dir]) as files:
+        files.write(model_dir / layout.MODEL, payload_bytes(payload))
+        files.write_json(model_dir / layout.CURVE, {
+            "history": runs[0]["history"],
+            "seeds": {str(cfg.train.seed + k): s["history"] for k, s in enumerate(runs)}})
+        files.write_json(model_dir / layout.SUMMARY, summary)
+        for f in sorted((first / layout.LIVE).rglob("*")):
+            if f.is_file():
+                files.copy(layout.live_dir(variant) / f.relative_to(first / layout.LIVE), f)
+    log.info("train %s: %d runs (seeds %s) -> %s, answering with their mean distributions; "
+             "best dev F1 of each %s", variant, len(runs),
+             ", ".join(str(s["seed"]) for s in summary["seeds"]), layout.model_file(variant),
+             ", ".join(f"{s['best_dev_f1']:.2f}" for s in runs))
     return summary
 
 
@@ -165,13 +260,13 @@ def trained_is_current(cfg: Config, variant: str) -> bool:
     return _finished(variant, _key(cfg, variant)) is not None
 
 
-def _why(variant: str, key: Fingerprint, runs: Runs, name: str, force: bool) -> str:
+def _why(out: Path, key: Fingerprint, runs: Runs, name: str, force: bool) -> str:
     """The one line that says why this run trains: resumed, or anew and what changed."""
     if force:
         return f"--force: training anew ({name})"
     if (found := runs.get(name)) is not None and not found.get("finished"):
         return f"resuming {name}, whose inputs are these, from its latest checkpoint"
-    summary = _summary(variant)
+    summary = _summary(out)
     if summary is not None and "fingerprint" not in summary:
         return f"the model in place was trained before runs were keyed on their inputs; " \
                f"training anew ({name})"
@@ -182,9 +277,9 @@ def _why(variant: str, key: Fingerprint, runs: Runs, name: str, force: bool) -> 
     return f"{what or 'the last run did not finish'}; training anew ({name})"
 
 
-def _summary(variant: str) -> dict[str, Any] | None:
-    """summary.json of the model in place, or None."""
-    path = layout.summary_file(variant)
+def _summary(folder: Path) -> dict[str, Any] | None:
+    """summary.json of the model in ``folder`` (models/<variant>/, a seed's), or None."""
+    path = folder / layout.SUMMARY
     if not path.is_file():
         return None
     try:
@@ -194,9 +289,10 @@ def _summary(variant: str) -> dict[str, Any] | None:
     return summary if isinstance(summary, dict) else None
 
 
-def _finished(variant: str, key: Fingerprint) -> dict[str, Any] | None:
-    """The summary of the model in place when it finished training with ``key``'s inputs."""
-    summary = _summary(variant)
+def _finished(variant: str | Path, key: Fingerprint) -> dict[str, Any] | None:
+    """The summary of the model in place (a variant's, or in a folder: a seed's) when it
+    finished training with ``key``'s inputs."""
+    summary = _summary(layout.model_dir(variant) if isinstance(variant, str) else variant)
     if summary is None or not summary.get("finished"):
         return None
     kept = summary.get("fingerprint")
@@ -207,12 +303,13 @@ def _finished(variant: str, key: Fingerprint) -> dict[str, Any] | None:
 def _finished_by_job(variant: str, key: Fingerprint | None) -> dict[str, Any] | None:
     """The summary the Ray job left here: of these inputs' run (any finished run's, when
     the prepared data is not here to key it on)."""
-    summary = _finished(variant, key) if key is not None else _summary(variant)
+    summary = _finished(variant, key) if key is not None \
+        else _summary(layout.model_dir(variant))
     return summary if summary is not None and summary.get("finished") else None
 
 
 def _fit(cfg: Config, variant: str, inputs: ModelInputs, dev_doc: dict[str, Any],
-         path: str, filesystem: Any, name: str) -> tuple[Any, str]:
+         path: str, filesystem: Any, name: str, live: Path) -> tuple[Any, str]:
     """The Ray Train job, to its end; Ray Train's Result and the job's attempt (the token
     its checkpoints' meta carries). A checkpoint store that fails
     mid-run is one RunError line, not Ray's traceback."""
@@ -225,7 +322,7 @@ def _fit(cfg: Config, variant: str, inputs: ModelInputs, dev_doc: dict[str, Any]
         job = make_job(cfg, variant, opening.job_data(cfg))
         log.info("train %s: Ray Train job of %d worker(s), run storage %s%s/%s", variant,
                  cfg.train.num_workers, "s3://" if filesystem is not None else "", path, name)
-        shown = ProgressLog(variant, layout.live_dir(variant))  # lines, the live dev curve
+        shown = ProgressLog(variant, live)  # lines, the live dev curve
         with shared_progress() as bar:
             task = bar.add_task(f"train {variant}", total=cfg.train.epochs)
             try:

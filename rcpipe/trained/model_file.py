@@ -50,6 +50,27 @@ def model_payload(variant: str, model_config: ModelConfig, inputs: ModelInputs,
             "state_dict": {k: v.detach().cpu() for k, v in weights.items()}}
 
 
+def side_by_side(payloads: list[dict[str, Any]]) -> dict[str, Any]:
+    """One payload of several runs of a variant (models.<variant>.seeds, each a payload of
+    one network): their weights as ``replicas.<k>.*`` (models/seed_mean.py), the first
+    run's description with ``seeds`` their count."""
+    first = payloads[0]
+    return first | {"model_config": first["model_config"] | {"seeds": len(payloads)},
+                    "state_dict": {f"replicas.{k}.{name}": t for k, one in enumerate(payloads)
+                                   for name, t in one["state_dict"].items()}}
+
+
+def payload_bytes(payload: dict[str, Any]) -> bytes:
+    """model.pt's bytes (to write as one file, layout.write or an output set)."""
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    return buffer.getvalue()
+
+
 class PayloadMismatch(ValueError):
     """A saved model that does not fit what the caller asked for; ``field`` says where."""
 

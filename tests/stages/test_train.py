@@ -23,7 +23,8 @@ from rcpipe.errors import InputError
 from rcpipe.scoring.metrics import score
 from tests.conftest import TINY_MODEL, SynthData, Trained, questions_of
 
-pytestmark = [pytest.mark.integration, pytest.mark.trains, pytest.mark.usefixtures("local_ray")]
+pytestmark = [pytest.mark.integration, pytest.mark.trains, pytest.mark.ray_train(1),
+              pytest.mark.usefixtures("local_ray")]
 
 
 @pytest.fixture(autouse=True)
@@ -117,3 +118,52 @@ def test_cuda_on_a_machine_without_a_gpu_is_refused(make_config, prepared
     with pytest.raises(InputError) as err:
         stages.evaluate(cfg, "bidaf")  # said before the (missing) model is looked for
     assert err.value.location == "train.device"
+
+
+def _with_seeds(cfg, n: int):  # noqa: ANN001, ANN202
+    bidaf = cfg.models.bidaf.model_copy(update={"seeds": n})
+    return cfg.model_copy(update={"models": cfg.models.model_copy(update={"bidaf": bidaf})})
+
+
+def test_a_variant_of_several_seeds_trains_each_run_once_and_answers_with_their_mean(
+        trained: Trained, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """models.bidaf.seeds 2 over the session's run (train.seed 42): one run more (seed 43,
+    this file's Ray Train job), the model in place both runs' weights answering as one;
+    asked again nothing trains, and back to one seed the first run is the model in place
+    again, trained by nobody (a second job would fail the file's ray_train(1))."""
+    import torch
+
+    from rcpipe.models.seed_mean import SeedMean
+    from rcpipe.trained.model_file import load_model
+
+    run = tmp_path / "run"
+    shutil.copytree(trained.root, run)
+    monkeypatch.chdir(run)
+    # the copy's own folders: the key names a folder in the run directory by its place there
+    one = trained.cfg.model_copy(update={"data": trained.cfg.data.model_copy(update={
+        "out_dir": run / "data" / "prepared", "cache_dir": run / "data" / "cache"})})
+    two = _with_seeds(one, 2)
+    first = Path("models/bidaf/model.pt").read_bytes()
+    single = load_model(one, "bidaf")[0]
+
+    summary = stages.train(two, "bidaf")
+    assert [s["seed"] for s in summary["seeds"]] == [42, 43]
+    assert summary["seeds"][0]["run"] == trained.summary["run"]
+    assert summary["seeds"][0]["best_dev_f1"] == trained.summary["best_dev_f1"]
+    assert summary["steps"] == 2 * trained.summary["steps"]  # each run's max_steps, both paid
+    assert Path("models/bidaf/seeds/42/model.pt").read_bytes() == first
+    assert json.loads(Path("models/bidaf/summary.json").read_text()) == summary
+    both = load_model(two, "bidaf")[0]
+    assert isinstance(both, SeedMean) and len(both.replicas) == 2
+    kept, new = (dict(m.state_dict()) for m in both.replicas)
+    assert all(torch.equal(kept[k], v) for k, v in single.state_dict().items())
+    assert not all(torch.equal(new[k], v) for k, v in single.state_dict().items())
+    result = stages.evaluate(two, "bidaf")
+    dev_ids = {qa["id"] for qa in questions_of(trained.data.dev_doc)}
+    assert set(json.loads(Path("predictions/bidaf.json").read_text())) == dev_ids
+    assert 0.0 <= result["f1"] <= 100.0
+
+    assert stages.train(two, "bidaf") == summary  # both runs finished: nothing to do
+    assert stages.train(one, "bidaf") == trained.summary  # the first run, back in place
+    assert Path("models/bidaf/model.pt").read_bytes() == first
+    assert not isinstance(load_model(one, "bidaf")[0], SeedMean)

@@ -52,6 +52,25 @@ def test_the_graph_answers_as_the_eager_model_at_other_shapes(
     assert result["max_abs_diff"] <= 1e-4, result
 
 
+@pytest.mark.integration
+@pytest.mark.trains
+def test_a_model_of_several_runs_exports_as_one_graph(
+        trained: Trained, monkeypatch: pytest.MonkeyPatch) -> None:
+    """models.<v>.seeds: the runs' mean (models/seed_mean.py) is one graph answering as the
+    eager mean does."""
+    from rcpipe.models.seed_mean import SeedMean
+
+    monkeypatch.chdir(trained.root)
+    model, inputs = load_model(trained.cfg, "bidaf")
+    torch.manual_seed(1)
+    other = build_model("bidaf", trained.cfg.models.bidaf, inputs)
+    both = SeedMean([model, other]).eval()
+    dev = _dev(trained)
+    graph = OnnxForward(export_graph(both, dev.collate([0, 1, 2])))
+    result = compare(both, graph, dev, [[3, 4, 5, 6], [7]])
+    assert result["max_abs_diff"] <= 1e-4, result
+
+
 class _Recurrence(nn.Module):
     """A forward around one GRU direction, to check the ONNX GRU's gate order alone."""
 

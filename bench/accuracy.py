@@ -211,10 +211,10 @@ def seeds_together(out: Path, seeds: list[Path]) -> None:
     """out/model.pt of the runs in ``seeds`` (stages/train.py's, through the same function)."""
     import torch
 
-    from rcpipe.trained.model_file import payload_bytes, side_by_side
+    from rcpipe.trained.model_file import side_by_side
 
-    (out / "model.pt").write_bytes(payload_bytes(side_by_side(
-        [torch.load(d / "model.pt", map_location="cpu", weights_only=True) for d in seeds])))
+    torch.save(side_by_side([torch.load(d / "model.pt", map_location="cpu", weights_only=True)
+                             for d in seeds]), out / "model.pt")
 
 
 def spread(values: list[float]) -> dict[str, float]:

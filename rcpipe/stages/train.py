@@ -218,7 +218,7 @@ def _seeds_together(cfg: Config, variant: str, key: Fingerprint,
     import torch
 
     from rcpipe.outputs import output_set
-    from rcpipe.trained.model_file import payload_bytes, side_by_side
+    from rcpipe.trained.model_file import side_by_side
 
     payload = side_by_side([torch.load(out / layout.MODEL, map_location="cpu",
                                        weights_only=True) for out, _ in done])
@@ -237,7 +237,7 @@ def _seeds_together(cfg: Config, variant: str, key: Fingerprint,
         "finished": True, "fingerprint": key.as_dict()}
     model_dir, first = layout.model_dir(variant), done[0][0]
     with output_set("train", [model_dir]) as files:
-        files.write(model_dir / layout.MODEL, payload_bytes(payload))
+        torch.save(payload, files.path(model_dir / layout.MODEL))  # staged with the rest
         files.write_json(model_dir / layout.CURVE, {
             "history": runs[0]["history"],
             "seeds": {str(cfg.train.seed + k): s["history"] for k, s in enumerate(runs)}})

@@ -60,17 +60,6 @@ def side_by_side(payloads: list[dict[str, Any]]) -> dict[str, Any]:
                                    for name, t in one["state_dict"].items()}}
 
 
-def payload_bytes(payload: dict[str, Any]) -> bytes:
-    """model.pt's bytes (to write as one file, layout.write or an output set)."""
-    import io
-
-    import torch
-
-    buffer = io.BytesIO()
-    torch.save(payload, buffer)
-    return buffer.getvalue()
-
-
 class PayloadMismatch(ValueError):
     """A saved model that does not fit what the caller asked for; ``field`` says where."""
 

@@ -290,6 +290,10 @@ def model_card(config: dict[str, Any], metrics: dict[str, Any],
                   f"(wall {summary.get('wall_seconds')} s)",
                   f"- hardware: {summary.get('world_size')} worker(s) on "
                   f"{summary.get('device')}, {summary.get('examples_per_s')} examples/s"]
+        if seeds := summary.get("seeds"):  # models.<variant>.seeds: the runs it holds
+            lines.append(f"- {len(seeds)} runs (train.seed "
+                         f"{', '.join(str(s.get('seed')) for s in seeds)}) answering with the "
+                         "mean of their distributions; the steps and times above are summed")
     else:
         lines.append(f"Not recorded (no models/{v}/summary.json).")
     lines += ["", "## Use", "",

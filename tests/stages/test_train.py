@@ -135,6 +135,7 @@ def test_a_variant_of_several_seeds_trains_each_run_once_and_answers_with_their_
 
     from rcpipe.models.seed_mean import SeedMean
     from rcpipe.trained.model_file import load_model
+    from rcpipe.trained.package_dir import load_package
 
     run = tmp_path / "run"
     shutil.copytree(trained.root, run)
@@ -162,6 +163,9 @@ def test_a_variant_of_several_seeds_trains_each_run_once_and_answers_with_their_
     dev_ids = {qa["id"] for qa in questions_of(trained.data.dev_doc)}
     assert set(json.loads(Path("predictions/bidaf.json").read_text())) == dev_ids
     assert 0.0 <= result["f1"] <= 100.0
+    package = stages.package(two, "bidaf")  # the answering model is the mean, packaged
+    assert "2 runs (train.seed 42, 43)" in (package / "README.md").read_text()
+    assert isinstance(load_package(package).model, SeedMean)
 
     assert stages.train(two, "bidaf") == summary  # both runs finished: nothing to do
     assert stages.train(one, "bidaf") == trained.summary  # the first run, back in place

@@ -173,23 +173,29 @@ def one_seed(seed: int, params: Path, prepared: Path, train_file: Path, test: Pa
              runs: Path, args: Any) -> dict[str, Any]:
     """Every variant trained with ``train.seed=seed`` for the minutes, then the ensemble:
     {wall_minutes, variants: {v: scores and curve}, ensemble}."""
+    import torch
+
     from rcpipe.config import load_config
+    from rcpipe.trained.model_file import side_by_side
 
     # a variant of models.<v>.seeds runs trains each (train.seed + k) as `rcpipe train` does
     n = {v: load_config(params, args.sets).models.of(v).seeds for v in args.variants}
+    dirs = {v: [runs / v / "seeds" / str(seed + k) for k in range(n[v])] if n[v] > 1
+            else [runs / v] for v in args.variants}
     t0 = time.perf_counter()
     with ThreadPoolExecutor(args.lanes) as pool:
-        futures = {v: [pool.submit(train, v, params, prepared, train_file, test,
-                                   runs / v / "seeds" / str(seed + k) if n[v] > 1 else runs / v,
-                                   seed + k, args.minutes, args.eval_every, args.device,
-                                   args.threads, [*args.sets, f"models.{v}.seeds=1"],
-                                   tuned_layer(args.tuned, v)) for k in range(n[v])]
+        futures = {v: [pool.submit(train, v, params, prepared, train_file, test, d, seed + k,
+                                   args.minutes, args.eval_every, args.device, args.threads,
+                                   [*args.sets, f"models.{v}.seeds=1"],
+                                   tuned_layer(args.tuned, v)) for k, d in enumerate(dirs[v])]
                    for v in args.variants}
         summaries = {v: [f.result() for f in fs] for v, fs in futures.items()}
     r: dict[str, Any] = {"wall_minutes": (time.perf_counter() - t0) / 60, "variants": {}}
     for v, ss in summaries.items():
-        if len(ss) > 1:  # the model of several runs: their weights side by side
-            seeds_together(runs / v, [runs / v / "seeds" / str(seed + k) for k in range(n[v])])
+        if len(ss) > 1:  # the model of several runs: their weights side by side, as train's
+            torch.save(side_by_side([torch.load(d / "model.pt", map_location="cpu",
+                                                weights_only=True) for d in dirs[v]]),
+                       runs / v / "model.pt")
         # test scores of the checkpoint ranked best on the held-out slice, v2.0 at the
         # threshold chosen there (the summary's "dev" is the test file here); of several
         # runs the best single run's (the bar their mean has to clear), each run's beside
@@ -197,24 +203,13 @@ def one_seed(seed: int, params: Path, prepared: Path, train_file: Path, test: Pa
         r["variants"][v] = {"best_test_f1": s["best_dev_f1"], "best_test_em": s["best_dev_em"],
                             "best_heldout_f1": s.get("best_heldout_f1"),
                             **{k: s[k] for k in ("best_step", "steps", "epochs",
-                                                 "examples_per_s", "history")}}
-        if len(ss) > 1:
-            r["variants"][v]["seeds_test_f1"] = [one["best_dev_f1"] for one in ss]
+                                                 "examples_per_s", "history")}} | (
+            {"seeds_test_f1": [one["best_dev_f1"] for one in ss]} if len(ss) > 1 else {})
     if len(args.variants) > 1:
         r["ensemble"] = ensemble(args.variants, runs, params, prepared, test)
         for v in (v for v in args.variants if n[v] > 1):  # the mean of the runs, one model
             r["variants"][v]["seed_mean_test_f1"] = r["ensemble"]["members"][v]
     return r
-
-
-def seeds_together(out: Path, seeds: list[Path]) -> None:
-    """out/model.pt of the runs in ``seeds`` (stages/train.py's, through the same function)."""
-    import torch
-
-    from rcpipe.trained.model_file import side_by_side
-
-    torch.save(side_by_side([torch.load(d / "model.pt", map_location="cpu", weights_only=True)
-                             for d in seeds]), out / "model.pt")
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -257,20 +252,15 @@ def spread_line(s: dict[str, float]) -> str:
 
 
 def panels(count: int, width: float, height: float) -> tuple[Any, list[Any]]:
-    """A figure of ``count`` panels side by side (matplotlib without a screen)."""
-    import matplotlib
+    """A figure of ``count`` panels side by side (matplotlib's Agg canvas: no pyplot, no
+    display, nothing to close)."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, count, figsize=(width * count, height), squeeze=False,
-                             layout="constrained")
-    return fig, list(axes[0])
+    fig = Figure(figsize=(width * count, height), layout="constrained")
+    return fig, list(fig.subplots(1, count, squeeze=False)[0])
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib.pyplot as plt
-
     versions = list(result["versions"])
     fig, axes = panels(len(versions), 6, 4.2)
     for ax, version in zip(axes, versions, strict=True):
@@ -300,7 +290,6 @@ def plot(result: dict[str, Any], path: Path) -> None:
         ax.legend(fontsize=8)
     fig.suptitle(f"{result['device']}: {result['minutes']} min per variant")
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def main() -> None:

@@ -178,8 +178,6 @@ def compared(runs: list[dict[str, Any]], doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib.pyplot as plt
-
     models = list(result["models"])
     fig, axes = panels(len(models), 6, 4.2)
     for ax, model in zip(axes, models, strict=True):
@@ -201,7 +199,6 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig.suptitle(f"{result['device']}: each side by its own recipe, {len(result['seeds'])} "
                  "seed(s); checkpoints chosen on the held-out slice")
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def main() -> None:

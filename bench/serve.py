@@ -185,10 +185,13 @@ def main() -> None:
     ap.add_argument("--long-tokens", type=int, default=5000)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--arms", default="serve-1,serve-2", help="serve-N, serve-N-onnx")
-    ap.add_argument("--plot", type=Path, help="requests/s by arm, a PNG (bench/charts.py)")
+    ap.add_argument("--plot", type=Path, help="requests/s by arm, a PNG")
+    ap.add_argument("--replot", type=Path, help="no run: --plot from this run's JSON")
     ap.add_argument("--compare", choices=("service", "runtime"), default="service")
     ap.add_argument("--untrained", action="store_true", help="one in --workdir if it has none")
     args = ap.parse_args()
+    if args.replot and args.plot:  # the chart again, from the JSON a run wrote
+        return chart(json.loads(args.replot.read_text()), args.plot)
     if not (1 <= args.requests <= 5000 and 1 <= args.concurrency <= 500):
         ap.error("--requests must be 1..5000, --concurrency 1..500")
     weights = "trained"
@@ -226,10 +229,32 @@ def main() -> None:
         "runs": runs} | ({"export_check": export["check"]} if export else {})
     write(OUT / ("serve.json" if args.compare == "service" else "serve-runtime.json"), report)
     if args.plot:
-        from charts import serve_throughput
+        chart(report, args.plot)
 
-        args.plot.write_bytes(serve_throughput(report))
-        print(f"-> {args.plot}")
+
+def chart(report: dict[str, Any], png: Path) -> None:
+    """Requests per second by arm (docs/results/serving.md): a dot per repeat, a bar at the
+    best, the arms in the order they ran (matplotlib's Agg canvas, no display)."""
+    from matplotlib.figure import Figure
+
+    runs: dict[str, list[dict[str, Any]]] = report["runs"]
+    best = [max(r["requests_per_s"] for r in rs) for rs in runs.values()]
+    fig = Figure(figsize=(6, 3.2))
+    ax = fig.add_subplot()
+    ax.barh(range(len(runs)), best, color="#d9d9d9", edgecolor="#636363", label="best")
+    for y, rs in enumerate(runs.values()):
+        ax.scatter([r["requests_per_s"] for r in rs], [y] * len(rs), color="#2166ac", zorder=3,
+                   s=22, label="each repeat" if y == 0 else None)
+        ax.annotate(f"{best[y]:.0f} req/s", (best[y], y), textcoords="offset points",
+                    xytext=(4, -3), fontsize=8)
+    ax.set_yticks(range(len(runs)), list(runs), fontsize=8)
+    ax.invert_yaxis()  # the first arm on top
+    ax.set(xlabel="requests per second", xlim=(0, max(best) * 1.25))
+    ax.set_title(f"{report['requests']} questions, {report['concurrency']} clients, "
+                 f"{report['cpus']} CPUs", fontsize=10)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.savefig(png, format="png", dpi=110, bbox_inches="tight")
+    print(f"-> {png}")
 
 
 if __name__ == "__main__":

@@ -218,10 +218,9 @@ def _seeds_together(cfg: Config, variant: str, key: Fingerprint,
     import torch
 
     from rcpipe.outputs import output_set
-    from rcpipe.trained.model_file import side_by_side
+    from rcpipe.trained.model_file import read_payload, side_by_side
 
-    payload = side_by_side([torch.load(out / layout.MODEL, map_location="cpu",
-                                       weights_only=True) for out, _ in done])
+    payload = side_by_side([read_payload(out / layout.MODEL, cfg.limits) for out, _ in done])
     runs = [s for _, s in done]
     summary = {
         "variant": variant, "seeds": [

@@ -200,25 +200,12 @@ def load_model(cfg: Config, variant: str) -> tuple[nn.Module, ModelInputs]:
 def load_payload(cfg: Config, variant: str) -> tuple[nn.Module, ModelInputs, dict[str, Any]]:
     """``load_model``'s model and inputs, and the payload they came from (rcpipe package
     records its model_config, which may differ from the params in training-only fields)."""
-    import torch
-
     path = layout.model_file(variant)
     # train's set (model.pt, summary) and evaluate's (na_threshold.json), whole first
     settle(path.parent, layout.PREDICTIONS)
     if not path.is_file():
         raise InputError(path, "", f"no trained model; run `rcpipe train {variant}` first")
-    try:
-        with reads.open_regular(path) as f:
-            if (size := os.fstat(f.fileno()).st_size) > cfg.limits.weights_bytes():
-                raise reads.too_big(path, size, cfg.limits.weights_bytes(), "limits.weights_mb")
-            saved = torch.load(f, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as e:
-        # weights_only refuses any pickled object that is not a tensor or plain container
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
-        raise InputError(path, "", f"refused: not a weights-only model file ({reason})"
-                         ) from None
-    if not isinstance(saved, dict):
-        raise InputError(path, "", "refused: not an rcpipe model file")
+    saved = read_payload(path, cfg.limits)
     try:
         prepared = Prepared(cfg.data.out_dir)
         model, inputs = model_from_payload(saved, variant, prepared.vocab_digest(),
@@ -231,6 +218,26 @@ def load_payload(cfg: Config, variant: str) -> tuple[nn.Module, ModelInputs, dic
         raise InputError(path, e.field, f"{e}{hint}") from None
     except (KeyError, TypeError, AttributeError, ValueError) as e:  # a payload missing parts
         raise InputError(path, "", f"refused: not an rcpipe model file ({e!r:.120})") from None
+
+
+def read_payload(path: Path, limits: ReadLimits = DEFAULT) -> dict[str, Any]:
+    """A model file's payload: a regular file within limits.weights_mb, tensors and plain
+    containers only (weights_only), else one located line."""
+    import torch
+
+    try:
+        with reads.open_regular(path) as f:
+            if (size := os.fstat(f.fileno()).st_size) > limits.weights_bytes():
+                raise reads.too_big(path, size, limits.weights_bytes(), "limits.weights_mb")
+            saved = torch.load(f, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as e:
+        # weights_only refuses any pickled object that is not a tensor or plain container
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        raise InputError(path, "", f"refused: not a weights-only model file ({reason})"
+                         ) from None
+    if not isinstance(saved, dict):
+        raise InputError(path, "", "refused: not an rcpipe model file")
+    return saved
 
 
 def threshold_for(cfg: Config, saved: float | None) -> float | None:

@@ -176,7 +176,7 @@ def one_seed(seed: int, params: Path, prepared: Path, train_file: Path, test: Pa
     import torch
 
     from rcpipe.config import load_config
-    from rcpipe.trained.model_file import side_by_side
+    from rcpipe.trained.model_file import read_payload, side_by_side
 
     # a variant of models.<v>.seeds runs trains each (train.seed + k) as `rcpipe train` does
     n = {v: load_config(params, args.sets).models.of(v).seeds for v in args.variants}
@@ -193,8 +193,7 @@ def one_seed(seed: int, params: Path, prepared: Path, train_file: Path, test: Pa
     r: dict[str, Any] = {"wall_minutes": (time.perf_counter() - t0) / 60, "variants": {}}
     for v, ss in summaries.items():
         if len(ss) > 1:  # the model of several runs: their weights side by side, as train's
-            torch.save(side_by_side([torch.load(d / "model.pt", map_location="cpu",
-                                                weights_only=True) for d in dirs[v]]),
+            torch.save(side_by_side([read_payload(d / "model.pt") for d in dirs[v]]),
                        runs / v / "model.pt")
         # test scores of the checkpoint ranked best on the held-out slice, v2.0 at the
         # threshold chosen there (the summary's "dev" is the test file here); of several

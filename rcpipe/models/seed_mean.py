@@ -24,10 +24,11 @@ class SeedMean(nn.Module):
 
     def forward(self, batch: Batch) -> SpanLogits:
         outs = [m(batch) for m in self.replicas]
+        logs = [o.log_probs() for o in outs]  # each run's (log p_start, log p_end)
         shift = math.log(len(outs))
         # (R, B, 1 + Lc) -> (B, 1 + Lc): log of the mean probability, index 0 no-answer
-        start = torch.logsumexp(torch.stack([o.log_probs()[0] for o in outs]), 0) - shift
-        end = torch.logsumexp(torch.stack([o.log_probs()[1] for o in outs]), 0) - shift
+        start, end = (torch.logsumexp(torch.stack(parts), 0) - shift
+                      for parts in zip(*logs, strict=True))
         # already normalised: log_probs' softmax over them gives them back
         na = torch.stack([start[:, 0], end[:, 0]], 1) if outs[0].na is not None else None
         return SpanLogits(start[:, 1:], end[:, 1:], na)  # na: (B, 2)

@@ -34,7 +34,7 @@ from rcpipe.data.prepared import Prepared
 from rcpipe.errors import InputError, RunError
 from rcpipe.fingerprints import Fingerprint
 from rcpipe.locks import hold
-from rcpipe.outputs import settle
+from rcpipe.outputs import OutputSet, output_set, settle
 
 if TYPE_CHECKING:  # heavy (torch): imported where they are used
     from rich.progress import Progress, TaskID
@@ -74,9 +74,9 @@ def train(cfg: Config, variant: str, force: bool = False, run: str | None = None
         if cfg.models.of(variant).seeds > 1:
             return _train_seeds(cfg, variant, key or _key(cfg, variant), force)
         kept = layout.seed_dir(variant, cfg.train.seed)  # a run of several seeds' first
-        if key is not None and not force and _finished(kept, key) is not None:
+        if key is not None and not force and (done := _finished_in(kept, key)) is not None:
             _copy_run(kept, layout.model_dir(variant))  # back to one seed trains nothing
-            return _nothing_to_do(variant, _finished(variant, key) or {})
+            return _nothing_to_do(variant, done)
         return _train_here(cfg, variant, key, force)
 
 
@@ -175,12 +175,12 @@ def _train_seeds(cfg: Config, variant: str, key: Fingerprint, force: bool
     run's weights and answers with their mean distributions (models/seed_mean.py)."""
     done = []
     for k in range(cfg.models.of(variant).seeds):
-        one = one_seed(cfg, variant, k)
+        one = _one_seed(cfg, variant, k)
         out, one_key = layout.seed_dir(variant, one.train.seed), _key(one, variant)
         settle(out)  # a seed's set a killed stage committed: whole first
         if k == 0 and not force and _finished(variant, one_key) is not None:
             _copy_run(layout.model_dir(variant), out)  # the model in place is this run
-        found = None if force else _finished(out, one_key)
+        found = None if force else _finished_in(out, one_key)
         if found is not None:
             log.info("train %s: seed %d already finished with these inputs (%s)", variant,
                      one.train.seed, out)
@@ -192,17 +192,19 @@ def _copy_run(source: Path, out: Path) -> None:
     """A finished run's files (model, summary, curve, live/) from ``source`` to ``out``, as
     one set: the model in place to a seed's folder (from one seed to several trains only
     the others) or back (from several to the first alone trains nothing)."""
-    from rcpipe.outputs import output_set
-
-    live = source / layout.LIVE
     with output_set("train", [out]) as files:
-        for f in [source / layout.MODEL, source / layout.SUMMARY, source / layout.CURVE,
-                  *(f for f in sorted(live.rglob("*")) if f.is_file())]:
-            if f.is_file():
-                files.copy(out / f.relative_to(source), f)
+        _copy_files(files, source, out, (layout.MODEL, layout.SUMMARY, layout.CURVE))
 
 
-def one_seed(cfg: Config, variant: str, k: int) -> Config:
+def _copy_files(files: OutputSet, source: Path, out: Path, names: tuple[str, ...]) -> None:
+    """``names`` of a run's folder and every file of its live/, from ``source`` to ``out``
+    in the set ``files`` (those that are there)."""
+    for f in [*(source / n for n in names), *sorted((source / layout.LIVE).rglob("*"))]:
+        if f.is_file():
+            files.copy(out / f.relative_to(source), f)
+
+
+def _one_seed(cfg: Config, variant: str, k: int) -> Config:
     """The config of the ``k``-th run of a variant of several: train.seed + k, one network."""
     one = cfg.models.of(variant).model_copy(update={"seeds": 1})
     return cfg.model_copy(update={
@@ -217,7 +219,6 @@ def _seeds_together(cfg: Config, variant: str, key: Fingerprint,
     for), the curve and live/ the first run's with every run's curve beside."""
     import torch
 
-    from rcpipe.outputs import output_set
     from rcpipe.trained.model_file import read_payload, side_by_side
 
     payload = side_by_side([read_payload(out / layout.MODEL, cfg.limits) for out, _ in done])
@@ -241,9 +242,7 @@ def _seeds_together(cfg: Config, variant: str, key: Fingerprint,
             "history": runs[0]["history"],
             "seeds": {str(cfg.train.seed + k): s["history"] for k, s in enumerate(runs)}})
         files.write_json(model_dir / layout.SUMMARY, summary)
-        for f in sorted((first / layout.LIVE).rglob("*")):
-            if f.is_file():
-                files.copy(layout.live_dir(variant) / f.relative_to(first / layout.LIVE), f)
+        _copy_files(files, first, model_dir, ())  # the first run's live/
     log.info("train %s: %d runs (seeds %s) -> %s, answering with their mean distributions; "
              "best dev F1 of each %s", variant, len(runs),
              ", ".join(str(s["seed"]) for s in summary["seeds"]), layout.model_file(variant),
@@ -288,10 +287,15 @@ def _summary(folder: Path) -> dict[str, Any] | None:
     return summary if isinstance(summary, dict) else None
 
 
-def _finished(variant: str | Path, key: Fingerprint) -> dict[str, Any] | None:
-    """The summary of the model in place (a variant's, or in a folder: a seed's) when it
-    finished training with ``key``'s inputs."""
-    summary = _summary(layout.model_dir(variant) if isinstance(variant, str) else variant)
+def _finished(variant: str, key: Fingerprint) -> dict[str, Any] | None:
+    """The summary of the model in place when it finished training with ``key``'s inputs."""
+    return _finished_in(layout.model_dir(variant), key)
+
+
+def _finished_in(folder: Path, key: Fingerprint) -> dict[str, Any] | None:
+    """The summary in ``folder`` (models/<variant>/, a seed's) when its run finished
+    training with ``key``'s inputs."""
+    summary = _summary(folder)
     if summary is None or not summary.get("finished"):
         return None
     kept = summary.get("fingerprint")

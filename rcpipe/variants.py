@@ -64,6 +64,9 @@ _QANET: dict[str, Any] = {
     "model_convs": 2, "model_kernel": 5, "char_dim": 200, "char_hidden": 200,
     "highway_layers": 2, "dropout": 0.1, "char_dropout": 0.05, "stochastic_depth": 0.1,
     "position_encoding": True,
+    # not the paper's (it names no start): BiDAF's attracting similarity start
+    # (ModelConfig.similarity_init) gave QANet nothing on real text (docs/results/accuracy.md)
+    "similarity_init": "symmetric",
     "optim": {"name": "adam", "lr": 1e-3, "beta1": 0.8, "beta2": 0.999, "eps": 1e-7,
               "weight_decay": 3e-7, "warmup_steps": 1000, "ema_decay": 0.9999},
 }

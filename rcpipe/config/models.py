@@ -71,6 +71,10 @@ class ModelConfig(Section):
     word_dropout: float = Field(0.0, ge=0, lt=1, description="training: a word becomes "
                                 "out-of-vocabulary with this probability (a regulariser)")
     train_word_vectors: bool = Field(False, description="fine-tune pretrained vectors")
+    similarity_init: Literal["attract", "symmetric"] = Field(
+        "attract", description="BiDAF and QANet: the trilinear similarity's c*q weights at "
+        "the start; attract: drawn positive, so a passage word scores higher against a "
+        "question word like it from the first step; symmetric: signs at random (the peers')")
     batch_size: int | None = Field(None, gt=0, description="overrides train.batch_size")
     max_steps: int | None = Field(None, ge=0, description="overrides train.max_steps")
     max_minutes: float | None = Field(None, ge=0, description="overrides train.max_minutes")

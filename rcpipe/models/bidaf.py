@@ -47,7 +47,7 @@ class BiDAF(nn.Module):
         self.highway = Highway(emb_dim, cfg.highway_layers)
         # one encoder for passage and question: the paper shares the contextual layer
         self.contextual = BiRNN(emb_dim, d, 1, cfg.dropout, cell)
-        self.attention_flow = TrilinearAttention(2 * d, q2c="bidaf")
+        self.attention_flow = TrilinearAttention(2 * d, "bidaf", cfg.similarity_init)
         g_dim = 8 * d
         self.project: nn.Linear | None = None
         self.self_matching: SelfMatching | None = None

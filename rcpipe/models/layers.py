@@ -183,14 +183,21 @@ class TrilinearAttention(nn.Module):
     query, attend over the context, tiled) or DCN's (Xiong et al.), as QANet uses it.
     """
 
-    def __init__(self, dim: int, q2c: str = "bidaf") -> None:
+    def __init__(self, dim: int, q2c: str = "bidaf", init: str = "attract") -> None:
         super().__init__()
         if q2c not in ("bidaf", "dcn"):
             raise ValueError(f"q2c must be bidaf or dcn, not {q2c}")
+        if init not in ("attract", "symmetric"):
+            raise ValueError(f"init must be attract or symmetric, not {init}")
         self.w_c = nn.Linear(dim, 1, bias=False)
         self.w_q = nn.Linear(dim, 1, bias=False)
-        self.w_cq = nn.Parameter(torch.empty(1, 1, dim).uniform_(-1 / math.sqrt(dim),
-                                                                 1 / math.sqrt(dim)))
+        bound = 1 / math.sqrt(dim)
+        w_cq = torch.empty(1, 1, dim).uniform_(-bound, bound)  # (1, 1, D)
+        # attract: every weight of the c * q term positive, so S_ij grows with the agreement
+        # of c_i and q_j (a dot product's prior) and a passage word like a question word is
+        # attended to from the first step; with signs at random the model first has to find
+        # that match, and short runs sat on a plateau until it did (models.<v>.similarity_init)
+        self.w_cq = nn.Parameter(w_cq.abs() if init == "attract" else w_cq)
         self.bias = nn.Parameter(torch.zeros(1))
         self.q2c = q2c
 

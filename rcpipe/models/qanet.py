@@ -198,7 +198,7 @@ class QANet(nn.Module):
         self.emb_proj = nn.Linear(emb_dim, d)
         self.emb_encoder = Encoder(1, d, cfg.emb_convs, cfg.conv_kernel, cfg.heads,
                                    cfg.dropout, cfg.stochastic_depth, cfg.position_encoding)
-        self.cq_attention = TrilinearAttention(d, q2c="dcn")
+        self.cq_attention = TrilinearAttention(d, "dcn", cfg.similarity_init)
         self.cq_proj = nn.Linear(4 * d, d)
         self.model_encoder = Encoder(cfg.model_blocks, d, cfg.model_convs, cfg.model_kernel,
                                      cfg.heads, cfg.dropout, cfg.stochastic_depth,

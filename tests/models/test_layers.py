@@ -1,16 +1,21 @@
 """Shared blocks of models/layers.py that trade nothing for speed: the reversal within each
 row's length as whole rows (the gather it replaced gives the same values and gradients; time
 first as BiRNN runs it inside), the CPU dropout whose mask is a float32 uniform against p
-(nn.Dropout's distribution), and the variational mask drawn alike in either layout."""
+(nn.Dropout's distribution), the variational mask drawn alike in either layout, and the
+trilinear similarity's start (models.<v>.similarity_init), which BiDAF and QANet build."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from rcpipe.config import ModelConfig
+from rcpipe.models import build_model
 from rcpipe.models.layers import (
     Dropout,
+    TrilinearAttention,
     VariationalDropout,
+    capture_attention,
     reversal,
     reverse_padded,
     reverse_rows,
@@ -79,3 +84,44 @@ def test_variational_dropout_has_one_mask_per_sequence() -> None:
     torch.rand(8, 6, 50)  # the draw x took
     y_t = VariationalDropout(0.3).train()(x.transpose(0, 1), time_first=True)  # (L, B, D)
     assert torch.equal(y_t.transpose(0, 1), y)
+
+
+def _matches(init: str) -> float:
+    """The share of passage words whose most attended question word is the same vector, the
+    similarity's w_c and w_q zeroed: the c * q term's prior alone."""
+    torch.manual_seed(0)
+    att = TrilinearAttention(64, init=init)
+    with torch.no_grad():
+        att.w_c.weight.zero_()
+        att.w_q.weight.zero_()
+    c = torch.randn(8, 20, 64)  # (B, Lc, D)
+    order = torch.randperm(20)
+    q = c[:, order]  # (B, Lq, D): the passage's words, shuffled
+    ones = torch.ones(8, 20, dtype=torch.bool)
+    with capture_attention(att) as maps:
+        att(c, q, ones, ones)
+    chosen = maps[(att, "c2q")][0].argmax(dim=-1)  # (B, Lc): each word's best question word
+    return (order[chosen] == torch.arange(20)).float().mean().item()
+
+
+def test_the_attracting_start_attends_to_the_same_word_where_signs_at_random_do_not() -> None:
+    torch.manual_seed(0)
+    attract = TrilinearAttention(64).w_cq.detach()
+    torch.manual_seed(0)
+    symmetric = TrilinearAttention(64, init="symmetric").w_cq.detach()
+    assert torch.equal(attract, symmetric.abs())  # the same draw, signs made positive
+    assert (symmetric < 0).any() and (symmetric > 0).any()
+    assert _matches("attract") > 0.95 > 0.5 > _matches("symmetric")
+    with pytest.raises(ValueError, match="attract or symmetric"):
+        TrilinearAttention(8, init="positive")
+
+
+@pytest.mark.parametrize(("variant", "layer"), [("bidaf", "attention_flow"),
+                                                ("qanet", "cq_attention")])
+def test_each_trilinear_family_starts_as_its_config_says(variant: str, layer: str) -> None:
+    from tests.models.conftest import inputs
+
+    for init, positive in (("attract", True), ("symmetric", False)):
+        cfg = ModelConfig(hidden=16, heads=2, model_blocks=1, similarity_init=init)
+        w_cq = getattr(build_model(variant, cfg, inputs()), layer).w_cq
+        assert bool((w_cq >= 0).all()) is positive

@@ -69,6 +69,18 @@ def test_where_and_how_fast_do_not_key_a_run_and_other_variants_do_not(tmp_path:
     assert UNKEYED < set(TrainConfig.model_fields)  # each names a real key
 
 
+def test_flipping_the_similaritys_start_retrains_that_variant_alone(tmp_path: Path) -> None:
+    """The night after a user sets models.bidaf.similarity_init (a training field: model
+    files do not hold it), bidaf trains again and says why; the other variants do not."""
+    night1 = _cfg(tmp_path)
+    night2 = _cfg(tmp_path, models={"bidaf": {"similarity_init": "symmetric"}})
+    said = _training(night2).changes(_training(night1))
+    assert said == "settings changed (models.bidaf.similarity_init attract -> symmetric)"
+    for other in ("bidaf_selfattn", "qanet", "rnet"):
+        assert _training(night2, other) == _training(night1, other)
+    assert "similarity_init" not in night2.models.bidaf.architecture()
+
+
 def test_a_run_is_keyed_on_the_prepared_folder_as_dvc_yaml_lists_it(tmp_path: Path) -> None:
     """Every prepared file, as `dvc repro` reruns train@<variant> when any changes: a new
     dev set trains again even where checkpoints are ranked on the held-out questions."""

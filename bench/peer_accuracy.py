@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 from accuracy import PRESETS, best_evaluations, panels, prepare
 from accuracy import train as rcpipe_train
-from common import OUT, ROOT, SPLIT, parser, write
+from common import OUT, ROOT, SPLIT, device_name, parser, write
 
 PARAMS = PRESETS["cpu"]
 WORD_DIM = 64  # params.demo.yaml's data.word_dim
@@ -70,7 +70,7 @@ def shared_vectors(work: Path, train_file: Path, test: Path) -> tuple[Path, Path
 
 
 def peer_run(model: str, peer: Path, prepared: Path, test: Path, minutes: float, seed: int,
-             every: int, out: Path) -> dict[str, Any]:
+             every: int, out: Path, device: str) -> dict[str, Any]:
     """The peer trained by its recipe in its own process (bench/peer_train.py)."""
     if not (out / "summary.json").is_file():
         out.mkdir(parents=True, exist_ok=True)
@@ -78,20 +78,23 @@ def peer_run(model: str, peer: Path, prepared: Path, test: Path, minutes: float,
             subprocess.run([sys.executable, "-m", "bench.peer_train", model, str(peer),
                             "--prepared", str(prepared), "--test", str(test),
                             "--minutes", str(minutes), "--seed", str(seed),
-                            "--eval-every", str(every),
+                            "--eval-every", str(every), "--device", device,
                             "--out", str(out)], check=True, stdout=log, stderr=log,
                            cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     return json.loads((out / "summary.json").read_text())
 
 
-def rcpipe_run(model: str, vectors: Path, prepared: Path, train_file: Path, test: Path,
-               minutes: float, every: int, seed: int, run: Path,
+def rcpipe_run(model: str, vectors: Path | None, prepared: Path, train_file: Path, test: Path,
+               minutes: float, every: int, seed: int, run: Path, device: str,
                extra: list[str] = ()) -> dict[str, Any]:
+    """rcpipe's side through its worker; training reads word_emb.npy from ``prepared``
+    (``vectors``, where given, names the file it came from, as prepare was told)."""
     if not (run / "summary.json").is_file():
+        named = [f"data.word_vectors={vectors}", "data.missing_vectors=fixed"] if vectors \
+            else []
         rcpipe_train(model, PARAMS, prepared, train_file, test, run, seed, minutes, every,
-                     sets=[f"data.word_vectors={vectors}", "data.missing_vectors=fixed",
-                           f"models.{model}.train_word_vectors=true", *PAIRS[model]["sets"],
-                           *extra])
+                     device, sets=[*named, f"models.{model}.train_word_vectors=true",
+                                   *PAIRS[model]["sets"], *extra])
     return json.loads((run / "summary.json").read_text())
 
 
@@ -116,7 +119,8 @@ def rcpipe_answers(model: str, run: Path, prepared: Path, test: Path) -> dict[st
     return evaluations[model][0].predictions
 
 
-def one_pair(model: str, seed: int, args: argparse.Namespace, vectors: Path, prepared: Path,
+def one_pair(model: str, seed: int, args: argparse.Namespace, vectors: Path | None,
+             prepared: Path,
              train_file: Path, test: Path) -> dict[str, Any]:
     """Both sides of a pair for one seed: their runs, S, and the answers each choice gives."""
     work = args.out / "peer-accuracy" / f"seed-{seed}"
@@ -125,9 +129,10 @@ def one_pair(model: str, seed: int, args: argparse.Namespace, vectors: Path, pre
         else PAIRS[model]["every"]
     with ThreadPoolExecutor(3) as pool:
         ours = pool.submit(rcpipe_run, model, vectors, prepared, train_file, test,
-                           args.minutes, every["rcpipe"], seed, work / "rcpipe" / model)
+                           args.minutes, every["rcpipe"], seed, work / "rcpipe" / model,
+                           args.device)
         theirs = pool.submit(peer_run, model, peer, prepared, test, args.minutes, seed,
-                             every["peer"], work / "peer" / model)
+                             every["peer"], work / "peer" / model, args.device)
         ours_s = ours.result()
         steps = min(ours_s["steps"], peer_steps(work / "peer" / model, theirs))
         capped = None
@@ -135,7 +140,7 @@ def one_pair(model: str, seed: int, args: argparse.Namespace, vectors: Path, pre
             # while the peer's checkpoints are scored
             capped = pool.submit(rcpipe_run, model, vectors, prepared, train_file, test,
                                  10 * args.minutes, every["peer"], seed,
-                                 work / "rcpipe-steps" / model,
+                                 work / "rcpipe-steps" / model, args.device,
                                  [f"models.{model}.max_steps={steps}"])
         theirs_s = theirs.result()
         capped_s = capped.result() if capped else None
@@ -192,12 +197,12 @@ def plot(result: dict[str, Any], path: Path) -> None:
         m = r["compared"]["minutes"]
         ax.set(title=f"{model}: rcpipe minus peer at {result['minutes']:g} min "
                      f"{m['mean']['diff']:+.1f} F1 ({m['verdict']})",
-               xlabel="training minutes (one thread a side, both at once)",
+               xlabel="training minutes (both sides at once)",
                ylabel="test F1 (article split of SQuAD dev v1.1)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(f"{result['device']}: each side by its own recipe, {len(result['seeds'])} "
-                 "seed(s); checkpoints chosen on the held-out slice")
+                 "seed(s);\ncheckpoints chosen on the held-out slice")
     fig.savefig(path, dpi=110)
 
 
@@ -212,16 +217,22 @@ def main() -> None:
                     help="steps between checkpoints on each side (default: PAIRS', about a "
                     "dozen a side in 15 minutes)")
     ap.add_argument("--split", type=Path, default=SPLIT)
+    ap.add_argument("--prepared", type=Path, help="shared_vectors' folder, prepared elsewhere "
+                    "(the GPU kit's: its box has no spaCy); the split's test file beside it")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = ap.parse_args()
     import torch
 
     torch.set_num_threads(1)  # its scoring runs beside the two sides' training
     train_file, test = args.split / "train-v1.1.json", args.split / "test-v1.1.json"
-    vectors, prepared = shared_vectors(args.out / "peer-accuracy", train_file, test)
+    vectors, prepared = (None, args.prepared) if args.prepared else \
+        shared_vectors(args.out / "peer-accuracy", train_file, test)
     doc = json.loads(test.read_text())
     seeds = list(range(42, 42 + args.seeds))
     result: dict[str, Any] = {"minutes": args.minutes, "seeds": seeds, "split": "v1.1",
-                              "device": f"{os.cpu_count()}-core CPU, 1 thread a side",
+                              "device": device_name(torch.device(args.device))
+                              if args.device == "cuda" else
+                              f"{os.cpu_count()}-core CPU, 1 thread a side",
                               "models": {}}
     for model in args.models:
         runs = {}

@@ -92,11 +92,11 @@ def padded(batch: Batch, context: int, question: int, chars: int) -> Batch:
 
 
 def chrischute_bidaf(peer: Path, vectors: np.ndarray, chars: int, hidden: int,
-                     heads: int) -> Recipe:
+                     heads: int, device: torch.device) -> Recipe:
     sys.modules.setdefault("ujson", json)  # util.py imports it at the top; nothing here uses it
     models, util = imported(peer, "models"), imported(peer, "util")
     model = models.BiDAF(word_vectors=torch.from_numpy(vectors), hidden_size=hidden,
-                         drop_prob=0.2)
+                         drop_prob=0.2).to(device)  # before its EMA copies the weights
     model.emb.embed.weight.requires_grad_(True)  # trained, as rcpipe's side trains the matrix
     optimizer = torch.optim.Adadelta(model.parameters(), 0.5, weight_decay=0)
 
@@ -128,12 +128,12 @@ def bangliu_module(peer: Path) -> Any:
 
 
 def bangliu_qanet(peer: Path, vectors: np.ndarray, chars: int, hidden: int,
-                  heads: int) -> Recipe:
+                  heads: int, device: torch.device) -> Recipe:
     module = bangliu_module(peer)  # no EMA: --use_ema is off in its recipe
     char_dim = 8  # rcpipe's CPU preset's char embedding width, given to both sides
     char_mat = torch.randn(chars, char_dim)
     model = module.QANet(torch.from_numpy(vectors), char_mat, 400, 50, hidden,
-                         train_cemb=True, pad=0, num_head=heads)
+                         train_cemb=True, pad=0, num_head=heads).to(device)
     model.word_emb.weight.requires_grad_(True)  # trained, as rcpipe's side trains the matrix
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3,
                                  betas=(0.8, 0.999), eps=1e-8, weight_decay=3e-7)

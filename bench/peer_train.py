@@ -59,12 +59,12 @@ def step(recipe: Recipe, batch: Any, updates: int) -> float:
 
 
 def evaluate(recipe: Recipe, dev: Split, held: Split | None, window: Window,
-             max_len: int) -> tuple[dict[str, float], dict[str, str]]:
+             max_len: int, device: torch.device) -> tuple[dict[str, float], dict[str, str]]:
     """(the scores, the test answers) of the model's weights as they are (a checkpoint
     holds the EMA's already, where the recipe keeps one)."""
     reader = Reader(recipe.model, recipe.read).eval()
     with torch.no_grad():
-        ev, h = heldout_then_dev(reader, dev, held, "heldout", torch.device("cpu"), max_len,
+        ev, h = heldout_then_dev(reader, dev, held, "heldout", device, max_len,
                                  window=window)
     scores = {"f1": ev.result["f1"], "em": ev.result["exact_match"]}
     if h is not None:
@@ -81,6 +81,7 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=15.0)
     ap.add_argument("--eval-every", type=int, default=200)
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--device", type=torch.device, default=torch.device("cpu"))
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -92,21 +93,22 @@ def main() -> None:
     if vectors is None:
         raise SystemExit(f"error: {args.prepared}: no word_emb.npy (prepare with word vectors)")
     # the CPU preset's widths (params.demo.yaml: hidden 32, 2 heads), as rcpipe's side
-    recipe = RECIPES[args.model](args.peer, vectors, len(files.vocab()["chars"]), 32, 2)
+    recipe = RECIPES[args.model](args.peer, vectors, len(files.vocab()["chars"]), 32, 2,
+                                 args.device)
     dev = Split(SquadDataset.from_parquet(files.dev), read_json(args.test, str(args.test)))
     found = files.heldout()
     held = heldout_split(found, None) if found else None
     saved = trained(recipe, SquadDataset.from_parquet(files.train), args.minutes,
-                    args.eval_every, args.seed, args.out / "checkpoints")
+                    args.eval_every, args.seed, args.out / "checkpoints", args.device)
     # how far it got, before the scoring: bench/peer_accuracy.py starts rcpipe's capped run
     write(args.out / "trained.json", {"steps": saved[-1]["step"], "saved": saved})
     (args.out / "answers").mkdir(exist_ok=True)
     history = []
     for point in saved:  # scored after the clock stopped: the peer's minutes train only
         path = args.out / "checkpoints" / f"step-{point['step']}.pt"
-        recipe.model.load_state_dict(torch.load(path, weights_only=True))
+        recipe.model.load_state_dict(torch.load(path, args.device, weights_only=True))
         # rcpipe evaluate's reading: data.window's and eval.max_answer_len's defaults
-        scores, answers = evaluate(recipe, dev, held, Window(), 15)
+        scores, answers = evaluate(recipe, dev, held, Window(), 15, args.device)
         history.append(point | scores)
         (args.out / f"answers/step-{point['step']}.json").write_text(json.dumps(answers))
         print(f"{recipe.name} step {point['step']} ({point['minutes']:.1f} min): test F1 "
@@ -122,7 +124,7 @@ def main() -> None:
 
 
 def trained(recipe: Recipe, train: SquadDataset, minutes: float, every: int, seed: int,
-            out: Path) -> list[dict[str, Any]]:
+            out: Path, device: torch.device) -> list[dict[str, Any]]:
     """Train for ``minutes`` of wall clock, saving the weights it would be evaluated on (its
     EMA's where it keeps one) every ``every`` steps and at the last: a point per save."""
     rows = np.flatnonzero(train.y1 >= 0)  # v1.1: every row answers (chrischute's v1.1 filter)
@@ -133,7 +135,7 @@ def trained(recipe: Recipe, train: SquadDataset, minutes: float, every: int, see
     started = time.perf_counter()
     while not done:
         for indices in batches(len(rows), recipe.batch_size, rng):
-            batch = train.collate(rows[indices].tolist(), 16)
+            batch = train.collate(rows[indices].tolist(), 16).to(device)
             if recipe.pad_to:
                 batch = padded(batch, *recipe.pad_to)
             loss = step(recipe, batch, updates)

@@ -7,6 +7,9 @@
                  read, and manifest.json (versions, sizes, the Ray archive's sha256, each
                  call's measured MiB)
   gpu-kit/ray/   call 2: Ray's cp312 wheel slimmed (box.RAY_LEFT_OUT), one tar.xz
+  gpu-kit/peer-accuracy/  call 3: bench/peer_accuracy.py's shared-vectors folder (v1.1 at
+                 the CPU preset's sizes, word_emb.npy the seeded matrix both sides start
+                 from) and the test file
 
 Versions are uv.lock's, and the Ray wheel is checked against the lock's sha256. Each call's
 carry is measured with the working tree and held to its `mib_limit` in bench/gpu/plan.json
@@ -36,9 +39,9 @@ sys.path.insert(0, str(ROOT))
 from bench.accuracy import prepare  # noqa: E402 - the repo root first
 from bench.common import SPLIT, SQUAD  # noqa: E402
 from bench.gpu.box import PEER_TEXT, PEERS, RAY, RAY_LEFT_OUT, WHEELS, sha256  # noqa: E402
+from bench.gpu.results import CALLS  # noqa: E402
 
 MiB = 2**20
-PLAN = ROOT / "bench" / "gpu" / "plan.json"  # the calls, their carries and device-minutes
 VERSIONS = ("1.1", "2.0")
 # the box: CPython 3.12 on x86-64 Linux (pip matches each manylinux tag exactly)
 PLATFORM = ["--python-version", "3.12", "--implementation", "cp",
@@ -119,7 +122,7 @@ def measured_calls(kit: Path) -> dict[str, float]:
     """Each call of bench/gpu/plan.json: the MiB it sends, its carry and the working tree."""
     tree = working_tree_bytes()
     return {c["call"]: round((tree + sum(size_of(kit.parent / p) for p in c["carry"])) / MiB, 1)
-            for c in json.loads(PLAN.read_text())["calls"]}
+            for c in CALLS}
 
 
 def git_dir(peers: Path, repo: str) -> Path:
@@ -149,6 +152,20 @@ def peer_code(peers: Path, dest: Path) -> dict[str, Any]:
     return got
 
 
+def peer_accuracy_data(split: Path, dest: Path) -> dict[str, Any]:
+    """bench/peer_accuracy.py's shared vectors prepared here (spaCy), for --prepared there."""
+    from bench.peer_accuracy import shared_vectors
+
+    test = split / "test-v1.1.json"
+    with tempfile.TemporaryDirectory(prefix="gpu-kit-peers-") as tmp:
+        _, prepared = shared_vectors(Path(tmp), split / "train-v1.1.json", test)
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(prepared, dest / "prepared")
+    shutil.copyfile(test, dest / test.name)
+    meta = json.loads((dest / "prepared" / "meta.json").read_text())
+    return {"bytes": size_of(dest), "words": meta["words"], "word_dim": meta["word_dim"]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--split", type=Path, default=SPLIT, help="train-v<V>.json, test-v<V>.json")
@@ -173,6 +190,7 @@ def main() -> None:
     peers = peer_code(args.peers, base / "peers")  # bench/peers.py's defaults: 32 x 300 + 30
     save_text_batch(read_text_batch(SQUAD, 32, 300, 30, 20_000), 20_000,
                     base / "peers" / PEER_TEXT)
+    peer_accuracy = peer_accuracy_data(args.split, kit / "peer-accuracy")
     shutil.rmtree(base / "wheels", ignore_errors=True)
     wheels = download(list(WHEELS), lock, base / "wheels")
     for old in (*kit.glob("ray-*"), kit / "ray"):  # ray-1, ray-2: the kit before the slimming
@@ -180,19 +198,18 @@ def main() -> None:
     ray = ray_slim(lock, kit)
     manifest = {"params": str(args.params.relative_to(ROOT)), "split": str(args.split),
                 "data": data, "wheels": {w.name: w.stat().st_size for w in wheels},
-                "ray": ray, "peers": peers}
+                "ray": ray, "peers": peers, "peer_accuracy": peer_accuracy}
     (base / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     manifest["mib"] = measured_calls(kit)  # base's size with its manifest
     (base / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     print(f"Ray {ray['wheel_bytes'] / MiB:.1f} MiB wheel, {ray['cut_bytes'] / MiB:.1f} MiB cut "
           f"-> {ray['archive_bytes'] / MiB:.1f} MiB archive")
-    plan = json.loads(PLAN.read_text())
-    for c in plan["calls"]:
+    for c in CALLS:
         print(f"call {c['call']}: working tree + {' + '.join(c['carry'])} = "
               f"{manifest['mib'][c['call']]} MiB of at most {c['mib_limit']}, "
               f"{c['device_minutes']} device-minutes")
-    if over := [c["call"] for c in plan["calls"] if manifest["mib"][c["call"]] > c["mib_limit"]]:
-        raise SystemExit(f"calls {over}: over their mib_limit in {PLAN}")
+    if over := [c["call"] for c in CALLS if manifest["mib"][c["call"]] > c["mib_limit"]]:
+        raise SystemExit(f"calls {over}: over their mib_limit in bench/gpu/plan.json")
     print(f"-> {kit}")
 
 

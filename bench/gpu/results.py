@@ -7,7 +7,8 @@ under bench/gpu/results/, and what is still missing from all of them.
 
 ``record`` merges the calls' $OUT folders (a later folder's file replaces an earlier one's)
 into results/<date>-<commit>.json: the date, the device the device tool's reply named, the
-commit the calls ran, and the figures (setup, speed, compiled, accuracy, ray, audit).
+commit the calls ran, and the figures (setup, speed, compiled, accuracy, ray, peers, audit,
+peer_accuracy).
 ``open`` prints the steps whose figures no GPU draw holds yet: what `run.py --steps open`
 runs (bench/gpu/README.md).
 """
@@ -25,7 +26,9 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "gpu" / "results"
 PLAN = json.loads((ROOT / "bench" / "gpu" / "plan.json").read_text())
 VARIANTS = ("bidaf", "bidaf_selfattn", "rnet", "rnet_mult", "qanet")
-FIGURES = ("setup", "speed", "compiled", "accuracy", "ray", "peers", "audit", "wait")
+CALLS = PLAN["calls"] + PLAN["then"]  # one draw's, then those for the time it has left
+FIGURES = ("setup", "speed", "compiled", "accuracy", "ray", "peers", "audit", "wait",
+           "peer_accuracy")
 PEER_MODELS = ("bidaf", "qanet")  # bench/peers.py's pairs (box.PEERS)
 
 
@@ -54,8 +57,8 @@ def has(figures: dict[str, Any], step: str, versions: list[str]) -> bool:
                    for v in versions)
     if step == "ray":
         return figures.get("ray", {}).get("status") == "done"
-    if step == "peers":
-        return set(PEER_MODELS) <= set(figures.get("peers", {}).get("results", {}))
+    if step in ("peers", "peer_accuracy"):
+        return set(PEER_MODELS) <= set(figures.get(step, {}).get("results", {}))
     if step == "audit":
         return set(VARIANTS) <= set(figures.get("audit", {}).get("results", {}))
     return False  # setup: every call's
@@ -65,21 +68,24 @@ def open_steps(results: Path = RESULTS, versions: list[str] | None = None) -> se
     """The plan's steps no GPU draw has the figures of yet."""
     versions = versions or ["1.1"]
     gpu = [d["figures"] for d in draws(results) if on_gpu(d["figures"])]
-    steps = {s for c in PLAN["calls"] for s in c["steps"]} - {"setup"}
+    steps = {s for c in CALLS for s in c["steps"]} - {"setup"}
     return {s for s in steps if not any(has(f, s, versions) for f in gpu)}
 
 
 def plan_table(plan: dict[str, Any] = PLAN) -> str:
     """plan.json as bench/gpu/README.md's table (a test holds the README to it)."""
+    def row(name: str, c: dict[str, Any], most: str = "") -> str:
+        return (f"| {name} | {', '.join(c['steps'])} | "
+                f"{', '.join(f'`{p}`' for p in c['carry'])} | {c['mib_limit']} | "
+                f"{most}{c['timeout_s']} | {most}{c['device_minutes']:g} |")
+
     lines = ["| | steps | carry | MiB at most | timeout_s | device-min |",
              "|---|---|---|---|---|---|",
-             f"| start | the machine starts | | | | {plan['start_minutes']:g} |"]
-    for c in plan["calls"]:
-        lines.append(f"| call {c['call']} | {', '.join(c['steps'])} | "
-                     f"{', '.join(f'`{p}`' for p in c['carry'])} | {c['mib_limit']} | "
-                     f"{c['timeout_s']} | {c['device_minutes']:g} |")
+             f"| start | the machine starts | | | | {plan['start_minutes']:g} |",
+             *(row(f"call {c['call']}", c) for c in plan["calls"])]
     total = plan["start_minutes"] + sum(c["device_minutes"] for c in plan["calls"])
     lines.append(f"| in all | | | | | {total:g} of {plan['budget_minutes']} |")
+    lines += [row(f"then, time left: call {c['call']}", c, "at most ") for c in plan["then"]]
     return "\n".join(lines) + "\n"
 
 
@@ -145,7 +151,7 @@ def main() -> None:
     elif args.command == "record":
         print(record(args.dirs, args.device, args.results))
     else:
-        print(" ".join(s for c in PLAN["calls"] for s in c["steps"]
+        print(" ".join(s for c in CALLS for s in c["steps"]
                        if s in open_steps(args.results, args.versions)) or "nothing open")
 
 

@@ -36,14 +36,15 @@ sys.path.insert(0, str(ROOT))  # bench.gpu.results, rcpipe: the repo is the work
 
 from bench.common import device_name, parser, set_args, sync  # noqa: E402 - the repo root first
 from bench.gpu.box import sha256  # noqa: E402
-from bench.gpu.results import PLAN, VARIANTS, open_steps  # noqa: E402
+from bench.gpu.results import CALLS as PLANNED  # noqa: E402
+from bench.gpu.results import VARIANTS, open_steps  # noqa: E402
 
 # speed and compiled steps, most wanted first (the targets' variants): the time guard drops
 # the tail
 SPEED_ORDER = ("qanet", "rnet", "rnet_mult", "bidaf", "bidaf_selfattn")
-CALLS = {c["call"]: tuple(c["steps"]) for c in PLAN["calls"]}
+CALLS = {c["call"]: tuple(c["steps"]) for c in PLANNED}
 CALLS["all"] = tuple(dict.fromkeys(s for steps in CALLS.values() for s in steps))
-BUDGETS = {c["call"]: c["budget_s"] for c in PLAN["calls"]}
+BUDGETS = {c["call"]: c["budget_s"] for c in PLANNED}
 
 
 @dataclass
@@ -442,6 +443,52 @@ def peers(kit: Kit) -> dict[str, Any]:
     return in_children(kit, "peers", float("inf"), jobs, lambda m, got: got)
 
 
+# steps between checkpoints on the GPU, the same on both sides of a pair: a guess of about
+# ten a side in 3 minutes at d 32, where a step is launch-bound (the first draw's QANet at
+# paper sizes: ~4,000 kernels, 117 ms a step; BiDAF's cuDNN LSTMs far fewer); the CPU's
+# cadence would score every few seconds, inside rcpipe's clock. A draw's steps correct it
+PEER_EVERY = {"bidaf": 1000, "qanet": 200}
+
+
+def peer_accuracy(kit: Kit) -> dict[str, Any]:
+    """bench/peer_accuracy.py on the device, one seed: each --peer-models pair its own process,
+    the pairs at once (four trainings on the one GPU), over the kit's shared-vectors folder.
+    A pair costs its minutes M, rcpipe's first S steps again (at most M) and the scoring, so
+    M is what the call leaves, halved, less a minute."""
+    from bench.gpu.box import PEERS
+
+    a, where = kit.args, kit.args.kit / "peer-accuracy"
+    minutes = a.peer_minutes or (kit.left() - a.reserve - 60) / 120
+    if minutes < 0.5 and not a.peer_minutes:
+        raise NotYet(f"{minutes:.2f} min a side: the call's time is too short")
+    children = {}
+    for m in a.peer_models:
+        out, every = kit.state / "peer-accuracy" / m, a.peer_every or [PEER_EVERY[m]] * 2
+        shutil.rmtree(out, ignore_errors=True)  # one seed's figures, this call's
+        out.mkdir(parents=True)
+        children[m] = spawn(kit, [
+            sys.executable, "-m", "bench.peer_accuracy", "--models", m, "--seeds", "1",
+            "--minutes", f"{minutes:.2f}", "--device", a.device, "--every", *map(str, every),
+            "--prepared", str(where / "prepared"), "--split", str(where),
+            f"--{m}-peer", str(a.kit / "base" / "peers" / PEERS[m][2]), "--out", str(out)],
+            out / "log", session=False)
+    got: dict[str, Any] = {"minutes": round(minutes, 2), "results": {}, "skipped": {}}
+    for m, child in children.items():
+        out = kit.state / "peer-accuracy" / m
+        try:
+            code = child.wait(timeout=max(1.0, kit.left() - a.reserve / 2))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            code = "killed at the call's time"
+        if code == 0:
+            found = json.loads((out / "peer-accuracy.json").read_text())
+            got["results"][m] = found["models"][m] | {"device": found["device"]}
+            shutil.copyfile(out / "peer-accuracy.png", a.out / f"peer-accuracy-{m}.png")
+        else:
+            got["skipped"][m] = f"exit {code}: {' '.join(tail(out / 'log', 600).split())}"
+    return got
+
+
 # ------------------------------------------------------------------ compiled steps
 
 def compiled(kit: Kit) -> dict[str, Any]:
@@ -563,7 +610,8 @@ def time_step(variant: str, cfg: Any, prepared: Path, device: Any, mode: str, ba
 
 STEPS: dict[str, Callable[[Kit], dict[str, Any]]] = {
     "setup": setup, "train": train, "audit": audit, "ray": ray, "wait": wait,
-    "evaluate": evaluate, "speed": speed, "compiled": compiled, "peers": peers}
+    "evaluate": evaluate, "speed": speed, "compiled": compiled, "peers": peers,
+    "peer_accuracy": peer_accuracy}
 
 
 def run_step(kit: Kit, name: str) -> None:
@@ -621,6 +669,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--peer-models", nargs="+", default=["bidaf", "qanet"],
                     choices=["bidaf", "qanet"])
     ap.add_argument("--peer-repeats", type=int, default=10)
+    ap.add_argument("--peer-minutes", type=float, default=0.0,
+                    help="peer_accuracy's minutes a side (0: from the call's time)")
+    ap.add_argument("--peer-every", type=int, nargs=2, metavar=("RCPIPE", "PEER"),
+                    help="peer_accuracy's checkpoint cadence (default: PEER_EVERY)")
     ap.add_argument("--budget", type=float, default=0.0, help="seconds (0: plan.json's, or 555)")
     # seconds a step leaves for the ones after it; the trainings' processes take to reach
     # their first step; kept after the trainings for the evaluation

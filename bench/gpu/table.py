@@ -147,6 +147,24 @@ def peers_lines(r: dict[str, Any]) -> list[str]:
     return lines + skipped(x)
 
 
+def peer_accuracy_lines(r: dict[str, Any]) -> list[str]:
+    """bench/peer_accuracy.py on the device (call 3): rcpipe's test F1 minus the peer's."""
+    x = r.get("peer_accuracy")
+    if not x:
+        return ["How well each learns beside the peers: open (no peer_accuracy.json)."]
+    lines = [f"How well each learns beside the peers (bench/peer_accuracy.py, each side by its "
+             f"own recipe, one seed, {x['minutes']:g} min a side, all at once): rcpipe's test "
+             "F1 minus the peer's:", "",
+             "| pair | steps, rcpipe / peer | at equal minutes | at equal steps |",
+             "|---|---|---|---|"]
+    for model, p in x.get("results", {}).items():
+        steps = next(iter(p["runs"].values()))["steps"]
+        lines.append(f"| `{model}` beside {p['peer']} | {steps['rcpipe']:,} / "
+                     f"{steps['peer']:,} | " + " | ".join(
+                         p["compared"][k]["line"] for k in ("minutes", "steps")) + " |")
+    return lines + skipped(x)
+
+
 def targets(r: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(target, measured, met / not met / open) for each of the issue's targets."""
     gpu = on_gpu(r)
@@ -195,7 +213,7 @@ def targets(r: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 def render(r: dict[str, Any]) -> str:
     lines = [f"GPU kit results on {device(r)}:", "", *speed_table(r), "", *accuracy_table(r),
-             "", ray_line(r), "", *peers_lines(r), "",
+             "", ray_line(r), "", *peers_lines(r), "", *peer_accuracy_lines(r), "",
              "| target (H100, params.yaml sizes, batch 32) | measured | |", "|---|---|---|"]
     lines += [f"| {t} | {m} | {s} |" for t, m, s in targets(r)]
     if not on_gpu(r):

@@ -7,7 +7,8 @@ Between lent sessions nothing else runs the kit, so this keeps it from rotting: 
 (setup with Ray's slimmed archive carried by call 2 only, speed, the compiled step in its
 capped child, the trainings for the minutes left, evaluation with held-out thresholds and the
 ensemble, the Ray Train job killed and resumed, bench/peers.py beside a stand-in peer, the
-audit) runs as on the box, only small.
+audit, and call 3's bench/peer_accuracy.py over build.py's shared-vectors folder) runs as on
+the box, only small.
 """
 
 from __future__ import annotations
@@ -57,9 +58,13 @@ def tiny_kit(root: Path, prepared: Prepared) -> Path:
     """gpu-kit/'s layout over the session's prepared synthetic split; a stand-in package
     ('kitprobe') where Ray's slimmed archive would be, packed as build.py packs Ray; a
     stand-in shaped as chrischute/squad's BiDAF where its archive would be, beside a small
-    real-text batch (the real peers are not in a user's clone)."""
+    real-text batch (the real peers are not in a user's clone), and call 3's folder as
+    build.py prepares it, over a synthetic article split."""
+    from bench.gpu.build import peer_accuracy_data
     from bench.peer_text import read_text_batch, save_text_batch
-    from tests.bench.test_peers import PEER_MODELS, article
+    from rcpipe.data import synth
+    from tests.bench.test_peer_accuracy import PEER_MODELS, PEER_UTIL
+    from tests.bench.test_peers import article
 
     kit = root / "gpu-kit"
     v1 = kit / "base" / "v1.1"
@@ -68,6 +73,13 @@ def tiny_kit(root: Path, prepared: Prepared) -> Path:
     peers = kit / "base" / "peers"
     (peers / box.PEERS["bidaf"][2]).mkdir(parents=True)
     (peers / box.PEERS["bidaf"][2] / "models.py").write_text(PEER_MODELS)
+    (peers / box.PEERS["bidaf"][2] / "util.py").write_text(PEER_UTIL)
+    split = root / "split"
+    split.mkdir()
+    for name, seed, articles in (("train", 13, 6), ("test", 14, 2)):
+        synth.write(synth.generate(seed, articles, 3, 4, title_prefix=f"t-{name}",
+                                   facts_per_paragraph=(2, 3)), split / f"{name}-v1.1.json")
+    peer_accuracy_data(split, kit / "peer-accuracy")
     squad = root / "articles.json"
     squad.write_text(json.dumps({"data": [
         article("a", "The cat sat on the mat, the cat did.", "Where did the cat sit?"),
@@ -117,6 +129,7 @@ def test_the_kit_runs_every_step_on_the_cpu(tmp_path: Path, prepared: Prepared) 
     out1 = call("1")
     shutil.move(held, ray_dir)  # call 2 carries it
     out2 = call("2")
+    out3 = call("3", "--peer-minutes", "0.15", "--peer-every", "6", "2")
 
     def read(out: Path, name: str) -> dict:
         return json.loads((out / f"{name}.json").read_text())
@@ -126,7 +139,7 @@ def test_the_kit_runs_every_step_on_the_cpu(tmp_path: Path, prepared: Prepared) 
     # the stand-in held: the trainings ran without dvclive, as on the box
     assert "not on the GPU box" in (tmp_path / "state/runs/v1.1/qanet.log").read_text()
     assert (tmp_path / "state" / "site" / "kitprobe" / "__init__.py").is_file()
-    for out, n in ((out1, "1"), (out2, "2")):
+    for out, n in ((out1, "1"), (out2, "2"), (out3, "3")):
         call_json = read(out, f"call-{n}")
         assert {s for s, r in call_json["steps"].items() if r["ok"]} == set(CALLS[n]), call_json
         # what comes back from $OUT: at most 8 files a call (the device tool's limit)
@@ -157,8 +170,25 @@ def test_the_kit_runs_every_step_on_the_cpu(tmp_path: Path, prepared: Prepared) 
     assert set(audit) == set(VARIANTS)
     assert all(a["graphs"] >= 1 and a["kernels_per_step"] > 0 for a in audit.values())
 
+    # call 3: rcpipe's bidaf through its worker beside the stand-in peer, by their recipes
+    accuracy = read(out3, "peer_accuracy")["results"]["bidaf"]
+    one = accuracy["runs"]["42"]
+    steps = one["steps"]
+    assert steps["equal"] == min(steps["rcpipe"], steps["peer"]) > 0
+    assert [h["step"] for h in one["peer"]["history"]][-1] == steps["peer"]
+    assert one["peer"]["recipe"]["optimizer"] == "Adadelta"
+    if steps["rcpipe"] > steps["equal"]:  # rcpipe's first S steps again: the same steps
+        same = one["same_first_steps"]
+        assert same["steps"] and same["largest_heldout_f1_gap"] == 0, same
+        assert one["rcpipe_steps"]["steps"] == steps["equal"]
+    for at in ("minutes", "steps"):
+        assert accuracy["compared"][at]["verdict"] in ("gain", "loss", "chance")
+        assert "95%" in accuracy["compared"][at]["line"]
+    assert accuracy["device"].endswith("CPU, 1 thread a side")
+    assert (out3 / "peer-accuracy-bidaf.png").stat().st_size > 0  # the curves come back
+
     # the draw kept: a CPU draw is recorded like a GPU one but leaves every step open
-    drawn = results.record([out1, out2], "2-core CPU (the dry run)", tmp_path / "results",
+    drawn = results.record([out1, out2, out3], "2-core CPU (the dry run)", tmp_path / "results",
                            at="2026-01-02", sha="abc1234")
     assert json.loads(drawn.read_text())["figures"]["ray"]["status"] == "done"
     assert results.open_steps(tmp_path / "results") == {s for c in CALLS.values()
@@ -169,6 +199,7 @@ def test_the_kit_runs_every_step_on_the_cpu(tmp_path: Path, prepared: Prepared) 
     assert "### 2026-01-02: 2-core CPU (the dry run) (commit `abc1234`)" in table
     assert "| `qanet` |" in table and "| ensemble |" in table
     assert "resumed from step" in table
+    assert "| `bidaf` beside chrischute/squad BiDAF |" in table
     assert "every target stays open" in table and "(met)" not in table
 
 
@@ -182,12 +213,14 @@ def test_the_plan_fits_one_draw() -> None:
     assert plan["start_minutes"] + sum(c["device_minutes"] for c in calls) \
         <= plan["budget_minutes"] <= 12
     assert calls[0]["device_minutes"] <= 8  # call 1 alone brings back the headline figures
-    for c in calls:
+    for c in results.CALLS:  # `then`'s too: each fits a draw of its own
         assert c["budget_s"] < c["timeout_s"] <= 60 * c["device_minutes"], c
         assert 0 < c["mib_limit"] <= plan["carry_limit_mib"] <= 64, c
+        assert plan["start_minutes"] + c["device_minutes"] <= plan["budget_minutes"], c
     manifest = ROOT / "gpu-kit" / "base" / "manifest.json"
     if manifest.is_file() and "mib" in (built := json.loads(manifest.read_text())):
-        assert all(built["mib"][c["call"]] <= c["mib_limit"] for c in calls), built["mib"]
+        assert all(built["mib"].get(c["call"], 0) <= c["mib_limit"] for c in results.CALLS), \
+            built["mib"]
     readme = (ROOT / "bench" / "gpu" / "README.md").read_text()
     assert results.plan_table() in readme
 
@@ -253,7 +286,7 @@ def test_a_later_draw_runs_only_what_no_gpu_draw_has(tmp_path: Path) -> None:
     (one / "ray.json").write_text(json.dumps({"status": "not resumed"}))
     results.record([one], "one NVIDIA H100", tmp_path / "r", at="2026-12-01", sha="a")
     assert results.open_steps(tmp_path / "r") == {"compiled", "train", "wait", "evaluate",
-                                                  "ray", "peers", "audit"}
+                                                  "ray", "peers", "audit", "peer_accuracy"}
     args = parse(["1", "--steps", "open", "--results", str(tmp_path / "r")])
     assert chosen_steps(args) == ("1", ["setup", "compiled", "train", "wait", "evaluate"])
     # a CPU draw with every figure counts for nothing: the targets are the GPU's

@@ -1,23 +1,16 @@
-"""bench/peer_accuracy.py end to end (the accuracy mode beside bench/peers.py's timing): rcpipe's
-bidaf trained through its worker beside a peer checkout outside the repo (a stand-in shaped
-as chrischute/squad's models.BiDAF and util.EMA: the real one is not in a user's clone), on a
-synthetic article split; both sides' runs, S and the choices, the paired verdict, the chart,
-rcpipe's first S steps run again identically, and a second run training nothing."""
+"""bench/peer_accuracy.py and bench/peer_recipes.py (the accuracy mode beside bench/peers.py's
+timing): a peer's fixed batch shapes here; end to end, rcpipe's bidaf trained through its
+worker beside a stand-in peer (PEER_MODELS and PEER_UTIL, shaped as chrischute/squad's
+models.BiDAF and util.EMA: the real one is not in a user's clone) is the GPU kit's call 3 in
+its dry run (tests/bench/test_gpu_kit.py): both sides' runs, S and the choices, the paired
+verdict, the chart, rcpipe's first S steps run again identically."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-import pytest
 import torch
 
 from bench.peer_recipes import padded
 from rcpipe.models.batch import Batch
-
-ROOT = Path(__file__).resolve().parents[2]
 
 # chrischute/squad's interface: models.BiDAF(word_vectors, hidden_size, drop_prob) with its
 # word table at .emb.embed, called on (context, question) word ids, giving masked
@@ -84,48 +77,3 @@ def test_a_batch_is_padded_to_the_peers_fixed_shapes() -> None:
                                                                (1, 4, 6))
     assert p.cw[0].tolist() == [1, 1, 1, 0, 0] and p.c_mask[0].tolist() == [1, 1, 1, 0, 0]
     assert p.cc[0, 0].tolist() == [1, 1, 0, 0, 0, 0] and p.cc[0, 4].sum() == 0
-
-
-@pytest.mark.trains
-@pytest.mark.slow
-def test_both_sides_train_and_are_paired_at_equal_minutes_and_steps(tmp_path: Path) -> None:
-    from rcpipe.data import synth
-
-    split = tmp_path / "split"
-    split.mkdir()
-    for name, seed, articles in (("train", 13, 6), ("test", 14, 2)):
-        synth.write(synth.generate(seed, articles, 3, 4, title_prefix=f"t-{name}",
-                                   facts_per_paragraph=(2, 3)), split / f"{name}-v1.1.json")
-    peer = tmp_path / "squad"
-    peer.mkdir()
-    (peer / "models.py").write_text(PEER_MODELS)
-    (peer / "util.py").write_text(PEER_UTIL)
-    out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "bench.peer_accuracy", "--models", "bidaf", "--minutes",
-           "0.15", "--seeds", "1", "--every", "6", "2", "--bidaf-peer", str(peer),
-           "--split", str(split), "--out", str(out)]
-    run = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    found = json.loads((out / "peer-accuracy.json").read_text())["models"]["bidaf"]
-    one = found["runs"]["42"]
-    steps = one["steps"]
-    assert steps["equal"] == min(steps["rcpipe"], steps["peer"]) > 0
-    assert [h["step"] for h in one["peer"]["history"]][-1] == steps["peer"]
-    assert one["peer"]["recipe"]["optimizer"] == "Adadelta"
-    if steps["rcpipe"] > steps["equal"]:  # rcpipe's first S steps again: the same steps
-        same = one["same_first_steps"]
-        assert same["steps"] and same["largest_heldout_f1_gap"] == 0, same
-        assert one["rcpipe_steps"]["steps"] == steps["equal"]
-    for at in ("minutes", "steps"):
-        assert found["compared"][at]["verdict"] in ("gain", "loss", "chance")
-        assert "95%" in found["compared"][at]["line"]
-    assert (out / "peer-accuracy.png").stat().st_size > 0
-    assert "bidaf at equal minutes: rcpipe minus peer" in run.stdout
-    # a second run trains nothing again: each side's finished run is read back
-    summary = out / "peer-accuracy" / "seed-42" / "rcpipe" / "bidaf" / "summary.json"
-    before = summary.stat().st_mtime_ns
-    again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert summary.stat().st_mtime_ns == before
-    assert json.loads((out / "peer-accuracy.json").read_text())["models"]["bidaf"][
-        "compared"] == found["compared"]

@@ -91,10 +91,24 @@ def padded(batch: Batch, context: int, question: int, chars: int) -> Batch:
                  y1=batch.y1, y2=batch.y2, is_impossible=batch.is_impossible)
 
 
+def chrischute_modules(peer: Path) -> tuple[Any, Any]:
+    """The peer's models.py and util.py, its layers.py packing each LSTM's input with the
+    lengths on the host, where torch since 1.7 wants them (the peer, written for 1.4, hands
+    over the mask's sums from the device: on CUDA an error, not a slower step)."""
+    sys.modules.setdefault("ujson", json)  # util.py imports it at the top; nothing here uses it
+    layers = imported(peer, "layers")
+
+    def pack_padded_sequence(x: torch.Tensor, lengths: torch.Tensor, *args: Any,
+                             **kwargs: Any) -> Any:
+        return nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), *args, **kwargs)
+
+    layers.pack_padded_sequence = pack_padded_sequence
+    return imported(peer, "models"), imported(peer, "util")
+
+
 def chrischute_bidaf(peer: Path, vectors: np.ndarray, chars: int, hidden: int,
                      heads: int, device: torch.device) -> Recipe:
-    sys.modules.setdefault("ujson", json)  # util.py imports it at the top; nothing here uses it
-    models, util = imported(peer, "models"), imported(peer, "util")
+    models, util = chrischute_modules(peer)
     model = models.BiDAF(word_vectors=torch.from_numpy(vectors), hidden_size=hidden,
                          drop_prob=0.2).to(device)  # before its EMA copies the weights
     model.emb.embed.weight.requires_grad_(True)  # trained, as rcpipe's side trains the matrix

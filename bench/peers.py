@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,7 +36,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from common import ROOT, SQUAD, device_name, parser, write
-from peer_recipes import bangliu_module, imported
+from peer_recipes import bangliu_module, chrischute_modules
 from peer_text import TextBatch, load_text_batch, read_text_batch, saved_word_rows
 from torch import nn
 
@@ -87,10 +85,9 @@ def rcpipe_side(variant: str, cfg: ModelConfig, text: TextBatch, vectors: np.nda
 
 def chrischute_bidaf(peer: Path, args: argparse.Namespace, text: TextBatch,
                      vectors: np.ndarray, device: torch.device) -> Side:
-    sys.modules.setdefault("ujson", json)  # util.py imports it at the top; no model code uses it
-    model = imported(peer, "models").BiDAF(word_vectors=torch.from_numpy(vectors),
-                                           hidden_size=args.hidden,
-                                           drop_prob=args.dropout).to(device)
+    model = chrischute_modules(peer)[0].BiDAF(word_vectors=torch.from_numpy(vectors),
+                                              hidden_size=args.hidden,
+                                              drop_prob=args.dropout).to(device)
     text = on(text, device)
 
     def loss(out: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:

@@ -63,7 +63,7 @@ def tiny_kit(root: Path, prepared: Prepared) -> Path:
     from bench.gpu.build import peer_accuracy_data
     from bench.peer_text import read_text_batch, save_text_batch
     from rcpipe.data import synth
-    from tests.bench.test_peer_accuracy import PEER_MODELS, PEER_UTIL
+    from tests.bench.peer_stand_in import chrischute
     from tests.bench.test_peers import article
 
     kit = root / "gpu-kit"
@@ -71,9 +71,7 @@ def tiny_kit(root: Path, prepared: Prepared) -> Path:
     shutil.copytree(prepared.out_dir, v1 / "prepared")
     shutil.copyfile(prepared.data.dev, v1 / "test.json")
     peers = kit / "base" / "peers"
-    (peers / box.PEERS["bidaf"][2]).mkdir(parents=True)
-    (peers / box.PEERS["bidaf"][2] / "models.py").write_text(PEER_MODELS)
-    (peers / box.PEERS["bidaf"][2] / "util.py").write_text(PEER_UTIL)
+    chrischute(peers / box.PEERS["bidaf"][2])
     split = root / "split"
     split.mkdir()
     for name, seed, articles in (("train", 13, 6), ("test", 14, 2)):

@@ -1,6 +1,6 @@
-"""bench/peers.py end to end: rcpipe's bidaf beside a peer checkout outside the repo (here a
-stand-in shaped as chrischute/squad's models.BiDAF: the real one is not in a user's clone),
-on a small SQuAD-format file; its table, and the mistakes it refuses in one line."""
+"""bench/peers.py end to end: rcpipe's bidaf beside a peer checkout outside the repo (here
+tests/bench/peer_stand_in.py, shaped as chrischute/squad's: the real one is not in a user's
+clone), on a small SQuAD-format file; its table, and the mistakes it refuses in one line."""
 
 from __future__ import annotations
 
@@ -12,27 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.bench.peer_stand_in import chrischute
+
 ROOT = Path(__file__).resolve().parents[2]
-
-# chrischute/squad's interface: models.BiDAF(word_vectors, hidden_size, drop_prob), called on
-# (context word ids, question word ids), giving each position's log-probabilities
-PEER_MODELS = '''
-import torch
-from torch import nn
-
-
-class BiDAF(nn.Module):
-    def __init__(self, word_vectors, hidden_size, drop_prob=0.0):
-        super().__init__()
-        self.emb = nn.Embedding.from_pretrained(word_vectors)
-        self.start = nn.Linear(word_vectors.size(1), 1)
-        self.end = nn.Linear(word_vectors.size(1), 1)
-
-    def forward(self, cw, qw):
-        x = self.emb(cw) + self.emb(qw).mean(1, keepdim=True)
-        return (self.start(x).squeeze(-1).log_softmax(-1),
-                self.end(x).squeeze(-1).log_softmax(-1))
-'''
 
 
 def article(title: str, context: str, question: str) -> dict:
@@ -54,9 +36,7 @@ def peers(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_both_sides_are_timed_on_the_same_batch_with_their_ratios(tmp_path: Path) -> None:
-    peer = tmp_path / "squad"
-    peer.mkdir()
-    (peer / "models.py").write_text(PEER_MODELS)
+    peer = chrischute(tmp_path / "squad")
     run = peers(tmp_path, str(peer))
     assert run.returncode == 0, run.stderr[-3000:]
     assert "CPU, 1 torch thread(s), 0 warm-up and 2 timed rounds" in run.stdout
@@ -93,9 +73,7 @@ def test_a_saved_batch_stands_for_the_squad_file_and_the_ratios_come_as_json(
     line."""
     from bench.peer_text import load_text_batch, read_text_batch, save_text_batch
 
-    peer = tmp_path / "squad"
-    peer.mkdir()
-    (peer / "models.py").write_text(PEER_MODELS)
+    peer = chrischute(tmp_path / "squad")
     peers(tmp_path, str(peer))  # writes dev.json
     text = read_text_batch(tmp_path / "dev.json", 2, 6, 3, 8)
     saved = save_text_batch(text, 8, tmp_path / "text.pt")

@@ -483,6 +483,7 @@ def peer_accuracy(kit: Kit) -> dict[str, Any]:
         if code == 0:
             found = json.loads((out / "peer-accuracy.json").read_text())
             got["results"][m] = found["models"][m] | {"device": found["device"]}
+            a.out.mkdir(parents=True, exist_ok=True)  # a call of this step alone
             shutil.copyfile(out / "peer-accuracy.png", a.out / f"peer-accuracy-{m}.png")
         else:
             got["skipped"][m] = f"exit {code}: {' '.join(tail(out / 'log', 600).split())}"

@@ -127,7 +127,7 @@ def test_the_kit_runs_every_step_on_the_cpu(tmp_path: Path, prepared: Prepared) 
     out1 = call("1")
     shutil.move(held, ray_dir)  # call 2 carries it
     out2 = call("2")
-    out3 = call("3", "--peer-minutes", "0.15", "--peer-every", "6", "2")
+    out3 = call("3", "--peer-minutes", "0.1", "--peer-every", "6", "20")
 
     def read(out: Path, name: str) -> dict:
         return json.loads((out / f"{name}.json").read_text())

@@ -461,20 +461,20 @@ def peer_accuracy(kit: Kit) -> dict[str, Any]:
     minutes = a.peer_minutes or (kit.left() - a.reserve - 60) / 120
     if minutes < 0.5 and not a.peer_minutes:
         raise NotYet(f"{minutes:.2f} min a side: the call's time is too short")
+    a.out.mkdir(parents=True, exist_ok=True)  # where the charts go, were this step alone
     children = {}
     for m in a.peer_models:
         out, every = kit.state / "peer-accuracy" / m, a.peer_every or [PEER_EVERY[m]] * 2
         shutil.rmtree(out, ignore_errors=True)  # one seed's figures, this call's
         out.mkdir(parents=True)
-        children[m] = spawn(kit, [
+        children[m] = out, spawn(kit, [
             sys.executable, "-m", "bench.peer_accuracy", "--models", m, "--seeds", "1",
             "--minutes", f"{minutes:.2f}", "--device", a.device, "--every", *map(str, every),
             "--prepared", str(where / "prepared"), "--split", str(where),
             f"--{m}-peer", str(a.kit / "base" / "peers" / PEERS[m][2]), "--out", str(out)],
             out / "log", session=False)
     got: dict[str, Any] = {"minutes": round(minutes, 2), "results": {}, "skipped": {}}
-    for m, child in children.items():
-        out = kit.state / "peer-accuracy" / m
+    for m, (out, child) in children.items():
         try:
             code = child.wait(timeout=max(1.0, kit.left() - a.reserve / 2))
         except subprocess.TimeoutExpired:
@@ -483,7 +483,6 @@ def peer_accuracy(kit: Kit) -> dict[str, Any]:
         if code == 0:
             found = json.loads((out / "peer-accuracy.json").read_text())
             got["results"][m] = found["models"][m] | {"device": found["device"]}
-            a.out.mkdir(parents=True, exist_ok=True)  # a call of this step alone
             shutil.copyfile(out / "peer-accuracy.png", a.out / f"peer-accuracy-{m}.png")
         else:
             got["skipped"][m] = f"exit {code}: {' '.join(tail(out / 'log', 600).split())}"

@@ -586,16 +586,20 @@ def time_step(variant: str, cfg: Any, prepared: Path, device: Any, mode: str, ba
     feed = cycle(epoch)
 
     def run(batches: Any) -> int:
-        seen = 0
+        seen, losses = 0, []
         pinned = device.type == "cuda"  # as the Worker: page-locked, so the copy overlaps
         for batch in ahead(data.collate(i).pin() if pinned else data.collate(i)
                            for i in batches):
             # one call on both devices, so the CPU dry run goes through the box's line
             # (it called Batch.to with an argument Batch.to does not take, on CUDA only:
             # the 2026-11-27 draw lost its compiled figures to it)
-            step(batch.to(device))
+            losses.append(step(batch.to(device)))
             seen += a.batch
         sync(device)
+        # read after later steps ran, as the Worker reads them: a loss left in a CUDA
+        # graph's memory would be written over by then (and torch raises)
+        if not torch.isfinite(torch.stack(losses)).all():
+            raise FloatingPointError(f"{variant} {mode}: a step's loss is not finite")
         return seen
 
     with mixed_precision(device, cfg.train.tf32):

@@ -143,6 +143,9 @@ class TrainStep:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self._loss: Callable[[Batch], torch.Tensor] = self.loss
         self._update: Callable[[], None] = self.update
+        # CUDA graphs (reduce-overhead) replay into the same memory every step, so a step's
+        # outputs are overwritten by the next one's (and read then, torch raises)
+        self.graphs = compile == "reduce-overhead"
         if compile != "off":
             mode = None if compile == "default" else compile
             self._loss = torch.compile(self.loss, mode=mode, backend=backend)
@@ -171,12 +174,17 @@ class TrainStep:
         finish the step, so callers read a sum of many steps' losses now and then.
         """
         self.model.train()
+        if self.graphs:  # a new step: the last one's graph outputs may now be written over
+            torch.compiler.cudagraph_mark_step_begin()
         self.optimizer.zero_grad(set_to_none=True)
         loss = self._loss(batch)
+        # the Worker keeps each step's loss until its next progress line or checkpoint:
+        # under CUDA graphs a copy (one scalar), as the graph's own memory is reused
+        kept = loss.detach().clone() if self.graphs else loss.detach()
         loss.backward()
         self._update()
         self.scheduler.step()
-        return loss.detach()
+        return kept
 
 
 def train_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,

@@ -5,6 +5,7 @@ variant trains under train.compile."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ import torch
 from rcpipe.config import VARIANTS, Config, load_config
 from rcpipe.data.dataset import SquadDataset
 from rcpipe.models import build_model
+from rcpipe.models.batch import Batch
 from rcpipe.train.audit import HostSyncs, epoch_shapes, graph_breaks
 from rcpipe.train.local import train_local
 from rcpipe.train.loop import EMA, TrainStep, make_optimizer
@@ -104,6 +106,49 @@ def test_a_training_step_never_waits_for_the_host(prepared: Prepared, variant: s
     with syncs:  # the counter is live: reading the loss, as the worker does every 10 steps
         assert all(bool(torch.isfinite(loss)) for loss in losses)
     assert syncs.ops == {"aten._local_scalar_dense.default": 3}
+
+
+def test_a_step_keeps_its_loss_when_a_cuda_graph_replays_into_the_same_memory(
+        prepared: Prepared, monkeypatch: pytest.MonkeyPatch) -> None:
+    """train.compile=reduce-overhead replays each step as a CUDA graph, whose outputs live
+    in the graph's memory and are written over by the next replay; the Worker keeps every
+    step's loss until its next progress line or checkpoint. Here the compiled loss is
+    played by one that returns each step's loss in one buffer, as a replay does (the CPU
+    has no CUDA graphs): the losses read afterwards are still each step's own, and each
+    step tells the graphs that a new step began."""
+    cfg = paper_config(prepared, sizes=TINY_MODEL)
+    data = dataset(prepared, cfg)
+    mcfg = cfg.models.of("bidaf")
+    torch.manual_seed(0)
+    model = build_model("bidaf", mcfg, prepared_inputs(prepared.out_dir, 16))
+    optimizer, scheduler = make_optimizer(model, mcfg.optim, lr_tensor=True)
+    step = TrainStep(model, optimizer, scheduler, mcfg.optim.grad_clip,
+                     compile="reduce-overhead", backend="aot_eager")
+    graph_memory = torch.zeros(())
+    seen: list[float] = []
+
+    class Replay(torch.autograd.Function):
+        """The loss, returned in the memory every step shares; its gradient passes."""
+        @staticmethod
+        def forward(ctx: Any, loss: torch.Tensor) -> torch.Tensor:
+            return graph_memory.copy_(loss).view(())
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+            return grad
+
+    def replayed(batch: Batch) -> torch.Tensor:
+        loss = step.loss(batch)
+        seen.append(float(loss))
+        return Replay.apply(loss)
+
+    begun = []
+    monkeypatch.setattr(step, "_loss", replayed)
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: begun.append(1))
+    batches = [data.collate(b) for b in train_batches(data, 8, seed=0, world=1)[:3]]
+    losses = [step(b) for b in batches]
+    assert [float(x) for x in losses] == seen and len(set(seen)) == 3
+    assert len(begun) == 3
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

@@ -44,7 +44,8 @@ def best_span(
     flat = scores.reshape(batch, length * width)  # (B, L*W)
     chooser = flat
     if length_prior is not None:
-        prior = length_prior.to(scores.dtype)[:width]  # (W,): by span length - 1
+        # the prior is built on the host (NumPy); the scores live on the model's device
+        prior = length_prior.to(scores.device, scores.dtype)[:width]  # (W,): by length - 1
         chooser = (scores * prior).reshape(batch, length * width)  # (B, L*W)
     best = chooser.argmax(dim=1)  # (B,)
     prob = flat.gather(1, best.unsqueeze(1)).squeeze(1)  # (B,)

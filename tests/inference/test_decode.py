@@ -147,3 +147,13 @@ def test_a_length_prior_chooses_among_spans_and_leaves_prob_unweighted() -> None
     start, end, prob = best_span(p_start, p_end, 4, length_prior=prior)
     assert (int(start), int(end)) == (0, 3)
     assert float(prob) == pytest.approx(0.25)  # p_start * p_end, not weighted
+
+
+def test_a_length_prior_from_the_host_meets_probabilities_on_the_models_device() -> None:
+    """eval.length_prior's weights are made on the host (NumPy), the probabilities live on
+    the model's device: on a GPU a CPU prior times CUDA scores raises. The meta device
+    raises the same way on the CPU, so it stands for the GPU here."""
+    p = torch.rand(2, 30, device="meta")
+    start, end, prob = best_span(p, p, 15, length_prior=torch.rand(15))
+    assert start.device == end.device == prob.device == p.device
+    assert start.shape == (2,)

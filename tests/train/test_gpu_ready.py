@@ -4,6 +4,8 @@ variant trains under train.compile."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from rcpipe.config import VARIANTS, Config, load_config
 from rcpipe.data.dataset import SquadDataset
 from rcpipe.models import build_model
 from rcpipe.models.batch import Batch
+from rcpipe.models.layers import span_loss
 from rcpipe.train.audit import HostSyncs, epoch_shapes, graph_breaks
 from rcpipe.train.local import train_local
 from rcpipe.train.loop import EMA, TrainStep, make_optimizer
@@ -149,6 +152,35 @@ def test_a_step_keeps_its_loss_when_a_cuda_graph_replays_into_the_same_memory(
     losses = [step(b) for b in batches]
     assert [float(x) for x in losses] == seen and len(set(seen)) == 3
     assert len(begun) == 3
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_tensor_of_a_step_is_made_on_the_models_device(
+        prepared: Prepared, variant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tensor made on the host inside the model (a torch.arange without its device)
+    meets the GPU's and raises, on a GPU only. The meta device raises the same way on the
+    CPU (and computes nothing), so each variant's training forward and backward and its
+    inference forward run on it here (decoding's: tests/inference/test_decode.py).
+    Autocast knows no meta device: turned off there."""
+    autocast = torch.autocast
+    monkeypatch.setattr(torch, "autocast", lambda device_type, *a, **k: (
+        contextlib.nullcontext() if device_type == "meta" else autocast(device_type, *a, **k)))
+    cfg = paper_config(prepared, sizes=TINY_MODEL)
+    # contexts cut to 12 tokens: on meta every op is a Python shape function, and a
+    # recurrence still runs one per time step
+    data = SquadDataset.from_parquet(prepared.out_dir / "train.parquet", para_limit=12)
+    meta = torch.device("meta")
+    # with v2.0's no-answer head, so that it is on the device too
+    inputs = dataclasses.replace(prepared_inputs(prepared.out_dir, 16), no_answer=True)
+    model = build_model(variant, cfg.models.of(variant), inputs).to(meta)
+    batch = data.collate([0, 1]).to(meta)
+    logits = model(batch)
+    span_loss(logits, batch.y1, batch.y2).backward()
+    assert all(p.grad is not None and p.grad.device == meta
+               for p in model.parameters() if p.requires_grad)
+    with torch.no_grad():
+        out = model.eval()(batch)  # decoding: tests/inference
+    assert out.start.device == out.na.device == meta
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

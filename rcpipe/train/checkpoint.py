@@ -2,7 +2,7 @@
 and what a finished run keeps of its checkpoints.
 
     state.pt    everything a resumed run needs: model, optimizer, scheduler, EMA, the
-                sampler position (epoch, batch within it), every rank's RNG state, the
+                sampler position (epoch, batch within it), every rank's RNG states (CPU, GPU), the
                 best dev score so far, the evaluation history, elapsed seconds
     model.pt    the servable model (trained/model_file.py's payload: variant, model config,
                 data-side inputs, vocab digest and the weights, EMA weights where the

@@ -4,7 +4,7 @@ file holds).
 
 A resumed run is the run that was interrupted, bit for bit: the weights, the optimiser and
 its lr schedule, the EMA, the position in the epoch's batches and each rank's RNG stream
-come back from state.pt.
+come back from state.pt (on a GPU the device's RNG stream with the CPU's).
 """
 
 from __future__ import annotations
@@ -93,6 +93,25 @@ def weights_digest(model: nn.Module) -> str:
     return h.hexdigest()
 
 
+def rng_state(device: torch.device) -> dict[str, torch.Tensor]:
+    """The RNG streams a step draws from: torch's CPU generator (the data's order, BiDAF's
+    CPU dropout) and on a GPU the device's own (dropout and stochastic depth draw there)."""
+    state = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict[str, torch.Tensor] | torch.Tensor, device: torch.device
+                  ) -> None:
+    """``rng_state``'s streams back; a bare tensor is a checkpoint from before the device's
+    stream was kept (the CPU's alone)."""
+    streams = state if isinstance(state, dict) else {"cpu": state}
+    torch.set_rng_state(streams["cpu"].cpu())  # loaded onto the device with the rest
+    if device.type == "cuda" and "cuda" in streams:
+        torch.cuda.set_rng_state(streams["cuda"].cpu(), device)
+
+
 def restore(trainee: Trainee, d: Path, device: torch.device, rank: int, world: int
             ) -> RunState:
     """Load the checkpoint in ``d`` into ``trainee`` and this rank's RNG; the run's state."""
@@ -103,8 +122,8 @@ def restore(trainee: Trainee, d: Path, device: torch.device, rank: int, world: i
     if trainee.ema is not None and saved["ema"] is not None:
         trainee.ema.load_state_dict(saved["ema"])
     rngs = saved["rng"]
-    if len(rngs) == world:  # the same world size: each rank continues its stream
-        torch.set_rng_state(rngs[rank].cpu())
+    if len(rngs) == world:  # the same world size: each rank continues its streams
+        set_rng_state(rngs[rank], device)
     run = RunState(**{k: saved[k] for k in RESUMED})
     run.resumed_from_step, run.before = run.step, run.elapsed
     # the step resumed from is saved: an epoch's end there must not save it again
@@ -112,7 +131,8 @@ def restore(trainee: Trainee, d: Path, device: torch.device, rank: int, world: i
     return run
 
 
-def write_checkpoint(d: Path, trainee: Trainee, run: RunState, rngs: list[torch.Tensor],
+def write_checkpoint(d: Path, trainee: Trainee, run: RunState,
+                     rngs: list[dict[str, torch.Tensor]],
                      payload: dict[str, Any], meta: dict[str, Any]) -> None:
     """state.pt (what ``restore`` reads back), model.pt (``payload``: the servable model)
     and meta.json (``meta``) in ``d``."""

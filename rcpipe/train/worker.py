@@ -32,7 +32,14 @@ from rcpipe.train.checkpoint import RANK_METRIC, first_whole
 from rcpipe.train.evaluation import Evaluation, Verdict
 from rcpipe.train.job import Job
 from rcpipe.train.loop import TrainStep
-from rcpipe.train.state import RunState, Trainee, restore, weights_digest, write_checkpoint
+from rcpipe.train.state import (
+    RunState,
+    Trainee,
+    restore,
+    rng_state,
+    weights_digest,
+    write_checkpoint,
+)
 from rcpipe.train.training_data import TrainingData
 from rcpipe.trained.model_file import model_payload
 
@@ -232,10 +239,10 @@ class Worker:
             "checkpoint": name, "resumed_from_step": run.resumed_from_step}})
         self.exhausted, _ = self._rank0_verdicts(v.stop, v.decay)
 
-    def _replicas(self) -> tuple[list[torch.Tensor], list[str]]:
-        """Every rank's (RNG state, weights digest), gathered: a checkpoint resumes each
-        rank's stream and records that DDP kept the replicas identical."""
-        mine = (torch.get_rng_state(), weights_digest(self.trainee.raw))
+    def _replicas(self) -> tuple[list[dict[str, torch.Tensor]], list[str]]:
+        """Every rank's (RNG streams, weights digest), gathered: a checkpoint resumes each
+        rank's streams and records that DDP kept the replicas identical."""
+        mine = (rng_state(self.device), weights_digest(self.trainee.raw))
         ranks = [mine]
         if self.world > 1:
             ranks = [None] * self.world
@@ -250,7 +257,7 @@ class Worker:
         torch.distributed.broadcast(t, src=0)
         return bool(t[0].item()), bool(t[1].item())
 
-    def _write(self, d: Path, rngs: list[torch.Tensor], digests: list[str], v: Verdict
+    def _write(self, d: Path, rngs: list[dict[str, torch.Tensor]], digests: list[str], v: Verdict
                ) -> None:
         run = self.run
         meta = {"step": run.step, "epoch": run.epoch, "dev_em": v.em, "dev_f1": v.f1,

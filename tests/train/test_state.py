@@ -13,7 +13,15 @@ from rcpipe.data.dataset import SquadDataset
 from rcpipe.data.prepared import Prepared
 from rcpipe.layout import CHECKPOINT_META, CHECKPOINT_SUMS, MODEL, STATE
 from rcpipe.train.loop import train_step
-from rcpipe.train.state import RunState, Trainee, restore, weights_digest, write_checkpoint
+from rcpipe.train.state import (
+    RunState,
+    Trainee,
+    restore,
+    rng_state,
+    set_rng_state,
+    weights_digest,
+    write_checkpoint,
+)
 from rcpipe.trained.model_file import prepared_inputs
 from tests.conftest import TINY_MODEL
 from tests.conftest import Prepared as PreparedFixture
@@ -38,7 +46,8 @@ def test_a_checkpoint_restores_the_weights_optimiser_ema_position_and_rng(
     run = RunState(step=1, epoch=0, batch_in_epoch=1, elapsed=2.5,
                    best={"f1": 1.0, "step": 1}, history=[{"step": 1, "f1": 1.0}])
     rng = torch.get_rng_state()
-    write_checkpoint(tmp_path, trained, run, [rng], {"weights": "of model.pt"}, {"step": 1})
+    write_checkpoint(tmp_path, trained, run, [rng_state(CPU)], {"weights": "of model.pt"},
+                     {"step": 1})
     assert {p.name for p in tmp_path.iterdir()} == {STATE, MODEL, CHECKPOINT_META,
                                                     CHECKPOINT_SUMS}
 
@@ -56,6 +65,36 @@ def test_a_checkpoint_restores_the_weights_optimiser_ema_position_and_rng(
     # resumed from step 1: its time counts before this attempt, and step 1 is not saved again
     assert (back.resumed_from_step, back.before, back.saved_step) == (1, 2.5, 1)
     assert back.history == run.history and back.best == run.best
+
+
+def test_a_checkpoint_from_before_the_devices_stream_was_kept_resumes_the_cpus(
+        prepared: PreparedFixture, tmp_path: Path) -> None:
+    """Checkpoints written before the device's stream was kept hold each rank's CPU
+    state as a bare tensor: they resume as before."""
+    trainee = _trainee(prepared, seed=1)
+    rng = torch.get_rng_state()
+    write_checkpoint(tmp_path, trainee, RunState(), [rng], {}, {})
+    torch.manual_seed(7)
+    restore(trainee, tmp_path, CPU, rank=0, world=1)
+    assert torch.equal(torch.get_rng_state(), rng)
+
+
+def test_on_a_gpu_the_devices_rng_stream_is_kept_and_comes_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU dropout and stochastic depth draw from the device's generator, not the
+    CPU's: a resumed run continues that stream too, or it would draw its first steps'
+    masks again. The CPU has no CUDA generator: torch.cuda's two calls are played here."""
+    cuda = torch.device("cuda")
+    device_rng = {"state": torch.tensor([1, 2, 3], dtype=torch.uint8)}
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device: device_rng["state"])
+    monkeypatch.setattr(torch.cuda, "set_rng_state",
+                        lambda state, device: device_rng.update(state=state))
+    saved = rng_state(cuda)
+    assert torch.equal(saved["cuda"], torch.tensor([1, 2, 3], dtype=torch.uint8))
+    device_rng["state"] = torch.tensor([9], dtype=torch.uint8)  # the stream moved on
+    set_rng_state(saved, cuda)
+    assert torch.equal(device_rng["state"], torch.tensor([1, 2, 3], dtype=torch.uint8))
+    assert "cuda" not in rng_state(CPU)  # the CPU's generator is the one stream there
 
 
 def test_another_world_size_starts_its_own_rng_streams(prepared: PreparedFixture,

@@ -148,7 +148,7 @@ def test_the_kit_runs_every_step_on_the_cpu(tmp_path: Path, prepared: Prepared) 
     compiled = read(out1, "compiled")
     assert compiled["backend"] == "aot_eager"
     assert {m: r["examples_per_s"] > 0 for m, r in compiled["results"]["qanet"].items()} \
-        == {"off": True, "default": True}
+        == {"off": True, "default": True, "reduce-overhead": True}
     assert compiled["results"]["qanet"]["default"]["shapes"] == 1  # --compile-shapes
 
     acc = read(out1, "accuracy")["versions"]["1.1"]

@@ -59,7 +59,7 @@ class EMA:
     dominated by the random initialisation. n lives on the weights' device and the decay
     is computed there: an update reads nothing from the host that changes between steps,
     so a compiled step (train.compile) captures it once. Only parameters that train are
-    averaged: a frozen pretrained table (GloVe 840B: ~2.2M x 300 floats) never changes,
+    averaged: a frozen pretrained table (300 floats a word of SQuAD GloVe knows) never changes,
     and averaging it would copy it through memory every step.
     """
 

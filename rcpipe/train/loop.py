@@ -59,8 +59,8 @@ class EMA:
     dominated by the random initialisation. n lives on the weights' device and the decay
     is computed there: an update reads nothing from the host that changes between steps,
     so a compiled step (train.compile) captures it once. Only parameters that train are
-    averaged: a frozen pretrained table (300 floats a word of SQuAD GloVe knows) never changes,
-    and averaging it would copy it through memory every step.
+    averaged: a frozen pretrained table (300 floats for each SQuAD word GloVe knows) never
+    changes, and averaging it would copy it through memory every step.
     """
 
     def __init__(self, model: nn.Module, decay: float) -> None:

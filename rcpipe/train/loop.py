@@ -146,6 +146,12 @@ class TrainStep:
         # CUDA graphs (reduce-overhead) replay into the same memory every step, so a step's
         # outputs are overwritten by the next one's (and read then, torch raises)
         self.graphs = compile == "reduce-overhead"
+        if self.graphs and ema is not None:
+            # a captured graph may update in place only tensors that keep their address:
+            # parameters, buffers, the optimiser's state (torch marks it) and tensors marked
+            # so; cudagraph trees run any other such graph uncaptured. The EMA's keep theirs
+            for t in (*ema.shadow.values(), ema.count):
+                torch._dynamo.mark_static_address(t)
         if compile != "off":
             mode = None if compile == "default" else compile
             self._loss = torch.compile(self.loss, mode=mode, backend=backend)

@@ -117,15 +117,16 @@ def test_a_step_keeps_its_loss_when_a_cuda_graph_replays_into_the_same_memory(
     in the graph's memory and are written over by the next replay; the Worker keeps every
     step's loss until its next progress line or checkpoint. Here the compiled loss is
     played by one that returns each step's loss in one buffer, as a replay does (the CPU
-    has no CUDA graphs): the losses read afterwards are still each step's own, and each
-    step tells the graphs that a new step began."""
+    has no CUDA graphs): the losses read afterwards are still each step's own, each step
+    tells the graphs that a new step began, and the EMA's tensors are marked static."""
     cfg = paper_config(prepared, sizes=TINY_MODEL)
     data = dataset(prepared, cfg)
     mcfg = cfg.models.of("bidaf")
     torch.manual_seed(0)
     model = build_model("bidaf", mcfg, prepared_inputs(prepared.out_dir, 16))
     optimizer, scheduler = make_optimizer(model, mcfg.optim, lr_tensor=True)
-    step = TrainStep(model, optimizer, scheduler, mcfg.optim.grad_clip,
+    ema = EMA(model, 0.999)
+    step = TrainStep(model, optimizer, scheduler, mcfg.optim.grad_clip, ema,
                      compile="reduce-overhead", backend="aot_eager")
     graph_memory = torch.zeros(())
     seen: list[float] = []
@@ -152,6 +153,10 @@ def test_a_step_keeps_its_loss_when_a_cuda_graph_replays_into_the_same_memory(
     losses = [step(b) for b in batches]
     assert [float(x) for x in losses] == seen and len(set(seen)) == 3
     assert len(begun) == 3
+    # the update's graph changes the EMA in place: its tensors keep their addresses, so
+    # they are marked static, or cudagraph trees would leave that graph uncaptured
+    assert all(getattr(t, "_dynamo_static_input_type", None)
+               for t in (*ema.shadow.values(), ema.count))
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

@@ -557,6 +557,7 @@ def time_step(variant: str, cfg: Any, prepared: Path, device: Any, mode: str, ba
     from itertools import cycle, islice
 
     import torch
+    from torch._dynamo.utils import counters
 
     from bench.train_speed import timed
     from rcpipe.data.dataset import SquadDataset, ahead
@@ -567,6 +568,7 @@ def time_step(variant: str, cfg: Any, prepared: Path, device: Any, mode: str, ba
     from rcpipe.trained.model_file import prepared_inputs
 
     torch._dynamo.reset()
+    skipped = counters["inductor"]["cudagraph_skips"]  # graphs reduce-overhead left uncaptured
     mcfg, b = cfg.models.of(variant), cfg.train.buckets
     data = SquadDataset.from_parquet(prepared / "train.parquet",
                                      buckets=(b.context, b.question) if b else None)
@@ -607,7 +609,8 @@ def time_step(variant: str, cfg: Any, prepared: Path, device: Any, mode: str, ba
                   lambda: run([i for i in first.values() for _ in range(3)]), device,
                   a.speed_steps, a.speed_repeats)
     return r | {"shapes": len(kept), "epoch_shapes": len(shapes),
-                "epoch_share": sum(shapes[k] for k in kept) / sum(shapes.values())}
+                "epoch_share": sum(shapes[k] for k in kept) / sum(shapes.values()),
+                "cudagraph_skips": counters["inductor"]["cudagraph_skips"] - skipped}
 
 
 # ----------------------------------------------------------------------------- main

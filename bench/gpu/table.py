@@ -86,6 +86,13 @@ def speed_table(r: dict[str, Any]) -> list[str]:
             "-" if busy is None else f"{100 * busy:.0f}%",
             f"{a['graphs']} / {a['graph_breaks']}" if a else "-",
             num(a and a["kernels_per_step"])]) + " |")
+    # torch's count of the graphs cudagraph trees ran uncaptured (a mutated input, say)
+    uncaptured = [f"`{v}` {x['cudagraph_skips']}" for v in VARIANTS
+                  for m, x in results(r, "compiled", v).items()
+                  if m == "reduce-overhead" and x.get("cudagraph_skips")]
+    if uncaptured:
+        lines += ["", "Graphs reduce-overhead left uncaptured (torch's `cudagraph_skips`): "
+                  + ", ".join(uncaptured) + "."]
     return lines + skipped(speed, comp)
 
 

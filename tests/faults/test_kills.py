@@ -19,6 +19,7 @@ through a worker's restart and two more interruptions (one Ray Train run for all
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -415,6 +416,12 @@ def test_one_ray_train_run_killed_refused_restarted_skipped_and_resumed_three_wa
     # 1. stopped, not ended: it holds its lock while the next two commands start (seconds on
     # a busy machine, longer than its last steps)
     os.killpg(first.pid, signal.SIGSTOP)
+    # its workers too (not in the driver's group): left running, they trained on through
+    # the refused commands, on a slow day to step 36 of 40, leaving step 2's resumed run no
+    # later checkpoint to kill a worker past but its last (a race with its end)
+    paused = ray_nodes.train_workers(psutil.Process())
+    for worker in paused:
+        worker.suspend()
     held = {p.parent.name: p.name for p in sorted(runs.glob("*/step-*"))}  # run -> newest
     line = re.compile(rf"error: models/{VARIANT}: {VARIANT} is being trained by pid "
                       rf"{first.pid} on \S+ since \S+\n")
@@ -423,9 +430,12 @@ def test_one_ray_train_run_killed_refused_restarted_skipped_and_resumed_three_wa
         assert second.returncode == 2, second.stderr[-2000:]
         assert line.fullmatch(second.stderr), second.stderr[-2000:]
     # nothing of the running job's was removed (--force would remove its run's folder): its
-    # newest checkpoint, or a newer one (its workers go on; Ray keeps the best and latest)
+    # newest checkpoint, or a newer one (a worker may have stored one as it was paused)
     now = {p.parent.name: p.name for p in sorted(runs.glob("*/step-*"))}
     assert held.keys() == now.keys() and all(now[r] >= held[r] for r in held)
+    for worker in paused:  # Ray ends them with the driver's job
+        with contextlib.suppress(psutil.Error):
+            worker.resume()
     os.killpg(first.pid, signal.SIGKILL)  # the driver: its lock goes with it
     first.wait()
     TALLY.cases += 1

@@ -586,9 +586,10 @@ def time_step(variant: str, cfg: Any, prepared: Path, device: Any, mode: str, ba
     for indices in epoch:
         first.setdefault((len(indices), *data.padded_shape(indices)), indices)
     feed = cycle(epoch)
+    losses: list[Any] = []  # every step's, kept as the Worker keeps them
 
     def run(batches: Any) -> int:
-        seen, losses = 0, []
+        seen = 0
         pinned = device.type == "cuda"  # as the Worker: page-locked, so the copy overlaps
         for batch in ahead(data.collate(i).pin() if pinned else data.collate(i)
                            for i in batches):
@@ -598,16 +599,16 @@ def time_step(variant: str, cfg: Any, prepared: Path, device: Any, mode: str, ba
             losses.append(step(batch.to(device)))
             seen += a.batch
         sync(device)
-        # read after later steps ran, as the Worker reads them: a loss left in a CUDA
-        # graph's memory would be written over by then (and torch raises)
-        if not torch.isfinite(torch.stack(losses)).all():
-            raise FloatingPointError(f"{variant} {mode}: a step's loss is not finite")
         return seen
 
     with mixed_precision(device, cfg.train.tf32):
         r = timed(lambda n: run(islice(feed, n)),
                   lambda: run([i for i in first.values() for _ in range(3)]), device,
                   a.speed_steps, a.speed_repeats)
+    # read once every step ran, outside the timed runs, as the Worker reads them after
+    # later steps: a loss left in a CUDA graph's memory is written over by then (torch raises)
+    if not torch.isfinite(torch.stack(losses)).all():
+        raise FloatingPointError(f"{variant} {mode}: a step's loss is not finite")
     return r | {"shapes": len(kept), "epoch_shapes": len(shapes),
                 "epoch_share": sum(shapes[k] for k in kept) / sum(shapes.values()),
                 "cudagraph_skips": counters["inductor"]["cudagraph_skips"] - skipped}

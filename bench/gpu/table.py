@@ -87,9 +87,9 @@ def speed_table(r: dict[str, Any]) -> list[str]:
             f"{a['graphs']} / {a['graph_breaks']}" if a else "-",
             num(a and a["kernels_per_step"])]) + " |")
     # torch's count of the graphs cudagraph trees ran uncaptured (a mutated input, say)
-    uncaptured = [f"`{v}` {x['cudagraph_skips']}" for v in VARIANTS
-                  for m, x in results(r, "compiled", v).items()
-                  if m == "reduce-overhead" and x.get("cudagraph_skips")]
+    uncaptured = [f"`{v}` {n}" for v in VARIANTS
+                  if (n := results(r, "compiled", v).get("reduce-overhead", {})
+                      .get("cudagraph_skips"))]
     if uncaptured:
         lines += ["", "Graphs reduce-overhead left uncaptured (torch's `cudagraph_skips`): "
                   + ", ".join(uncaptured) + "."]

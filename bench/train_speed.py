@@ -32,10 +32,11 @@ from common import OUT, ROOT, device_name, parser, sync, write
 
 from rcpipe.config import VARIANTS, Config, load_config
 from rcpipe.data.dataset import SquadDataset, bucket_batches
+from rcpipe.data.stream import TrainStream
 from rcpipe.models import build_model
 from rcpipe.models.layers import count_parameters
 from rcpipe.train.loop import EMA, make_optimizer, train_step
-from rcpipe.train.worker import mixed_precision, train_batches
+from rcpipe.train.worker import mixed_precision
 from rcpipe.trained.model_file import prepared_inputs
 
 MODES = ("fp32", "bf16", "compile")
@@ -109,7 +110,7 @@ def gpu_busy(run: Any, device: torch.device, steps: int, step_s: float) -> float
 
 def compare(args: argparse.Namespace, prepared: Path) -> dict[str, Any]:
     cfg = load_config(args.params, args.sets)
-    data = SquadDataset.from_parquet(prepared / "train.parquet", para_limit=cfg.data.limits.para)
+    data = SquadDataset.from_parquet(prepared / "train", para_limit=cfg.data.limits.para)
     devices = [torch.device(d) for d in args.devices if d == "cpu" or torch.cuda.is_available()]
     out: dict[str, Any] = {"params": str(args.params), "sets": args.sets, "batch": args.batch,
                            "steps": args.steps, "repeats": args.repeats,
@@ -158,7 +159,8 @@ def audit_variant(variant: str, cfg: Config, data: SquadDataset, prepared: Path,
     model = build_model(variant, mcfg, prepared_inputs(prepared, cfg.data.word_dim)).to(device)
     optimizer, scheduler = make_optimizer(model, mcfg.optim)
     ema = EMA(model, mcfg.optim.ema_decay) if mcfg.optim.ema_decay else None
-    epoch = train_batches(data, batch_size, seed=0, world=1)  # as training makes them
+    # as training makes them: the split fits one buffer (data/stream.py)
+    data, epoch = TrainStream.of(prepared, batch_size, buckets=data.buckets).epoch(0).cut(0)
     # the counts of a step do not depend on how many rows it has: 8 rows of the epoch's
     # first batch, at that batch's padded shape, keep the audit minutes short on a CPU
     batch = data.collate(epoch[0][:8]).to(device)
@@ -185,7 +187,7 @@ def audit_variant(variant: str, cfg: Config, data: SquadDataset, prepared: Path,
 def run_audit(args: argparse.Namespace, prepared: Path) -> dict[str, Any]:
     cfg = load_config(args.params, args.sets)
     b = cfg.train.buckets
-    data = SquadDataset.from_parquet(prepared / "train.parquet", para_limit=cfg.data.limits.para,
+    data = SquadDataset.from_parquet(prepared / "train", para_limit=cfg.data.limits.para,
                                      buckets=(b.context, b.question) if b else None)
     device = torch.device("cuda" if "cuda" in args.devices and torch.cuda.is_available()
                           else "cpu")

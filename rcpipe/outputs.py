@@ -112,7 +112,12 @@ class OutputSet:
         write_new(self.path(dest), data, name=_shown(_abs(dest)))
 
     def write_json(self, dest: Path, obj: Any) -> None:
-        self.write(dest, json.dumps(obj, indent=1, ensure_ascii=False) + "\n")
+        self.write(dest, self.json_bytes(obj))
+
+    @staticmethod
+    def json_bytes(obj: Any) -> bytes:
+        """The bytes ``write_json`` writes for ``obj`` (a digest of the file before it is)."""
+        return (json.dumps(obj, indent=1, ensure_ascii=False) + "\n").encode()
 
     def copy(self, dest: Path, source: Path) -> None:
         with open(source, "rb") as src, os.fdopen(create_new(self.path(dest)), "wb") as out:

@@ -208,8 +208,8 @@ def v2_splits(tmp_path_factory: pytest.TempPathFactory, synth_v2: SynthData
         "out_dir": str(root / "out"), "cache_dir": str(root / "cache")}))
     stages.prepare(cfg)
     out = root / "out"
-    return (Split(SquadDataset.from_parquet(out / "dev.parquet"), synth_v2.dev_doc),
-            Split(SquadDataset.from_parquet(out / "heldout.parquet"),
+    return (Split(SquadDataset.from_parquet(out / "dev"), synth_v2.dev_doc),
+            Split(SquadDataset.from_parquet(out / "heldout"),
                   json.loads((out / "heldout.json").read_text())))
 
 

@@ -40,7 +40,7 @@ def tiny_params(dev_sha256: str) -> dict[str, Any]:
         "train": {"num_workers": 1, "epochs": 1, "batch_size": 8, "seed": 42, "device": "cpu",
                   "threads": 1, "eval_every": 0, "max_steps": 2, "max_minutes": 0,
                   "patience": 0, "tf32": True, "compile": False,
-                  "compile_backend": "inductor", "buckets": None},
+                  "compile_backend": "inductor", "buckets": None, "shuffle_buffer": 32768},
         "eval": {"max_answer_len": 15, "na_threshold": None, "length_prior": False},
         "ensemble": {"method": "selected", "rounds": 10},  # params.yaml's
         "models": {v: dict(TINY_MODEL) for v in VARIANTS},  # copies: no YAML aliases

@@ -560,19 +560,20 @@ def time_step(variant: str, cfg: Any, prepared: Path, device: Any, mode: str, ba
     from torch._dynamo.utils import counters
 
     from bench.train_speed import timed
-    from rcpipe.data.dataset import SquadDataset, ahead
+    from rcpipe.data.dataset import ahead
+    from rcpipe.data.stream import TrainStream
     from rcpipe.models import build_model
     from rcpipe.train.audit import epoch_shapes
     from rcpipe.train.loop import EMA, TrainStep, make_optimizer
-    from rcpipe.train.worker import mixed_precision, train_batches
+    from rcpipe.train.worker import mixed_precision
     from rcpipe.trained.model_file import prepared_inputs
 
     torch._dynamo.reset()
     skipped = counters["inductor"]["cudagraph_skips"]  # graphs reduce-overhead left uncaptured
     mcfg, b = cfg.models.of(variant), cfg.train.buckets
-    data = SquadDataset.from_parquet(prepared / "train.parquet",
-                                     buckets=(b.context, b.question) if b else None)
-    epoch = train_batches(data, a.batch, seed=0, world=1)
+    # the batches training makes (data/stream.py): a buffer holds the kit's whole split
+    data, epoch = TrainStream.of(prepared, a.batch, buckets=(b.context, b.question) if b
+                                 else None).epoch(0).cut(0)
     torch.manual_seed(0)
     model = build_model(variant, mcfg, prepared_inputs(prepared, cfg.data.word_dim)).to(device)
     optimizer, scheduler = make_optimizer(model, mcfg.optim, lr_tensor=mode != "off")

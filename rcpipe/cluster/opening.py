@@ -87,8 +87,11 @@ def model_inputs(cfg: Config) -> ModelInputs:
     from rcpipe.trained.model_file import prepared_inputs
 
     prepared = Prepared(cfg.data.out_dir)
-    if not prepared.train.is_file():
+    if not prepared.train.is_dir():
         raise InputError(prepared.out_dir, "", "no prepared data; run `rcpipe prepare` first")
+    # every part's footer against the manifest: an older layout, a cut part or one of
+    # another vocabulary is one line here, before any worker starts (data/shards.py)
+    prepared.shards("train").check()
     return prepared_inputs(prepared.out_dir, cfg.data.word_dim)
 
 

@@ -66,6 +66,18 @@ class Window(Section):
         return self
 
 
+class Shards(Section):
+    """How prepare cuts a split into Parquet (data/shards.py): files of at most
+    ``file_rows`` rows, each in row groups of ``group_rows``. A row group is what a reader
+    holds and what a training stream hands a rank; a file what one writer makes."""
+
+    # ~5 KB a row in memory: 1,024 rows a group is ~5 MB read at once, a few MB on disk
+    group_rows: int = Field(1024, gt=0, description="rows a row group holds: the unit a "
+                            "training stream permutes and a rank reads")
+    # ~100 row groups a file: files of tens of MB, as many as S3 and DVC move well
+    file_rows: int = Field(100_000, gt=0, description="rows a part file holds at most")
+
+
 class DataConfig(Section):
     train_file: str = Field(description="SQuAD JSON: path, http(s) URL or s3:// URI; .json(.gz)")
     dev_file: str = Field(description="SQuAD JSON scored by evaluate; never filtered")
@@ -95,6 +107,7 @@ class DataConfig(Section):
     limits: Limits = Limits()
     heldout: Heldout = Heldout()
     window: Window = Window()
+    shards: Shards = Shards()
     workers: int = Field(2, ge=1, description="tokenizer processes (nlp.pipe n_process), at "
                          "most the CPUs this machine gives the process")
     sha256: dict[str, str] = Field(

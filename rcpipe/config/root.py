@@ -44,6 +44,20 @@ class Config(Section):
         return self
 
     @model_validator(mode="after")
+    def _workers_share_each_batch(self) -> Config:
+        """Each of train.num_workers streams batch_size // num_workers rows a step
+        (data/stream.py): a batch smaller than the workers leaves one without a row."""
+        workers = self.train.num_workers
+        for variant in VARIANTS:
+            size = self.models.of(variant).batch_size or self.train.batch_size
+            if size < workers:
+                key = f"models.{variant}.batch_size" if self.models.of(variant).batch_size \
+                    else "train.batch_size"
+                raise ValueError(f"{key}: {size} rows a step cannot be shared by "
+                                 f"{workers} workers (train.num_workers)")
+        return self
+
+    @model_validator(mode="after")
     def _spaces_name_settings(self) -> Config:
         """Every value a search may try is a valid setting of its key: a misspelt key or
         an out-of-range bound fails now, not in a trial."""

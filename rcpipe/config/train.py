@@ -74,6 +74,11 @@ class TrainConfig(Section):
     buckets: Buckets | None = Field(None, description="pad training batches to these "
                                     "lengths (a few fixed shapes); None: each batch to its "
                                     "own longest context and question")
+    # ~5 KB a row held: 32,768 rows is ~160 MB a rank, whatever the split's size; a split
+    # that fits (SQuAD's article split, the demo) is shuffled whole, as before the streams
+    shuffle_buffer: int = Field(32_768, gt=0, description="training rows a rank holds at "
+                                "once: its stream is shuffled and bucketed by length within "
+                                "this many (data/stream.py)")
 
     @field_validator("compile", mode="before")
     @classmethod

@@ -10,19 +10,19 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from queue import Empty, Queue
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 
 from rcpipe import reads
 from rcpipe.data.prepared import Prepared
-from rcpipe.data.schema import SCHEMA
 from rcpipe.data.windows import Windows
-from rcpipe.errors import InputError
 from rcpipe.models.batch import Batch
+
+if TYPE_CHECKING:
+    from rcpipe.data.shards import Shards
 
 T = TypeVar("T")
 
@@ -104,15 +104,29 @@ def _spread(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return owner, np.arange(len(owner)) - before[owner]
 
 
-def read_table(path: Path) -> pa.Table:
-    try:
-        table = pq.read_table(path)
-    except (OSError, pa.ArrowInvalid) as e:
-        raise InputError(path, "", f"not a readable Parquet file ({e})") from None
-    missing = [f.name for f in SCHEMA if f.name not in table.column_names]
-    if missing:
-        raise InputError(path, "", f"missing columns {missing}; run `rcpipe prepare` again")
-    return table
+def read_table(folder: Path) -> pa.Table:
+    """A prepared split's folder (``<data.out_dir>/dev``), every part checked against
+    meta.json's manifest (data/shards.py), as one table."""
+    return Prepared(folder.parent).shards(folder.name).read_all()
+
+
+def answer_length_prior(shards: Shards, max_len: int) -> np.ndarray:
+    """(max_len,) the share of a split's labelled answers of each length in tokens (k + 1
+    at k), add-one smoothed, so no length the decoder allows has probability 0; its span
+    columns read a row group at a time."""
+    counts = np.zeros(max_len, dtype=np.int64)
+    for t in shards.tables(["y1", "y2"]):
+        y1, y2 = t.column("y1").to_numpy(), t.column("y2").to_numpy()
+        labelled = y1 >= 0
+        lengths = (y2[labelled] - y1[labelled]).astype(np.int64)  # tokens - 1
+        counts += np.bincount(lengths[lengths < max_len], minlength=max_len)[:max_len]
+    return ((counts + 1) / (counts.sum() + max_len)).astype(np.float32)
+
+
+def char_limit_of(out_dir: Path) -> int:
+    """The chars kept per word that prepare recorded in ``out_dir``'s meta.json."""
+    meta = Prepared(out_dir).meta_file
+    return reads.read_json(meta).get("char_limit", 16) if meta.is_file() else 16
 
 
 Edges = tuple[Sequence[int], Sequence[int]]  # (context edges, question edges), increasing
@@ -158,13 +172,11 @@ class SquadDataset:
         return int(self.starts.row(i)[start]), int(self.ends.row(i)[end])
 
     @classmethod
-    def from_parquet(cls, path: Path, para_limit: int | None = None,
+    def from_parquet(cls, folder: Path, para_limit: int | None = None,
                      buckets: Edges | None = None) -> SquadDataset:
-        """A prepared split; its char limit is the one prepare recorded in meta.json."""
-        meta = Prepared(path.parent).meta_file
-        char_limit = reads.read_json(meta).get("char_limit", 16) if meta.is_file() \
-            else 16
-        return cls(read_table(path), para_limit, char_limit, buckets)
+        """A prepared split, whole (its folder of parts); its char limit is the one
+        prepare recorded in meta.json."""
+        return cls(read_table(folder), para_limit, char_limit_of(folder.parent), buckets)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -172,14 +184,6 @@ class SquadDataset:
     def context_lengths(self) -> np.ndarray:
         lengths = self.cw.lengths()
         return np.minimum(lengths, self.para_limit) if self.para_limit else lengths
-
-    def answer_length_prior(self, max_len: int) -> np.ndarray:
-        """(max_len,) the share of labelled answers of each length in tokens (k + 1 at k),
-        add-one smoothed, so no length the decoder allows has probability 0."""
-        labelled = self.y1 >= 0
-        lengths = (self.y2[labelled] - self.y1[labelled]).astype(np.int64)  # tokens - 1
-        counts = np.bincount(lengths[lengths < max_len], minlength=max_len)[:max_len]
-        return ((counts + 1) / (counts.sum() + max_len)).astype(np.float32)
 
     def question_lengths(self) -> np.ndarray:
         return self.qw.lengths()

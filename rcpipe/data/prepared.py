@@ -1,12 +1,14 @@
 """The prepared directory (data.out_dir): what `rcpipe prepare` writes there and what every
 other stage reads of it, in one place.
 
-    train.parquet, dev.parquet   the splits, a row per question (train: per window)
-    heldout.parquet, .json       the held-out questions, rows and SQuAD JSON (data/heldout.py
+    train/, dev/                 the splits, a row per question (train: per window), each a
+                                 folder of Parquet part files in row groups (data/shards.py)
+    heldout/, heldout.json       the held-out questions, rows and SQuAD JSON (data/heldout.py
                                  chooses them), or neither when nothing is held out
     vocab.json                   {"words": [...], "chars": [...]}: a model's ids
     word_emb.npy                 the pretrained vectors' rows, only with data.word_vectors
-    meta.json                    where it came from, versions, limits, "heldout", fingerprint
+    meta.json                    where it came from, versions, limits, "heldout", fingerprint,
+                                 "layout" and "splits": each split's parts and row groups
     report.json                  the questions kept and dropped per split
 
 `Prepared` is the only place these names are spelled; a model's package directory has its
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from rcpipe.config import Config
+    from rcpipe.data.shards import Shards
 
 
 @dataclass(frozen=True)
@@ -49,16 +52,18 @@ class Prepared:
     out_dir: Path
     limits: ReadLimits = field(default_factory=ReadLimits)
 
-    SPLITS: ClassVar[dict[str, str]] = {"train": "train.parquet", "dev": "dev.parquet",
-                                        "heldout": "heldout.parquet"}
+    SPLITS: ClassVar[dict[str, str]] = {"train": "train", "dev": "dev", "heldout": "heldout"}
+    # meta.json's "layout": 2, the splits as folders of parts (data/shards.py); a folder
+    # prepared before (one train.parquet a split) is refused with a line to prepare again
+    LAYOUT: ClassVar[int] = 2
+    OLD_FILES: ClassVar[tuple[str, ...]] = ("train.parquet", "dev.parquet", "heldout.parquet")
     HELDOUT_DOC: ClassVar[str] = "heldout.json"
     VOCAB: ClassVar[str] = "vocab.json"
     WORD_EMB: ClassVar[str] = "word_emb.npy"
     REPORT: ClassVar[str] = "report.json"
     META: ClassVar[str] = "meta.json"
-    # every file prepare may write, in the order it lists them
-    FILES: ClassVar[tuple[str, ...]] = (*SPLITS.values(), HELDOUT_DOC, VOCAB, WORD_EMB,
-                                        REPORT, META)
+    # every file prepare may write beside the split folders, in the order it lists them
+    FILES: ClassVar[tuple[str, ...]] = (HELDOUT_DOC, VOCAB, WORD_EMB, REPORT, META)
 
     def __post_init__(self) -> None:
         # a set a killed prepare committed is moved into place before anything is read
@@ -73,8 +78,35 @@ class Prepared:
     # -------------------------------------------------------------------------- the files
 
     def split(self, name: str) -> Path:
-        """A split's Parquet: "train", "dev" or "heldout"."""
+        """A split's folder of Parquet parts: "train", "dev" or "heldout"."""
         return self.out_dir / self.SPLITS[name]
+
+    def shards(self, name: str) -> Shards:
+        """A split's parts as meta.json's manifest records them (data/shards.py); a folder
+        prepared before the layout, or none, is one line saying to prepare again."""
+        from rcpipe.data.shards import AGAIN, Shards
+
+        meta = self.meta_file
+        if not meta.is_file():
+            raise InputError(self.out_dir, "", f"nothing prepared here; {AGAIN}"
+                             .replace("again", "first"))
+        record = self.meta()
+        if not isinstance(record, dict) or record.get("layout") != self.LAYOUT:
+            raise InputError(meta, "layout", "prepared by an older rcpipe (one Parquet file "
+                             f"a split; now a folder of parts a split): {AGAIN}")
+        splits = record.get("splits")
+        if not isinstance(splits, dict) or name not in splits:
+            raise InputError(meta, f"splits.{name}", f"no {name} split prepared here")
+        return Shards.from_manifest(self.split(name), splits[name], meta)
+
+    def has(self, name: str) -> bool:
+        """Whether meta.json records a split ``name`` (a held-out one may be absent)."""
+        try:
+            record = self.meta()
+        except (OSError, InputError):
+            return False
+        return isinstance(record, dict) and record.get("layout") == self.LAYOUT \
+            and name in (record.get("splits") or {})
 
     @property
     def train(self) -> Path:
@@ -109,8 +141,11 @@ class Prepared:
         return self.out_dir / self.META
 
     def files(self) -> list[Path]:
-        """Every file prepare may write here (a run that writes fewer removes the rest)."""
-        return [self.out_dir / name for name in self.FILES]
+        """Every file prepare may have written here, the split folders' parts and an older
+        layout's splits among them (a run that writes fewer removes the rest)."""
+        parts = [p for name in self.SPLITS.values() if (self.out_dir / name).is_dir()
+                 for p in sorted((self.out_dir / name).iterdir())]
+        return [self.out_dir / name for name in (*self.FILES, *self.OLD_FILES)] + parts
 
     # ---------------------------------------------------------------------- what they say
 
@@ -144,7 +179,7 @@ class Prepared:
             record = reads.read_json(self.meta_file).get("heldout")
         except (InputError, AttributeError):
             return None
-        if not record or not self.heldout_parquet.is_file():
+        if not record or not self.has("heldout"):
             return None
         return PreparedHeldout(self.heldout_parquet, self.heldout_doc, record["source"])
 
@@ -155,10 +190,14 @@ class Prepared:
         is keyed on their digests (a training run on its row's, the whole folder, as DVC).
         dev.parquet counts only when nothing is held out: checkpoints are then ranked on
         dev."""
-        names = [self.SPLITS["train"], self.SPLITS["heldout"], self.VOCAB, self.WORD_EMB]
-        if not self.heldout_parquet.is_file():
-            names.append(self.SPLITS["dev"])
-        return {n: self.out_dir / n for n in names if (self.out_dir / n).is_file()}
+        splits = ["train", "heldout"] if self.has("heldout") else ["train", "dev"]
+        names = [self.VOCAB, self.WORD_EMB]
+        found = {n: self.out_dir / n for n in names if (self.out_dir / n).is_file()}
+        for split in splits:
+            folder = self.split(split)
+            for part in sorted(folder.glob("*.parquet")) if folder.is_dir() else ():
+                found[f"{folder.name}/{part.name}"] = part
+        return found
 
     def job_fields(self) -> dict[str, str]:
         """What a training Job (train/worker.py) takes of the prepared data: train_path,

@@ -125,7 +125,7 @@ def _prepare(cfg: Config, files: OutputSet) -> dict[str, Any]:
         tables["heldout"] = F.build_table(held.file, held_ctx, held_q, held_rows, indexer)
     done("features")
     out = Prepared(d.out_dir)
-    _write_prepared(files, out, tables, words, chars, emb)
+    splits_written = _write_prepared(files, out, tables, words, chars, emb, d.shards)
     if held.source is not None:  # heldout.json beside heldout.parquet, or neither
         files.write_json(out.heldout_doc, held.doc)
     report = _report(train, dev, held, kept, dropped, windows, len(dev_rows))
@@ -142,11 +142,16 @@ def _prepare(cfg: Config, files: OutputSet) -> dict[str, Any]:
         "missing_vectors": d.missing_vectors if d.word_vectors else None,
         "trained_words": trained, "heldout": held.record(),
         "seconds": round(seconds, 2),
-        "phases": phases, "fingerprint": of_stage(cfg, "prepare").as_dict()})
+        "phases": phases, "fingerprint": of_stage(cfg, "prepare").as_dict(),
+        "layout": Prepared.LAYOUT, "splits": splits_written})
     # every file prepare writes is one set (rcpipe/outputs.py): an earlier run's file this one
-    # did not write (no vectors: word_emb.npy; nothing held out: heldout.*) goes at the commit
+    # did not write (no vectors: word_emb.npy; nothing held out: heldout/*; fewer parts; an
+    # older layout's train.parquet) goes at the commit
     for path in out.files():
         files.remove(path)
+    for split in Prepared.SPLITS:  # a split not written this time: its folder goes whole
+        if split not in splits_written:
+            files.remove(out.split(split))
     tr, dv = report["train"], report["dev"]
     read_as = f", {windows['questions']} read as {windows['rows']} windows" \
         if windows["questions"] else ""
@@ -218,16 +223,28 @@ def _vocabularies(cfg: Config, train: tuple, *others: tuple) -> tuple:  # (file,
 
 
 def _write_prepared(files: OutputSet, out: Prepared, tables: dict[str, Any], words: Any,
-                    chars: Any, emb: Any) -> None:
-    """The splits as Parquet, vocab.json and (with pretrained vectors) word_emb.npy."""
-    import numpy as np
-    import pyarrow.parquet as pq
+                    chars: Any, emb: Any, shards: Any) -> dict[str, Any]:
+    """The splits as folders of Parquet parts (data/shards.py), vocab.json and (with
+    pretrained vectors) word_emb.npy; each split's manifest entry, for meta.json."""
+    import hashlib
 
+    import numpy as np
+
+    from rcpipe.data.shards import SplitWriter
+
+    vocab = files.json_bytes({"words": words.items, "chars": chars.items})
+    files.write(out.vocab_file, vocab)
+    digest = hashlib.sha256(vocab).hexdigest()  # Prepared.vocab_digest of the file
+    written = {}
     for split, table in tables.items():
-        pq.write_table(table, files.path(out.split(split)), compression="zstd")
-    files.write_json(out.vocab_file, {"words": words.items, "chars": chars.items})
+        folder = out.split(split)
+        with SplitWriter(lambda name, f=folder: files.path(f / name), shards.file_rows,
+                         shards.group_rows, digest) as writer:
+            writer.write(table)
+            written[split] = writer.close()
     if emb is not None:
         np.save(files.path(out.word_emb), emb)
+    return written
 
 
 @dataclass(frozen=True)

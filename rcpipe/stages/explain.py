@@ -51,7 +51,7 @@ def explain(cfg: Config, variant: str, qid: str, out: Path | None = None
     prepared = Prepared(cfg.data.out_dir)
     pkg, variant = _package_or_variant(cfg, variant, prepared)
     dev_path = prepared.dev
-    if not dev_path.is_file():
+    if not dev_path.is_dir():
         raise InputError(dev_path, "", "no prepared dev set; run `rcpipe prepare` first")
     table = read_table(dev_path)
     ids = table.column("id").to_pylist()

@@ -60,7 +60,7 @@ def train(cfg: Config, variant: str, force: bool = False, run: str | None = None
     """
     opening.check_trainable(cfg, variant)  # before anything is deleted, loaded or started
     # the submitter of a Ray job may not see the prepared data: the job's driver checks it
-    key = _key(cfg, variant) if Prepared(cfg.data.out_dir).train.is_file() else None
+    key = _key(cfg, variant) if Prepared(cfg.data.out_dir).train.is_dir() else None
     if opening.through_jobs_api(cfg):  # the run is a Ray job on the cluster's head
         if key is not None and not force and (done := _finished(variant, key)) is not None:
             return _nothing_to_do(variant, done)
@@ -253,7 +253,7 @@ def _seeds_together(cfg: Config, variant: str, key: Fingerprint,
 def trained_is_current(cfg: Config, variant: str) -> bool:
     """Whether the model in place finished training from cfg's inputs: `train` would do
     nothing (the flow starts no Ray for such a variant)."""
-    if not Prepared(cfg.data.out_dir).train.is_file():
+    if not Prepared(cfg.data.out_dir).train.is_dir():
         return False
     return _finished(variant, _key(cfg, variant)) is not None
 

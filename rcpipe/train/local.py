@@ -136,7 +136,7 @@ def _train_local(cfg: Config, variant: str, run_dir: Path,
         raise InputError(cfg.source, "train.num_workers", "one process trains alone: set "
                          "train.num_workers=1 (rcpipe train runs several through Ray)")
     prepared = Prepared(cfg.data.out_dir)
-    if not prepared.train.is_file():
+    if not prepared.train.is_dir():
         raise InputError(prepared.out_dir, "", "no prepared data; run `rcpipe prepare` first")
     run_dir.mkdir(parents=True, exist_ok=True)
     inputs = prepared_inputs(prepared.out_dir, cfg.data.word_dim)

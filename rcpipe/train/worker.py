@@ -9,9 +9,9 @@ The parts: the Job (job.py: what every rank is given), the data it reads
 (training_data.py), what its steps change and a checkpoint holds (state.py: the model, the
 optimiser, the EMA, the position, written and resumed), rank 0's evaluation of each
 checkpoint (evaluation.py), and here the loop that ties them. Rank 0 alone keeps the EMA,
-evaluates and writes each checkpoint; every rank takes its shard of each global batch, so
-the global batch stays ``batch_size`` whatever the world size, and DDP averages the
-gradients.
+evaluates and writes each checkpoint; every rank streams its own share of each epoch
+(data/stream.py) in batches of ``batch_size // world`` rows, so the global batch stays
+``batch_size`` whatever the world size, and DDP averages the gradients.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from rcpipe.data.dataset import Batch, SquadDataset, ahead, bucket_batches
+from rcpipe.data.dataset import Batch, ahead
 from rcpipe.models import ModelInputs
 from rcpipe.train.checkpoint import RANK_METRIC, first_whole
 from rcpipe.train.evaluation import Evaluation, Verdict
@@ -125,7 +125,8 @@ class Worker:
                               self.mcfg.optim.grad_clip, t.ema, raw=t.raw, bf16=self.bf16,
                               compile=self.cfg.train.compile,
                               backend=self.cfg.train.compile_backend)
-        self.data = TrainingData.load(self.job, self.cfg)
+        self.data = TrainingData.load(self.job, self.cfg, self.rank, self.world,
+                                      self.batch_size)
         self.evaluation = Evaluation(self.cfg, self.mcfg.optim, self.data,
                                      self.session.dev_doc, self.device)
         self.run.started = time.perf_counter()
@@ -150,15 +151,14 @@ class Worker:
     def epoch(self) -> bool:
         """Train the rest of the current epoch; True when a step or time limit stopped it."""
         run, cfg = self.run, self.cfg
-        batches = train_batches(self.data.train, self.batch_size, cfg.train.seed + run.epoch,
-                                self.world)
+        plan = self.data.train.epoch(run.epoch)  # this rank's share (data/stream.py)
         losses: list[torch.Tensor] = []  # on the device: read only when shown or saved
         stop = False
-        for indices, batch in self._collated(batches[run.batch_in_epoch:]):
+        for batch in self._collated(plan.batches(run.batch_in_epoch)):
             losses.append(self.step(batch))
             run.step += 1
             run.batch_in_epoch += 1
-            run.seen += len(indices)
+            run.seen += len(batch.ids) * self.world  # each rank's share: about the same
             shown = run.step % PROGRESS_EVERY == 0
             if self.rank == 0 and shown:
                 self.session.progress({"step": run.step, "epoch": run.epoch,
@@ -173,21 +173,19 @@ class Worker:
                 if self.exhausted:
                     stop = True
                     break
-        if run.batch_in_epoch >= len(batches):
+        if run.batch_in_epoch >= len(plan):
             run.epoch, run.batch_in_epoch = run.epoch + 1, 0
         self.checkpoint(losses)
         return stop or self.exhausted
 
-    def _collated(self, batches: list[list[int]]) -> Iterator[tuple[list[int], Batch]]:
-        """(global batch, this rank's share of it on the device); on a GPU collated and
-        pinned on another thread while the previous steps run."""
-        def share(indices: list[int]) -> tuple[list[int], Batch]:
-            batch = self.data.train.collate(indices[self.rank::self.world])
-            return indices, batch.pin() if self.device.type == "cuda" else batch
-
-        shares = map(share, batches)
-        for indices, batch in ahead(shares) if self.device.type == "cuda" else shares:
-            yield indices, batch.to(self.device)
+    def _collated(self, batches: Iterator[Batch]) -> Iterator[Batch]:
+        """This rank's batches on the device; on a GPU read, collated and pinned on another
+        thread while the previous steps run."""
+        if self.device.type != "cuda":
+            yield from (b.to(self.device) for b in batches)
+            return
+        for batch in ahead(b.pin() for b in batches):
+            yield batch.to(self.device)
 
     def stop_now(self, check_time: bool) -> bool:
         """The step limit (every step: all ranks agree by themselves) and, when
@@ -270,16 +268,6 @@ class Worker:
         payload = model_payload(self.job.variant, self.mcfg, self.inputs,
                                 self.trainee.served_weights(), self.job.vocab_sha256)
         write_checkpoint(d, self.trainee, run, rngs, payload, meta)
-
-
-def train_batches(data: SquadDataset, batch_size: int, seed: int, world: int
-                  ) -> list[list[int]]:
-    """One epoch's global batches, in order. Every rank needs a share of every step; with
-    train.buckets every batch is full too (the last, partial one is left out: the rows are
-    shuffled anew each epoch), so an epoch has at most one shape per pair of bucket edges."""
-    smallest = batch_size if data.buckets else world
-    return [b for b in bucket_batches(data.context_lengths(), batch_size, shuffle=True,
-                                      seed=seed) if len(b) >= smallest]
 
 
 def _mean(losses: list[torch.Tensor]) -> float:

@@ -274,7 +274,7 @@ def length_prior(cfg: Config) -> torch.Tensor | None:
         return None
     import torch
 
-    from rcpipe.data.dataset import SquadDataset
+    from rcpipe.data.dataset import answer_length_prior
 
-    train = SquadDataset.from_parquet(Prepared(cfg.data.out_dir).train)
-    return torch.from_numpy(train.answer_length_prior(cfg.eval.max_answer_len))
+    train = Prepared(cfg.data.out_dir).shards("train")
+    return torch.from_numpy(answer_length_prior(train, cfg.eval.max_answer_len))

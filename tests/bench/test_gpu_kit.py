@@ -48,7 +48,7 @@ def mid_epoch_every(prepared: Prepared, batch: int, steps: int) -> int:
     from rcpipe.data.dataset import SquadDataset
     from rcpipe.train.worker import train_batches
 
-    data = SquadDataset.from_parquet(prepared.out_dir / "train.parquet",
+    data = SquadDataset.from_parquet(prepared.out_dir / "train",
                                      buckets=(BUCKETS["context"], BUCKETS["question"]))
     epoch = len(train_batches(data, batch, seed=0, world=1))
     return next(e for e in range(3, steps) if all(s % epoch for s in range(e, steps + 1, e)))

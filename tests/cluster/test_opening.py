@@ -42,7 +42,7 @@ def test_the_jobs_data_is_absolute_for_workers_elsewhere(prepared: Prepared,
     cfg = load_config(prepared.cfg.source, [f"data.out_dir={prepared.out_dir.name}"])
     data = opening.job_data(cfg)
     assert Path(data["train_path"]).is_absolute() and Path(data["dev_path"]).is_absolute()
-    assert Path(data["train_path"]).is_file()
+    assert Path(data["train_path"]).is_dir()
 
 
 def test_forget_deletes_one_run_or_the_whole_storage(tmp_path: Path) -> None:

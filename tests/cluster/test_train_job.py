@@ -81,10 +81,10 @@ def test_a_users_mistake_found_in_a_ray_train_worker_is_one_line_at_the_driver(
     # (train.max_failures, 2 by default: tests/faults/test_kills.py restarts one) only repeats it
     cfg = prepared_here(train={"max_steps": 2, "batch_size": 8, "max_failures": 0},
                         models={"bidaf": TINY_MODEL})
-    (cfg.data.out_dir / "dev.parquet").write_bytes(b"not parquet")
+    (cfg.data.out_dir / "dev").write_bytes(b"not parquet")
     with pytest.raises(InputError) as found:
         stages.train(cfg, "bidaf")
-    assert found.value.file == str((cfg.data.out_dir / "dev.parquet").resolve())
+    assert found.value.file == str((cfg.data.out_dir / "dev").resolve())
     assert "not a readable Parquet file" in found.value.what
     assert found.value.exit_code == 2 and "\n" not in found.value.line()
     assert not Path("models/bidaf/summary.json").exists()

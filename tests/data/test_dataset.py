@@ -3,27 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 import torch
 
 from rcpipe import stages
 from rcpipe.config import Config
-from rcpipe.data.dataset import SquadDataset, ahead, bucket_batches, iterate, read_table
-from rcpipe.errors import InputError
+from rcpipe.data.dataset import (
+    SquadDataset,
+    ahead,
+    answer_length_prior,
+    bucket_batches,
+    iterate,
+    read_table,
+)
+from rcpipe.data.prepared import Prepared as PreparedDir
 from tests.conftest import Prepared, SynthData
 
 
 @pytest.fixture(scope="module")
 def train(prepared: Prepared) -> SquadDataset:
-    return SquadDataset.from_parquet(prepared.out_dir / "train.parquet")
+    return SquadDataset.from_parquet(prepared.out_dir / "train")
 
 
 def test_reads_back(prepared: Prepared, train: SquadDataset) -> None:
-    table = pq.read_table(prepared.out_dir / "train.parquet")
+    table = read_table(prepared.out_dir / "train")
     assert len(train) == table.num_rows == prepared.report["train"]["kept"]
     assert train.ids == table.column("id").to_pylist()
     lengths = [len(x) for x in table.column("context_word_ids").to_pylist()]
@@ -36,7 +41,7 @@ def test_reads_back(prepared: Prepared, train: SquadDataset) -> None:
 
 
 def test_collate_shapes_masks_and_padding(prepared: Prepared, train: SquadDataset) -> None:
-    table = pq.read_table(prepared.out_dir / "train.parquet").to_pylist()
+    table = read_table(prepared.out_dir / "train").to_pylist()
     indices = [0, 5, 2, len(train) - 1]
     b = train.collate(indices)
     n = len(indices)
@@ -84,7 +89,7 @@ def test_collate_char_limit(train: SquadDataset) -> None:
 def test_para_limit_truncates_and_drops_labels(prepared: Prepared, train: SquadDataset) -> None:
     y2 = train.y2
     limit = int(np.median(y2)) + 1  # some answers end inside it, some past it
-    short = SquadDataset.from_parquet(prepared.out_dir / "train.parquet", para_limit=limit)
+    short = SquadDataset.from_parquet(prepared.out_dir / "train", para_limit=limit)
     indices = list(range(len(short)))
     b = short.collate(indices)
     assert b.cw.shape[1] == limit
@@ -102,7 +107,7 @@ def test_para_limit_truncates_and_drops_labels(prepared: Prepared, train: SquadD
 def test_impossible_rows(make_config: Callable[..., Config], synth_v2: SynthData) -> None:
     cfg = make_config(synth_v2)
     stages.prepare(cfg)
-    ds = SquadDataset.from_parquet(cfg.data.out_dir / "train.parquet")
+    ds = SquadDataset.from_parquet(cfg.data.out_dir / "train")
     b = next(iterate(ds, [list(range(len(ds)))]))
     assert b.is_impossible.any() and (~b.is_impossible).any()
     assert b.y1[b.is_impossible].eq(-1).all() and b.y2[b.is_impossible].eq(-1).all()
@@ -158,31 +163,6 @@ def test_bucket_batches_without_shuffle_sorted() -> None:
     assert flat == list(np.argsort(lengths, kind="stable"))
 
 
-# ------------------------------------------------------------------------------ bad files
-
-
-def test_not_parquet(tmp_path: Path) -> None:
-    path = tmp_path / "train.parquet"
-    path.write_text('{"not": "parquet"}')
-    with pytest.raises(InputError) as info:
-        SquadDataset.from_parquet(path)
-    assert info.value.file == str(path) and "not a readable Parquet file" in info.value.what
-
-
-def test_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(InputError):
-        read_table(tmp_path / "absent.parquet")
-
-
-def test_missing_column(prepared: Prepared, tmp_path: Path) -> None:
-    table = pq.read_table(prepared.out_dir / "dev.parquet").drop_columns(["y2", "context"])
-    path = tmp_path / "old.parquet"
-    pq.write_table(table, path)
-    with pytest.raises(InputError) as info:
-        SquadDataset.from_parquet(path)
-    assert "missing columns ['context', 'y2']" in info.value.what
-
-
 def test_ahead_yields_everything_in_order_and_raises_what_the_producer_raised() -> None:
     assert list(ahead(iter(range(50)), depth=2)) == list(range(50))
 
@@ -215,8 +195,9 @@ def test_ahead_stops_its_thread_when_the_loop_stops_early() -> None:
 
 
 
-def test_answer_length_prior(train: SquadDataset) -> None:
-    prior = train.answer_length_prior(15)
+def test_answer_length_prior(prepared: Prepared, train: SquadDataset) -> None:
+    shards = PreparedDir(prepared.out_dir).shards("train")
+    prior = answer_length_prior(shards, 15)
     assert prior.shape == (15,) and prior.min() > 0
     assert float(prior.sum()) == pytest.approx(1.0, abs=1e-5)
     lengths = train.y2[train.y1 >= 0] - train.y1[train.y1 >= 0]
@@ -227,7 +208,7 @@ def test_the_char_limit_prepare_used_travels_with_the_dataset(
         make_config: Callable[..., Config], synth_v1: SynthData) -> None:
     cfg = make_config(synth_v1, data={"limits": {"char": 5}})
     stages.prepare(cfg)
-    ds = SquadDataset.from_parquet(cfg.data.out_dir / "train.parquet")
+    ds = SquadDataset.from_parquet(cfg.data.out_dir / "train")
     assert ds.char_limit == 5 and ds.collate([0, 1]).cc.shape[2] <= 5
 
 

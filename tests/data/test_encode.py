@@ -21,7 +21,7 @@ def _encoder(prepared: Prepared) -> TextEncoder:
 def test_a_squad_file_encodes_as_the_prepared_dev_split(prepared: Prepared) -> None:
     dev = load_squad(str(prepared.data.dev), prepared.cfg.data.cache_dir)
     ds = _encoder(prepared).squad(dev)
-    on_disk = SquadDataset(pq.read_table(prepared.out_dir / "dev.parquet"))
+    on_disk = SquadDataset(pq.read_table(prepared.out_dir / "dev"))
     assert ds.ids == on_disk.ids
     for i in range(len(ds)):  # one row at a time: no padding to another row's length
         a, b = ds.collate([i]), on_disk.collate([i])

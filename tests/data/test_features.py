@@ -239,7 +239,7 @@ def test_count_words_counts_each_context_once() -> None:
 def test_every_question_accounted_for(prepared: Prepared) -> None:
     for split, path in (("train", prepared.data.train), ("dev", prepared.data.dev)):
         sq = load_squad(str(path), prepared.cfg.data.cache_dir)
-        table = pq.read_table(prepared.out_dir / f"{split}.parquet")
+        table = pq.read_table(prepared.out_dir / split)
         assert table.schema.remove_metadata().equals(F.SCHEMA.remove_metadata())
         r = prepared.report[split]
         held = prepared.report["heldout"]["questions"] if split == "train" else 0
@@ -253,7 +253,7 @@ def test_every_question_accounted_for(prepared: Prepared) -> None:
 
 
 def test_prepared_spans_rejoin(prepared: Prepared) -> None:
-    table = pq.read_table(prepared.out_dir / "train.parquet").to_pylist()
+    table = pq.read_table(prepared.out_dir / "train").to_pylist()
     labelled = [row for row in table if row["y1"] >= 0]
     assert len(labelled) == len(table)  # synthetic v1.1: every kept question is answerable
     for row in labelled:
@@ -263,6 +263,6 @@ def test_prepared_spans_rejoin(prepared: Prepared) -> None:
 
 
 def test_dev_labels_in_range(prepared: Prepared) -> None:
-    table = pq.read_table(prepared.out_dir / "dev.parquet").to_pylist()
+    table = pq.read_table(prepared.out_dir / "dev").to_pylist()
     assert all(-1 <= row["y1"] <= row["y2"] < len(row["context_word_ids"]) for row in table)
     assert all((row["y1"] == -1) == (row["y2"] == -1) for row in table)

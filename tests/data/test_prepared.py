@@ -19,7 +19,10 @@ def test_every_file_prepare_wrote_is_one_of_its_files(prepared) -> None:
     d = Prepared.of(prepared.cfg)
     assert d.out_dir == prepared.out_dir and d.limits == prepared.cfg.limits
     written = {p for p in prepared.out_dir.iterdir() if not p.name.startswith(".")}
-    assert written <= set(d.files())
+    folders = {d.split(s) for s in Prepared.SPLITS}
+    assert written <= set(d.files()) | folders
+    parts = {p for f in folders & written for p in f.iterdir()}
+    assert parts and parts <= set(d.files())  # the parts too: a later run removes extra ones
     assert {d.train, d.dev, d.vocab_file, d.meta_file, d.report} <= written
     assert [d.split(s) for s in ("train", "dev", "heldout")] == \
         [d.train, d.dev, d.heldout_parquet]
@@ -47,13 +50,19 @@ def test_a_training_run_reads_dev_only_when_nothing_is_held_out(prepared,
                                                                 tmp_path: Path) -> None:
     d = Prepared(prepared.out_dir)
     names = set(d.training_files())
-    assert {d.train.name, d.heldout_parquet.name, d.vocab_file.name} <= names
-    assert d.dev.name not in names
+    assert {"train/part-00000.parquet", "heldout/part-00000.parquet", d.vocab_file.name} \
+        <= names
+    assert not any(n.startswith("dev/") for n in names)
     bare = Prepared(tmp_path)
-    for path in (d.train, d.dev, d.vocab_file, d.meta_file):
-        shutil.copy(path, bare.out_dir / path.name)
-    assert set(bare.training_files()) == {d.train.name, d.dev.name, d.vocab_file.name}
-    assert bare.training_files()[d.dev.name] == bare.dev
+    for split in ("train", "dev"):
+        shutil.copytree(d.split(split), bare.split(split))
+    shutil.copy(d.vocab_file, bare.vocab_file)
+    meta = d.meta()
+    del meta["splits"]["heldout"]
+    bare.meta_file.write_text(json.dumps(meta | {"heldout": None}))
+    assert set(bare.training_files()) == {"train/part-00000.parquet",
+                                          "dev/part-00000.parquet", d.vocab_file.name}
+    assert bare.training_files()["dev/part-00000.parquet"] == bare.dev / "part-00000.parquet"
     assert bare.heldout() is None  # no held-out rows: nothing to rank on but dev
 
 
@@ -67,5 +76,5 @@ def test_no_heldout_record_or_no_meta_is_no_heldout(tmp_path: Path) -> None:
     d = Prepared(tmp_path)
     assert d.heldout() is None  # no meta.json: data older than the held-out slice
     d.meta_file.write_text(json.dumps({"heldout": None}))
-    d.heldout_parquet.write_bytes(b"")
+    d.heldout_parquet.mkdir()
     assert d.heldout() is None

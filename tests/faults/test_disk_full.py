@@ -29,7 +29,8 @@ FULL = "no space left on device; nothing of the new set was moved into place (th
 
 
 def _sums(folder: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in folder.rglob("*") if p.is_file()}
 
 
 def _left(folder: Path) -> list[str]:
@@ -43,7 +44,7 @@ def small_disk(tmp_path: Path, prepared: Prepared) -> Iterator[Path]:
     """A tmpfs holding a copy of the prepared set and 16 KB more."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    size = sum(p.stat().st_size for p in prepared.out_dir.iterdir()) + 64 * 1024
+    size = sum(p.stat().st_size for p in prepared.out_dir.rglob("*")) + 64 * 1024
     if os.geteuid() != 0 or subprocess.run(
             ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
             capture_output=True).returncode != 0:
@@ -93,7 +94,7 @@ def test_prepare_told_enospc_by_its_parquet_writer_is_one_line(
     def full(*args: Any, **kwargs: Any) -> None:  # pyarrow's words; its OSError has no errno
         raise OSError("Error writing bytes to file. Detail: [errno 28] No space left on device")
 
-    monkeypatch.setattr(pq, "write_table", full)
+    monkeypatch.setattr(pq, "ParquetWriter", full)
     code, err = _prepare_again(tmp_path, prepared, out, capsys)
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert "Traceback" not in err and errors == [f"error: {out.relative_to(tmp_path)}: {FULL}"], err

@@ -126,7 +126,7 @@ def dev_split(prepared: Any) -> Any:
     from rcpipe.data.dataset import SquadDataset
     from rcpipe.inference.reading import Split
 
-    return Split(SquadDataset.from_parquet(prepared.out_dir / "dev.parquet"),
+    return Split(SquadDataset.from_parquet(prepared.out_dir / "dev"),
                  prepared.data.dev_doc)
 
 

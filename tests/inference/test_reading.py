@@ -28,7 +28,7 @@ def v2_train(tmp_path_factory: pytest.TempPathFactory, synth_v2: SynthData
         "out_dir": str(root / "out"), "cache_dir": str(root / "cache"),
         "heldout": {"fraction": 0}}))  # every training question in train.parquet
     stages.prepare(cfg)
-    return SquadDataset.from_parquet(root / "out" / "train.parquet"), synth_v2.train_doc
+    return SquadDataset.from_parquet(root / "out" / "train"), synth_v2.train_doc
 
 
 def test_the_walk_answers_what_the_raw_rule_abstained_on(v2_train) -> None:  # noqa: ANN001
@@ -51,7 +51,7 @@ def test_the_walk_answers_what_the_raw_rule_abstained_on(v2_train) -> None:  # n
 
 
 def test_v1_evaluation_gives_every_span(prepared: Prepared) -> None:
-    dataset = SquadDataset.from_parquet(prepared.out_dir / "dev.parquet")
+    dataset = SquadDataset.from_parquet(prepared.out_dir / "dev")
     v1 = evaluate_model(ShyReader(no_answer=False), dataset, prepared.data.dev_doc,
                         torch.device("cpu"))
     assert v1.na_threshold is None and v1.span_f1 is None and all(v1.predictions.values())
@@ -97,7 +97,7 @@ def test_a_batch_of_answers_comes_to_the_host_at_once(prepared: Prepared,
                                                       token_probs: bool) -> None:
     """No value read back element by element (on a GPU each int() or float() of a device
     tensor waits for it: 5 a question before); every answer still the reader's."""
-    dataset = SquadDataset.from_parquet(prepared.out_dir / "dev.parquet")
+    dataset = SquadDataset.from_parquet(prepared.out_dir / "dev")
     batches = bucket_batches(dataset.context_lengths(), 16, shuffle=False)
     syncs = HostSyncs()
     with syncs:

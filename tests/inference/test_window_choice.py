@@ -192,7 +192,7 @@ def test_a_context_under_the_limit_is_answered_as_before(trained: Any) -> None:
     from tests.conftest import Trained
 
     assert isinstance(trained, Trained)
-    dev = SquadDataset.from_parquet(trained.cfg.data.out_dir / "dev.parquet")
+    dev = SquadDataset.from_parquet(trained.cfg.data.out_dir / "dev")
     assert dev.context_lengths().max() <= Window().length
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(trained.root)

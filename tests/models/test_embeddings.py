@@ -23,12 +23,12 @@ import torch
 
 from rcpipe import stages
 from rcpipe.config import Config, ModelConfig
-from rcpipe.data.dataset import SquadDataset, distinct_words
+from rcpipe.data.dataset import distinct_words
+from rcpipe.data.stream import TrainStream
 from rcpipe.models import ModelInputs, build_model, embeddings
 from rcpipe.models.batch import Batch
 from rcpipe.models.embeddings import OOV, CharCNN, WordEmbedding, chars_per_word
 from rcpipe.train.loop import EMA, make_optimizer, train_step
-from rcpipe.train.worker import train_batches
 from rcpipe.trained.model_file import model_from_payload, model_payload, prepared_inputs
 from rcpipe.variants import REGISTRY
 from tests.conftest import TINY_MODEL, Prepared, vectors_for_half
@@ -108,9 +108,9 @@ def test_what_the_vectors_lack_trains_and_the_vectors_stay(
     start, table = learns.detach().clone(), emb.emb.weight.detach().clone()
     opt, sched = make_optimizer(model, cfg.models.of("qanet").optim)
     ema = EMA(model, decay=0.9)
-    data = SquadDataset.from_parquet(cfg.data.out_dir / "train.parquet")
+    data, batches = TrainStream.of(cfg.data.out_dir, 8).epoch(0).cut(0)
     model.train()
-    for rows in train_batches(data, 8, seed=0, world=1)[:3]:
+    for rows in batches[:3]:
         train_step(model, data.collate(rows), opt, sched, 5.0, ema)
     if missing_vectors == "fixed":  # the issue: no training word is OOV, nothing learns
         assert not emb.oov.any()

@@ -66,7 +66,7 @@ def test_prepare_report_equals_counts(prepared: Prepared) -> None:
         r = report[split]
         assert r["questions"] == len(questions_of(doc)) - less
         assert r["questions"] == r["kept"] + sum(r["dropped"].values())
-        assert pq.read_metadata(prepared.out_dir / f"{split}.parquet").num_rows == r["kept"]
+        assert pq.read_table(prepared.out_dir / split).num_rows == r["kept"]
     for split in ("dev", "heldout"):
         assert report[split]["dropped"] == {}
         assert report[split]["kept"] == report[split]["questions"]
@@ -80,7 +80,7 @@ def test_prepare_report_equals_counts(prepared: Prepared) -> None:
 
 def test_prepare_vocab_is_train_only(prepared: Prepared) -> None:
     def ids(split: str) -> set[int]:
-        column = pq.read_table(prepared.out_dir / f"{split}.parquet").column("context_word_ids")
+        column = pq.read_table(prepared.out_dir / split).column("context_word_ids")
         return {i for row in column.to_pylist() for i in row}
 
     assert 1 not in ids("train")  # min_word_count 1: every training word has an id
@@ -98,7 +98,7 @@ def test_prepare_is_deterministic(make_config: MakeConfig, synth_v1: SynthData,
     for name in ("vocab.json", "report.json"):
         assert (a / name).read_bytes() == (b / name).read_bytes()
     for split in ("train", "dev"):
-        ta, tb = pq.read_table(a / f"{split}.parquet"), pq.read_table(b / f"{split}.parquet")
+        ta, tb = pq.read_table(a / split), pq.read_table(b / split)
         assert ta.num_rows > 0 and ta.equals(tb)
 
 
@@ -117,7 +117,7 @@ def test_prepare_report_with_drops(make_config: MakeConfig, synth_v1: SynthData)
     assert train["questions"] == train["kept"] + sum(train["dropped"].values())
     assert report["dev"]["kept"] == report["dev"]["questions"]
     assert json.loads((cfg.data.out_dir / "report.json").read_text()) == report
-    table = pq.read_table(cfg.data.out_dir / "train.parquet")
+    table = pq.read_table(cfg.data.out_dir / "train")
     assert table.num_rows == train["rows"]
     y1, y2 = table.column("y1").to_numpy(), table.column("y2").to_numpy()
     assert table.num_rows > 0 and np.all((y2 - y1 >= 0) & (y2 - y1 < 2))  # answer limit 2
@@ -132,7 +132,7 @@ def test_prepare_with_no_usable_training_question_is_an_error(
     assert err.value.file == str(synth_v1.train)
     assert "no usable training question" in err.value.what
     assert "question_too_long" in err.value.what
-    assert not (cfg.data.out_dir / "train.parquet").exists()
+    assert not (cfg.data.out_dir / "train").exists()
 
 
 def test_prepare_v2_keeps_unanswerable(make_config: MakeConfig, synth_v2: SynthData) -> None:
@@ -140,7 +140,7 @@ def test_prepare_v2_keeps_unanswerable(make_config: MakeConfig, synth_v2: SynthD
     report = stages.prepare(cfg)
     for splits, doc in ((("train", "heldout"), synth_v2.train_doc), (("dev",), synth_v2.dev_doc)):
         table = [r for split in splits
-                 for r in pq.read_table(cfg.data.out_dir / f"{split}.parquet").to_pylist()]
+                 for r in pq.read_table(cfg.data.out_dir / split).to_pylist()]
         impossible = [r for r in table if r["is_impossible"]]
         n_impossible = sum(1 for q in questions_of(doc) if q["is_impossible"])
         assert impossible and len(impossible) == n_impossible
@@ -189,7 +189,7 @@ def test_training_words_without_a_vector(make_config: MakeConfig, prepared: Prep
     stages.prepare(cfg)
     words = json.loads((cfg.data.out_dir / "vocab.json").read_text())["words"]
     meta = json.loads((cfg.data.out_dir / "meta.json").read_text())
-    train_ids = {i for row in pq.read_table(cfg.data.out_dir / "train.parquet")
+    train_ids = {i for row in pq.read_table(cfg.data.out_dir / "train")
                  .column("context_word_ids").to_pylist() for i in row}
     n = meta["trained_words"]
     assert meta["missing_vectors"] == missing_vectors
@@ -257,9 +257,9 @@ def test_prepare_holds_out_training_articles_never_trained_on(prepared: Prepared
                                "questions": len(questions_of(held))}
     assert prepared.report["heldout"]["questions"] == len(questions_of(held)) > 0
     held_ids = {q["id"] for q in questions_of(held)}
-    train_ids = set(pq.read_table(out / "train.parquet").column("id").to_pylist())
+    train_ids = set(pq.read_table(out / "train").column("id").to_pylist())
     assert held_ids and not held_ids & train_ids
-    assert set(pq.read_table(out / "heldout.parquet").column("id").to_pylist()) == held_ids
+    assert set(pq.read_table(out / "heldout").column("id").to_pylist()) == held_ids
     assert train_ids | held_ids == {q["id"] for q in questions_of(prepared.data.train_doc)}
     assert held["data"][0] in prepared.data.train_doc["data"]
 
@@ -293,7 +293,7 @@ def test_prepare_with_nothing_held_out_leaves_no_stale_slice(
     cfg = make_config(synth_v1, data={"heldout": {"fraction": 0}})
     report = stages.prepare(cfg)
     assert "heldout" not in report
-    assert not (cfg.data.out_dir / "heldout.parquet").exists()
+    assert not (cfg.data.out_dir / "heldout").exists()
     assert not (cfg.data.out_dir / "heldout.json").exists()
     assert json.loads((cfg.data.out_dir / "meta.json").read_text())["heldout"] is None
 

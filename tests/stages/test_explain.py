@@ -44,7 +44,7 @@ def _train_tiny(cfg: Config, variant: str, steps: int = 3) -> None:
     inputs, model_cfg = model_inputs(cfg), cfg.models.of(variant)
     model = build_model(variant, model_cfg, inputs)
     optimizer, scheduler = make_optimizer(model, model_cfg.optim)
-    data = SquadDataset.from_parquet(cfg.data.out_dir / "train.parquet")
+    data = SquadDataset.from_parquet(cfg.data.out_dir / "train")
     for indices in bucket_batches(data.context_lengths(), 8, shuffle=True)[:steps]:
         train_step(model, data.collate(indices), optimizer, scheduler, grad_clip=5.0)
     model_dir(variant).mkdir(parents=True)
@@ -143,7 +143,7 @@ def test_cli_explain_and_its_one_line_errors(trained: tuple[Config, Path], prepa
                    "--out", "cli/q.html")
     assert code == 0 and Path("cli/q.html").is_file() and Path("cli/q.png").is_file()
 
-    dev = cfg.data.out_dir / "dev.parquet"
+    dev = cfg.data.out_dir / "dev"
     code, err = _cli(capsys, "explain", "--model", "qanet", "--qid", "nope", "--params",
                      str(params))
     assert code == 2

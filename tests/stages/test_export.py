@@ -81,7 +81,7 @@ def test_a_graph_exported_before_the_distinct_words_serves_until_exported_again(
     monkeypatch.chdir(old)
     where = old / "models" / "bidaf"
     model, _ = load_model(trained.cfg, "bidaf")
-    dev = SquadDataset.from_parquet(trained.cfg.data.out_dir / "dev.parquet")
+    dev = SquadDataset.from_parquet(trained.cfg.data.out_dir / "dev")
     # what export wrote before: the graph over the token ids alone, and its record
     graph = export_graph(model.eval(), dataclasses.replace(
         dev.collate([0, 1, 2]), words=None, word_ids=None, cu=None, qu=None))

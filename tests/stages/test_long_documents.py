@@ -65,7 +65,7 @@ def _train(cfg: Config) -> None:
     inputs, model_cfg = model_inputs(cfg), cfg.models.of("bidaf")
     model = build_model("bidaf", model_cfg, inputs)
     optimizer, scheduler = make_optimizer(model, model_cfg.optim)
-    data = SquadDataset.from_parquet(cfg.data.out_dir / "train.parquet")
+    data = SquadDataset.from_parquet(cfg.data.out_dir / "train")
     step = 0
     while step < STEPS:
         for indices in bucket_batches(data.context_lengths(), 8, shuffle=True, seed=step):

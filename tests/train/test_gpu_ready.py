@@ -14,13 +14,13 @@ import torch
 
 from rcpipe.config import VARIANTS, Config, load_config
 from rcpipe.data.dataset import SquadDataset
+from rcpipe.data.stream import TrainStream
 from rcpipe.models import build_model
 from rcpipe.models.batch import Batch
 from rcpipe.models.layers import span_loss
 from rcpipe.train.audit import HostSyncs, epoch_shapes, graph_breaks
 from rcpipe.train.local import train_local
 from rcpipe.train.loop import EMA, TrainStep, make_optimizer
-from rcpipe.train.worker import train_batches
 from rcpipe.trained.model_file import prepared_inputs
 from tests.conftest import TINY_MODEL, Prepared
 
@@ -41,34 +41,37 @@ def paper_config(prepared: Prepared, *sets: str, sizes: dict | None = None) -> C
         *(f"models.{v}.{k}={x}" for v in VARIANTS for k, x in (sizes or SMALL).items())])
 
 
-def dataset(prepared: Prepared, cfg: Config) -> SquadDataset:
+def epoch(prepared: Prepared, cfg: Config, batch_size: int
+          ) -> tuple[SquadDataset, list[list[int]]]:
+    """The first epoch's batches as training cuts them (data/stream.py: one buffer)."""
     b = cfg.train.buckets
     assert b is not None
-    return SquadDataset.from_parquet(prepared.out_dir / "train.parquet",
-                                     buckets=(b.context, b.question))
+    plan = TrainStream.of(prepared.out_dir, batch_size, buckets=(b.context, b.question)
+                          ).epoch(0)
+    assert len(plan.buffers) == 1
+    return plan.cut(0)
 
 
 def test_an_epoch_has_at_most_eight_input_shapes(prepared: Prepared) -> None:
     # edges for the synthetic passages' spread (params.yaml's suit SQuAD's)
     cfg = paper_config(prepared, "train.buckets.context=[48, 96, 144, 400]",
                        "train.buckets.question=[12, 50]")
-    data = dataset(prepared, cfg)
-    epoch = train_batches(data, 4, seed=0, world=1)
-    shapes = epoch_shapes(data, epoch)
+    data, batches = epoch(prepared, cfg, 4)
+    shapes = epoch_shapes(data, batches)
     assert len(shapes) <= 8
     assert all(b == 4 and lc in cfg.train.buckets.context and lq in cfg.train.buckets.question
                for b, lc, lq in shapes)
     # only the last, partial batch is left out (the rows are shuffled anew each epoch)
-    assert len(data) - 4 < sum(len(b) for b in epoch) <= len(data)
+    assert len(data) - 4 < sum(len(b) for b in batches) <= len(data)
     data.buckets = None  # each batch padded to its own longest: a shape for nearly each
-    assert len(epoch_shapes(data, epoch)) > len(shapes)
+    assert len(epoch_shapes(data, batches)) > len(shapes)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_padding_to_another_bucket_changes_no_probability(prepared: Prepared,
                                                           variant: str) -> None:
     cfg = paper_config(prepared)
-    data = SquadDataset.from_parquet(prepared.out_dir / "train.parquet")
+    data = SquadDataset.from_parquet(prepared.out_dir / "train")
     rows = list(range(6))
     lc, lq = data.padded_shape(rows)  # the batch's own longest
     tight, loose = ((lc,), (lq,)), ((lc + 37, lc + 90), (lq + 11,))
@@ -95,13 +98,13 @@ def test_a_training_step_never_waits_for_the_host(prepared: Prepared, variant: s
     bucketed batches: no op reads a value back to the host or makes a data-dependent
     shape (the loss is read every PROGRESS_EVERY steps, outside the step)."""
     cfg = paper_config(prepared, f"models.{variant}.optim.ema_decay=0.999")
-    data = dataset(prepared, cfg)
+    data, cut = epoch(prepared, cfg, 8)
     mcfg = cfg.models.of(variant)
     torch.manual_seed(0)
     model = build_model(variant, mcfg, prepared_inputs(prepared.out_dir, 16))
     optimizer, scheduler = make_optimizer(model, mcfg.optim)
     step = TrainStep(model, optimizer, scheduler, mcfg.optim.grad_clip, EMA(model, 0.999))
-    batches = [data.collate(b) for b in train_batches(data, 8, seed=0, world=1)[:3]]
+    batches = [data.collate(b) for b in cut[:3]]
     syncs = HostSyncs()
     with syncs:
         losses = [step(b) for b in batches]
@@ -120,7 +123,7 @@ def test_a_step_keeps_its_loss_when_a_cuda_graph_replays_into_the_same_memory(
     has no CUDA graphs): the losses read afterwards are still each step's own, each step
     tells the graphs that a new step began, and the EMA's tensors are marked static."""
     cfg = paper_config(prepared, sizes=TINY_MODEL)
-    data = dataset(prepared, cfg)
+    data, cut = epoch(prepared, cfg, 8)
     mcfg = cfg.models.of("bidaf")
     torch.manual_seed(0)
     model = build_model("bidaf", mcfg, prepared_inputs(prepared.out_dir, 16))
@@ -149,7 +152,7 @@ def test_a_step_keeps_its_loss_when_a_cuda_graph_replays_into_the_same_memory(
     begun = []
     monkeypatch.setattr(step, "_loss", replayed)
     monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: begun.append(1))
-    batches = [data.collate(b) for b in train_batches(data, 8, seed=0, world=1)[:3]]
+    batches = [data.collate(b) for b in cut[:3]]
     losses = [step(b) for b in batches]
     assert [float(x) for x in losses] == seen and len(set(seen)) == 3
     assert len(begun) == 3
@@ -173,7 +176,7 @@ def test_every_tensor_of_a_step_is_made_on_the_models_device(
     cfg = paper_config(prepared, sizes=TINY_MODEL)
     # contexts cut to 12 tokens: on meta every op is a Python shape function, and a
     # recurrence still runs one per time step
-    data = SquadDataset.from_parquet(prepared.out_dir / "train.parquet", para_limit=12)
+    data = SquadDataset.from_parquet(prepared.out_dir / "train", para_limit=12)
     meta = torch.device("meta")
     # with v2.0's no-answer head, so that it is on the device too
     inputs = dataclasses.replace(prepared_inputs(prepared.out_dir, 16), no_answer=True)
@@ -194,11 +197,11 @@ def test_an_inference_forward_never_waits_for_the_host(prepared: Prepared, varia
     path, each distinct word once) reads nothing back to the host inside the forward:
     decoding the spans afterwards is the one place a batch's answers come back."""
     cfg = paper_config(prepared)
-    data = dataset(prepared, cfg)
+    data, cut = epoch(prepared, cfg, 8)
     torch.manual_seed(0)
     model = build_model(variant, cfg.models.of(variant),
                         prepared_inputs(prepared.out_dir, 16)).eval()
-    batches = [data.collate(b) for b in train_batches(data, 8, seed=0, world=1)[:3]]
+    batches = [data.collate(b) for b in cut[:3]]
     syncs = HostSyncs()
     with torch.no_grad(), syncs:
         for b in batches:
@@ -212,9 +215,9 @@ def test_the_training_forward_is_one_graph_but_r_nets_gated_loop(prepared: Prepa
     """Every RNN is one opaque op (models/rnn.py), so QANet, both BiDAFs and rnet_mult are
     one graph; R-Net's gated attention loop (gated_rnn.py, disabled) is the one break."""
     cfg = paper_config(prepared, sizes=TINY_MODEL)
-    data = dataset(prepared, cfg)
+    data, cut = epoch(prepared, cfg, 8)
     model = build_model(variant, cfg.models.of(variant), prepared_inputs(prepared.out_dir, 16))
-    out = graph_breaks(model, data.collate(train_batches(data, 8, seed=0, world=1)[0]))
+    out = graph_breaks(model, data.collate(cut[0]))
     if variant == "rnet":
         # dynamo names the break once per frame it sits in (RNet, BiGatedAttentionRNN, ...)
         assert out["reasons"] and all("gated_rnn.py" in r for r in out["reasons"]), out

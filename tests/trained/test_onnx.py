@@ -25,7 +25,7 @@ from tests.conftest import TINY_MODEL, Prepared, Trained
 
 
 def _dev(trained: Trained) -> SquadDataset:
-    return SquadDataset.from_parquet(trained.cfg.data.out_dir / "dev.parquet")
+    return SquadDataset.from_parquet(trained.cfg.data.out_dir / "dev")
 
 
 @pytest.mark.integration
@@ -123,7 +123,7 @@ def test_the_graph_embeds_distinct_words_and_a_four_input_graph_still_runs(
     torch.manual_seed(0)
     model = build_model("bidaf", cfg.models.bidaf.model_copy(update=TINY_MODEL),
                         prepared_inputs(prepared.out_dir, cfg.data.word_dim)).eval()
-    dev = SquadDataset.from_parquet(prepared.out_dir / "dev.parquet")
+    dev = SquadDataset.from_parquet(prepared.out_dir / "dev")
     example = dev.collate([0, 1, 2])
     per_word = export_graph(model, example)
     # as exported before the distinct words: the token inputs alone

@@ -66,7 +66,7 @@ def test_a_package_loads_back_to_its_model(prepared: Prepared, tmp_path: Path) -
     mine, theirs = pkg.model.state_dict(), model.state_dict()
     assert mine.keys() == theirs.keys()
     assert all(torch.equal(mine[k], theirs[k]) for k in mine)
-    batch = SquadDataset.from_parquet(prepared.out_dir / "dev.parquet").collate([0, 1])
+    batch = SquadDataset.from_parquet(prepared.out_dir / "dev").collate([0, 1])
     with torch.no_grad():
         a, b = pkg.model(batch), model(batch)
     assert torch.equal(a.start, b.start) and torch.equal(a.end, b.end)

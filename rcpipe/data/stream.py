@@ -49,6 +49,15 @@ class Piece:
     hi: int
 
 
+def ids_digest(ids: list[str]) -> int:
+    """What a set of rows is, as one number that does not depend on their order: the sum of
+    each id's 64-bit hash (mod 2**64). Two ranks' reads add up to the epoch's."""
+    from hashlib import blake2b
+
+    return sum(int.from_bytes(blake2b(i.encode(), digest_size=8).digest(), "big")
+               for i in ids) % 2**64
+
+
 def batch_count(rows: int, batch_size: int, full_only: bool) -> int:
     """The batches bucket_batches cuts ``rows`` shuffled rows into (pools of POOL
     batches), counting only full ones when ``full_only``."""

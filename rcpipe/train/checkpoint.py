@@ -153,4 +153,6 @@ def run_summary(variant: str, meta: dict[str, Any], wall_seconds: float) -> dict
             "ranked_on": meta.get("ranked_on", "dev"),
             "best_step": meta["best"]["step"], "history": meta["history"],
             # DDP keeps every rank's weights identical: one digest (one process: trivially)
-            "replicas_in_sync": len(set(meta["replica_digests"])) == 1}
+            "replicas_in_sync": len(set(meta["replica_digests"])) == 1,
+            # what each rank trained on, epoch by epoch: [rows, their ids' digest]
+            "reads": meta.get("reads")}

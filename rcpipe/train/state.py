@@ -41,6 +41,19 @@ class RunState:
     best: dict[str, Any] | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
     resumed_from_step: int = 0
+    # what this rank trained on, epoch by epoch: [rows, their ids' digest] (data/stream.py's
+    # ids_digest); every rank's is in each checkpoint: an epoch read each row once
+    reads: list[list[int]] = field(default_factory=list)
+    world: int = 1  # the world size the checkpoint resumed from was written by
+
+    def read(self, ids: list[str]) -> None:
+        """Count a batch this rank trained on in the current epoch."""
+        from rcpipe.data.stream import ids_digest
+
+        while len(self.reads) <= self.epoch:
+            self.reads.append([0, 0])
+        rows, digest = self.reads[self.epoch]
+        self.reads[self.epoch] = [rows + len(ids), (digest + ids_digest(ids)) % 2**64]
 
     def rate(self) -> float:
         seconds = time.perf_counter() - self.started
@@ -124,7 +137,10 @@ def restore(trainee: Trainee, d: Path, device: torch.device, rank: int, world: i
     rngs = saved["rng"]
     if len(rngs) == world:  # the same world size: each rank continues its streams
         set_rng_state(rngs[rank], device)
-    run = RunState(**{k: saved[k] for k in RESUMED})
+    run = RunState(**{k: saved[k] for k in RESUMED}, world=len(rngs))
+    reads = saved.get("reads")  # a checkpoint from before the streams has none
+    if reads and len(reads) == world:
+        run.reads = [list(r) for r in reads[rank]]
     run.resumed_from_step, run.before = run.step, run.elapsed
     # the step resumed from is saved: an epoch's end there must not save it again
     run.saved_step = run.step
@@ -133,14 +149,16 @@ def restore(trainee: Trainee, d: Path, device: torch.device, rank: int, world: i
 
 def write_checkpoint(d: Path, trainee: Trainee, run: RunState,
                      rngs: list[dict[str, torch.Tensor]],
-                     payload: dict[str, Any], meta: dict[str, Any]) -> None:
+                     payload: dict[str, Any], meta: dict[str, Any],
+                     reads: list[list[list[int]]] | None = None) -> None:
     """state.pt (what ``restore`` reads back), model.pt (``payload``: the servable model)
     and meta.json (``meta``) in ``d``."""
     ema = trainee.ema
     torch.save({"model": trainee.raw.state_dict(), "optimizer": trainee.optimizer.state_dict(),
                 "scheduler": trainee.scheduler.state_dict(),
                 "ema": ema.state_dict() if ema is not None else None,
-                "rng": rngs, "step": run.step, "epoch": run.epoch,
+                "rng": rngs, "reads": reads or [run.reads], "step": run.step,
+                "epoch": run.epoch,
                 "batch_in_epoch": run.batch_in_epoch, "elapsed": run.elapsed,
                 "best": run.best, "history": run.history}, d / STATE)
     torch.save(payload, d / MODEL)

@@ -143,6 +143,12 @@ class Worker:
             d = first_whole(found, self._note)
             if d is not None:
                 self.run = restore(self.trainee, d, self.device, self.rank, self.world)
+        run = self.run
+        if run.world != self.world and run.batch_in_epoch:  # another world: another plan
+            self._note(f"resumed with {self.world} workers from a checkpoint of "
+                       f"{run.world}: epoch {run.epoch}'s rows were shared otherwise, so "
+                       f"training goes on at epoch {run.epoch + 1}'s start (data/stream.py)")
+            run.epoch, run.batch_in_epoch = run.epoch + 1, 0
 
     def _note(self, line: str) -> None:
         if self.rank == 0:
@@ -159,6 +165,7 @@ class Worker:
             run.step += 1
             run.batch_in_epoch += 1
             run.seen += len(batch.ids) * self.world  # each rank's share: about the same
+            run.read(batch.ids)
             shown = run.step % PROGRESS_EVERY == 0
             if self.rank == 0 and shown:
                 self.session.progress({"step": run.step, "epoch": run.epoch,
@@ -213,7 +220,7 @@ class Worker:
         run.saved_step = run.step
         run.elapsed = run.before + time.perf_counter() - run.started
         loss = _mean(losses)
-        rngs, digests = self._replicas()
+        rngs, digests, reads = self._replicas()
         name = f"step-{run.step:08d}"
         if self.rank != 0:
             self.session.report({"step": run.step}, None, name)
@@ -226,7 +233,7 @@ class Worker:
         if v.decay:
             self.trainee.decay_lr(self.mcfg.optim.plateau_factor)
         with tempfile.TemporaryDirectory() as tmp:
-            self._write(Path(tmp), rngs, digests, v)
+            self._write(Path(tmp), rngs, digests, reads, v)
             # "minutes": training time so far, a time-budgeted search's clock (cluster/search.py)
             name = self.session.report({"step": run.step, "epoch": run.epoch, "dev_em": v.em,
                                         "dev_f1": v.f1, RANK_METRIC: v.rank,
@@ -237,15 +244,16 @@ class Worker:
             "checkpoint": name, "resumed_from_step": run.resumed_from_step}})
         self.exhausted, _ = self._rank0_verdicts(v.stop, v.decay)
 
-    def _replicas(self) -> tuple[list[dict[str, torch.Tensor]], list[str]]:
-        """Every rank's (RNG streams, weights digest), gathered: a checkpoint resumes each
-        rank's streams and records that DDP kept the replicas identical."""
-        mine = (rng_state(self.device), weights_digest(self.trainee.raw))
+    def _replicas(self) -> tuple[list[dict[str, torch.Tensor]], list[str], list[Any]]:
+        """Every rank's (RNG streams, weights digest, reads), gathered: a checkpoint resumes
+        each rank's streams and records that DDP kept the replicas identical and what each
+        rank read."""
+        mine = (rng_state(self.device), weights_digest(self.trainee.raw), self.run.reads)
         ranks = [mine]
         if self.world > 1:
             ranks = [None] * self.world
             torch.distributed.all_gather_object(ranks, mine)
-        return [r for r, _ in ranks], [d for _, d in ranks]
+        return [r[0] for r in ranks], [r[1] for r in ranks], [r[2] for r in ranks]
 
     def _rank0_verdicts(self, stop: bool, decay: bool) -> tuple[bool, bool]:
         """Rank 0's (stop, decay) on every rank; each calls this after its report."""
@@ -255,19 +263,20 @@ class Worker:
         torch.distributed.broadcast(t, src=0)
         return bool(t[0].item()), bool(t[1].item())
 
-    def _write(self, d: Path, rngs: list[dict[str, torch.Tensor]], digests: list[str], v: Verdict
-               ) -> None:
+    def _write(self, d: Path, rngs: list[dict[str, torch.Tensor]], digests: list[str],
+               reads: list[Any], v: Verdict) -> None:
         run = self.run
         meta = {"step": run.step, "epoch": run.epoch, "dev_em": v.em, "dev_f1": v.f1,
                 "best": run.best, "ranked_on": self.evaluation.ranked_on,
                 "history": run.history, "world_size": self.world,
                 "replica_digests": digests,  # DDP keeps every rank's weights identical
+                "reads": reads,  # each rank's [rows, ids digest] per epoch (data/stream.py)
                 "resumed_from_step": run.resumed_from_step, "attempt": self.job.attempt,
                 "elapsed": run.elapsed,
                 "examples_per_s": run.rate(), "device": str(self.device)}
         payload = model_payload(self.job.variant, self.mcfg, self.inputs,
                                 self.trainee.served_weights(), self.job.vocab_sha256)
-        write_checkpoint(d, self.trainee, run, rngs, payload, meta)
+        write_checkpoint(d, self.trainee, run, rngs, payload, meta, reads)
 
 
 def _mean(losses: list[torch.Tensor]) -> float:

@@ -19,6 +19,7 @@ from rcpipe.errors import RunError
 from rcpipe.stages.train import _key
 from rcpipe.train.runs import run_name
 from tests.conftest import TINY_MODEL, SynthData, start_s3
+from tests.planned_reads import planned_reads
 
 pytestmark = pytest.mark.ray_train(3)  # tests/job_count.py; docs/dev/testing.md
 
@@ -85,6 +86,9 @@ def test_the_store_goes_down_mid_run_a_rerun_finishes_and_runs_resume_from_it(
     summary = stages.train(cfg, VARIANT)  # the same command, the store back
     assert summary["finished"] and summary["steps"] == 20
     assert summary["world_size"] == 2 and summary["replicas_in_sync"]
+    # each Ray Train worker streamed its own rows (data/stream.py), none twice across the
+    # two, and the rerun went on where each worker's stream was at its checkpoint
+    assert summary["reads"] == planned_reads(cfg.data.out_dir, 4, cfg.train.seed, 2, 20)
     _replicas_held_identical_weights(s3, steps())
     assert Path(f"models/{VARIANT}/model.pt").is_file()
     print(f"\nstore stopped after checkpoint {written[-1]}; the rerun resumed from step "

@@ -48,6 +48,7 @@ from tests.conftest import (
     save_untrained_model,
     write_params,
 )
+from tests.planned_reads import planned_reads
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray_train(3)]
 
@@ -199,19 +200,21 @@ def test_prepare_killed_leaves_the_old_or_the_new_prepared_data(
         "train_file": str(synth_v1.train), "dev_file": str(synth_v1.dev),
         "out_dir": "data/prepared", "cache_dir": "data/cache"})
     out = tmp_path / "data/prepared"
-    names = ("train.parquet", "dev.parquet", "heldout.parquet", "heldout.json", "vocab.json",
-             "report.json", "meta.json")
+    # each split a folder of parts: the synthetic ones fit one part each (data/shards.py)
+    names = ("train/part-00000.parquet", "dev/part-00000.parquet",
+             "heldout/part-00000.parquet", "heldout.json", "vocab.json", "report.json",
+             "meta.json")
 
     def rows(name: str) -> int:
-        return pq.read_metadata(out / name).num_rows
+        return pq.read_metadata(out / name / "part-00000.parquet").num_rows
 
     def check() -> None:  # every file parses; the counts of one run
         report = json.loads((out / "report.json").read_text())
         meta = json.loads((out / "meta.json").read_text())
         held = json.loads((out / "heldout.json").read_text())
-        assert report["train"]["rows"] == rows("train.parquet")
-        assert report["dev"]["kept"] == rows("dev.parquet")
-        assert report["heldout"]["kept"] == rows("heldout.parquet") == \
+        assert report["train"]["rows"] == rows("train")
+        assert report["dev"]["kept"] == rows("dev")
+        assert report["heldout"]["kept"] == rows("heldout") == \
             meta["heldout"]["questions"] == \
             sum(len(p["qas"]) for a in held["data"] for p in a["paragraphs"])
         assert meta["words"] == len(json.loads((out / "vocab.json").read_text())["words"])
@@ -482,6 +485,11 @@ def test_one_ray_train_run_killed_refused_restarted_skipped_and_resumed_three_wa
     assert summary["steps"] == undisturbed["steps"] == RESUMED_TRAIN["max_steps"]
     # the same data order, optimizer, EMA and RNG streams: the same result, within noise
     assert summary["best_dev_f1"] == pytest.approx(undisturbed["best_dev_f1"], abs=2.0)
+    # its data stream went on where the checkpoint left it: the rows of steps 1-40, each
+    # once, as the undisturbed run read them (not the epoch's start again)
+    assert summary["reads"] == undisturbed["reads"] == planned_reads(
+        prepared.out_dir, RESUMED_TRAIN["batch_size"], 42, 1,
+        RESUMED_TRAIN["max_steps"])
     assert json.loads((cwd / "models" / VARIANT / "metrics.json").read_text())["history"] == \
         summary["history"]
 

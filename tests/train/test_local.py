@@ -16,6 +16,7 @@ from rcpipe.config import VARIANTS, load_config
 from rcpipe.train.local import train_local
 from tests.conftest import TINY_MODEL, Prepared
 from tests.inference.readers import UnsureReader
+from tests.planned_reads import planned_reads
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,6 +74,8 @@ def test_a_local_run_resumes_from_its_latest_checkpoint_and_keeps_the_best(
     again = train_local(load_config(params, [*base, "train.max_steps=4"]), "bidaf", tmp_path)
     assert again["steps"] == 4 and again["resumed_from_step"] == 2
     assert [h["step"] for h in again["history"]] == [1, 2, 3, 4]
+    # its data stream went on at step 3: the rows of steps 1-4, each once (data/stream.py)
+    assert again["reads"] == planned_reads(prepared.out_dir, 8, 42, 1, 4)
     kept = sorted(d.name for d in tmp_path.glob("step-*"))
     # ranked on the held-out articles, not on dev
     assert again["ranked_on"] == "heldout" and all("heldout_f1" in h for h in again["history"])
@@ -97,6 +100,9 @@ def test_a_run_resumed_from_an_epochs_last_step_does_not_save_that_step_again(
                                              f"train.max_steps={end + 1}"]), "bidaf", tmp_path)
     steps = [h["step"] for h in again["history"]]
     assert again["resumed_from_step"] == end and steps == [*range(1, end + 2)]
+    # the whole first epoch, each row once, then the second epoch's first batch
+    assert again["reads"] == planned_reads(prepared.out_dir, 64, 42, 1, end + 1)
+    assert again["reads"][0][0] == first["reads"][0][0] and first["reads"][0][0][0] > 64 * (end - 1)
     assert all(h["loss"] == h["loss"] for h in again["history"])  # no NaN
 
 

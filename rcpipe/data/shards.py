@@ -148,6 +148,18 @@ class Shards:
         for unit in self.units():
             yield self.read(unit, columns)
 
+    def chunks(self, rows: int) -> Iterator[pa.Table]:
+        """The split in order, whole row groups of at least ``rows`` rows at a time (the
+        last chunk: what is left): a split of at most ``rows`` rows is one chunk."""
+        held: list[pa.Table] = []
+        for table in self.tables():
+            held.append(table)
+            if sum(t.num_rows for t in held) >= rows:
+                yield pa.concat_tables(held)
+                held = []
+        if held or not self.rows:
+            yield pa.concat_tables(held) if held else SCHEMA.empty_table()
+
     def read_all(self, columns: Sequence[str] | None = None) -> pa.Table:
         """The whole split as one table (dev, held-out: the sets a model is scored on)."""
         tables = list(self.tables(columns))

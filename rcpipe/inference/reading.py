@@ -13,22 +13,27 @@ windows, and answered by inference/window_choice.py's rule across them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
 from rcpipe.config import Window
-from rcpipe.data.dataset import SquadDataset, bucket_batches
-from rcpipe.data.prepared import PreparedHeldout
+from rcpipe.data.dataset import SquadDataset, bucket_batches, char_limit_of
+from rcpipe.data.prepared import Prepared, PreparedHeldout
+from rcpipe.data.shards import Shards
 from rcpipe.data.windows import Windows
 from rcpipe.inference.decode import best_span, predict_no_answer
 from rcpipe.inference.window_choice import Proposal, choose
 from rcpipe.scoring import metrics
 
 EVAL_BATCH = 64  # windows (questions, when short) per forward pass
+# rows of a split answered at a time (Split.chunks): a dev or held-out set of this size
+# (SQuAD's, the demo's) is one chunk, answered as a whole split was
+EVAL_CHUNK = 32_768
 
 
 @torch.no_grad()
@@ -152,7 +157,8 @@ class Evaluation:
         return {q: v["na_prob"] for q, v in self.nbest.items()}
 
 
-def evaluate_model(model: nn.Module, dataset: SquadDataset, doc: dict[str, Any],
+def evaluate_model(model: nn.Module, dataset: SquadDataset | Iterable[SquadDataset],
+                   doc: dict[str, Any],
                    device: torch.device, max_answer_len: int = 15,
                    na_threshold: float | None = None,
                    length_prior: torch.Tensor | None = None,
@@ -165,8 +171,12 @@ def evaluate_model(model: nn.Module, dataset: SquadDataset, doc: dict[str, Any],
     best_f1_thresh over the best non-empty spans, so the scores are best_f1's and the answers
     given are the spans whose na_prob does not exceed it.
     """
-    nbest = predict(model, dataset, None, device, max_answer_len, na_threshold, token_probs,
-                    length_prior=length_prior, windows=windows_of(dataset, window))
+    nbest: dict[str, dict[str, Any]] = {}
+    # a split read a chunk at a time (Split.chunks): each chunk's rows answered alone
+    for part in [dataset] if isinstance(dataset, SquadDataset) else dataset:
+        nbest |= predict(model, part, None, device, max_answer_len, na_threshold,
+                         token_probs, length_prior=length_prior,
+                         windows=windows_of(part, window))
     if metrics.dataset_version(doc) != "2.0":
         return Evaluation(nbest, metrics.score(doc, {q: v["text"] for q, v in nbest.items()}),
                           None)
@@ -184,18 +194,41 @@ def evaluate_model(model: nn.Module, dataset: SquadDataset, doc: dict[str, Any],
 
 @dataclass(frozen=True)
 class Split:
-    """A prepared split and the SQuAD JSON it was prepared from (the official scorer's)."""
+    """A prepared split and the SQuAD JSON it was prepared from (the official scorer's):
+    its rows whole (``dataset``), or its parts read EVAL_CHUNK rows at a time (``shards``:
+    a large dev or held-out set is never held whole while it is answered)."""
 
-    dataset: SquadDataset
+    dataset: SquadDataset | None
     doc: dict[str, Any]
+    shards: Shards | None = None
+    para_limit: int | None = None
+
+    def chunks(self) -> Iterator[SquadDataset]:
+        if self.shards is None:
+            assert self.dataset is not None
+            yield self.dataset
+            return
+        char_limit = char_limit_of(self.shards.folder.parent)
+        for table in self.shards.chunks(EVAL_CHUNK):
+            yield SquadDataset(table, self.para_limit, char_limit)
 
 
-def heldout_split(found: PreparedHeldout, para_limit: int | None) -> Split:
-    """The held-out questions prepare set aside (data/heldout.py), as a Split to score."""
+def split_of(folder: Path, doc: dict[str, Any], para_limit: int | None = None) -> Split:
+    """A prepared split's folder (dev, held-out), read a chunk at a time, and its JSON."""
+    return Split(None, doc, Prepared(folder.parent).shards(folder.name), para_limit)
+
+
+def heldout_split(found: PreparedHeldout, para_limit: int | None, whole: bool = True
+                  ) -> Split:
+    """The held-out questions prepare set aside (data/heldout.py), as a Split to score:
+    its rows ``whole`` (what an ensemble's weights are chosen on), else read a chunk at a
+    time (scoring alone)."""
     from rcpipe.data.squad import read_json
 
-    return Split(SquadDataset.from_parquet(found.parquet, para_limit=para_limit),
-                 read_json(found.doc, str(found.doc)))
+    doc = read_json(found.doc, str(found.doc))
+    if whole:
+        return Split(SquadDataset.from_parquet(found.parquet, para_limit=para_limit), doc)
+    return split_of(found.parquet, doc, para_limit)
 
 
 def heldout_then_dev(model: nn.Module, dev: Split, heldout: Split | None, source: str | None,
@@ -216,12 +249,12 @@ def heldout_then_dev(model: nn.Module, dev: Split, heldout: Split | None, source
     source = "params" if na_threshold is not None else source
     held = None
     if heldout is not None:
-        held = evaluate_model(model, heldout.dataset, heldout.doc, device, max_answer_len,
+        held = evaluate_model(model, heldout.chunks(), heldout.doc, device, max_answer_len,
                               na_threshold, length_prior, window, token_probs)
         na_threshold = held.na_threshold
     if na_threshold is None:
         source = "dev"
-    ev = evaluate_model(model, dev.dataset, dev.doc, device, max_answer_len, na_threshold,
+    ev = evaluate_model(model, dev.chunks(), dev.doc, device, max_answer_len, na_threshold,
                         length_prior, window, token_probs)
     if ev.na_threshold is not None:
         ev.result = metrics.at_threshold(ev.result, ev.na_threshold, source or "dev")

@@ -48,9 +48,8 @@ def evaluate(cfg: Config, variant: str, force: bool = False, wait: bool = False
 def _evaluate(cfg: Config, variant: str, force: bool) -> dict[str, Any]:
     import torch
 
-    from rcpipe.data.dataset import SquadDataset
     from rcpipe.inference import distributions
-    from rcpipe.inference.reading import Split, heldout_then_dev
+    from rcpipe.inference.reading import heldout_then_dev, split_of
     from rcpipe.scoring import metrics
     from rcpipe.trained.model_file import device_of, length_prior, load_model
 
@@ -70,7 +69,8 @@ def _evaluate(cfg: Config, variant: str, force: bool) -> dict[str, Any]:
         torch.set_num_threads(cfg.train.threads)
     doc = load_document(cfg.data.dev_file, cfg.data.cache_dir, cfg.limits)
     # whole contexts, each longer one read as data.window's windows
-    dev = Split(SquadDataset.from_parquet(Prepared(cfg.data.out_dir).dev), doc)
+    # read a chunk at a time (a dev set of any size: inference/reading.py's EVAL_CHUNK)
+    dev = split_of(Prepared(cfg.data.out_dir).dev, doc)
     heldout, source = _heldout(cfg, metrics.dataset_version(doc) == "2.0")
     t0 = time.perf_counter()
     ev, held = heldout_then_dev(model, dev, heldout, source, device, cfg.eval.max_answer_len,
@@ -120,7 +120,7 @@ def _heldout(cfg: Config, v2: bool) -> tuple[Any, str | None]:
                          "to choose the no-answer threshold on: prepare with "
                          "data.heldout.fraction > 0 or data.heldout.file, or set "
                          "eval.na_threshold")
-    return heldout_split(found, None), found.source
+    return heldout_split(found, None, whole=False), found.source
 
 
 def _chosen_on(cfg: Config, source: str | None) -> str | None:

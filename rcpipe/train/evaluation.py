@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from rcpipe.config import Config, OptimConfig
-from rcpipe.inference.reading import Split, heldout_split
+from rcpipe.inference.reading import Split, heldout_split, split_of
 from rcpipe.scoring.metrics import headline
 from rcpipe.train.loop import EMA
 from rcpipe.train.state import RunState
@@ -84,7 +84,7 @@ class Evaluation:
     def heldout(self) -> Split | None:
         """The held-out Split, read once."""
         if self.data.heldout is not None and self._heldout is None:
-            self._heldout = heldout_split(self.data.heldout, None)
+            self._heldout = heldout_split(self.data.heldout, None, whole=False)
         return self._heldout
 
     def judge(self, model: nn.Module, ema: EMA | None, run: RunState, loss: float
@@ -92,7 +92,7 @@ class Evaluation:
         """Score ``model`` at ``run``'s step, append the curve's point to ``run.history``,
         keep ``run.best``, and decide."""
         data = self.data
-        s = scores(model, Split(data.dev, self.dev_doc()), self.heldout(),
+        s = scores(model, split_of(data.dev, self.dev_doc()), self.heldout(),
                    data.heldout.source if data.heldout else None, self.cfg, self.device,
                    ema, data.length_prior)
         em, f1 = headline(s.dev)

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from rcpipe.config import Config
-from rcpipe.data.dataset import SquadDataset, answer_length_prior, char_limit_of
+from rcpipe.data.dataset import answer_length_prior, char_limit_of
 from rcpipe.data.prepared import Prepared, PreparedHeldout
 from rcpipe.data.stream import TrainStream
 from rcpipe.train.job import Job
@@ -23,9 +23,10 @@ class TrainingData:
     # this rank's share of each epoch, a buffer at a time (bucketed by train.buckets' edges,
     # when set)
     train: TrainStream
-    # whole contexts, a long one read as data.window's windows, as `rcpipe evaluate` reads
-    # them: the checkpoints are ranked on what evaluation will score
-    dev: SquadDataset
+    # dev's folder: rank 0 reads it a chunk at a time at each evaluation, whole contexts, a
+    # long one read as data.window's windows, as `rcpipe evaluate` reads them: the
+    # checkpoints are ranked on what evaluation will score
+    dev: Path
     heldout: PreparedHeldout | None  # rank 0 ranks checkpoints on them; None: on dev
     length_prior: torch.Tensor | None  # eval.length_prior: training's answer lengths
 
@@ -43,7 +44,8 @@ class TrainingData:
                             cfg.train.shuffle_buffer,
                             (buckets.context, buckets.question) if buckets else None,
                             char_limit_of(prepared.out_dir))
-        dev = SquadDataset.from_parquet(Path(job.dev_path))
+        dev = Path(job.dev_path)
+        prepared.shards(dev.name)  # there, and of this layout: found before the first step
         heldout = prepared.heldout()  # prepare's held-out questions, beside the training split
         prior = torch.from_numpy(answer_length_prior(shards, cfg.eval.max_answer_len)) \
             if cfg.eval.length_prior else None

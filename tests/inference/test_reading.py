@@ -3,6 +3,8 @@ official best-threshold walk over the best non-empty spans."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -15,9 +17,9 @@ from tests.inference.readers import ShyReader, UnsureReader
 
 
 @pytest.fixture(scope="module")
-def v2_train(tmp_path_factory: pytest.TempPathFactory, synth_v2: SynthData
-             ) -> tuple[SquadDataset, dict]:
-    """The v2.0 training split (labelled, so ShyReader can find the gold spans)."""
+def v2_folder(tmp_path_factory: pytest.TempPathFactory, synth_v2: SynthData) -> Path:
+    """The v2.0 training split prepared in row groups of 8 rows (labelled, so ShyReader
+    can find the gold spans)."""
     from rcpipe import stages
     from rcpipe.config import load_config
     from tests.conftest import write_params
@@ -26,9 +28,31 @@ def v2_train(tmp_path_factory: pytest.TempPathFactory, synth_v2: SynthData
     cfg = load_config(write_params(root / "params.yaml", data={
         "train_file": str(synth_v2.train), "dev_file": str(synth_v2.train),
         "out_dir": str(root / "out"), "cache_dir": str(root / "cache"),
-        "heldout": {"fraction": 0}}))  # every training question in train.parquet
+        "shards": {"group_rows": 8},
+        "heldout": {"fraction": 0}}))  # every training question in train/
     stages.prepare(cfg)
-    return SquadDataset.from_parquet(root / "out" / "train"), synth_v2.train_doc
+    return root / "out" / "train"
+
+
+@pytest.fixture(scope="module")
+def v2_train(v2_folder: Path, synth_v2: SynthData) -> tuple[SquadDataset, dict]:
+    return SquadDataset.from_parquet(v2_folder), synth_v2.train_doc
+
+
+def test_a_split_answered_a_chunk_at_a_time_is_answered_as_a_whole(
+        v2_folder: Path, synth_v2: SynthData, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large dev or held-out set is never held whole (Split.chunks): the answers, the
+    v2.0 threshold walk over them and the scores are the whole split's."""
+    from rcpipe.inference import reading
+
+    whole = evaluate_model(ShyReader(), SquadDataset.from_parquet(v2_folder),
+                           synth_v2.train_doc, torch.device("cpu"))
+    monkeypatch.setattr(reading, "EVAL_CHUNK", 10)
+    split = reading.split_of(v2_folder, synth_v2.train_doc)
+    sizes = [len(d) for d in split.chunks()]
+    assert len(sizes) == 3 and sizes[:2] == [16, 16]  # whole row groups of 8 rows
+    chunked = evaluate_model(ShyReader(), split.chunks(), split.doc, torch.device("cpu"))
+    assert chunked.nbest == whole.nbest and chunked.result == whole.result
 
 
 def test_the_walk_answers_what_the_raw_rule_abstained_on(v2_train) -> None:  # noqa: ANN001

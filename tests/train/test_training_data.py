@@ -15,7 +15,7 @@ def test_a_run_reads_its_splits_the_heldout_questions_and_the_length_prior(
     for prior in (True, False):
         cfg = load_config(prepared.cfg.source, [f"eval.length_prior={str(prior).lower()}"])
         data = TrainingData.load(make_job(cfg, "bidaf", prep.job_fields()), cfg)
-        assert len(data.train.epoch(0)) and len(data.dev)
+        assert len(data.train.epoch(0)) and data.dev == prep.dev
         # the synthetic train set holds one article out: checkpoints are ranked on it
         assert data.heldout is not None and data.heldout.parquet == prep.heldout_parquet
         assert (data.length_prior is not None) is prior

@@ -28,8 +28,9 @@ class Heldout(Section):
     fraction: float = Field(0.05, ge=0, lt=1, description="share of the training articles "
                             "held out (at least one when there are two or more); 0: none")
     seed: int = Field(0, description="which articles: the same seed, the same slice")
-    file: str | None = Field(None, description="a SQuAD JSON (path, URL, s3://) held out "
-                             "instead of a slice: then every training article trains")
+    file: str | None = Field(None, description="a SQuAD JSON or JSON Lines (path, URL, "
+                             "s3://) held out instead of a slice: then every training "
+                             "article trains")
 
 
 class Window(Section):
@@ -79,10 +80,14 @@ class Shards(Section):
 
 
 class DataConfig(Section):
-    train_file: str = Field(description="SQuAD JSON: path, http(s) URL or s3:// URI; .json(.gz)")
+    train_file: str = Field(description="SQuAD JSON (.json, .json.gz) or JSON Lines, an "
+                            "article a line (.jsonl, .jsonl.gz): path, http(s) URL or s3:// "
+                            "URI; read an article at a time")
     dev_file: str = Field(description="SQuAD JSON scored by evaluate; never filtered")
     out_dir: Path = Field(Path("data/prepared"), description="Parquet, vocab and report.json")
-    cache_dir: Path = Field(Path("data/cache"), description="downloads, keyed by URL")
+    cache_dir: Path = Field(Path("data/cache"), description="downloads, keyed by URL, and "
+                            "each article's tokens (tokens/: a prepare tokenizes only the "
+                            "articles it has not seen)")
     word_vectors: str | None = Field(
         None, description="GloVe-format text (.txt/.txt.gz/.zip); None: trainable vectors"
     )

@@ -14,10 +14,14 @@ class ReadLimits(Section):
     it is read or parsed. A params file itself is held to PARAMS_BYTES (it cannot raise its
     own cap)."""
 
-    # train-v2.0.json is 40 MB, dev 4 MB: the cap leaves room for a corpus ten times larger
-    json_mb: float = Field(reads.JSON_MB, gt=0, description="a JSON file rcpipe reads: SQuAD files "
-                           "(a .gz inflated), predictions, n-best and probability files, "
-                           "vocab.json, a package's config")
+    # train-v2.0.json is 40 MB, dev 4 MB: the cap leaves room for a corpus ten times larger.
+    # prepare streams its inputs (data/articles.py): a file of any size, no article held
+    # past the cap (SQuAD's largest article is ~0.5 MB)
+    json_mb: float = Field(reads.JSON_MB, gt=0, description="a JSON file rcpipe reads whole "
+                           "(a .gz inflated): the dev file evaluate scores, predict's input, "
+                           "predictions, n-best and probability files, vocab.json, a "
+                           "package's config; a SQuAD file prepare reads an article at a "
+                           "time (JSON or JSON Lines): each article (JSON Lines: each line)")
     # the papers' models with 300-d vectors over SQuAD's words are ~120 MB of fp32
     weights_mb: float = Field(4096, gt=0, description="a package's model.safetensors and a "
                               "model file (models/<variant>/model.pt)")

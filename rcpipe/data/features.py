@@ -213,12 +213,20 @@ def count_words(sq: SquadFile, ctx: list[Tokens], qs: list[Tokens]
                 ) -> tuple[Counter[str], Counter[str]]:
     """Word and char counts over a split: each context once, each question once."""
     words: Counter[str] = Counter()
-    for t in ctx:
+    add_words(words, ctx, qs)
+    return words, char_counts(words)
+
+
+def add_words(words: Counter[str], ctx: list[Tokens], qs: list[Tokens]) -> None:
+    """Count an article's words into ``words`` (prepare counts a split article by article)."""
+    for t in chain(ctx, qs):
         words.update(t.words)
-    for t in qs:
-        words.update(t.words)
+
+
+def char_counts(words: Counter[str]) -> Counter[str]:
+    """Each character's count: a word's count for each time it holds the character."""
     chars: Counter[str] = Counter()
     for w, n in words.items():
         for ch in w:
             chars[ch] += n
-    return words, chars
+    return chars

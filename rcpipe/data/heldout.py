@@ -9,7 +9,6 @@ trained on would flatter the threshold.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 
 def heldout_count(articles: int, fraction: float) -> int:
@@ -40,13 +39,3 @@ def heldout_articles(titles: list[str], fraction: float, seed: int) -> list[int]
 
     return sorted(sorted(range(len(titles)), key=draw)[:k])
 
-
-def split_articles(doc: dict[str, Any], fraction: float, seed: int
-                   ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the articles that train, the held-out ones): two SQuAD documents of ``doc``'s
-    version, each keeping the file's article order."""
-    data = doc["data"]
-    held = set(heldout_articles([a.get("title", "") for a in data], fraction, seed))
-    rest = {k: v for k, v in doc.items() if k != "data"}
-    return (rest | {"data": [a for i, a in enumerate(data) if i not in held]},
-            rest | {"data": [a for i, a in enumerate(data) if i in held]})

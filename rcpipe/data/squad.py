@@ -10,13 +10,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from rcpipe import reads
@@ -226,22 +228,38 @@ def _expect(value: Any, kind: type | tuple[type, ...], name: str, where: str, wh
     return value
 
 
+_LINE = re.compile(r"line \d+")
+
+
+def place(where: str, key: str) -> str:
+    """The JSON path of ``key`` inside ``where``: ``data[3].paragraphs``; at the top level
+    ``key`` alone; in a JSON Lines file, whose line is an article, ``line 12: paragraphs``."""
+    if not where:
+        return key
+    return f"{where}: {key}" if _LINE.fullmatch(where) else f"{where}.{key}"
+
+
 def _field(obj: dict, key: str, kind: type | tuple[type, ...], name: str, where: str,
            what: str) -> Any:
     if key not in obj:
         raise InputError(name, where, f"missing key '{key}'")
-    return _expect(obj[key], kind, name, f"{where}.{key}" if where else key, what)
+    return _expect(obj[key], kind, name, place(where, key), what)
 
 
 def _answers(qa: dict, key: str, name: str, where: str) -> tuple[Answer, ...]:
     out = []
     for k, a in enumerate(_field(qa, key, list, name, where, "a list")):
-        at = f"{where}.{key}[{k}]"
+        at = place(where, f"{key}[{k}]")
         _expect(a, dict, name, at, "an object")
         text = _field(a, "text", str, name, at, "a string")
         start = _field(a, "answer_start", int, name, at, "an integer")
         out.append(Answer(text, start))
     return tuple(out)
+
+
+def file_version(head: dict[str, Any], name: str, where: str = "version") -> str:
+    """A SQuAD file's "version" ("" when it has none), a string (``where``: its place)."""
+    return _expect(head.get("version", ""), str, name, where, "a string")
 
 
 def parse_squad(doc: Any, name: str, require_answers: bool = True) -> SquadFile:
@@ -251,39 +269,80 @@ def parse_squad(doc: Any, name: str, require_answers: bool = True) -> SquadFile:
     "answers" may be missing or empty; any that are given are still checked.
     """
     _expect(doc, dict, name, "", "a JSON object at the top level")
-    version = doc.get("version", "")
-    _expect(version, str, name, "version", "a string")
+    version = file_version(doc, name)
     data = _field(doc, "data", list, name, "", "a list")
     contexts: list[str] = []
     titles: list[str] = []
     questions: list[Question] = []
     seen: dict[str, str] = {}
     for i, article in enumerate(data):
-        art = f"data[{i}]"
-        _expect(article, dict, name, art, "an object")
-        title = article.get("title", "")
-        _expect(title, str, name, f"{art}.title", "a string")
-        for j, para in enumerate(_field(article, "paragraphs", list, name, art, "a list")):
-            pw = f"{art}.paragraphs[{j}]"
-            _expect(para, dict, name, pw, "an object")
-            context = _field(para, "context", str, name, pw, "a string")
-            contexts.append(context)
-            titles.append(title)
-            for k, qa in enumerate(_field(para, "qas", list, name, pw, "a list")):
-                questions.append(_question(qa, len(contexts) - 1, name, f"{pw}.qas[{k}]", seen,
-                                           require_answers))
+        title, texts, qs = flatten_article(article, f"data[{i}]", name, seen, require_answers,
+                                           first_context=len(contexts))
+        contexts.extend(texts)
+        titles.extend([title] * len(texts))
+        questions.extend(qs)
     return SquadFile(name, version, contexts, titles, questions)
 
 
+class Seen(Protocol):
+    """The question ids met so far and where (a dict, or data/articles.py's ids of a file
+    read an article at a time): ``get`` gives the first place of an id met before."""
+
+    def get(self, qid: str) -> str | None: ...
+
+    def __setitem__(self, qid: str, where: str) -> None: ...
+
+
+def flatten_article(article: Any, where: str, name: str, seen: Seen,
+                    require_answers: bool = True, first_context: int = 0
+                    ) -> tuple[str, list[str], list[Question]]:
+    """One article of a SQuAD file, validated whole and flattened: (its title, its contexts,
+    its questions, whose context_index counts from ``first_context``). ``where`` is its
+    place in messages (``data[3]``; ``line 12`` of a JSON Lines file); a question id in
+    ``seen`` is a duplicate, and each of this article's ids is added to it."""
+    _expect(article, dict, name, where, "an object")
+    title = article.get("title", "")
+    _expect(title, str, name, place(where, "title"), "a string")
+    contexts: list[str] = []
+    questions: list[Question] = []
+    for j, para in enumerate(_field(article, "paragraphs", list, name, where, "a list")):
+        pw = place(where, f"paragraphs[{j}]")
+        _expect(para, dict, name, pw, "an object")
+        contexts.append(_field(para, "context", str, name, pw, "a string"))
+        for k, qa in enumerate(_field(para, "qas", list, name, pw, "a list")):
+            questions.append(_question(qa, first_context + len(contexts) - 1, name,
+                                       f"{pw}.qas[{k}]", seen, require_answers))
+    return title, contexts, questions
+
+
+def article_file(article: Any, where: str, name: str, version: str,
+                 require_answers: bool = True) -> SquadFile:
+    """One article as a SquadFile of its own (``version``: its file's): what prepare
+    tokenizes, labels and writes an article at a time."""
+    title, contexts, questions = flatten_article(article, where, name, {}, require_answers)
+    return SquadFile(name, version, contexts, [title] * len(contexts), questions)
+
+
+def question_places(article: Any, where: str) -> Iterator[tuple[Any, str]]:
+    """(id, place) of each question of an article, walked as flatten_article walks it, with
+    nothing checked: where an id met again was first met, in an article already read."""
+    paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
+    for j, para in enumerate(paragraphs if isinstance(paragraphs, list) else ()):
+        qas = para.get("qas") if isinstance(para, dict) else None
+        for k, qa in enumerate(qas if isinstance(qas, list) else ()):
+            if isinstance(qa, dict):
+                yield qa.get("id"), f"{place(where, f'paragraphs[{j}]')}.qas[{k}]"
+
+
 def _question(qa: Any, context_index: int, name: str, where: str,
-              seen: dict[str, str], require_answers: bool = True) -> Question:
+              seen: Seen, require_answers: bool = True) -> Question:
     _expect(qa, dict, name, where, "an object")
     qid = _field(qa, "id", str, name, where, "a string")
     if not qid:
         raise InputError(name, f"{where}.id", "empty question id")
-    if qid in seen:
-        raise InputError(name, f"{where}.id",
-                         f"duplicate question id '{qid}' (first at {seen[qid]})")
+    first = seen.get(qid)
+    if first is not None and first != where:  # data/articles.py's ids may find this one
+        raise InputError(name, f"{where}.id", f"duplicate question id '{qid}' (first at {first})")
     seen[qid] = where
     text = _field(qa, "question", str, name, where, "a string")
     answers = _answers(qa, "answers", name, where) \

@@ -10,9 +10,10 @@ from __future__ import annotations
 import bisect
 import multiprocessing as mp
 import threading
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -22,6 +23,10 @@ if TYPE_CHECKING:
     import spacy
 
 _NLP = None
+# the tokenizing rule's version (spacy.blank("en"), whitespace tokens dropped): a change to
+# it must change this, so that no token cached by the old rule is read (data/token_cache.py)
+TOKENS = 1
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,12 @@ def _chunks(texts: list[str], size: int) -> Iterator[list[str]]:
         yield texts[i : i + size]
 
 
+def tokens_of(text: str, spans: np.ndarray) -> Tokens:
+    """``text``'s Tokens from its (T, 2) start/end offsets."""
+    starts, ends = spans[:, 0].tolist(), spans[:, 1].tolist()
+    return Tokens([text[a:b] for a, b in zip(starts, ends, strict=True)], starts, ends)
+
+
 def tokenize(texts: list[str], workers: int = 1, chunk: int = 512,
              desc: str = "tokenize", quiet: bool = False) -> list[Tokens]:
     """Tokenize ``texts`` in order on ``workers`` processes, with a progress bar unless
@@ -77,17 +88,61 @@ def tokenize(texts: list[str], workers: int = 1, chunk: int = 512,
         with progress(disable=quiet) as bar:
             task = bar.add_task(desc, total=len(texts))
             for part in parts:
-                for spans in part:
-                    text = texts[len(results)]
-                    starts, ends = spans[:, 0].tolist(), spans[:, 1].tolist()
-                    words = [text[a:b] for a, b in zip(starts, ends, strict=True)]
-                    results.append(Tokens(words, starts, ends))
+                results.extend(tokens_of(texts[len(results)], spans) for spans in part)
                 bar.advance(task, len(part))
     finally:
         if pool:
             pool.close()
             pool.join()
     return results
+
+
+class Tokenizer:
+    """spaCy on ``workers`` processes, the pool started once (before any progress bar:
+    its refresh thread would rule out fork) for every pass that tokenizes."""
+
+    def __init__(self, workers: int = 1) -> None:
+        self.pool = _context().Pool(workers) if workers > 1 else None
+        self.workers = workers
+
+    def __enter__(self) -> Tokenizer:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        if self.pool is not None:  # an error's too: no process left behind
+            self.pool.terminate()
+            self.pool.join()
+
+    def spans(self, jobs: Iterable[tuple[T, list[str]]], ahead: int = 2
+              ) -> Iterator[tuple[T, list[np.ndarray]]]:
+        """Each job's texts' (T, 2) token offsets, job after job in order. At most
+        ``ahead`` jobs a process are read ahead of the one given back (Pool.imap would read
+        ``jobs`` to their end, holding them all)."""
+        if self.pool is None:
+            for job, texts in jobs:
+                yield job, _spans_chunk(texts) if texts else []
+            return
+        waiting: deque[tuple[T, Any]] = deque()
+        for job, texts in jobs:
+            waiting.append((job, self.pool.apply_async(_spans_chunk, (texts,))
+                            if texts else None))
+            if len(waiting) >= self.workers * ahead:
+                yield _done(waiting.popleft())
+        while waiting:
+            yield _done(waiting.popleft())
+
+
+def _done(item: tuple[T, Any]) -> tuple[T, list[np.ndarray]]:
+    job, result = item
+    return job, result.get() if result is not None else []
+
+
+def version_tag() -> str:
+    """What tokens depend on besides the text: this module's rule (TOKENS, bumped when it
+    changes) and spaCy's version (its rules change with it); a cached token's key holds it."""
+    from importlib.metadata import version
+
+    return f"rcpipe-tokens-{TOKENS} spacy-{version('spacy')} blank-en"
 
 
 def _context() -> mp.context.BaseContext:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -78,8 +82,13 @@ def prepare(cfg: Config, wait: bool = False) -> dict[str, Any]:
 
 
 def _prepare(cfg: Config, files: OutputSet) -> dict[str, Any]:
-    from rcpipe.data import features as F
-    from rcpipe.data.tokenize import tokenize
+    """Four passes over the inputs, an article at a time, none of them held: (a) read and
+    validate each file, keeping the titles (the held-out draw); (b) tokenize (each article's
+    tokens kept in the token cache) and count the training words; (c) the vocabularies from
+    the counts; (d) label, index and write each article's rows to its split."""
+    from rcpipe.data.features import Indexer
+    from rcpipe.data.token_cache import TokenCache
+    from rcpipe.data.tokenize import Tokenizer
 
     d = cfg.data
     t0 = time.perf_counter()
@@ -88,108 +97,205 @@ def _prepare(cfg: Config, files: OutputSet) -> dict[str, Any]:
     def done(phase: str) -> None:
         phases[phase] = round(time.perf_counter() - t0 - sum(phases.values()), 3)
 
-    train, dev, held = _read_splits(cfg)
-    splits = {"train": train, "dev": dev, "heldout": held.file}
-    texts = [t for sq in splits.values()
-             for t in (*sq.contexts, *(q.question for q in sq.questions))]
+    inputs = _read_inputs(cfg)
     done("read")
-    log.info(f"prepare: tokenizing {len(train.questions)} train, {len(dev.questions)} dev "
-             f"and {len(held.file.questions)} held-out questions "
-             f"({len(texts) - sum(len(sq.questions) for sq in splits.values())} passages) "
-             f"on {d.workers} process(es)")
-    toks = tokenize(texts, workers=d.workers)
-    done("tokenize")
-    split_toks = {}
-    for name, sq in splits.items():  # (contexts, questions) of each split, in order
-        n, m = len(sq.contexts), len(sq.questions)
-        split_toks[name], toks = (toks[:n], toks[n:n + m]), toks[n + m:]
-    (train_ctx, train_q), (dev_ctx, dev_q), (held_ctx, held_q) = split_toks.values()
-
-    kept, dropped, windows = F.label_train(train, train_ctx, train_q, cfg.data)
-    if not kept:  # nothing to train on is the user's to know now, not a model of nothing later
-        why = ", ".join(f"{n} {reason}" for reason, n in sorted(dropped.items()))
-        raise InputError(d.train_file, "", f"no usable training question ({len(train.questions)}"
-                         f" read{': ' + why if why else ''}); nothing was written")
-    dev_rows = F.label_dev(dev, dev_ctx, cfg.data)
-    held_rows = F.label_dev(held.file, held_ctx, cfg.data)  # like dev: every question
-    words, chars, emb, hits, trained = _vocabularies(cfg, (train, train_ctx, train_q),
-                                                     (dev, dev_ctx, dev_q),
-                                                     (held.file, held_ctx, held_q))
-    done("label_and_vocab")
-    indexer = F.Indexer(words, chars, d.limits.char)
-    tables = {
-        "train": F.build_table(train, train_ctx, train_q, kept, indexer),
-        "dev": F.build_table(dev, dev_ctx, dev_q, dev_rows, indexer),
-    }
-    if held.source is not None:
-        tables["heldout"] = F.build_table(held.file, held_ctx, held_q, held_rows, indexer)
-    done("features")
+    cache = TokenCache(d.cache_dir / "tokens")
     out = Prepared(d.out_dir)
-    splits_written = _write_prepared(files, out, tables, words, chars, emb, d.shards)
-    if held.source is not None:  # heldout.json beside heldout.parquet, or neither
-        files.write_json(out.heldout_doc, held.doc)
-    report = _report(train, dev, held, kept, dropped, windows, len(dev_rows))
+    with Tokenizer(d.workers) as tokenizer:  # its processes start before any bar
+        counts = _count_words(cfg, inputs, cache, tokenizer)
+        done("tokenize")
+        words, chars, emb, hits, trained = _vocabularies(cfg, counts)
+        done("vocab")
+        rows = _Rows(cfg, inputs, cache, tokenizer, Indexer(words, chars, d.limits.char))
+        written = _write_prepared(files, out, rows, words, chars, emb, d.shards)
+    tally = rows.tally
+    if not tally.rows["train"]:  # nothing to train on is the user's to know now, not later
+        why = ", ".join(f"{n} {reason}" for reason, n in sorted(tally.dropped.items()))
+        raise InputError(d.train_file, "", f"no usable training question "
+                         f"({tally.questions['train']} read{': ' + why if why else ''}); "
+                         "nothing was written")
+    report = tally.report()
     files.write_json(out.report, report)
     done("write")
     seconds = time.perf_counter() - t0
     files.write_json(out.meta_file, {
         "train_file": d.train_file, "dev_file": d.dev_file,
-        "version": {"train": train.version, "dev": dev.version}, "words": len(words),
-        "chars": len(chars), "char_limit": d.limits.char, "word_vectors": d.word_vectors,
-        "word_dim": d.word_dim, "vectors_found": hits,
+        "version": {"train": inputs.train.version, "dev": inputs.dev.version},
+        "words": len(words), "chars": len(chars), "char_limit": d.limits.char,
+        "word_vectors": d.word_vectors, "word_dim": d.word_dim, "vectors_found": hits,
         # with vectors: what training words they lack became, and how many of those have
         # a trainable row (ids 2 .. 1 + trained_words; trained/model_file.py's prepared_inputs)
         "missing_vectors": d.missing_vectors if d.word_vectors else None,
-        "trained_words": trained, "heldout": held.record(),
+        "trained_words": trained, "heldout": inputs.held.record(),
         "seconds": round(seconds, 2),
         "phases": phases, "fingerprint": of_stage(cfg, "prepare").as_dict(),
-        "layout": Prepared.LAYOUT, "splits": splits_written})
+        "layout": Prepared.LAYOUT, "splits": written})
     # every file prepare writes is one set (rcpipe/outputs.py): an earlier run's file this one
     # did not write (no vectors: word_emb.npy; nothing held out: heldout/*; fewer parts; an
     # older layout's train.parquet) goes at the commit
     for path in out.files():
         files.remove(path)
     for split in Prepared.SPLITS:  # a split not written this time: its folder goes whole
-        if split not in splits_written:
+        if split not in written:
             files.remove(out.split(split))
-    tr, dv = report["train"], report["dev"]
+    tr, dv, windows = report["train"], report["dev"], tally.windows
     read_as = f", {windows['questions']} read as {windows['rows']} windows" \
         if windows["questions"] else ""
     log.info(
         f"prepare: train {tr['kept']}/{tr['questions']} kept{read_as} "
-        f"({sum(dropped.values())} dropped: {dict(dropped) or 'none'}), "
-        f"dev {dv['kept']}/{dv['questions']}; {held.described()}; vocab {len(words)} "
+        f"({sum(tally.dropped.values())} dropped: {dict(tally.dropped) or 'none'}), "
+        f"dev {dv['kept']}/{dv['questions']}; {inputs.held.described()}; vocab {len(words)} "
         f"words, {len(chars)} chars; {seconds:.1f}s -> {d.out_dir}"
     )
     return report
 
 
-def _report(train: Any, dev: Any, held: Any, kept: list[Any], dropped: dict[str, int],
-            windows: dict[str, int], dev_kept: int) -> dict[str, Any]:
-    """report.json: each split's questions read, kept and dropped (with why), so
-    ``questions == kept + sum(dropped)`` holds for every split."""
-    report = {
-        # kept counts questions; rows the Parquet's rows (a long context: a row a window)
-        "train": {"questions": len(train.questions), "kept": len({r.index for r in kept}),
-                  "dropped": dict(sorted(dropped.items())), "rows": len(kept),
-                  "windows": {k: windows[k] for k in WINDOW_COUNTS}},
-        "dev": {"questions": len(dev.questions), "kept": dev_kept, "dropped": {}},
-    }
-    if held.source is not None:  # like dev, never dropped; meta.json says where from
-        n = len(held.file.questions)
-        report["heldout"] = {"questions": n, "kept": n, "dropped": {}}
-    return report
+# ------------------------------------------------------------------- (a) the inputs, read
 
+
+@dataclass(frozen=True)
+class HeldOut:
+    """The questions the no-answer threshold is chosen and checkpoints are ranked on: a
+    seeded share of the training file's articles (``indices``), or a file's."""
+
+    source: str | None  # "heldout" (a slice of train), "file:<path>" or None
+    articles: int
+    questions: int
+    indices: frozenset[int] = frozenset()  # of the training file's articles (a slice)
+
+    def record(self) -> dict[str, Any] | None:
+        """meta.json's "heldout": where the held-out questions came from, how many."""
+        if self.source is None:
+            return None
+        return {"source": self.source, "articles": self.articles, "questions": self.questions}
+
+    def described(self) -> str:
+        if self.source is None:
+            return "nothing held out"
+        where = "of train" if self.source == "heldout" else self.source
+        return f"held out {self.articles} articles, {self.questions} questions ({where})"
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The files prepare reads, each read through once (data/articles.py's Survey), and
+    the held-out articles chosen."""
+
+    train: Any  # Survey of data.train_file
+    dev: Any  # of data.dev_file
+    held_file: Any  # of data.heldout.file, or None (a slice of train, or nothing)
+    held: HeldOut
+
+    def articles(self) -> Iterator[tuple[tuple[str, Any], Any]]:
+        """((split, Article), its SquadFile) of every article, file after file: train's
+        (those held out to "heldout"), dev's, then the held-out file's."""
+        for article, sq in self.train.source.files(self.train.version):
+            split = "heldout" if article.index in self.held.indices else "train"
+            yield (split, article), sq
+        for article, sq in self.dev.source.files(self.dev.version):
+            yield ("dev", article), sq
+        if self.held_file is not None:
+            for article, sq in self.held_file.source.files(self.held_file.version):
+                yield ("heldout", article), sq
+
+    @property
+    def total(self) -> int:
+        """Articles in all, for the progress bars."""
+        return sum(s.articles for s in (self.train, self.dev, self.held_file) if s)
+
+
+def _read_inputs(cfg: Config) -> Inputs:
+    """Each input read through and validated (a located error stops prepare before anything
+    is tokenized), and the held-out articles drawn from the training file's titles."""
+    from rcpipe.data.articles import JSON_LINES, survey
+    from rcpipe.data.heldout import heldout_articles
+    from rcpipe.data.squad import fetch
+
+    d, h = cfg.data, cfg.data.heldout
+    if d.dev_file.endswith(JSON_LINES):  # evaluate and the official scorer read it whole
+        raise InputError(cfg.source, "data.dev_file", f"{d.dev_file}: a SQuAD JSON file, "
+                         "not JSON Lines: evaluate scores it as the official scorer reads it")
+
+    def read(uri: str) -> Any:
+        return survey(fetch(uri, d.cache_dir, limits=cfg.limits), uri, cfg.limits)
+
+    train, dev = read(d.train_file), read(d.dev_file)
+    held_file = read(h.file) if h.file else None
+    if held_file is not None:
+        held = HeldOut(f"file:{h.file}", held_file.articles, held_file.questions)
+    else:
+        try:
+            indices = frozenset(heldout_articles(train.titles, h.fraction, h.seed))
+        except ValueError as e:
+            raise InputError(cfg.source, "data.heldout.fraction", f"{e} ({d.train_file}); "
+                             "set data.heldout.fraction=0 (then eval.na_threshold) or name "
+                             "data.heldout.file") from None
+        held = HeldOut("heldout" if indices else None, len(indices),
+                       sum(train.sizes[i] for i in indices), indices)
+    if held.source is not None and not held.questions:
+        raise InputError(h.file or d.train_file, "", "the held-out articles have no "
+                         "questions (data.heldout)")
+    return Inputs(train, dev, held_file, held)
+
+
+# ------------------------------------------------------------- (b) tokens and word counts
+
+
+@dataclass
+class Counts:
+    """What pass (b) counts: the training split's words (each context once, each question
+    once) and, with word vectors, every dev and held-out word (a vector admits it)."""
+
+    words: Counter[str] = field(default_factory=Counter)
+    candidates: set[str] = field(default_factory=set)
+    overlap: Counter[str] = field(default_factory=Counter)  # training ids also in dev ...
+
+
+def _count_words(cfg: Config, inputs: Inputs, cache: Any, tokenizer: Any) -> Counts:
+    """Pass (b): every article tokenized (or its tokens taken from the cache) and counted."""
+    from rcpipe.console import progress
+    from rcpipe.data.features import add_words
+    from rcpipe.data.token_cache import tokenized
+
+    d, counts = cfg.data, Counts()
+    held = inputs.held.questions
+    train = inputs.train.questions - (held if inputs.held_file is None else 0)
+    log.info(f"prepare: tokenizing {train} train, {inputs.dev.questions} dev and {held} "
+             f"held-out questions ({inputs.total} articles) on {d.workers} process(es)")
+    others = {"dev": inputs.dev.ids}
+    if inputs.held_file is not None:  # a slice of train shares none: a file's ids are unique
+        others["held-out"] = inputs.held_file.ids
+    with progress() as bar:
+        task = bar.add_task("tokenize", total=inputs.total)
+        for t in tokenized(inputs.articles(), cache, tokenizer):
+            split, _ = t.item
+            if split == "train":
+                add_words(counts.words, t.contexts, t.questions)
+                for q in t.sq.questions:  # ids shared with dev or held out: a warning
+                    counts.overlap.update(name for name, ids in others.items() if q.qid in ids)
+            elif d.word_vectors:
+                counts.candidates.update(w for tok in (*t.contexts, *t.questions)
+                                         for w in tok.words)
+            bar.advance(task)
+    log.info(f"prepare: {cache.described()}")
+    for name in others:  # legitimate when measuring on a split of one file; worth a warning
+        if counts.overlap[name]:
+            log.warning(f"{counts.overlap[name]} {name} question ids are also in the "
+                        "training file")
+    return counts
+
+
+# ----------------------------------------------------------------- (c) the vocabularies
 
 _MISSING = {"unk": "out of vocabulary, the trainable OOV vector stands for them",
             "train": "a trainable row each", "fixed": "a frozen random row each"}
 
 
-def _vocabularies(cfg: Config, train: tuple, *others: tuple) -> tuple:  # (file, ctx, qs)
+def _vocabularies(cfg: Config, counts: Counts) -> tuple:
     """(words, chars, word vectors or None, words found in them, words trained alone): the
     training split's words and chars, plus any dev or held-out word the pretrained vectors
     know (it gets its vector); a training word they lack as data.missing_vectors says."""
-    from rcpipe.data import features as F
+    from rcpipe.data.features import char_counts
     from rcpipe.data.squad import fetch
     from rcpipe.data.vocab import (
         build_vocab,
@@ -199,19 +305,18 @@ def _vocabularies(cfg: Config, train: tuple, *others: tuple) -> tuple:  # (file,
         read_vectors,
     )
 
-    d = cfg.data
-    word_counts, char_counts = F.count_words(*train)
+    d, word_counts = cfg.data, counts.words
     vectored: set[str] | None = None
     if d.word_vectors:
         log.info(f"prepare: reading word vectors {d.word_vectors}")
-        candidates = set(word_counts).union(*(F.count_words(*o)[0] for o in others))
+        candidates = set(word_counts) | counts.candidates
         wanted = {f for w in candidates for f in case_forms(w)}
         vectors = read_vectors(fetch(d.word_vectors, d.cache_dir, limits=cfg.limits), wanted,
                                d.word_dim, d.word_vectors, cfg.limits.vectors_bytes())
         vectored = {w for w in candidates if any(f in vectors for f in case_forms(w))}
     words, trained = build_word_vocab(word_counts, d.min_word_count, vectored,
                                       d.missing_vectors)
-    chars = build_vocab(char_counts, d.min_char_count)
+    chars = build_vocab(char_counts(word_counts), d.min_char_count)
     if vectored is None:
         return words, chars, None, 0, 0
     lacking = sum(1 for w in word_counts if w not in vectored)
@@ -222,11 +327,85 @@ def _vocabularies(cfg: Config, train: tuple, *others: tuple) -> tuple:  # (file,
     return words, chars, emb, hits, trained
 
 
-def _write_prepared(files: OutputSet, out: Prepared, tables: dict[str, Any], words: Any,
-                    chars: Any, emb: Any, shards: Any) -> dict[str, Any]:
-    """The splits as folders of Parquet parts (data/shards.py), vocab.json and (with
-    pretrained vectors) word_emb.npy; each split's manifest entry, for meta.json."""
+# ------------------------------------------------------------ (d) each article's rows
+
+
+@dataclass
+class Tally:
+    """report.json's counts, as the articles' rows are written: each split's questions, and
+    the training split's drops (by reason) and windows."""
+
+    questions: Counter[str] = field(default_factory=Counter)
+    kept: Counter[str] = field(default_factory=Counter)  # questions with a row
+    rows: Counter[str] = field(default_factory=Counter)
+    dropped: Counter[str] = field(default_factory=Counter)
+    windows: Counter[str] = field(default_factory=Counter)
+    held_out: bool = False
+
+    def report(self) -> dict[str, Any]:
+        """report.json: each split's questions read, kept and dropped (with why), so
+        ``questions == kept + sum(dropped)`` holds for every split."""
+        report = {
+            # kept counts questions; rows the Parquet's rows (a long context: a row a window)
+            "train": {"questions": self.questions["train"], "kept": self.kept["train"],
+                      "dropped": dict(sorted(self.dropped.items())),
+                      "rows": self.rows["train"],
+                      "windows": {k: self.windows[k] for k in WINDOW_COUNTS}},
+            "dev": {"questions": self.questions["dev"], "kept": self.kept["dev"],
+                    "dropped": {}},
+        }
+        if self.held_out:  # like dev, never dropped; meta.json says where from
+            n = self.questions["heldout"]
+            report["heldout"] = {"questions": n, "kept": n, "dropped": {}}
+        return report
+
+
+class _Rows:
+    """Pass (d): each article labelled (training's rules for train, every question for dev
+    and held out), indexed and written to its split's writer; the held-out articles to
+    heldout.json too."""
+
+    def __init__(self, cfg: Config, inputs: Inputs, cache: Any, tokenizer: Any,
+                 indexer: Any) -> None:
+        self.cfg, self.inputs, self.cache, self.tokenizer = cfg, inputs, cache, tokenizer
+        self.indexer = indexer
+        self.splits = ["train", "dev"] + (["heldout"] if inputs.held.source else [])
+        self.tally = Tally(held_out=inputs.held.source is not None)
+
+    def write(self, writers: dict[str, Any], doc: Any) -> None:
+        from rcpipe.console import progress
+        from rcpipe.data import features as F
+        from rcpipe.data.token_cache import tokenized
+
+        d, tally = self.cfg.data, self.tally
+        with progress() as bar:
+            task = bar.add_task("write", total=self.inputs.total)
+            for t in tokenized(self.inputs.articles(), self.cache, self.tokenizer):
+                split, article = t.item
+                if split == "train":
+                    rows, dropped, windows = F.label_train(t.sq, t.contexts, t.questions, d)
+                    tally.dropped.update(dropped)
+                    tally.windows.update(windows)
+                else:
+                    rows = F.label_dev(t.sq, t.contexts, d)
+                if split == "heldout":
+                    doc.add(article.raw)
+                tally.questions[split] += len(t.sq.questions)
+                tally.kept[split] += len({r.index for r in rows})
+                tally.rows[split] += len(rows)
+                if rows:
+                    writers[split].write(F.build_table(t.sq, t.contexts, t.questions, rows,
+                                                       self.indexer))
+                bar.advance(task)
+
+
+def _write_prepared(files: OutputSet, out: Prepared, rows: _Rows, words: Any, chars: Any,
+                    emb: Any, shards: Any) -> dict[str, Any]:
+    """The splits as folders of Parquet parts (data/shards.py), written as pass (d) gives
+    their rows, heldout.json beside the held-out split, vocab.json and (with pretrained
+    vectors) word_emb.npy; each split's manifest entry, for meta.json."""
     import hashlib
+    from contextlib import ExitStack
 
     import numpy as np
 
@@ -235,72 +414,37 @@ def _write_prepared(files: OutputSet, out: Prepared, tables: dict[str, Any], wor
     vocab = files.json_bytes({"words": words.items, "chars": chars.items})
     files.write(out.vocab_file, vocab)
     digest = hashlib.sha256(vocab).hexdigest()  # Prepared.vocab_digest of the file
-    written = {}
-    for split, table in tables.items():
-        folder = out.split(split)
-        with SplitWriter(lambda name, f=folder: files.path(f / name), shards.file_rows,
-                         shards.group_rows, digest) as writer:
-            writer.write(table)
-            written[split] = writer.close()
+    with ExitStack() as stack:
+        writers = {split: stack.enter_context(SplitWriter(
+            lambda name, f=out.split(split): files.path(f / name), shards.file_rows,
+            shards.group_rows, digest)) for split in rows.splits}
+        doc = stack.enter_context(_heldout_doc(files, out, rows.inputs))
+        rows.write(writers, doc)
+        written = {split: writer.close() for split, writer in writers.items()}
     if emb is not None:
         np.save(files.path(out.word_emb), emb)
     return written
 
 
-@dataclass(frozen=True)
-class HeldOut:
-    """The questions the no-answer threshold is chosen and checkpoints are ranked on."""
+@contextmanager
+def _heldout_doc(files: OutputSet, out: Prepared, inputs: Inputs) -> Iterator[Any]:
+    """heldout.json, the held-out SQuAD JSON the official scorer reads, written beside the
+    held-out split an article at a time (data/articles.py's SquadWriter): a slice keeps the
+    training file's other entries ("version"), "data" last; a file is written as it is."""
+    from rcpipe.data.articles import SquadWriter
+    from rcpipe.safe_open import create_new
 
-    file: Any  # SquadFile (no questions when nothing is held out)
-    doc: dict[str, Any]  # its SQuAD JSON, written as heldout.json for the official scorer
-    source: str | None  # "heldout" (a slice of train), "file:<path>" or None
-    articles: int
-
-    def record(self) -> dict[str, Any] | None:
-        """meta.json's "heldout": where the held-out questions came from, how many."""
-        if self.source is None:
-            return None
-        return {"source": self.source, "articles": self.articles,
-                "questions": len(self.file.questions)}
-
-    def described(self) -> str:
-        if self.source is None:
-            return "nothing held out"
-        where = "of train" if self.source == "heldout" else self.source
-        return f"held out {self.articles} articles, {len(self.file.questions)} questions " \
-               f"({where})"
-
-
-def _read_splits(cfg: Config) -> tuple[Any, Any, HeldOut]:
-    """The training, dev and held-out SquadFiles, validated (the held-out articles are
-    taken out of training); question ids shared with dev are warned of."""
-    from rcpipe.data.heldout import split_articles
-    from rcpipe.data.squad import fetch, load_squad, parse_squad, read_json
-
-    d, h = cfg.data, cfg.data.heldout
-    train_doc = read_json(fetch(d.train_file, d.cache_dir, limits=cfg.limits), d.train_file,
-                          cfg.limits)
-    train = parse_squad(train_doc, d.train_file)  # located errors in the whole file
-    dev = load_squad(d.dev_file, d.cache_dir, limits=cfg.limits)
-    if h.file:
-        held_doc = read_json(fetch(h.file, d.cache_dir, limits=cfg.limits), h.file, cfg.limits)
-        held = HeldOut(parse_squad(held_doc, h.file), held_doc, f"file:{h.file}",
-                       len(held_doc["data"]))
+    if inputs.held.source is None:  # no held-out split: no article comes
+        yield None
+        return
+    if inputs.held_file is not None:
+        head = inputs.held_file.source.head
     else:
-        try:
-            train_doc, held_doc = split_articles(train_doc, h.fraction, h.seed)
-        except ValueError as e:
-            raise InputError(cfg.source, "data.heldout.fraction", f"{e} ({d.train_file}); "
-                             "set data.heldout.fraction=0 (then eval.na_threshold) or name "
-                             "data.heldout.file") from None
-        train = parse_squad(train_doc, d.train_file)
-        held = HeldOut(parse_squad(held_doc, d.train_file), held_doc,
-                       "heldout" if held_doc["data"] else None, len(held_doc["data"]))
-    if held.source is not None and not held.file.questions:
-        raise InputError(h.file or d.train_file, "", "the held-out articles have no "
-                         "questions (data.heldout)")
-    for name, other in (("dev", dev), ("held-out", held.file)):
-        overlap = {q.qid for q in train.questions} & {q.qid for q in other.questions}
-        if overlap:  # legitimate when measuring on a split of one file; worth a warning
-            log.warning(f"{len(overlap)} {name} question ids are also in the training file")
-    return train, dev, held
+        head = {k: v for k, v in inputs.train.source.head.items() if k != "data"}
+        head["data"] = None
+    with os.fdopen(create_new(files.path(out.heldout_doc)), "wb") as f:
+        doc = SquadWriter(f, head)
+        yield doc
+        doc.close()
+        f.flush()
+        os.fsync(f.fileno())  # as every file of the set (safe_open.write_new)

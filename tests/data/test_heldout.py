@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rcpipe.data.heldout import heldout_articles, heldout_count, split_articles
+from rcpipe.data.heldout import heldout_articles, heldout_count
 
 
 @pytest.mark.parametrize(("articles", "fraction", "held"), [
@@ -32,14 +32,3 @@ def test_the_slice_is_stable_under_its_seed_and_moves_with_it() -> None:
     # pinned: the draw is sha256, the same on every machine and Python version
     assert heldout_articles(titles, 0.05, seed=0) == [19, 25, 34, 46, 52]
 
-
-def test_split_articles_is_a_partition_in_file_order() -> None:
-    doc = {"version": "v2.0", "data": [{"title": f"t{i}", "paragraphs": []} for i in range(40)]}
-    train, held = split_articles(doc, 0.25, seed=1)
-    assert train["version"] == held["version"] == "v2.0"
-    titles = [a["title"] for a in train["data"]], [a["title"] for a in held["data"]]
-    assert len(titles[1]) == 10 and not set(titles[0]) & set(titles[1])
-    assert sorted(titles[0] + titles[1], key=lambda t: int(t[1:])) == \
-        [a["title"] for a in doc["data"]]
-    assert titles[1] == sorted(titles[1], key=lambda t: int(t[1:]))
-    assert doc["data"][0]["title"] == "t0" and len(doc["data"]) == 40  # doc unchanged

@@ -45,12 +45,10 @@ def mid_epoch_every(prepared: Prepared, batch: int, steps: int) -> int:
     saved it a second time (Worker.resume did not restore saved_step; fixed, and tested in
     tests/train/test_local.py), kept so the kill, which lands where it lands, resumes from a
     mid-epoch checkpoint as the box's does."""
-    from rcpipe.data.dataset import SquadDataset
-    from rcpipe.train.worker import train_batches
+    from rcpipe.data.stream import TrainStream
 
-    data = SquadDataset.from_parquet(prepared.out_dir / "train",
-                                     buckets=(BUCKETS["context"], BUCKETS["question"]))
-    epoch = len(train_batches(data, batch, seed=0, world=1))
+    epoch = len(TrainStream.of(prepared.out_dir, batch, buckets=(
+        BUCKETS["context"], BUCKETS["question"])).epoch(0))
     return next(e for e in range(3, steps) if all(s % epoch for s in range(e, steps + 1, e)))
 
 

@@ -106,7 +106,8 @@ def test_synth_then_prepare_writes_the_contract_files(workdir: Path) -> None:
     prep = run("prepare", "--set", "data.out_dir=out/prep", cwd=workdir)
     assert prep.returncode == 0, prep.stderr
     out = workdir / "out/prep"
-    for name in ("train.parquet", "dev.parquet", "vocab.json", "report.json"):
+    for name in ("train/part-00000.parquet", "dev/part-00000.parquet", "vocab.json",
+                 "report.json"):
         assert (out / name).is_file(), name
     assert not (workdir / "data/prepared").exists()
 
@@ -118,7 +119,7 @@ def test_synth_then_prepare_writes_the_contract_files(workdir: Path) -> None:
         held = report["heldout"]["questions"] if split == "train" else 0
         assert r["questions"] == len(questions_of(doc)) - held
         assert r["questions"] == r["kept"] + sum(r["dropped"].values())
-        assert pq.read_metadata(out / f"{split}.parquet").num_rows == r["kept"]
+        assert pq.read_metadata(out / split / "part-00000.parquet").num_rows == r["kept"]
     assert report["dev"]["dropped"] == {}
     assert report["dev"]["kept"] == report["dev"]["questions"]
 

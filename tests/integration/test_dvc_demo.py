@@ -56,7 +56,7 @@ def test_make_dvc_demo_runs_the_demo_preset_through_dvc(tmp_path: Path) -> None:
     assert params["data"]["train_file"] == demo["data"]["train_file"]
     assert {"sha256", "limits", "window"} <= set(params["data"])  # every key, not a layer
     assert (work / params["data"]["train_file"]).is_file()
-    assert (work / params["data"]["out_dir"] / "train").is_file()
+    assert (work / params["data"]["out_dir"] / "train" / "part-00000.parquet").is_file()
     assert "prepare" in (work / "dvc.lock").read_text()
 
     again = _make(work, "DVC_TARGETS=prepare")

@@ -138,10 +138,12 @@ def test_a_deployment_run_loses_the_training_node_and_finishes_as_undisturbed(
     # test, trained on `prepared`: the data this flow prepared, byte for byte): the same
     # steps, the same dev F1 within noise (the data order, optimizer, EMA and RNG streams
     # resume with the checkpoint)
-    for name in ("vocab.json", "train.parquet", "dev.parquet"):
+    for name in ("vocab.json", "train/part-00000.parquet", "dev/part-00000.parquet"):
         assert (work / "data/prepared" / name).read_bytes() == \
             (prepared.out_dir / name).read_bytes(), name
     assert undisturbed["steps"] == resumed["steps"]
+    # the lost node's worker's stream went on where its checkpoint was (data/stream.py)
+    assert resumed["reads"] == undisturbed["reads"]
     assert resumed["best_dev_f1"] == pytest.approx(undisturbed["best_dev_f1"], abs=2.0)
     print(f"\nnode lost with checkpoint step {seen['last_before']} stored; resumed from "
           f"step {resumed['resumed_from_step']} (a checkpoint every {TRAIN['eval_every']} "

@@ -10,8 +10,9 @@ Two forms, either gzipped (known by its first bytes, as reads.read_json knows it
 Each article is validated as squad.parse_squad validates a whole file (the same located
 lines: ``data[3].paragraphs[7].qas[2].id``, in JSON Lines ``line 12: paragraphs[0]...``).
 A file is held to limits.json_mb an article (the bytes from the end of one to the end of
-the next, give or take the parser's 64 KB reads; a JSON Lines line exactly) and to
-limits.depth, so no article of any size is built, and no nesting recurses.
+the next, to within the parser's reads: 64 KB, or a sixteenth of a smaller cap; a JSON
+Lines line exactly), never the whole file, and to limits.depth, so no article past the cap
+is built and no nesting recurses.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from rcpipe.data.squad import (
 from rcpipe.errors import InputError
 
 JSON_LINES = (".jsonl", ".jsonl.gz")
-BUFFER = 64 * 1024  # the parser's reads: how far past an article's cap it may look
+BUFFER = 64 * 1024  # the parser's reads (at most): how far an article's size may be misread
 OPEN, CLOSE = ("start_map", "start_array"), ("end_map", "end_array")
 # a JSON value's Python type by the parser's first event of it (a number: by its value)
 KINDS = {"start_map": "dict", "start_array": "list", "string": "str", "boolean": "bool",
@@ -94,6 +95,7 @@ class SquadSource:
         self.head: dict[str, Any] = {}
         self.places: dict[str, str] = {}
         self._identity: tuple[int, ...] | None = None
+        self.surveyed = False  # read through once, every article checked (survey)
 
     def articles(self) -> Iterator[Article]:
         """Every article, in order; ``head`` and ``places`` are the file's once the last
@@ -102,7 +104,8 @@ class SquadSource:
             self._same_file(os.fstat(raw.fileno()))
             f: IO[bytes] = gzip.GzipFile(fileobj=raw) if raw.peek(2)[:2] == b"\x1f\x8b" \
                 else raw  # type: ignore[assignment]
-            reader = _Lines(self, f) if self.lines else _Json(self, f)
+            reader = _Lines(self, f) if self.lines else \
+                _Surveyed(self, f) if self.surveyed else _Json(self, f)
             yield from reader.articles()
             self.head, self.places = reader.head, reader.places
 
@@ -157,7 +160,9 @@ class _Json:
         self.bound = source.limits.depth
         cap = source.limits.json_bytes()
         self.stream = _Capped(f, cap)
-        self.events = ijson.basic_parse(self.stream, use_float=True, buf_size=min(BUFFER, cap))
+        # reads of at most a sixteenth of the cap: an article is measured to within that
+        self.events = ijson.basic_parse(self.stream, use_float=True,
+                                        buf_size=max(1, min(BUFFER, cap // 16)))
         self.head: dict[str, Any] = {}
         self.places: dict[str, str] = {}
         self.depth = 0  # containers open
@@ -206,11 +211,11 @@ class _Json:
 
     def _data(self) -> Iterator[Article]:
         for index in count():
+            self.unit = f"data[{index}]"  # a fault after an article: at the next one
             event, value = next(self.events)
             if event == "end_array":
                 self.depth = 1
                 return
-            self.unit = f"data[{index}]"
             yield Article(index, self.unit, self._value(event, value))
             self._boundary()
 
@@ -247,6 +252,26 @@ class _Json:
                 self.depth -= 1
         raise InputError(self.name, self.unit, f"nested {deepest} deep, over the bound of "
                          f"{self.bound} (limits.depth)")
+
+
+class _Surveyed:
+    """A SQuAD JSON read through before and unchanged since (SquadSource checks): its
+    structure, depth and every article's size were checked then, so its articles are built
+    by ijson's C code alone, no event passing through Python (the read three times faster)."""
+
+    def __init__(self, source: SquadSource, f: IO[bytes]) -> None:
+        import ijson
+
+        self.source, self.head, self.places = source, source.head, source.places
+        self.items = ijson.items(f, "data.item", use_float=True)
+
+    def articles(self) -> Iterator[Article]:
+        index = 0
+        try:
+            for index, raw in enumerate(self.items):  # noqa: B007 - where an error is
+                yield Article(index, f"data[{index}]", raw)
+        except Exception as e:  # the file read before, unchanged: only the disk can fail
+            raise self.source.read_error(f"data[{index}]", e) from None
 
 
 def _kind(event: str, value: Any) -> str:
@@ -376,6 +401,7 @@ def survey(path: Path, name: str, limits: ReadLimits = DEFAULT,
         titles.append(title)
         sizes.append(len(qs))
         passages += len(contexts)
+    source.surveyed = True
     return Survey(source, source.version(), titles, sizes, passages, ids)
 
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
@@ -228,15 +227,15 @@ def _expect(value: Any, kind: type | tuple[type, ...], name: str, where: str, wh
     return value
 
 
-_LINE = re.compile(r"line \d+")
-
-
 def place(where: str, key: str) -> str:
     """The JSON path of ``key`` inside ``where``: ``data[3].paragraphs``; at the top level
-    ``key`` alone; in a JSON Lines file, whose line is an article, ``line 12: paragraphs``."""
+    ``key`` alone; in a JSON Lines file, whose line is an article, ``line 12: paragraphs``
+    (then ``line 12: paragraphs[0].qas``: a path holds no text of the file's own)."""
     if not where:
         return key
-    return f"{where}: {key}" if _LINE.fullmatch(where) else f"{where}.{key}"
+    if where.startswith("line ") and ":" not in where:
+        return f"{where}: {key}"
+    return f"{where}.{key}"
 
 
 def _field(obj: dict, key: str, kind: type | tuple[type, ...], name: str, where: str,
@@ -321,6 +320,21 @@ def article_file(article: Any, where: str, name: str, version: str,
     tokenizes, labels and writes an article at a time."""
     title, contexts, questions = flatten_article(article, where, name, {}, require_answers)
     return SquadFile(name, version, contexts, [title] * len(contexts), questions)
+
+
+def joined(files: list[SquadFile]) -> SquadFile:
+    """Several articles' SquadFiles (one file's) as one, their contexts and questions in
+    order: what prepare labels and writes a batch at a time."""
+    contexts: list[str] = []
+    titles: list[str] = []
+    questions: list[Question] = []
+    for sq in files:
+        first = len(contexts)  # this article's contexts are counted from here
+        questions.extend(replace(q, context_index=first + q.context_index)
+                         for q in sq.questions)
+        contexts.extend(sq.contexts)
+        titles.extend(sq.titles)
+    return SquadFile(files[0].name, files[0].version, contexts, titles, questions)
 
 
 def question_places(article: Any, where: str) -> Iterator[tuple[Any, str]]:

@@ -97,7 +97,7 @@ class TokenCache:
     def __init__(self, folder: Path | None) -> None:
         self.folder = folder
         self.tag = version_tag()
-        self.cached = self.tokenized = self.corrupt = 0
+        self.cached = self.tokenized = self.corrupt = self.unwritten = 0
 
     def path(self, texts: list[str]) -> Path | None:
         if self.folder is None:
@@ -123,7 +123,7 @@ class TokenCache:
         return spans
 
     def put(self, texts: list[str], spans: list[np.ndarray]) -> None:
-        """Keep ``texts``' offsets (a cache that cannot be written is left, said once)."""
+        """Keep ``texts``' offsets (what cannot be written is left, said once)."""
         self.tokenized += 1
         path = self.path(texts)
         if path is None:
@@ -137,15 +137,17 @@ class TokenCache:
                 os.replace(tmp, path)
             finally:
                 Path(tmp).unlink(missing_ok=True)
-        except OSError as e:
-            log.warning(f"token cache: cannot write {self.folder} ({e}); tokenizing "
-                        "without it")
-            self.folder = None
+        except OSError as e:  # a full disk, a read-only one: said once, prepare goes on
+            if not self.unwritten:
+                log.warning(f"token cache: cannot write {path} ({e}); its tokens are not "
+                            "kept")
+            self.unwritten += 1
 
     def described(self) -> str:
+        said = [f"{self.corrupt} of its entries unreadable, tokenized again"] * bool(
+            self.corrupt) + [f"{self.unwritten} not kept"] * bool(self.unwritten)
         return f"{self.tokenized} articles tokenized, {self.cached} from the token cache" + \
-            (f" ({self.corrupt} of its entries unreadable, tokenized again)"
-             if self.corrupt else "")
+            (f" ({'; '.join(said)})" if said else "")
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 # rows their windows gave (of which no_answer: v2.0's windows without the answer) and the
 # windows left out (part of the answer; v1.1: none of it)
 WINDOW_COUNTS = ("questions", "rows", "no_answer", "left_out")
+# questions prepare labels and writes at once, a split's articles gathered to about this
+# many (a row group's worth: shards.group_rows' default)
+BATCH = 1024
 
 # ------------------------------------------------------------------------------------ synth
 
@@ -373,30 +376,49 @@ class _Rows:
         self.tally = Tally(held_out=inputs.held.source is not None)
 
     def write(self, writers: dict[str, Any], doc: Any) -> None:
+        """Every article through, its split's rows written a batch of articles at a time
+        (Arrow's calls are paid a batch, not an article)."""
         from rcpipe.console import progress
-        from rcpipe.data import features as F
         from rcpipe.data.token_cache import tokenized
 
-        d, tally = self.cfg.data, self.tally
+        batches: dict[str, list[Any]] = {split: [] for split in self.splits}
+        waiting = Counter[str]()  # questions in each split's batch
         with progress() as bar:
             task = bar.add_task("write", total=self.inputs.total)
             for t in tokenized(self.inputs.articles(), self.cache, self.tokenizer):
                 split, article = t.item
-                if split == "train":
-                    rows, dropped, windows = F.label_train(t.sq, t.contexts, t.questions, d)
-                    tally.dropped.update(dropped)
-                    tally.windows.update(windows)
-                else:
-                    rows = F.label_dev(t.sq, t.contexts, d)
                 if split == "heldout":
                     doc.add(article.raw)
-                tally.questions[split] += len(t.sq.questions)
-                tally.kept[split] += len({r.index for r in rows})
-                tally.rows[split] += len(rows)
-                if rows:
-                    writers[split].write(F.build_table(t.sq, t.contexts, t.questions, rows,
-                                                       self.indexer))
+                batches[split].append(t)
+                waiting[split] += len(t.sq.questions)
+                if waiting[split] >= BATCH:
+                    self._write(split, batches[split], writers[split])
+                    batches[split], waiting[split] = [], 0
                 bar.advance(task)
+        for split, batch in batches.items():
+            if batch:
+                self._write(split, batch, writers[split])
+
+    def _write(self, split: str, batch: list[Any], writer: Any) -> None:
+        """A batch of a split's articles labelled, counted, indexed and written."""
+        from rcpipe.data import features as F
+        from rcpipe.data.squad import joined
+
+        d, tally = self.cfg.data, self.tally
+        sq = joined([t.sq for t in batch])
+        ctx = [c for t in batch for c in t.contexts]  # sq's contexts' tokens, in order
+        qs = [q for t in batch for q in t.questions]
+        if split == "train":
+            rows, dropped, windows = F.label_train(sq, ctx, qs, d)
+            tally.dropped.update(dropped)
+            tally.windows.update(windows)
+        else:
+            rows = F.label_dev(sq, ctx, d)
+        tally.questions[split] += len(sq.questions)
+        tally.kept[split] += len({r.index for r in rows})
+        tally.rows[split] += len(rows)
+        if rows:
+            writer.write(F.build_table(sq, ctx, qs, rows, self.indexer))
 
 
 def _write_prepared(files: OutputSet, out: Prepared, rows: _Rows, words: Any, chars: Any,

@@ -233,6 +233,17 @@ def test_count_words_counts_each_context_once() -> None:
     assert PAD not in words and OOV not in words
 
 
+
+def test_words_counted_a_piece_at_a_time_are_the_splits_counts() -> None:
+    """prepare counts a split article by article (add_words), its chars once at the end."""
+    texts = ["Ada wrote code.", "Ada read!", "Bob?", "é è"]
+    toks = tokenize(texts)
+    words = Counter[str]()
+    F.add_words(words, toks[:1], toks[1:2])
+    F.add_words(words, toks[2:3], toks[3:])
+    assert (words, F.char_counts(words)) == F.count_words(make_squad([]), toks[:2], toks[2:])
+
+
 # ------------------------------------------------------------------ on the prepared synth set
 
 

@@ -1,4 +1,5 @@
-"""Reading SQuAD: flattening, fetching (path, http, s3, gzip) and answer span checks."""
+"""Reading SQuAD: flattening (a file, an article), fetching (path, http, s3, gzip) and answer
+span checks."""
 
 from __future__ import annotations
 
@@ -14,7 +15,19 @@ from typing import Any
 import pytest
 
 from rcpipe.data import squad
-from rcpipe.data.squad import Answer, cache_path, check_answer, fetch, load_squad, parse_squad
+from rcpipe.data.squad import (
+    Answer,
+    article_file,
+    cache_path,
+    check_answer,
+    fetch,
+    flatten_article,
+    joined,
+    load_squad,
+    parse_squad,
+    place,
+    question_places,
+)
 from rcpipe.errors import InputError
 
 DOC: dict[str, Any] = {
@@ -84,6 +97,36 @@ def test_parse_squad_locates_faults() -> None:
     err = info.value
     assert (err.file, err.location) == ("f.json", "data[1].paragraphs[1].qas[0].id")
     assert "first at data[0].paragraphs[1].qas[0]" in err.what
+
+
+def test_an_article_flattened_alone_is_its_part_of_the_file() -> None:
+    """parse_squad is flatten_article over the articles, the contexts counted on: prepare
+    flattens an article at a time (article_file) and joins a batch of them (joined)."""
+    whole = parse_squad(DOC, "doc.json")
+    seen: dict[str, str] = {}
+    title, contexts, questions = flatten_article(DOC["data"][1], "data[1]", "doc.json", seen,
+                                                 first_context=2)
+    assert (title, contexts) == ("Second", whole.contexts[2:])
+    assert questions == whole.questions[3:] and seen == {"d": "data[1].paragraphs[1].qas[0]"}
+    alone = [article_file(a, f"data[{i}]", "doc.json", "v2.0")
+             for i, a in enumerate(DOC["data"])]
+    assert [q.context_index for q in alone[0].questions] == [0, 1, 1]
+    assert alone[1].titles == ["Second", "Second"] and alone[1].version == "v2.0"
+    assert joined(alone) == whole
+
+
+def test_an_articles_places_in_a_json_lines_file() -> None:
+    assert place("", "data") == "data" and place("data[3]", "title") == "data[3].title"
+    assert place("line 12", "paragraphs[0]") == "line 12: paragraphs[0]"
+    assert place("line 12: paragraphs[0]", "qas") == "line 12: paragraphs[0].qas"
+    with pytest.raises(InputError) as info:
+        article_file({"paragraphs": [{"context": 1}]}, "line 4", "f.jsonl", "")
+    assert info.value.line() == "error: f.jsonl: line 4: paragraphs[0].context: expected a " \
+                                "string, got int"
+    assert list(question_places(DOC["data"][0], "line 2")) == [
+        ("a", "line 2: paragraphs[0].qas[0]"), ("b", "line 2: paragraphs[1].qas[0]"),
+        ("c", "line 2: paragraphs[1].qas[1]")]
+    assert list(question_places({"paragraphs": [7, {"qas": "x"}]}, "data[0]")) == []
 
 
 def test_load_squad_reads_json_and_gzip(tmp_path: Path) -> None:

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from rcpipe import stages
+from rcpipe import reads, stages
 from rcpipe.config import Config, load_config
 from rcpipe.data.squad import load_squad
 from rcpipe.data.tokenize import tokenize
@@ -308,3 +312,286 @@ def test_a_one_article_training_file_cannot_give_a_heldout_slice(
     assert info.value.location == "data.heldout.fraction"
     assert "at least 2 articles, the file has 1" in str(info.value)
     assert "data.heldout.fraction=0" in str(info.value)
+
+
+# ------------------------------------------------------- prepare streams: the same output
+
+
+def one_pass_build(cfg: Config) -> dict[str, Any]:
+    """What prepare made before it read an article at a time (commit 508e4c1), for data
+    without word vectors: each file read whole, every split's texts tokenized in one call,
+    each split's table built at once; its tables, vocabulary, report and heldout.json."""
+    from rcpipe.data import features as F
+    from rcpipe.data.heldout import heldout_articles
+    from rcpipe.data.squad import parse_squad
+    from rcpipe.data.vocab import build_vocab, build_word_vocab
+    from rcpipe.stages.data import WINDOW_COUNTS
+
+    d, h = cfg.data, cfg.data.heldout
+    train_doc, dev_doc = (json.loads(Path(f).read_text()) for f in (d.train_file, d.dev_file))
+    if h.file:
+        held_doc = json.loads(Path(h.file).read_text())
+    else:  # the held-out articles out of the training file, both in the file's order
+        held = set(heldout_articles([a.get("title", "") for a in train_doc["data"]],
+                                    h.fraction, h.seed))
+        rest = {k: v for k, v in train_doc.items() if k != "data"}
+        held_doc = rest | {"data": [a for i, a in enumerate(train_doc["data"]) if i in held]}
+        train_doc = rest | {"data": [a for i, a in enumerate(train_doc["data"])
+                                     if i not in held]}
+    sq = {name: parse_squad(doc, name) for name, doc in
+          (("train", train_doc), ("dev", dev_doc), ("heldout", held_doc))}
+    toks = {name: (tokenize(s.contexts, quiet=True),
+                   tokenize([q.question for q in s.questions], quiet=True))
+            for name, s in sq.items()}
+    kept, dropped, windows = F.label_train(sq["train"], *toks["train"], d)
+    rows = {"train": kept, **{name: F.label_dev(sq[name], toks[name][0], d)
+                              for name in ("dev", "heldout")}}
+    word_counts, char_counts = F.count_words(sq["train"], *toks["train"])
+    words = build_word_vocab(word_counts, d.min_word_count, None)[0]
+    chars = build_vocab(char_counts, d.min_char_count)
+    indexer = F.Indexer(words, chars, d.limits.char)
+    n = len(sq["heldout"].questions)
+    return {
+        "tables": {name: F.build_table(sq[name], *toks[name], rows[name], indexer)
+                   for name in sq},
+        "vocab.json": {"words": words.items, "chars": chars.items},
+        "report.json": {
+            "train": {"questions": len(sq["train"].questions),
+                      "kept": len({r.index for r in kept}),
+                      "dropped": dict(sorted(dropped.items())), "rows": len(kept),
+                      "windows": {k: windows[k] for k in WINDOW_COUNTS}},
+            "dev": {"questions": len(sq["dev"].questions), "kept": len(rows["dev"]),
+                    "dropped": {}},
+            "heldout": {"questions": n, "kept": n, "dropped": {}}},
+        "heldout.json": (json.dumps(held_doc, indent=1, ensure_ascii=False) + "\n").encode(),
+    }
+
+
+ONE_PASS_CASES = {
+    "v1.1": ("1", {}),
+    # v2.0, windows (no-answer rows) and drops, half the articles held out
+    "v2.0 windows": ("2", {"limits": {"para": 60, "question": 10, "answer": 4},
+                           "heldout": {"fraction": 0.5, "seed": 3}}),
+    "held-out file": ("1", {"heldout": {"file": "dev"}}),
+}
+
+
+@pytest.mark.parametrize("case", list(ONE_PASS_CASES))
+def test_prepare_writes_what_the_one_pass_build_wrote(
+        make_config: MakeConfig, synth_v1: SynthData, synth_v2: SynthData, case: str) -> None:
+    """Row for row: the same rows in the same order in each split, the same vocab.json,
+    report.json and heldout.json, read an article at a time or each file whole."""
+    version, data = ONE_PASS_CASES[case]
+    synth_data = synth_v1 if version == "1" else synth_v2
+    if data.get("heldout", {}).get("file") == "dev":
+        data = {"heldout": {"file": str(synth_data.dev)}}
+    cfg = make_config(synth_data, data={**data, "shards": {"group_rows": 7}})
+    stages.prepare(cfg)
+    out, want = cfg.data.out_dir, one_pass_build(cfg)
+    for split, table in want["tables"].items():
+        got = pq.read_table(out / split)
+        assert got.num_rows == table.num_rows > 0, split
+        assert got.to_pylist() == table.to_pylist(), split
+    assert json.loads((out / "vocab.json").read_text()) == want["vocab.json"]
+    assert json.loads((out / "report.json").read_text()) == want["report.json"]
+    assert (out / "heldout.json").read_bytes() == want["heldout.json"]
+    if case == "v2.0 windows":  # the case reaches what it is for
+        report = want["report.json"]["train"]
+        assert report["dropped"] and report["windows"]["no_answer"] > 0
+
+
+# the output of prepare before it streamed (commit 508e4c1, the one-pass build), on the
+# session's synth_v1 and synth_v2 (their sha256 below): each split's rows (sha256 of their
+# JSON), vocab.json, report.json, heldout.json and word_emb.npy (sha256 of the file), the
+# first 16 hex digits each. Made by running that commit's `stages.prepare` on each case.
+FROZEN_INPUTS = {
+    "1": {"train": "63f2b141ba28fa13", "dev": "499e9a2454fa56a2"},
+    "2": {"train": "5d8c88833365e412", "dev": "335403d17a35b763"},
+}
+FROZEN = {
+    "v1.1": ("1", {}, {
+        "train": "309c82ab6cd1f10f", "dev": "f3eab5d040bc3275", "heldout": "b9e010697698dfe8",
+        "vocab.json": "89a571f7b3a3b936", "report.json": "0e78a73e6823df7c",
+        "heldout.json": "a7d2b10ebd84cd04"}),
+    "v2.0 windows": ("2", ONE_PASS_CASES["v2.0 windows"][1], {
+        "train": "28e2399c84defc3f", "dev": "f3c41f1d1db2c092", "heldout": "e5b2ff42d99599ce",
+        "vocab.json": "3f68e2458b81d2ad", "report.json": "8f063247efd5a2a0",
+        "heldout.json": "36128740142324e7"}),
+    "held-out file": ("1", {"heldout": {"file": "dev"}}, {
+        "train": "df22edc474ce3306", "dev": "1a7a1c230ea408be", "heldout": "1a7a1c230ea408be",
+        "vocab.json": "d3d19d6c0793a055", "report.json": "74ba63415d1d56ff",
+        "heldout.json": "e6885e83a65e4991"}),
+    "v2.0 vectors": ("2", {"word_vectors": "vectors", "word_dim": 4,
+                           "missing_vectors": "train"}, {
+        "train": "9eb835d2461f0d25", "dev": "cc45602a5898a170", "heldout": "318382449915815f",
+        "vocab.json": "959254ea88fe97b1", "report.json": "0e78a73e6823df7c",
+        "heldout.json": "2865f31385b627ab", "word_emb.npy": "4c1e79c51d49c6f4"}),
+}
+
+
+def _short_sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def digests(out: Path) -> dict[str, str]:
+    """FROZEN's digests of a prepared folder."""
+    found = {split: _short_sha(json.dumps(pq.read_table(out / split).to_pylist(),
+                                          sort_keys=True).encode())
+             for split in ("train", "dev", "heldout") if (out / split).is_dir()}
+    return found | {name: _short_sha((out / name).read_bytes()) for name in
+                    ("vocab.json", "report.json", "heldout.json", "word_emb.npy")
+                    if (out / name).is_file()}
+
+
+@pytest.mark.parametrize("case", list(FROZEN))
+def test_prepare_writes_what_prepare_wrote_before_it_streamed(
+        make_config: MakeConfig, synth_v1: SynthData, synth_v2: SynthData, tmp_path: Path,
+        case: str) -> None:
+    version, data, frozen = FROZEN[case]
+    synth_data = synth_v1 if version == "1" else synth_v2
+    inputs = {split: _short_sha(getattr(synth_data, split).read_bytes())
+              for split in ("train", "dev")}
+    assert inputs == FROZEN_INPUTS[version], (
+        "the session's synthetic data changed (tests/conftest.py or rcpipe/data/synth.py): "
+        "these digests are of the old files; test_prepare_writes_what_the_one_pass_build_"
+        "wrote still compares prepare with the one-pass build")
+    if data.get("heldout", {}).get("file") == "dev":
+        data = {"heldout": {"file": str(synth_data.dev)}}
+    if data.get("word_vectors") == "vectors":
+        vectors = tmp_path / "vectors.txt"
+        vectors.write_text("".join(f"{w} {i % 7} 1 2 {i % 3}\n" for i, w in enumerate(
+            ["the", "The", "of", "in", "is", "was", "a", "and", "river", "city", "zzz"])))
+        data = {**data, "word_vectors": str(vectors)}
+    cfg = make_config(synth_data, data=data)
+    stages.prepare(cfg)
+    assert digests(cfg.data.out_dir) == frozen
+
+
+def _prepared(out: Path) -> dict[str, Any]:
+    """Everything prepare wrote that a later stage reads, but where it came from."""
+    meta = json.loads((out / "meta.json").read_text())
+    return {"rows": {s: pq.read_table(out / s).to_pylist() for s in ("train", "dev", "heldout")},
+            **{n: (out / n).read_bytes() for n in ("vocab.json", "report.json", "heldout.json")},
+            **{k: meta[k] for k in ("words", "chars", "version", "heldout", "splits")}}
+
+
+def _as_json_lines(doc: dict[str, Any], path: Path) -> Path:
+    """``doc`` as JSON Lines: its version on the first line, then an article a line."""
+    lines = [json.dumps({"version": doc["version"]}), *(json.dumps(a) for a in doc["data"])]
+    data = ("\n".join(lines) + "\n").encode()
+    path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
+    return path
+
+
+@pytest.mark.parametrize("name", ["train.jsonl", "train.jsonl.gz"])
+def test_json_lines_prepare_as_the_json_file(make_config: MakeConfig, synth_v2: SynthData,
+                                             tmp_path: Path, name: str) -> None:
+    lines = _as_json_lines(synth_v2.train_doc, tmp_path / name)
+    cfg = make_config(synth_v2, data={"out_dir": str(tmp_path / "json")})
+    stages.prepare(cfg)
+    cfg_lines = make_config(synth_v2, data={"train_file": str(lines),
+                                            "out_dir": str(tmp_path / "lines")})
+    stages.prepare(cfg_lines)
+    assert _prepared(tmp_path / "lines") == _prepared(tmp_path / "json")
+
+
+def test_json_lines_dev_file_is_refused(make_config: MakeConfig, synth_v1: SynthData,
+                                        tmp_path: Path) -> None:
+    dev = _as_json_lines(synth_v1.dev_doc, tmp_path / "dev.jsonl")
+    cfg = make_config(synth_v1, data={"dev_file": str(dev)})
+    with pytest.raises(InputError) as info:
+        stages.prepare(cfg)
+    assert info.value.location == "data.dev_file" and "not JSON Lines" in info.value.what
+
+
+# -------------------------------------------------------------------- the token cache
+
+
+def test_a_second_prepare_tokenizes_only_the_new_articles(
+        make_config: MakeConfig, synth_v1: SynthData, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A night with one more article: only it is tokenized, the rest come from the cache,
+    and what is written is what a prepare with no cache writes."""
+    doc = synth_v1.train_doc
+    (tmp_path / "train.json").write_text(json.dumps(doc | {"data": doc["data"][:-1]}))
+    cache = {"cache_dir": str(tmp_path / "cache")}
+    with caplog.at_level(logging.INFO, logger="rcpipe.stages.data"):
+        stages.prepare(make_config(synth_v1, data={"train_file": str(tmp_path / "train.json"),
+                                                   **cache}))
+        (tmp_path / "train.json").write_text(json.dumps(doc))  # one more article
+        caplog.clear()
+        stages.prepare(make_config(synth_v1, data={"train_file": str(tmp_path / "train.json"),
+                                                   **cache}))
+    n = len(doc["data"]) + len(synth_v1.dev_doc["data"])
+    assert f"prepare: 1 articles tokenized, {n - 1} from the token cache" in caplog.messages
+    stages.prepare(make_config(synth_v1, data={"out_dir": str(tmp_path / "cold"),
+                                               "cache_dir": str(tmp_path / "cold-cache")}))
+    assert _prepared(tmp_path / "prepared") == _prepared(tmp_path / "cold")
+
+
+def test_a_corrupt_token_cache_entry_is_tokenized_again(
+        make_config: MakeConfig, synth_v1: SynthData, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    cfg = make_config(synth_v1)
+    stages.prepare(cfg)
+    before = _prepared(cfg.data.out_dir)
+    entries = sorted((cfg.data.cache_dir / "tokens").rglob("*.tok"))
+    assert len(entries) == len(synth_v1.train_doc["data"]) + len(synth_v1.dev_doc["data"])
+    data = bytearray(entries[0].read_bytes())
+    data[-5] ^= 0xFF  # one token's end, its checksum now wrong
+    entries[0].write_bytes(bytes(data))
+    with caplog.at_level(logging.INFO):
+        stages.prepare(cfg)
+    said = [m for m in caplog.messages if str(entries[0]) in m]
+    assert said and "its checksum does not match its content; tokenized again" in said[0]
+    assert any("1 articles tokenized" in m and "(1 of its entries unreadable" in m
+               for m in caplog.messages)
+    assert _prepared(cfg.data.out_dir) == before
+
+
+# ---------------------------------------------------------------- bad input, nothing written
+
+
+def test_prepare_stops_at_a_training_file_cut_mid_article(
+        make_config: MakeConfig, synth_v1: SynthData, tmp_path: Path) -> None:
+    text = synth_v1.train.read_text()
+    cut = tmp_path / "cut.json"
+    cut.write_text(text[: text.index(synth_v1.train_doc["data"][2]["title"]) + 40])
+    cfg = make_config(synth_v1, data={"train_file": str(cut)})
+    with pytest.raises(InputError) as info:
+        stages.prepare(cfg)
+    assert info.value.line() == f"error: {cut}: data[2]: not valid JSON (parse error: " \
+                                "premature EOF)"
+    assert not cfg.data.out_dir.exists() and not (cfg.data.cache_dir / "tokens").exists()
+
+
+def test_prepare_stops_at_a_bad_json_lines_line(make_config: MakeConfig, synth_v1: SynthData,
+                                                tmp_path: Path) -> None:
+    path = _as_json_lines(synth_v1.train_doc, tmp_path / "train.jsonl")
+    lines = path.read_text().splitlines()
+    lines[2] = lines[2].replace('"context"', '"text"', 1)  # the second article's first
+    path.write_text("\n".join(lines) + "\n")
+    cfg = make_config(synth_v1, data={"train_file": str(path)})
+    with pytest.raises(InputError) as info:
+        stages.prepare(cfg)
+    assert info.value.line() == f"error: {path}: line 3: paragraphs[0]: missing key 'context'"
+    assert not cfg.data.out_dir.exists()
+
+
+def test_limits_json_mb_caps_each_article_prepare_reads(make_config: MakeConfig,
+                                                        synth_v1: SynthData,
+                                                        tmp_path: Path) -> None:
+    """A training file several times the cap prepares, each of its articles under it; an
+    article over it is one located line."""
+    doc = synth_v1.train_doc
+    largest = max(len(json.dumps(a)) for a in doc["data"])
+    cap = {"json_mb": 1.5 * largest / 1e6}
+    assert synth_v1.train.stat().st_size > 2 * 1.5 * largest  # the file: over twice the cap
+    assert stages.prepare(make_config(synth_v1, limits=cap))["train"]["kept"] > 0
+    padded = tmp_path / "padded.json"  # a key prepare does not read, 3 times the largest
+    padded.write_text(json.dumps(doc | {"data": [
+        a | ({"notes": "x" * 3 * largest} if i == 2 else {}) for i, a in enumerate(doc["data"])]}))
+    with pytest.raises(InputError) as info:
+        stages.prepare(make_config(synth_v1, data={"train_file": str(padded)}, limits=cap))
+    assert info.value.line() == f"error: {padded}: data[2]: an article over the cap of " \
+        f"{reads.size_text(int(cap['json_mb'] * 1e6))} (limits.json_mb, each article)"

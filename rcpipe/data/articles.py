@@ -70,6 +70,8 @@ class _Capped:
 
     def __init__(self, f: IO[bytes], cap: int) -> None:
         self.f, self.cap, self.pos, self.limit = f, cap, 0, cap
+        # the parser's reads: at most a sixteenth of the cap, an article measured within it
+        self.buffer = max(1, min(BUFFER, cap // 16))
 
     def read(self, n: int = -1) -> bytes:
         data = self.f.read(n)
@@ -159,11 +161,9 @@ class _Json:
         self.parse_error, self.builder = ijson.JSONError, ijson.ObjectBuilder
         self.source, self.name = source, source.name
         self.bound = source.limits.depth
-        cap = source.limits.json_bytes()
-        self.stream = _Capped(f, cap)
-        # reads of at most a sixteenth of the cap: an article is measured to within that
+        self.stream = _Capped(f, source.limits.json_bytes())
         self.events = ijson.basic_parse(self.stream, use_float=True,
-                                        buf_size=max(1, min(BUFFER, cap // 16)))
+                                        buf_size=self.stream.buffer)
         self.head: dict[str, Any] = {}
         self.places: dict[str, str] = {}
         self.depth = 0  # containers open
@@ -266,7 +266,8 @@ class _Surveyed:
 
         self.source, self.head, self.places = source, source.head, source.places
         self.stream = _Capped(f, source.limits.json_bytes())
-        self.items = ijson.items(self.stream, "data.item", use_float=True)
+        self.items = ijson.items(self.stream, "data.item", use_float=True,
+                                 buf_size=self.stream.buffer)
 
     def articles(self) -> Iterator[Article]:
         where = "data[0]"

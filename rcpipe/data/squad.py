@@ -220,9 +220,13 @@ def read_mapping(path: Path, value: type | tuple[type, ...], what: str,
     return obj
 
 
-def _expect(value: Any, kind: type | tuple[type, ...], name: str, where: str, what: str) -> Any:
+def _is(value: Any, kind: type | tuple[type, ...]) -> bool:
     # bool is an int in Python; SQuAD never means a bool where it asks for a number
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+    return isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+
+
+def _expect(value: Any, kind: type | tuple[type, ...], name: str, where: str, what: str) -> Any:
+    if not _is(value, kind):
         raise InputError(name, where, f"expected {what}, got {type(value).__name__}")
     return value
 
@@ -242,17 +246,22 @@ def _field(obj: dict, key: str, kind: type | tuple[type, ...], name: str, where:
            what: str) -> Any:
     if key not in obj:
         raise InputError(name, where, f"missing key '{key}'")
-    return _expect(obj[key], kind, name, place(where, key), what)
+    value = obj[key]
+    if not _is(value, kind):  # its path spelled for the message alone (prepare reads
+        _expect(value, kind, name, place(where, key), what)  # every field thrice)
+    return value
 
 
 def _answers(qa: dict, key: str, name: str, where: str) -> tuple[Answer, ...]:
     out = []
     for k, a in enumerate(_field(qa, key, list, name, where, "a list")):
-        at = place(where, f"{key}[{k}]")
-        _expect(a, dict, name, at, "an object")
-        text = _field(a, "text", str, name, at, "a string")
-        start = _field(a, "answer_start", int, name, at, "an integer")
-        out.append(Answer(text, start))
+        if not (isinstance(a, dict) and isinstance(a.get("text"), str)
+                and _is(a.get("answer_start"), int)):  # at fault: said where
+            at = place(where, f"{key}[{k}]")
+            _expect(a, dict, name, at, "an object")
+            _field(a, "text", str, name, at, "a string")
+            _field(a, "answer_start", int, name, at, "an integer")
+        out.append(Answer(a["text"], a["answer_start"]))
     return tuple(out)
 
 
@@ -362,7 +371,8 @@ def _question(qa: Any, context_index: int, name: str, where: str,
     answers = _answers(qa, "answers", name, where) \
         if require_answers or "answers" in qa else ()
     impossible = qa.get("is_impossible", False)
-    _expect(impossible, bool, name, f"{where}.is_impossible", "true or false")
+    if not isinstance(impossible, bool):
+        _expect(impossible, bool, name, f"{where}.is_impossible", "true or false")
     plausible = _answers(qa, "plausible_answers", name, where) if "plausible_answers" in qa else ()
     if impossible and answers:
         raise InputError(name, f"{where}.answers", "is_impossible is true but answers is not empty")

@@ -33,7 +33,7 @@ import numpy as np
 
 from rcpipe import reads
 from rcpipe.data.squad import SquadFile
-from rcpipe.data.tokenize import Tokenizer, Tokens, tokens_of, version_tag
+from rcpipe.data.tokenize import Tokenizer, Tokens, version_tag
 from rcpipe.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -52,11 +52,35 @@ def texts_of(sq: SquadFile) -> list[str]:
     return [*sq.contexts, *(q.question for q in sq.questions)]
 
 
-def encode(spans: list[np.ndarray]) -> bytes:
-    """An entry's bytes for the (T, 2) offsets of each text."""
-    counts = [len(s) for s in spans]
-    body = np.concatenate([np.array([len(spans), *counts], dtype="<i4"),
-                           *(s.astype("<i4").ravel() for s in spans)]).tobytes()
+class Offsets(NamedTuple):
+    """An article's tokens as offsets: each text's number of tokens, then every token's
+    start and end, text after text (what an entry holds)."""
+
+    counts: np.ndarray  # (n,) tokens of each text
+    spans: np.ndarray  # (T, 2) start, end
+
+    @classmethod
+    def of(cls, per_text: list[np.ndarray]) -> Offsets:
+        """From each text's (T_i, 2) offsets (what the tokenizer gives)."""
+        return cls(np.array([len(s) for s in per_text], dtype=np.int64),
+                   np.concatenate([*per_text, np.zeros((0, 2), np.int32)]))
+
+    def tokens(self, texts: list[str]) -> list[Tokens]:
+        """Each text's Tokens (a list read once an article, not an array a text)."""
+        starts, ends = self.spans[:, 0].tolist(), self.spans[:, 1].tolist()  # (T,) each
+        out, at = [], 0
+        for text, n in zip(texts, self.counts.tolist(), strict=True):
+            s, e = starts[at : at + n], ends[at : at + n]
+            out.append(Tokens([text[a:b] for a, b in zip(s, e, strict=True)], s, e))
+            at += n
+        return out
+
+
+def encode(offsets: Offsets) -> bytes:
+    """An entry's bytes."""
+    counts, spans = offsets
+    body = np.concatenate([np.array([len(counts)], dtype="<i4"), counts.astype("<i4"),
+                           spans.astype("<i4").ravel()]).tobytes()
     return MAGIC + hashlib.sha256(body).digest() + body
 
 
@@ -65,8 +89,8 @@ def cap(texts: list[str]) -> int:
     return HEAD + 4 * (1 + len(texts) + 2 * sum(len(t) for t in texts))
 
 
-def decode(data: bytes, texts: list[str]) -> list[np.ndarray]:
-    """The (T, 2) offsets of each of ``texts`` an entry holds, or Corrupt saying why."""
+def decode(data: bytes, texts: list[str]) -> Offsets:
+    """The offsets of ``texts`` an entry holds, or Corrupt saying why."""
     if data[: len(MAGIC)] != MAGIC:
         raise Corrupt("not a token cache entry")
     body = data[HEAD:]
@@ -88,7 +112,7 @@ def decode(data: bytes, texts: list[str]) -> list[np.ndarray]:
     same = owner[1:] == owner[:-1]  # (T-1,) token i+1 of the same text as token i
     if (starts[1:][same] < ends[:-1][same]).any():
         raise Corrupt("tokens out of order")
-    return np.split(spans, np.cumsum(counts)[:-1])
+    return Offsets(counts, spans)
 
 
 class TokenCache:
@@ -107,22 +131,22 @@ class TokenCache:
         key = h.hexdigest()
         return self.folder / key[:2] / f"{key}.tok"
 
-    def get(self, texts: list[str]) -> list[np.ndarray] | None:
+    def get(self, texts: list[str]) -> Offsets | None:
         """The offsets kept for ``texts``, None when none (or none to trust)."""
         path = self.path(texts)
         if path is None or not path.exists():
             return None
         try:
-            spans = decode(reads.read_bytes(path, cap(texts), "its texts' size"), texts)
+            offsets = decode(reads.read_bytes(path, cap(texts), "its texts' size"), texts)
         except (Corrupt, InputError, OSError) as e:
             why = e.what if isinstance(e, InputError) else str(e)
             log.warning(f"token cache: {path}: {why}; tokenized again")
             self.corrupt += 1
             return None
         self.cached += 1
-        return spans
+        return offsets
 
-    def put(self, texts: list[str], spans: list[np.ndarray]) -> None:
+    def put(self, texts: list[str], offsets: Offsets) -> None:
         """Keep ``texts``' offsets (what cannot be written is left, said once)."""
         self.tokenized += 1
         path = self.path(texts)
@@ -133,7 +157,7 @@ class TokenCache:
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tok-")
             try:
                 with os.fdopen(fd, "wb") as f:
-                    f.write(encode(spans))
+                    f.write(encode(offsets))
                 os.replace(tmp, path)
             finally:
                 Path(tmp).unlink(missing_ok=True)
@@ -172,10 +196,10 @@ def tokenized(articles: Iterable[tuple[X, SquadFile]], cache: TokenCache,
         for a in job:
             kept = a.kept
             if kept is None:  # tokenized now: its share of the job's offsets
-                kept = spans[done : done + len(a.texts)]
+                kept = Offsets.of(spans[done : done + len(a.texts)])
                 done += len(a.texts)
                 cache.put(a.texts, kept)
-            tokens = [tokens_of(t, s) for t, s in zip(a.texts, kept, strict=True)]
+            tokens = kept.tokens(a.texts)
             n = len(a.sq.contexts)
             yield Tokenized(a.item, a.sq, tokens[:n], tokens[n:])
 
@@ -186,7 +210,7 @@ class _Pending(NamedTuple, Generic[X]):
     item: X
     sq: SquadFile
     texts: list[str]
-    kept: list[np.ndarray] | None
+    kept: Offsets | None
 
 
 def _jobs(articles: Iterable[tuple[X, SquadFile]], cache: TokenCache, texts: int

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rcpipe.config import Config
 from rcpipe.data.prepared import Prepared
@@ -18,6 +18,14 @@ from rcpipe.errors import InputError
 from rcpipe.fingerprints import Fingerprint, of_stage
 from rcpipe.locks import hold
 from rcpipe.outputs import OutputSet, output_set
+
+if TYPE_CHECKING:  # prepare's modules are imported when it runs: `rcpipe --help` needs none
+    from rcpipe.data.articles import Article, SquadWriter, Survey
+    from rcpipe.data.features import Indexer
+    from rcpipe.data.shards import SplitWriter
+    from rcpipe.data.squad import SquadFile
+    from rcpipe.data.token_cache import TokenCache, Tokenized
+    from rcpipe.data.tokenize import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -184,12 +192,12 @@ class Inputs:
     """The files prepare reads, each read through once (data/articles.py's Survey), and
     the held-out articles chosen."""
 
-    train: Any  # Survey of data.train_file
-    dev: Any  # of data.dev_file
-    held_file: Any  # of data.heldout.file, or None (a slice of train, or nothing)
+    train: Survey  # data.train_file's
+    dev: Survey
+    held_file: Survey | None  # data.heldout.file's, or None (a slice of train, or nothing)
     held: HeldOut
 
-    def articles(self) -> Iterator[tuple[tuple[str, Any], Any]]:
+    def articles(self) -> Iterator[tuple[tuple[str, Article], SquadFile]]:
         """((split, Article), its SquadFile) of every article, file after file: train's
         (those held out to "heldout"), dev's, then the held-out file's."""
         for article, sq in self.train.source.files(self.train.version):
@@ -219,7 +227,7 @@ def _read_inputs(cfg: Config) -> Inputs:
         raise InputError(cfg.source, "data.dev_file", f"{d.dev_file}: a SQuAD JSON file, "
                          "not JSON Lines: evaluate scores it as the official scorer reads it")
 
-    def read(uri: str) -> Any:
+    def read(uri: str) -> Survey:
         return survey(fetch(uri, d.cache_dir, limits=cfg.limits), uri, cfg.limits)
 
     train, dev = read(d.train_file), read(d.dev_file)
@@ -254,7 +262,8 @@ class Counts:
     overlap: Counter[str] = field(default_factory=Counter)  # training ids also in dev ...
 
 
-def _count_words(cfg: Config, inputs: Inputs, cache: Any, tokenizer: Any) -> Counts:
+def _count_words(cfg: Config, inputs: Inputs, cache: TokenCache, tokenizer: Tokenizer
+                 ) -> Counts:
     """Pass (b): every article tokenized (or its tokens taken from the cache) and counted."""
     from rcpipe.console import progress
     from rcpipe.data.features import add_words
@@ -368,20 +377,20 @@ class _Rows:
     and held out), indexed and written to its split's writer; the held-out articles to
     heldout.json too."""
 
-    def __init__(self, cfg: Config, inputs: Inputs, cache: Any, tokenizer: Any,
-                 indexer: Any) -> None:
+    def __init__(self, cfg: Config, inputs: Inputs, cache: TokenCache, tokenizer: Tokenizer,
+                 indexer: Indexer) -> None:
         self.cfg, self.inputs, self.cache, self.tokenizer = cfg, inputs, cache, tokenizer
         self.indexer = indexer
         self.splits = ["train", "dev"] + (["heldout"] if inputs.held.source else [])
         self.tally = Tally(held_out=inputs.held.source is not None)
 
-    def write(self, writers: dict[str, Any], doc: Any) -> None:
+    def write(self, writers: dict[str, SplitWriter], doc: SquadWriter | None) -> None:
         """Every article through, its split's rows written a batch of articles at a time
         (Arrow's calls are paid a batch, not an article)."""
         from rcpipe.console import progress
         from rcpipe.data.token_cache import tokenized
 
-        batches: dict[str, list[Any]] = {split: [] for split in self.splits}
+        batches: dict[str, list[Tokenized]] = {split: [] for split in self.splits}
         waiting = Counter[str]()  # questions in each split's batch
         with progress() as bar:
             task = bar.add_task("write", total=self.inputs.total)
@@ -399,7 +408,7 @@ class _Rows:
             if batch:
                 self._write(split, batch, writers[split])
 
-    def _write(self, split: str, batch: list[Any], writer: Any) -> None:
+    def _write(self, split: str, batch: list[Tokenized], writer: SplitWriter) -> None:
         """A batch of a split's articles labelled, counted, indexed and written."""
         from rcpipe.data import features as F
         from rcpipe.data.squad import joined
@@ -449,7 +458,8 @@ def _write_prepared(files: OutputSet, out: Prepared, rows: _Rows, words: Any, ch
 
 
 @contextmanager
-def _heldout_doc(files: OutputSet, out: Prepared, inputs: Inputs) -> Iterator[Any]:
+def _heldout_doc(files: OutputSet, out: Prepared, inputs: Inputs
+                 ) -> Iterator[SquadWriter | None]:
     """heldout.json, the held-out SQuAD JSON the official scorer reads, written beside the
     held-out split an article at a time (data/articles.py's SquadWriter): a slice keeps the
     training file's other entries ("version"), "data" last; a file is written as it is."""

@@ -16,6 +16,7 @@ from rcpipe.data.squad import Answer, Question, SquadFile
 from rcpipe.data.token_cache import (
     MAGIC,
     Corrupt,
+    Offsets,
     TokenCache,
     decode,
     encode,
@@ -27,9 +28,9 @@ from rcpipe.data.tokenize import Tokenizer, tokenize
 TEXTS = ["Ada wrote code in 1843.", "Who wrote code?", "", "  spaced   out  "]
 
 
-def spans_of(texts: list[str]) -> list[np.ndarray]:
-    return [np.array(list(zip(t.starts, t.ends, strict=True)), dtype=np.int32).reshape(-1, 2)
-            for t in tokenize(texts, quiet=True)]
+def offsets_of(texts: list[str]) -> Offsets:
+    return Offsets.of([np.array([t.starts, t.ends], dtype=np.int32).T.reshape(-1, 2)
+                       for t in tokenize(texts, quiet=True)])
 
 
 def article(i: int, n: int = 2) -> SquadFile:
@@ -46,10 +47,11 @@ def _forged(ints: list[int]) -> bytes:
 
 
 def test_an_entry_reads_back_as_it_was_kept() -> None:
-    spans = spans_of(TEXTS)
-    back = decode(encode(spans), TEXTS)
-    assert len(back) == len(TEXTS) and all(np.array_equal(a, b)
-                                           for a, b in zip(spans, back, strict=True))
+    offsets = offsets_of(TEXTS)
+    back = decode(encode(offsets), TEXTS)
+    assert np.array_equal(back.counts, offsets.counts) and back.counts.tolist() == [6, 4, 0, 2]
+    assert np.array_equal(back.spans, offsets.spans)
+    assert back.tokens(TEXTS) == tokenize(TEXTS)
 
 
 @pytest.mark.parametrize(("damage", "why"), [
@@ -60,7 +62,7 @@ def test_an_entry_reads_back_as_it_was_kept() -> None:
 ])
 def test_a_damaged_entry_is_no_tokens(damage: object, why: str) -> None:
     with pytest.raises(Corrupt, match=why):
-        decode(damage(encode(spans_of(TEXTS))), TEXTS)  # type: ignore[operator]
+        decode(damage(encode(offsets_of(TEXTS))), TEXTS)  # type: ignore[operator]
 
 
 @pytest.mark.parametrize(("ints", "why"), [

@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
@@ -339,7 +339,8 @@ def joined(files: list[SquadFile]) -> SquadFile:
     questions: list[Question] = []
     for sq in files:
         first = len(contexts)  # this article's contexts are counted from here
-        questions.extend(replace(q, context_index=first + q.context_index)
+        questions.extend(Question(q.qid, q.question, first + q.context_index, q.answers,
+                                  q.is_impossible, q.plausible_answers, q.location)
                          for q in sq.questions)
         contexts.extend(sq.contexts)
         titles.extend(sq.titles)

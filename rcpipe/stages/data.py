@@ -283,8 +283,8 @@ def _count_words(cfg: Config, inputs: Inputs, cache: TokenCache, tokenizer: Toke
             split, _ = t.item
             if split == "train":
                 add_words(counts.words, t.contexts, t.questions)
-                for q in t.sq.questions:  # ids shared with dev or held out: a warning
-                    counts.overlap.update(name for name, ids in others.items() if q.qid in ids)
+                for name, ids in others.items():  # ids shared with dev or held out: warned of
+                    counts.overlap[name] += sum(q.qid in ids for q in t.sq.questions)
             elif d.word_vectors:
                 counts.candidates.update(w for tok in (*t.contexts, *t.questions)
                                          for w in tok.words)

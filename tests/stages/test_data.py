@@ -595,3 +595,16 @@ def test_limits_json_mb_caps_each_article_prepare_reads(make_config: MakeConfig,
         stages.prepare(make_config(synth_v1, data={"train_file": str(padded)}, limits=cap))
     assert info.value.line() == f"error: {padded}: data[2]: an article over the cap of " \
         f"{reads.size_text(int(cap['json_mb'] * 1e6))} (limits.json_mb, each article)"
+
+
+def test_ids_shared_with_dev_or_the_heldout_file_are_warned_of(
+        make_config: MakeConfig, synth_v1: SynthData, caplog: pytest.LogCaptureFixture) -> None:
+    """Legitimate when measuring on a split of one file, worth a line: each training
+    question whose id dev (or data.heldout.file) has too, counted by its id's hash."""
+    train = str(synth_v1.train)
+    cfg = make_config(synth_v1, data={"dev_file": train, "heldout": {"file": train}})
+    with caplog.at_level(logging.WARNING):
+        n = stages.prepare(cfg)["train"]["questions"]
+    assert n == len(questions_of(synth_v1.train_doc))
+    assert caplog.messages == [f"{n} dev question ids are also in the training file",
+                               f"{n} held-out question ids are also in the training file"]

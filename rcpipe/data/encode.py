@@ -4,7 +4,7 @@
 a batch here: spaCy's blank English tokenizer with the same character offsets
 (data/tokenize.py), the prepared vocab.json through the same Indexer, the same Arrow schema
 (data/features.py) and the same padded batches (data/dataset.py). So a question typed into
-the web page becomes exactly the ids it would have as a row of dev.parquet, and a model
+the web page becomes exactly the ids it would have as a row of the dev split, and a model
 answers it as `rcpipe evaluate` would.
 
     encoder = TextEncoder.from_vocab(json.loads(vocab_json), char_limit)  # vocab.json's content
@@ -49,7 +49,7 @@ class TextEncoder:
     def squad(self, sq: SquadFile, para_limit: int | None = None) -> SquadDataset:
         """Every question of a SQuAD file, one row each, as prepare encodes the dev split.
 
-        Answers, where the file has them, become span labels exactly as in dev.parquet;
+        Answers, where the file has them, become span labels exactly as in the dev split;
         ``para_limit`` cuts long contexts (None: whole; readers read a long one as windows).
         """
         texts = sq.contexts + [q.question for q in sq.questions]

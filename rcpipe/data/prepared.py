@@ -67,7 +67,7 @@ class Prepared:
 
     def __post_init__(self) -> None:
         # a set a killed prepare committed is moved into place before anything is read
-        # (rcpipe/outputs.py): evaluate and train read train.parquet beside its vocab.json
+        # (rcpipe/outputs.py): evaluate and train read train/ beside its vocab.json
         settle(self.out_dir)
 
     @classmethod
@@ -188,7 +188,7 @@ class Prepared:
     def training_files(self) -> dict[str, Path]:
         """The files a training run reads, by name, those present: a search (`rcpipe tune`)
         is keyed on their digests (a training run on its row's, the whole folder, as DVC).
-        dev.parquet counts only when nothing is held out: checkpoints are then ranked on
+        dev/ counts only when nothing is held out: checkpoints are then ranked on
         dev."""
         splits = ["train", "heldout"] if self.has("heldout") else ["train", "dev"]
         names = [self.VOCAB, self.WORD_EMB]

@@ -1,12 +1,12 @@
 """`rcpipe evaluate VARIANT`: the trained model's official scores on the dev set.
 
 Reads models/<variant>/model.pt (trained/model_file.py: weights only, refused when trained on
-another vocabulary or architecture) and <data.out_dir>/dev.parquet; writes
+another vocabulary or architecture) and <data.out_dir>/dev/; writes
 predictions/<variant>.json, predictions/<variant>.nbest.json, predictions/<variant>.dists.parquet
 (the start/end distributions of the held-out and dev questions, for `rcpipe ensemble`'s
 mean and selected methods), metrics/<variant>.json, metrics/<variant>.by_type.json and
 models/<variant>/na_threshold.json. SQuAD v2.0's
-no-answer threshold is chosen on <data.out_dir>/heldout.parquet (data.heldout), or fixed by
+no-answer threshold is chosen on <data.out_dir>/heldout/ (data.heldout), or fixed by
 eval.na_threshold, never on dev. No training code is imported: dvc.yaml's evaluate stages
 do not run again when only training changed. Nor does this command: when the model, the
 prepared dev and held-out files, the dev set and the settings it reads are those its

@@ -2,8 +2,8 @@
 
 Reads models/<V>/model.pt (trained/model_file.py: weights only, refused on another vocabulary), or
 a package directory given as --model (trained/package_dir.py: refused unless its vocabulary is the
-one dev.parquet was prepared with)
-and the question's row of <data.out_dir>/dev.parquet; writes explanations/<V>-<qid>.html
+one dev/ was prepared with)
+and the question's row of <data.out_dir>/dev/; writes explanations/<V>-<qid>.html
 (self-contained) and the PNG beside it (not under reports/: that is the report stage's DVC
 output). A context longer than data.window's length is answered as evaluate answers it,
 across its windows, and the views are those of the window the answer came from (the page

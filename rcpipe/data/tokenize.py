@@ -99,10 +99,12 @@ def tokenize(texts: list[str], workers: int = 1, chunk: int = 512,
 
 class Tokenizer:
     """spaCy on ``workers`` processes, the pool started once (before any progress bar:
-    its refresh thread would rule out fork) for every pass that tokenizes."""
+    its refresh thread would rule out fork) for every pass that tokenizes. Each process
+    loads spaCy as it starts (2-3 s), while the caller reads: a night whose few new articles
+    come last does not wait for it then."""
 
     def __init__(self, workers: int = 1) -> None:
-        self.pool = _context().Pool(workers) if workers > 1 else None
+        self.pool = _context().Pool(workers, initializer=_nlp) if workers > 1 else None
         self.workers = workers
 
     def __enter__(self) -> Tokenizer:

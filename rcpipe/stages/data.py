@@ -108,11 +108,11 @@ def _prepare(cfg: Config, files: OutputSet) -> dict[str, Any]:
     def done(phase: str) -> None:
         phases[phase] = round(time.perf_counter() - t0 - sum(phases.values()), 3)
 
-    inputs = _read_inputs(cfg)
-    done("read")
     cache = TokenCache(d.cache_dir / "tokens")
     out = Prepared(d.out_dir)
-    with Tokenizer(d.workers) as tokenizer:  # its processes start before any bar
+    with Tokenizer(d.workers) as tokenizer:  # its processes load spaCy as the files are read
+        inputs = _read_inputs(cfg)
+        done("read")
         counts = _count_words(cfg, inputs, cache, tokenizer)
         done("tokenize")
         words, chars, emb, hits, trained = _vocabularies(cfg, counts)

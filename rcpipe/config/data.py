@@ -28,6 +28,11 @@ class Heldout(Section):
     fraction: float = Field(0.05, ge=0, lt=1, description="share of the training articles "
                             "held out (at least one when there are two or more); 0: none")
     seed: int = Field(0, description="which articles: the same seed, the same slice")
+    # SQuAD's 5% is ~4,400 questions, the demo's 250: the cap bounds what every checkpoint
+    # is scored on, and what a worker holds for it, as a training file grows to millions
+    max_questions: int | None = Field(10_000, gt=0, description="hold out no more of the "
+                                      "drawn articles than hold this many questions (the "
+                                      "first drawn always); None: the fraction alone")
     file: str | None = Field(None, description="a SQuAD JSON or JSON Lines (path, URL, "
                              "s3://) held out instead of a slice: then every training "
                              "article trains")

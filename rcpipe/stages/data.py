@@ -236,7 +236,8 @@ def _read_inputs(cfg: Config) -> Inputs:
         held = HeldOut(f"file:{h.file}", held_file.articles, held_file.questions)
     else:
         try:
-            indices = frozenset(heldout_articles(train.titles, h.fraction, h.seed))
+            indices = frozenset(heldout_articles(train.titles, h.fraction, h.seed,
+                                                 train.sizes, h.max_questions))
         except ValueError as e:
             raise InputError(cfg.source, "data.heldout.fraction", f"{e} ({d.train_file}); "
                              "set data.heldout.fraction=0 (then eval.na_threshold) or name "

@@ -45,14 +45,18 @@ def measured(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> di
             "peak_mb": round(usage.ru_maxrss / 1024, 1), "out": out}
 
 
-def sets(work: Path, n: int, steps: int) -> list[str]:
+EXTRA: list[str] = []  # --set: the new side's (REV's may not know a key)
+
+
+def sets(work: Path, n: int, steps: int, extra: bool = True) -> list[str]:
+    """The bench's settings for N questions in ``work`` (``extra``: with --set's)."""
     return set_args([f"data.train_file={work}/train.json", f"data.dev_file={work}/dev.json",
                      f"data.out_dir={work}/prepared", f"data.cache_dir={work}/cache",
                      f"synth.train_articles={max(2, n // PER_ARTICLE)}",
                      "synth.questions_per_paragraph=10", f"train.max_steps={steps}",
                      f"models.bidaf.max_steps={steps}", "train.eval_every=0",
-                     "train.max_minutes=0", "models.bidaf.max_minutes=0",
-                     "train.threads=1"])
+                     "train.max_minutes=0", "models.bidaf.max_minutes=0", "train.threads=1",
+                     *(EXTRA if extra else [])])
 
 
 def code(root: Path) -> dict[str, str]:
@@ -60,20 +64,21 @@ def code(root: Path) -> dict[str, str]:
     return os.environ | {"PYTHONPATH": str(root)}
 
 
-def worker(work: Path, n: int, steps: int, root: Path, out: Path | None = None
-           ) -> dict[str, Any]:
+def worker(work: Path, n: int, steps: int, root: Path, out: Path | None = None,
+           extra: bool = True) -> dict[str, Any]:
     """One training worker of ``--steps`` steps on ``out`` (default: work's prepared)."""
     import json
 
     out = out or work / "prepared"
     r = measured([sys.executable, "-m", "rcpipe.train.local", "bidaf", "--params", str(DEMO),
-                  *sets(work, n, steps), "--set", f"data.out_dir={out}",
+                  *sets(work, n, steps, extra), "--set", f"data.out_dir={out}",
                   "--run-dir", str(out.parent / f"run-{time.monotonic_ns()}")], work, code(root))
     summary = json.loads(r.pop("out").strip().splitlines()[-1])
     return r | {"examples_per_s": summary["examples_per_s"], "steps": summary["steps"]}
 
 
 def scale(n: int, args: Any, base: Path | None) -> dict[str, Any]:
+    """N questions synthesised, prepared and trained on (and REV's worker beside)."""
     work = args.work / f"q{n}"
     work.mkdir(parents=True, exist_ok=True)
     new = code(args.code)
@@ -93,12 +98,12 @@ def scale(n: int, args: Any, base: Path | None) -> dict[str, Any]:
         old = args.work / f"q{n}-base"
         old.mkdir(exist_ok=True)
         measured([*RCPIPE, "prepare", "--params", str(DEMO),
-                  *sets(work, n, args.steps), "--set", f"data.out_dir={old}/prepared"],
+                  *sets(work, n, args.steps, False), "--set", f"data.out_dir={old}/prepared"],
                  old, code(base))
         pairs = []
         for _ in range(args.rounds):  # alternating: the machine's drift falls on both
             now = worker(work, n, args.steps, args.code)
-            was = worker(work, n, args.steps, base, old / "prepared")
+            was = worker(work, n, args.steps, base, old / "prepared", extra=False)
             pairs.append({"stream": now, "in_memory": was,
                           "ratio": round(now["examples_per_s"] / was["examples_per_s"], 3)})
         row["loader"] = pairs
@@ -109,7 +114,7 @@ def scale(n: int, args: Any, base: Path | None) -> dict[str, Any]:
 
 
 def main() -> None:
-    ap = parser(__doc__, OUT / "data_scale.json", sets=False)
+    ap = parser(__doc__, OUT / "data_scale.json")
     ap.add_argument("--questions", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--base", help="a commit whose in-memory loader runs beside")
@@ -118,6 +123,7 @@ def main() -> None:
     ap.add_argument("--code", type=Path, default=ROOT, help="the checkout whose rcpipe runs "
                     "(default this one)")
     args = ap.parse_args()
+    EXTRA.extend(args.sets)
     base = None
     if args.base:
         base = args.work / f"base-{args.base}"

@@ -106,10 +106,12 @@ def digests(root: Path) -> dict[str, str]:
     found = {}
     for top in OUTPUTS:
         for path in sorted((root / top).rglob("*")):
-            # not Ray's checkpoints (runs/) and the record of them, nor an output's lock
-            # file (rcpipe/locks.py, `.<output>.lock` beside it): not versioned
+            # not Ray's checkpoints (runs/) and the record of them, prepare's token cache
+            # (<data.cache_dir>/tokens/, .dvcignore), nor an output's lock file
+            # (rcpipe/locks.py, `.<output>.lock` beside it): not versioned
             lock = path.name.startswith(".") and path.name.endswith(".lock")
-            if path.is_file() and "runs" not in path.parts and not lock and \
+            unversioned = {"runs", "tokens"} & set(path.relative_to(root).parts)
+            if path.is_file() and not unversioned and not lock and \
                     path.name not in {".gitignore", "runs.json"}:
                 found[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
     return found

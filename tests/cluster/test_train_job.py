@@ -75,16 +75,18 @@ def test_a_local_ray_that_did_not_come_up_in_time_is_started_once_more(
 @pytest.mark.usefixtures("local_ray")
 def test_a_users_mistake_found_in_a_ray_train_worker_is_one_line_at_the_driver(
         prepared_here) -> None:  # noqa: ANN001
-    """The worker reads dev.parquet (the driver does not): a broken one is found there, and
-    the driver says the worker's InputError, not Ray's WorkerGroupError traceback."""
+    """The worker reads the dev split's parts (the driver checks the training split's only): a
+    broken one is found there, and the driver says the worker's InputError, not Ray's
+    WorkerGroupError traceback."""
     # no restarts: the mistake fails every attempt alike, and each restart of the worker group
     # (train.max_failures, 2 by default: tests/faults/test_kills.py restarts one) only repeats it
     cfg = prepared_here(train={"max_steps": 2, "batch_size": 8, "max_failures": 0},
                         models={"bidaf": TINY_MODEL})
-    (cfg.data.out_dir / "dev").write_bytes(b"not parquet")
+    part = cfg.data.out_dir / "dev" / "part-00000.parquet"
+    part.write_bytes(b"not parquet")
     with pytest.raises(InputError) as found:
         stages.train(cfg, "bidaf")
-    assert found.value.file == str((cfg.data.out_dir / "dev").resolve())
+    assert found.value.file in (str(part), str(part.resolve()))
     assert "not a readable Parquet file" in found.value.what
     assert found.value.exit_code == 2 and "\n" not in found.value.line()
     assert not Path("models/bidaf/summary.json").exists()

@@ -44,29 +44,32 @@ def commit_killed(monkeypatch: pytest.MonkeyPatch, files: OutputSet, at: int) ->
     monkeypatch.setattr(os, "replace", real)
 
 
+def _files(folder: Path) -> list[Path]:
+    """Every file under ``folder`` (a prepared set's split folders' parts too), relative."""
+    return sorted(p.relative_to(folder) for p in folder.rglob("*") if p.is_file())
+
+
 def _half_moved(monkeypatch: pytest.MonkeyPatch, name: str, folder: Path, new: Path) -> None:
     """``new``'s files committed as ``folder``'s set ``name``, then the writer killed after
     its first move: the journal and one new file in place, the others still staged."""
     files = OutputSet(name, [folder])
-    for f in sorted(new.iterdir()):
-        files.copy(folder / f.name, f)
-    for f in folder.iterdir():
-        if not (new / f.name).exists():
-            files.remove(folder / f.name)
+    for f in _files(new):
+        files.copy(folder / f, new / f)
+    for f in _files(folder):
+        if not (new / f).exists():
+            files.remove(folder / f)
     commit_killed(monkeypatch, files, at=3)  # 1: the journal (the commit point), 2: a move
     assert files.journal.is_file()
-    differ = [f.name for f in new.iterdir()
-              if not (folder / f.name).is_file()
-              or (folder / f.name).read_bytes() != f.read_bytes()]
+    differ = [f for f in _files(new) if not (folder / f).is_file()
+              or (folder / f).read_bytes() != (new / f).read_bytes()]
     assert differ, "the set is not half moved"
 
 
 def _same(folder: Path, new: Path) -> bool:
-    return sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in new.iterdir()) \
-        and all((folder / f.name).read_bytes() == f.read_bytes() for f in new.iterdir())
+    return _files(folder) == _files(new) \
+        and all((folder / f).read_bytes() == (new / f).read_bytes() for f in _files(new))
 
 
-@pytest.mark.trains  # one step of train_local in a subprocess: a training run
 def test_train_reads_a_half_moved_prepared_set_whole(
         prepared: Prepared, synth_v2: SynthData, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,6 +16,7 @@ bench/out/data_scale.json.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -67,8 +68,6 @@ def code(root: Path) -> dict[str, str]:
 def worker(work: Path, n: int, steps: int, root: Path, out: Path | None = None,
            extra: bool = True) -> dict[str, Any]:
     """One training worker of ``--steps`` steps on ``out`` (default: work's prepared)."""
-    import json
-
     out = out or work / "prepared"
     r = measured([sys.executable, "-m", "rcpipe.train.local", "bidaf", "--params", str(DEMO),
                   *sets(work, n, steps, extra), "--set", f"data.out_dir={out}",
@@ -86,8 +85,6 @@ def scale(n: int, args: Any, base: Path | None) -> dict[str, Any]:
     prep = measured([*RCPIPE, "prepare", "--params", str(DEMO), *sets(work, n, args.steps)],
                     work, new)
     prep.pop("out")
-    import json
-
     report = json.loads((work / "prepared" / "report.json").read_text())
     questions = report["train"]["questions"] + report.get("heldout", {}).get("questions", 0)
     row: dict[str, Any] = {"questions": questions, "train_rows": report["train"]["rows"],

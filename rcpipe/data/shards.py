@@ -65,6 +65,8 @@ class Shards:
     parts: tuple[Part, ...]
     vocab: str
     _checked: set[int] = field(default_factory=set, compare=False, repr=False)
+    # the part read last, opened: a buffer's row groups come part by part (one file open)
+    _last: dict[int, pq.ParquetFile] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_manifest(cls, folder: Path, record: Any, where: Path) -> Shards:
@@ -98,6 +100,8 @@ class Shards:
     def open(self, part: int) -> pq.ParquetFile:
         """Part ``part``'s file, checked (once) against the manifest: readable, this
         vocabulary's ids, every row group there with the rows recorded."""
+        if part in self._last:
+            return self._last[part]
         path = self.path(part)
         try:
             f = pq.ParquetFile(path)
@@ -108,6 +112,8 @@ class Shards:
         if part not in self._checked:
             self._check(part, f)
             self._checked.add(part)
+        self._last.clear()
+        self._last[part] = f
         return f
 
     def _check(self, part: int, f: pq.ParquetFile) -> None:

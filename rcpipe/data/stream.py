@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from hashlib import blake2b
 from pathlib import Path
 
 import numpy as np
@@ -52,8 +53,6 @@ class Piece:
 def ids_digest(ids: list[str]) -> int:
     """What a set of rows is, as one number that does not depend on their order: the sum of
     each id's 64-bit hash (mod 2**64). Two ranks' reads add up to the epoch's."""
-    from hashlib import blake2b
-
     return sum(int.from_bytes(blake2b(i.encode(), digest_size=8).digest(), "big")
                for i in ids) % 2**64
 

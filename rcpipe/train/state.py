@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from rcpipe.config import ModelConfig
+from rcpipe.data.stream import ids_digest
 from rcpipe.layout import CHECKPOINT_META, MODEL, STATE
 from rcpipe.models import ModelInputs, build_model
 from rcpipe.train.checkpoint import seal
@@ -48,8 +49,6 @@ class RunState:
 
     def read(self, ids: list[str]) -> None:
         """Count a batch this rank trained on in the current epoch."""
-        from rcpipe.data.stream import ids_digest
-
         while len(self.reads) <= self.epoch:
             self.reads.append([0, 0])
         rows, digest = self.reads[self.epoch]

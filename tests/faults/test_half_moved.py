@@ -70,6 +70,7 @@ def _same(folder: Path, new: Path) -> bool:
         and all((folder / f).read_bytes() == (new / f).read_bytes() for f in _files(new))
 
 
+@pytest.mark.trains  # one step of train_local in a subprocess: a training run
 def test_train_reads_a_half_moved_prepared_set_whole(
         prepared: Prepared, synth_v2: SynthData, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:

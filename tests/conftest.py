@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
@@ -30,6 +30,9 @@ from tests.markers import (  # noqa: F401 - the markers' rules: hooks, registere
     pytest_runtest_protocol,
     pytest_runtest_setup,
 )
+
+if TYPE_CHECKING:  # heavy: imported where it is used
+    from torch import nn
 
 pytest_plugins = ["tests.job_count"]  # the suite's Ray Train jobs, counted and capped
 
@@ -368,6 +371,37 @@ def save_untrained_model(cfg: Config, variant: str, no_answer: bool = False) -> 
     torch.save(model_payload(variant, cfg.models.of(variant), inputs, model.state_dict(),
                              Prepared(cfg.data.out_dir).vocab_digest()), path)
     return path
+
+
+def write_package(prepared: Prepared, out: Path, variant: str = "qanet",
+                  threshold: dict[str, Any] | None = None) -> nn.Module:
+    """A package of ``variant``'s initial weights (TINY_MODEL, seed 0) on ``prepared``'s
+    vocabulary at ``out``, as `rcpipe package` writes one, for tests about loading a package
+    rather than what it learned; returns the model (eval mode)."""
+    import torch
+
+    from rcpipe.config import ModelConfig
+    from rcpipe.models import build_model
+    from rcpipe.trained.model_file import prepared_inputs
+    from rcpipe.trained.package_dir import package_files
+
+    torch.manual_seed(0)
+    mc = ModelConfig.model_validate({**prepared.cfg.models.of(variant).model_dump(),
+                                     **TINY_MODEL})
+    inputs = prepared_inputs(prepared.out_dir, prepared.cfg.data.word_dim)
+    model = build_model(variant, mc, inputs).eval()
+    inputs_doc = {k: v for k, v in vars(inputs).items()} | {"vectors": None}
+    config = {"variant": variant, "model_config": mc.model_dump(), "inputs": inputs_doc,
+              "data": {"version": "1.1", "char_limit": 16,
+                       "window": {"length": 1000, "stride": 500}},
+              # a prior of max_answer_len weights, as evaluate's: one a length
+              "decoding": {"max_answer_len": 3, "length_prior": [0.5, 0.25, 0.25]}}
+    files = package_files(config, model.state_dict(),
+                          (prepared.out_dir / "vocab.json").read_bytes(), threshold, "# card\n")
+    out.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        (out / name).write_bytes(data)
+    return model
 
 
 @pytest.fixture(scope="session")

@@ -157,6 +157,11 @@ class Champion:
         tmp = Path(tempfile.mkdtemp(prefix="rcpipe-champion-"))
         try:
             self.where.download(url, tmp, self.cfg.limits)
+            # an InputError, not FileNotFoundError: ``update`` logs it once and tries the
+            # package again at each poll (its config.json may be on its way back)
+            if not (tmp / CONFIG).is_file():
+                raise InputError(f"{url}/{CONFIG}", "", "missing: the package cannot be "
+                                 "checked against the record's pin")
             if sha256((tmp / CONFIG).read_bytes()) != config_sha256:
                 raise InputError(url, CONFIG, "sha256 is not the record's pin")
             reader = load_reader(self.cfg, [str(tmp)], "torch", self.threads)

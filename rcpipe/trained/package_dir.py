@@ -123,6 +123,18 @@ def _checked(path: Path, name: str, config: dict[str, Any], limits: ReadLimits) 
                               hint=f" in {CONFIG} (changed after packaging); package again")
 
 
+def _fits_embeddings(file: Path, vocab: dict[str, list[str]], inputs: ModelInputs) -> None:
+    """Refused when the vocabulary has more entries than the embedding it indexes has rows:
+    a word (or char) past the table would load and answer with an IndexError at the first
+    question holding it. config.json's inputs are the tables' sizes (the weights are held
+    to them before the model is built); a shorter vocabulary only leaves rows unused."""
+    for key, rows in (("words", inputs.word_vocab), ("chars", inputs.char_vocab)):
+        if len(vocab[key]) > rows:
+            raise InputError(file, key, f"{len(vocab[key]):,} entries, over the {rows:,} rows "
+                             f"of the model's {key[:-1]} embedding ({CONFIG}'s "
+                             f"inputs.{key[:-1]}_vocab): not the model's vocabulary")
+
+
 def load_package(path: Path, limits: ReadLimits = ReadLimits()) -> Package:
     """The package at ``path``: config.json's settings and the model it describes checked
     against their bounds, every file against config.json's sha256, the model built from
@@ -147,7 +159,7 @@ def load_package(path: Path, limits: ReadLimits = ReadLimits()) -> Package:
     try:  # every setting within bounds before a file is read or a weight allocated
         decoding = _Decoding.model_validate(config.get("decoding", {}))
         data = _Data.model_validate(config.get("data", {}))
-        described(config, limits.parameters)
+        _, inputs = described(config, limits.parameters)
     except ValidationError as e:
         where, what = located(e)
         section = "decoding" if e.title == "_Decoding" else "data"
@@ -162,6 +174,7 @@ def load_package(path: Path, limits: ReadLimits = ReadLimits()) -> Package:
             for k in ("words", "chars")):
         raise InputError(path / VOCAB, "", "expected {\"words\": [...], \"chars\": [...]}, "
                          "lists of strings")
+    _fits_embeddings(path / VOCAB, vocab, inputs)
     threshold = None
     if THRESHOLD in config["sha256"]:
         threshold = threshold_of(_json(path, THRESHOLD, _checked(

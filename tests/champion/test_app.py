@@ -2,11 +2,13 @@
 voters' answers combined as champion.json's "ensemble" says (ensemble.method: the vote, or
 the mean of their distributions with the weights `rcpipe ensemble` chose), and a forged
 "ensemble", a record that is not an object or one without its pins refused in one line
-with nothing served."""
+with nothing served; a champion's package without its config.json refused in one line and
+loaded once the file is back."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,15 +18,17 @@ from rcpipe.champion.app import Champion
 from rcpipe.errors import InputError
 from rcpipe.inference.answer import averaged, voted
 from rcpipe.inference.combination import Combination
+from rcpipe.trained.package_dir import CONFIG
 from rcpipe.trained.reader import load_reader
-from tests.conftest import Trained
+from tests.conftest import Prepared, Trained, write_package
 from tests.serve.conftest import champion_workspace, crown_night
 
-pytestmark = [pytest.mark.integration, pytest.mark.trains]
 ASKED = [("Ada wrote it in 1843. Grace wrote hers in 1952.", "When did Ada write it?"),
          ("The bridge opened in 1890 in Port Salfield.", "Where did the bridge open?")]
 
 
+@pytest.mark.integration
+@pytest.mark.trains
 def test_an_ensemble_champion_answers_by_its_method(trained: Trained, tmp_path: Path,
                                                     caplog: pytest.LogCaptureFixture) -> None:
     where = champion_workspace(tmp_path / "work")
@@ -84,3 +88,39 @@ def test_an_ensemble_champion_answers_by_its_method(trained: Trained, tmp_path: 
         assert not any(here.update() for _ in range(3))
     assert len(caplog.records) == 1, caplog.text
     assert [a["champion"]["seq"] for a in here(ASKED)] == [last["seq"]] * len(ASKED)
+
+
+def test_a_package_without_its_config_is_one_line_and_loads_once_it_is_back(
+        prepared: Prepared, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The champion's package on the remote without config.json (an upload cut short, a
+    file deleted): the deploy refused in one line naming the file, no traceback (it was a
+    FileNotFoundError); a champion answering logs one line however many polls, answers
+    on, and loads the package once the file is back."""
+    where = champion_workspace(tmp_path / "work")
+    write_package(prepared, tmp_path / "made" / "qanet")
+    work = str(tmp_path / "work")
+
+    def crowned_without_config(night: str) -> tuple[str, Callable[[], None]]:
+        crown_night(where, night, tmp_path / "made" / "qanet", crowned=True)
+        path, url = where._where("versions", night, "packages", "qanet", CONFIG)
+        data = Path(path).read_bytes()
+        Path(path).unlink()
+        return url, lambda: where.write(data, "versions", night, "packages", "qanet", CONFIG)
+
+    url, put_back = crowned_without_config("n1")
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, "rcpipe.champion.app"), \
+            pytest.raises(InputError) as e:
+        Champion(prepared.cfg, work, None, 1, replica=False)
+    assert f"{url}: missing: the package cannot be checked" in e.value.line(), e.value.line()
+    assert len(caplog.records) == 1 and "Traceback" not in caplog.text, caplog.text
+    put_back()
+    here = Champion(prepared.cfg, work, None, 1, replica=False)
+    url, put_back = crowned_without_config("n2")
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, "rcpipe.champion.app"):
+        assert not any(here.update() for _ in range(3))
+    assert len(caplog.records) == 1 and url in caplog.text, caplog.text
+    assert {a["night"] for a in here(ASKED)} == {"n1"}
+    put_back()
+    assert here.update() and {a["night"] for a in here(ASKED)} == {"n2"}

@@ -3,17 +3,14 @@ packaging, or a config that does not describe the weights, is one located refusa
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 
-from rcpipe.config import ModelConfig
 from rcpipe.errors import InputError
-from rcpipe.models import build_model
-from rcpipe.trained.model_file import prepared_inputs
 from rcpipe.trained.package_dir import (
     CONFIG,
     THRESHOLD,
@@ -21,29 +18,8 @@ from rcpipe.trained.package_dir import (
     WEIGHTS,
     is_package,
     load_package,
-    package_files,
 )
-from tests.conftest import TINY_MODEL, Prepared
-
-
-def _write(prepared: Prepared, out: Path, variant: str = "qanet",
-           threshold: dict[str, Any] | None = None) -> torch.nn.Module:
-    torch.manual_seed(0)
-    mc = ModelConfig.model_validate({**prepared.cfg.models.of(variant).model_dump(),
-                                     **TINY_MODEL})
-    inputs = prepared_inputs(prepared.out_dir, prepared.cfg.data.word_dim)
-    model = build_model(variant, mc, inputs).eval()
-    inputs_doc = {k: v for k, v in vars(inputs).items()} | {"vectors": None}
-    config = {"variant": variant, "model_config": mc.model_dump(), "inputs": inputs_doc,
-              "data": {"version": "1.1", "char_limit": 16,
-                       "window": {"length": 1000, "stride": 500}},
-              "decoding": {"max_answer_len": 15, "length_prior": [0.5, 0.25, 0.25]}}
-    files = package_files(config, model.state_dict(),
-                          (prepared.out_dir / "vocab.json").read_bytes(), threshold, "# card\n")
-    out.mkdir(parents=True, exist_ok=True)
-    for name, data in files.items():
-        (out / name).write_bytes(data)
-    return model
+from tests.conftest import Prepared, write_package
 
 
 def _refusal(path: Path) -> InputError:
@@ -56,11 +32,11 @@ def _refusal(path: Path) -> InputError:
 def test_a_package_loads_back_to_its_model(prepared: Prepared, tmp_path: Path) -> None:
     from rcpipe.data.dataset import SquadDataset
 
-    model = _write(prepared, tmp_path / "pkg")
+    model = write_package(prepared, tmp_path / "pkg")
     assert is_package(tmp_path / "pkg") and not is_package(tmp_path)
     assert (tmp_path / "pkg" / WEIGHTS).read_bytes()[8:9] == b"{"  # safetensors, no pickle
     pkg = load_package(tmp_path / "pkg")
-    assert pkg.variant == "qanet" and pkg.na_threshold is None and pkg.max_answer_len == 15
+    assert pkg.variant == "qanet" and pkg.na_threshold is None and pkg.max_answer_len == 3
     assert pkg.length_prior is not None and pkg.length_prior.tolist() == [0.5, 0.25, 0.25]
     assert pkg.vocab == json.loads((prepared.out_dir / "vocab.json").read_text())
     mine, theirs = pkg.model.state_dict(), model.state_dict()
@@ -73,7 +49,7 @@ def test_a_package_loads_back_to_its_model(prepared: Prepared, tmp_path: Path) -
 
 
 def test_a_v2_package_carries_its_threshold(prepared: Prepared, tmp_path: Path) -> None:
-    _write(prepared, tmp_path / "pkg", threshold={"na_threshold": 0.3, "fixed": False})
+    write_package(prepared, tmp_path / "pkg", threshold={"na_threshold": 0.3, "fixed": False})
     assert load_package(tmp_path / "pkg").na_threshold == 0.3
     (tmp_path / "pkg" / THRESHOLD).write_text('{"na_threshold": 0.9}\n')
     err = _refusal(tmp_path / "pkg")
@@ -83,7 +59,7 @@ def test_a_v2_package_carries_its_threshold(prepared: Prepared, tmp_path: Path) 
 @pytest.mark.parametrize("name", [WEIGHTS, VOCAB])
 def test_a_file_changed_after_packaging_is_refused(prepared: Prepared, tmp_path: Path,
                                                    name: str) -> None:
-    _write(prepared, tmp_path / "pkg")
+    write_package(prepared, tmp_path / "pkg")
     data = bytearray((tmp_path / "pkg" / name).read_bytes())
     data[-2] ^= 1  # one bit of the last weight (or the vocabulary)
     (tmp_path / "pkg" / name).write_bytes(bytes(data))
@@ -94,7 +70,7 @@ def test_a_file_changed_after_packaging_is_refused(prepared: Prepared, tmp_path:
 
 def test_a_config_that_does_not_describe_the_weights_is_refused(prepared: Prepared,
                                                                 tmp_path: Path) -> None:
-    _write(prepared, tmp_path / "pkg")
+    write_package(prepared, tmp_path / "pkg")
     path = tmp_path / "pkg" / CONFIG
     original = json.loads(path.read_text())
     for change, where in ((lambda c: c["model_config"].update(hidden=12), "state_dict"),
@@ -108,3 +84,23 @@ def test_a_config_that_does_not_describe_the_weights_is_refused(prepared: Prepar
         assert _refusal(tmp_path / "pkg").location == where
     (tmp_path / "pkg" / WEIGHTS).unlink()
     assert "not an rcpipe package" in _refusal(tmp_path / "pkg").what
+
+
+@pytest.mark.parametrize("key", ["words", "chars"])
+def test_a_vocabulary_longer_than_its_embedding_is_refused(prepared: Prepared, tmp_path: Path,
+                                                           key: str) -> None:
+    """vocab.json grown past the embedding's rows and re-pinned in config.json (the sha256
+    passes): refused at load, where it loaded and a question holding the new entry died
+    with an IndexError."""
+    write_package(prepared, tmp_path / "pkg")
+    vocab = json.loads((tmp_path / "pkg" / VOCAB).read_text())
+    rows = len(vocab[key])
+    vocab[key].append("\u2603" if key == "chars" else "snowman")
+    (tmp_path / "pkg" / VOCAB).write_text(json.dumps(vocab))
+    config = json.loads((tmp_path / "pkg" / CONFIG).read_text())
+    config["sha256"][VOCAB] = hashlib.sha256((tmp_path / "pkg" / VOCAB).read_bytes()).hexdigest()
+    (tmp_path / "pkg" / CONFIG).write_text(json.dumps(config))
+    err = _refusal(tmp_path / "pkg")
+    assert (err.file, err.location) == (str(tmp_path / "pkg" / VOCAB), key)
+    assert err.what.startswith(f"{rows + 1:,} entries, over the {rows:,} rows of the model's "
+                               f"{key[:-1]} embedding"), err.what

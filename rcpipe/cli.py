@@ -232,18 +232,13 @@ def champion(
     if ctx.invoked_subcommand is not None:
         return
     from rcpipe.stages.registry import lines, show
+    from rcpipe.stages.registry import ref as ref_of
 
     found = show(Path.cwd(), remote, _config_or_defaults(params, set_).limits)
-    head = found["head"]
-    if head is None:
+    if found["head"] is None:
         raise InputError("champion.json", "", "no champion yet: no night promoted")
     if ref:
-        tag = next((t["version"] for t in found["tags"]
-                    if t["commit"] == head.get("git_commit") and t["version"]), None)
-        if not (tag or head.get("git_commit")):
-            raise InputError("champion.json", "git_commit", "the champion's night had no "
-                             "git commit (a workspace without git)")
-        print(tag or head["git_commit"])
+        print(ref_of(found))
         return
     print(json.dumps(found, indent=1) if as_json else "\n".join(lines(found)))
 

@@ -20,6 +20,7 @@ import yaml
 
 from rcpipe.config import VARIANTS
 from tests.conftest import TINY_MODEL, SynthData
+from tests.relay import Relay
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -140,66 +141,28 @@ def assert_content_addressed(objects: dict[str, bytes]) -> int:
     return count
 
 
-class Outage:
-    """A TCP proxy in front of the S3 endpoint that drops every connection, and refuses new
+class Outage(Relay):
+    """A relay in front of the S3 endpoint that drops every connection, and refuses new
     ones, once ``allow`` PUT requests have gone through: the endpoint going down mid-push."""
 
     def __init__(self, target: int, allow: int) -> None:
-        self.target, self.allow, self.puts = target, allow, 0
-        self.down = threading.Event()
-        self.sockets: list[socket.socket] = []
-        self.lock = threading.Lock()
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.allow, self.puts = allow, 0
+        self.down_now = threading.Event()
+        super().__init__(target)
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            if self.down.is_set():
-                client.close()
-                continue
-            upstream = socket.create_connection(("127.0.0.1", self.target))
-            with self.lock:
-                self.sockets += [client, upstream]
-            threading.Thread(target=self._pump, args=(client, upstream, True),
-                             daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, False),
-                             daemon=True).start()
+    def refuses(self) -> bool:
+        return self.down_now.is_set()
 
-    def _pump(self, src: socket.socket, dst: socket.socket, requests: bool) -> None:
-        try:
-            while data := src.recv(1 << 16):
-                if requests:
-                    with self.lock:
-                        self.puts += data.count(b"PUT /")
-                        over = self.puts > self.allow
-                    if over:
-                        self.cut()
-                        return
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                s.close()
-
-    def cut(self) -> None:
-        self.down.set()
+    def up(self, data: bytes, server: socket.socket, conn: dict[str, Any]) -> bool:
         with self.lock:
-            for s in self.sockets:
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            self.puts += data.count(b"PUT /")
+            over = self.puts > self.allow
+        if over:
+            self.down_now.set()
+            self.cut()
+            return False
+        return super().up(data, server, conn)
 
     def restore(self) -> None:
         self.allow = 10**9
-        self.down.clear()
-
-    def close(self) -> None:
-        self.cut()
-        self.listener.close()
+        self.down_now.clear()

@@ -25,6 +25,7 @@ from rcpipe.release.remote import git, identity
 
 ARTIFACT, STAGE = "rcpipe", "champion"
 GATE = "gate: "  # the message's last line: the decision's numbers, as JSON
+VERSION_TAG = re.compile(rf"{ARTIFACT}@v\d+\.\d+\.\d+")  # GTO's version tags
 
 
 def crown(root: Path, commit: str, run: str, decided: dict[str, Any],

@@ -25,7 +25,11 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ConfigDict, StrictFloat, StrictStr, ValidationError
+
 from rcpipe import layout
+from rcpipe.config.load import located
+from rcpipe.errors import InputError
 from rcpipe.release.remote import git
 
 if TYPE_CHECKING:
@@ -35,8 +39,10 @@ log = logging.getLogger(__name__)
 LINK_SECONDS = 7 * 24 * 3600  # a presigned link lasts a week: until the next weekly look
 
 
-def publish(where: Remote, record: dict[str, Any]) -> dict[str, Any]:
-    """The night's report and the nights page on the remote; their URLs and links."""
+def publish(where: Remote, record: dict[str, Any], before: list[dict[str, Any]]
+            ) -> dict[str, Any]:
+    """The night's report and the nights page (``before``: the earlier nights' records,
+    ``earlier``) on the remote; their URLs and links."""
     from rcpipe.render import pages, plots, tables
 
     run = record["run"]
@@ -45,7 +51,7 @@ def publish(where: Remote, record: dict[str, Any]) -> dict[str, Any]:
         for file in sorted(p for p in layout.REPORTS.rglob("*") if p.is_file()):
             name = file.relative_to(layout.REPORTS).as_posix()
             sent[name] = where.write(file.read_bytes(), "versions", run, "report", name)
-    records = _records(where, run) + [record]
+    records = before + [record]
     rows = tables.night_rows(records)
     models = sorted({k for r in rows for k in r} - {"night", "promoted", "champion",
                                                     "gate gain"},
@@ -67,20 +73,68 @@ def publish(where: Remote, record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _records(where: Remote, run: str) -> list[dict[str, Any]]:
+Number = StrictFloat  # an int too; never a string or a bool
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")  # a record keeps fields these pages never read
+
+
+class _Score(_Open):
+    f1: Number
+    em: Number
+
+
+class _Cost(_Open):
+    run: StrictStr | None = None
+    wall_s: Number
+    hours: Number
+    unit: StrictStr
+
+
+class _Gate(_Open):
+    diff: Number | None = None
+    low: Number | None = None
+    high: Number | None = None
+
+
+class _Night(_Open):
+    """What the nights page and `rcpipe champion set` read of a night's version.json."""
+
+    run: StrictStr
+    scores: dict[str, _Score]
+    cost: dict[str, _Cost] | None = None
+    gate: _Gate | None = None
+    candidate: dict[str, Any] | None = None
+    packages: dict[str, StrictStr] | None = None
+    packages_sha256: dict[str, StrictStr] | None = None
+
+
+def check_night(found: Any, url: str) -> dict[str, Any]:
+    """A night's version.json, parsed, checked as its readers use it; else one located
+    InputError (``scores.bidaf.f1: Input should be a valid number``)."""
+    try:
+        _Night.model_validate(found)
+    except ValidationError as e:
+        raise InputError(url, *located(e)) from None
+    return found
+
+
+def earlier(where: Remote, run: str) -> list[dict[str, Any]]:
     """Every earlier night's record on the remote, oldest first (run names start with the
-    time); one that cannot be read is left out, and said."""
+    time), each checked; one that cannot be read or is malformed is left out, and said in
+    one line naming its file (`rcpipe version` reads them before it commits anything)."""
     found = []
     for name in where.list("versions"):
         if name == run:
             continue
         try:
             record = where.read_json("versions", name, "version.json")
-        except Exception as e:  # noqa: BLE001 - one bad record must not hide the others
-            log.warning(f"nights: versions/{name}/version.json left out: {e}")
-            continue
-        if record is not None and "scores" in record:
-            found.append(record)
+            if record is not None:
+                found.append(check_night(record, where._where("versions", name,
+                                                              "version.json")[1]))
+        except InputError as e:  # one bad record must not hide the others
+            log.warning(f"nights: left out: {e.line().removeprefix('error: ')}")
     return sorted(found, key=lambda r: r["run"])
 
 

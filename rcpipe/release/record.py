@@ -40,6 +40,10 @@ HISTORY = "champion-history"
 KINDS = ("promotion", "rollback", "set")
 ENSEMBLE = layout.ENSEMBLE
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+COMMIT = re.compile(r"[0-9a-f]{7,64}")  # a git commit id: what `--ref` hands to git checkout
+# what a person writes into the record (--reason, --by): a few lines' worth, one line each,
+# so every entry stays far below limits.record_kb and the listing shows what was written
+WRITTEN_CHARS = {"reason": 2000, "by": 200}
 
 __all__ = ["Changed", "Head", "append", "check", "entry_at", "history", "read"]
 
@@ -110,10 +114,28 @@ def check(entry: Any, source: str) -> dict[str, Any]:
         if not isinstance(url, str) or not url:
             raise InputError(source, "package", "missing: the champion's package URL")
         _pin(entry.get("package_sha256"), source, "package_sha256")
+    commit = entry.get("git_commit")
+    if commit is not None and not (isinstance(commit, str) and COMMIT.fullmatch(commit)):
+        raise InputError(source, "git_commit", f"{str(commit)[:80]!r} is not a git commit "
+                         "id (7 to 64 hex digits)")
     change = entry.get("change")
     if change is not None and (not isinstance(change, dict) or change.get("kind") not in KINDS):
         raise InputError(source, "change.kind", f"expected one of {', '.join(KINDS)}")
     return entry
+
+
+def written(field: str, text: str) -> str:
+    """``text`` for the record's ``change.<field>`` (reason, by), else one line: printable
+    (a newline would forge a line of `rcpipe champion`'s listing) and within its cap."""
+    cap = WRITTEN_CHARS[field]
+    if len(text) > cap:
+        raise InputError(f"--{field}", f"{len(text)} characters",
+                         f"over {cap}: the record keeps a short {field}")
+    bad = next((c for c in text if not c.isprintable()), None)
+    if bad is not None:
+        raise InputError(f"--{field}", f"character {text.index(bad)}",
+                         f"{bad!r} is a control character: the record keeps one line")
+    return text
 
 
 def read(where: Remote, limits: ReadLimits) -> Head:
@@ -137,6 +159,7 @@ def append(where: Remote, seen: Head, champion: Mapping[str, Any], kind: str, re
     came first (nothing written: read again and judge again)."""
     if kind not in KINDS:
         raise ValueError(f"kind {kind!r}")
+    reason, by = written("reason", reason), written("by", by)
     if seen.entry is not None:
         _keep(where, seen.entry, limits)  # the head's own, if its writer died before it
     before = seen.entry
@@ -150,7 +173,16 @@ def append(where: Remote, seen: Head, champion: Mapping[str, Any], kind: str, re
                             "model": before["score"]["model"]}}}
     check(entry, "the new champion entry")  # never write what a reader would refuse
     data = json.dumps(entry, indent=1).encode()
-    where.write_if(data, seen.tag, HEAD)
+    if len(data) > limits.record_bytes():  # nor what it could not read back
+        raise InputError(seen.url, "", f"the new entry is {len(data) / 1024:.0f} KB, over "
+                         f"limits.record_kb ({limits.record_kb:g} KB): nothing written")
+    try:
+        where.write_if(data, seen.tag, HEAD)
+    except Changed:
+        # a PUT applied whose answer was lost is sent again and finds its own write there:
+        # that is this change, made, not another writer's
+        if read(where, limits).entry != entry:
+            raise
     _keep(where, entry, limits)
     return entry
 

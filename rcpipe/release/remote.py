@@ -70,7 +70,15 @@ class Remote:
         self.name, self.fs, self.path = remote.name, remote.fs, remote.path
 
     def _where(self, *parts: str) -> tuple[str, str]:
-        return self.fs.join(self.path, RECORDS, *parts), "/".join((self.url, RECORDS, *parts))
+        """(the file system's path, the URL) of ``<remote>/rcpipe/<parts>``; refused in one
+        line when a part would lead out of it (a night named ``n1/../n2``, a package URL
+        through ``..``): S3 keys are names, but a directory remote's are paths."""
+        url = "/".join((self.url, RECORDS, *parts))
+        names = [n for part in parts for n in part.split("/")]
+        if any(n in ("", ".", "..") or "\0" in n or "\\" in n for n in names):
+            raise InputError(url, "", "refused: a name that leads out of the remote's "
+                             "records (an empty, '.' or '..' part)")
+        return self.fs.join(self.path, RECORDS, *names), url
 
     def read_json(self, *parts: str, cap: int = reads.JSON_MB * reads.MB,
                   key: str = "limits.json_mb") -> dict[str, Any] | None:
@@ -192,12 +200,14 @@ class Remote:
                 found = await s3._call_s3("get_object", Bucket=bucket, Key=key)
             except FileNotFoundError:
                 return None, None
-            body = found["Body"]
-            try:
-                data = await body.read(cap + 1)
+            body, chunks, got = found["Body"], [], 0
+            try:  # one read() may return what has arrived so far: read to the end or cap
+                while got <= cap and (chunk := await body.read(cap + 1 - got)):
+                    chunks.append(chunk)
+                    got += len(chunk)
             finally:
                 body.close()
-            return data, found["ETag"]
+            return b"".join(chunks), found["ETag"]
 
         data, etag = sync(s3.loop, get)
         if data is not None and len(data) > cap:

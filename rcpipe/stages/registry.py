@@ -19,6 +19,7 @@ from rcpipe import layout
 from rcpipe.config import VARIANTS, ReadLimits
 from rcpipe.errors import InputError
 from rcpipe.release import record
+from rcpipe.release.nights import check_night
 from rcpipe.release.remote import Remote, git, identity
 from rcpipe.trained.package_dir import CONFIG, sha256
 
@@ -76,11 +77,11 @@ def _pins(where: Remote, entry: dict[str, Any], limits: ReadLimits, what: str) -
 
 
 def _night(where: Remote, run: str, limits: ReadLimits) -> dict[str, Any]:
+    url = where._where("versions", run, "version.json")[1]  # refused if it leads out
     found = where.read_json("versions", run, "version.json", cap=limits.json_bytes())
-    if not isinstance(found, dict):
-        raise InputError(where._where("versions", run, "version.json")[1], "",
-                         f"no night {run} versioned on this remote")
-    return found
+    if found is None:
+        raise InputError(url, "", f"no night {run} versioned on this remote")
+    return check_night(found, url)
 
 
 def entry_of_night(where: Remote, run: str, model: str | None, limits: ReadLimits
@@ -164,6 +165,29 @@ def rollback(root: Path, remote: str | None, to: int | None, reason: str, by: st
     return _changed(where, head, entry, "rollback", reason or f"back to #{seq}", by, limits)
 
 
+def ref(found: dict[str, Any]) -> str:
+    """`rcpipe champion --ref`: the champion's GTO version tag on this clone, else its git
+    commit; each checked, as it is handed to `git checkout` (a ``-f`` would be an option)."""
+    from rcpipe.release.champions import VERSION_TAG
+
+    head = found["head"]
+    commit = head.get("git_commit")  # record.check: a commit id or None
+    tag = next((t["version"] for t in found["tags"]
+                if t["commit"] == commit and t["version"]), None)
+    if tag is not None and not VERSION_TAG.fullmatch(tag):
+        raise InputError("git tags", tag[:80], "not a GTO version tag (rcpipe@vX.Y.Z)")
+    if not (tag or commit):
+        raise InputError("champion.json", "git_commit", "the champion's night had no git "
+                         "commit (a workspace without git)")
+    return tag or commit
+
+
+def shown(value: Any) -> str:
+    """A record's text as one line of the listing: a control character written escaped
+    (an entry written before `record.written` refused them cannot forge a line)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(value))
+
+
 def lines(found: dict[str, Any]) -> list[str]:
     """`rcpipe champion`'s text: the record's entries, newest first."""
     out = []
@@ -175,11 +199,12 @@ def lines(found: dict[str, Any]) -> list[str]:
         gate = e.get("gate") if c.get("kind", "promotion") == "promotion" else None
         gain = "" if not isinstance(gate, dict) or gate.get("low") is None else \
             f"  gain {gate['diff']:+.2f} F1 [{gate['low']:+.2f}, {gate['high']:+.2f}]"
-        out.append(f"{mark} #{e.get('seq', 0)}  {c.get('kind', 'promotion'):<9} night "
-                   f"{s['run']}  {s['model']}  {c.get('at') or e.get('promoted_at', '')}  "
-                   f"by {c.get('by', '?')}{gain}")
+        out.append(shown(f"{mark} #{e.get('seq', 0)}  {c.get('kind', 'promotion'):<9} night "
+                         f"{s['run']}  {s['model']}  "
+                         f"{c.get('at') or e.get('promoted_at', '')}  by {c.get('by', '?')}")
+                   + gain)
         if c.get("reason"):
-            out.append(f"      {c['reason']}")
+            out.append(f"      {shown(c['reason'])}")
     if found["disagree"]:
-        out.append(f"note: {found['disagree']}")
+        out.append(f"note: {shown(found['disagree'])}")
     return out

@@ -45,9 +45,10 @@ from rcpipe.outputs import settle
 from rcpipe.release import record as champion_record
 from rcpipe.release.champions import crown
 from rcpipe.release.gate import Gate, answers, champion_answers, gate_f1, gate_set, store_answers
-from rcpipe.release.nights import publish, push_commit
+from rcpipe.release.nights import earlier, publish, push_commit
 from rcpipe.release.remote import Remote, git, identity
 from rcpipe.release.rules import (
+    Decision,
     Score,
     classify_failure,
     commit_targets,
@@ -209,6 +210,8 @@ def version(cfg: Config, variants: Sequence[str] | None = None, *,
                                  "record is changed by compare-and-swap, which rcpipe does on "
                                  "S3 and directory remotes only; version without --promote")
             champion_record.read(where, cfg.limits)
+        # the earlier nights the nights page shows: a malformed one is left out, said now
+        before = earlier(where, run)
         # a set a killed stage left half moved is finished first: dvc.lock never records
         # new predictions beside old metrics
         settle(*(layout.model_dir(v) for v in variants), layout.PREDICTIONS, layout.METRICS,
@@ -247,10 +250,15 @@ def version(cfg: Config, variants: Sequence[str] | None = None, *,
                                     manifest["dev"]["sha256"], min_gain, Path(tmp))
         record["git_push"] = push_commit(root, cfg.version.git_remote, record["git_commit"],
                                          record.get("git_tags", []))
-        record |= publish(where, record)  # the report and the nights page, on the remote
-        record["record"] = where.write(json.dumps(record, indent=1).encode(), "versions", run,
-                                       "version.json")
+        record |= publish(where, record, before)  # the report and the nights page
+        record["record"] = keep(where, record)
     return record
+
+
+def keep(where: Remote, record: dict[str, Any]) -> str:
+    """The night's record, ``versions/<run>/version.json`` on the remote; its URL."""
+    return where.write(json.dumps(record, indent=1).encode(), "versions", record["run"],
+                       "version.json")
 
 
 def push_package(cfg: Config, where: Remote, run: str, variant: str, out: Path
@@ -336,6 +344,10 @@ def champion_gate(root: Path, cfg: Config, where: Remote, gate: Gate,
             break
         entry = pointer(record, candidate.as_dict(), members, packages, answers_url, decided,
                         combination if candidate.model == "ensemble" else None)
+        # the night's record before the swap: champion.json never names a night the remote
+        # has no version.json of, a kill right after the swap included (the end rewrites it)
+        keep(where, record | outcome(decision, candidate, decided, answers_url, champion,
+                                     races, head.seq + 1))
         try:
             written = champion_record.append(where, head, entry, "promotion", decision.reason,
                                              f"the gate of night {run}", cfg.limits)
@@ -352,7 +364,15 @@ def champion_gate(root: Path, cfg: Config, where: Remote, gate: Gate,
     if decision.promote and record["git_commit"]:  # GTO's tags: the record's mirror in git
         tags = crown(root, record["git_commit"], run, decided, cfg.version.git_remote)
     log.info(f"champion: {'promoted' if decision.promote else 'kept'}: {decision.reason}")
-    return {"promoted": decision.promote, "reason": decision.reason, "git_tags": tags,
+    return outcome(decision, candidate, decided, answers_url, champion, races,
+                   written["seq"] if decision.promote else None) | {"git_tags": tags}
+
+
+def outcome(decision: Decision, candidate: Score, decided: dict[str, Any],
+            answers_url: str | None, champion: Score | None, races: list[dict[str, Any]],
+            seq: int | None) -> dict[str, Any]:
+    """What the night's record says of its gate (``seq``: the champion entry it made)."""
+    return {"promoted": decision.promote, "reason": decision.reason, "git_tags": [],
             "candidate": candidate.as_dict(), "gate": decided, "gate_answers": answers_url,
             "champion_before": champion.as_dict() if champion else None, "races": races,
-            **({"champion_entry": written["seq"]} if decision.promote else {})}
+            **({"champion_entry": seq} if decision.promote else {})}

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rcpipe import reads
 from rcpipe.config import VARIANTS, ReadLimits, located
@@ -98,6 +98,14 @@ class _Decoding(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
     max_answer_len: int = Field(15, gt=0, le=10_000)
     length_prior: list[float] | None = Field(None, max_length=10_000)
+
+    @model_validator(mode="after")
+    def _prior_covers_every_length(self) -> _Decoding:
+        # decode weighs a span of length k by prior[k - 1], for k up to max_answer_len
+        if self.length_prior is not None and len(self.length_prior) < self.max_answer_len:
+            raise ValueError(f"length_prior has {len(self.length_prior)} entries, fewer "
+                             f"than max_answer_len ({self.max_answer_len})")
+        return self
 
 
 class _Data(BaseModel):

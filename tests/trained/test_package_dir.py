@@ -104,3 +104,17 @@ def test_a_vocabulary_longer_than_its_embedding_is_refused(prepared: Prepared, t
     assert (err.file, err.location) == (str(tmp_path / "pkg" / VOCAB), key)
     assert err.what.startswith(f"{rows + 1:,} entries, over the {rows:,} rows of the model's "
                                f"{key[:-1]} embedding"), err.what
+
+
+def test_a_length_prior_shorter_than_the_longest_answer_is_refused(prepared: Prepared,
+                                                                   tmp_path: Path) -> None:
+    """A prior of 3 lengths beside max_answer_len 12 loaded, and its first answer died with
+    a RuntimeError in decode (a tensor of 12 against one of 3)."""
+    write_package(prepared, tmp_path / "pkg")
+    path = tmp_path / "pkg" / CONFIG
+    config = json.loads(path.read_text())
+    config["decoding"] |= {"max_answer_len": 12, "length_prior": [0.5, 0.3, 0.2]}
+    path.write_text(json.dumps(config))
+    err = _refusal(tmp_path / "pkg")
+    assert (err.file, err.location) == (str(path), "decoding")
+    assert err.what == "length_prior has 3 entries, fewer than max_answer_len (12)"

@@ -396,14 +396,17 @@ def serve(
     set_: Sets = None,
 ) -> None:
     """The answer service on Ray Serve: POST /answer, and a web page at / to ask a passage."""
-    from rcpipe.serve.app import Limits
+    from rcpipe.stages.serving import sigterm_stops
 
-    cfg = _config_for(model or [], params, set_)
-    s = cfg.serve
-    limits = Limits(max_context_chars, max_question_chars, max_batch or s.max_batch,
-                    s.batch_wait_ms if batch_wait_ms is None else batch_wait_ms,
-                    timeout or s.timeout_s, s.max_pending, s.body_timeout_s)
-    stages.serve(cfg, model, host, port, limits, threads, runtime, replicas)
+    with sigterm_stops():  # first thing: a stop at any moment of the start-up ends with 0
+        from rcpipe.serve.app import Limits
+
+        cfg = _config_for(model or [], params, set_)
+        s = cfg.serve
+        limits = Limits(max_context_chars, max_question_chars, max_batch or s.max_batch,
+                        s.batch_wait_ms if batch_wait_ms is None else batch_wait_ms,
+                        timeout or s.timeout_s, s.max_pending, s.body_timeout_s)
+        stages.serve(cfg, model, host, port, limits, threads, runtime, replicas)
 
 
 def main(argv: list[str] | None = None) -> None:

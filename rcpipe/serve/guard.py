@@ -191,7 +191,9 @@ async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
         async with asyncio.timeout(LINGER_S):
             while await reader.read(65536):
                 pass
-    except (OSError, TimeoutError):
+    # cancelled: the guard stops (SIGTERM) while it lingers; the task ends done, as
+    # Guard.client's do, since the server's callback would log a cancelled one's traceback
+    except (OSError, TimeoutError, asyncio.CancelledError):
         pass
     writer.close()
 

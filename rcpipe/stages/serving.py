@@ -13,9 +13,12 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from rcpipe.config import Config
 from rcpipe.trained.reader import ENSEMBLE, load_reader, on_device
@@ -71,53 +74,92 @@ def join_ray(needed_cpus: float) -> None:
     """The Ray this process joined, RAY_ADDRESS's, or a local one as `rcpipe train` starts it
     (no dashboard), with CPUs enough for the replicas asked."""
     import ray
+    from ray._private import ray_constants, utils
 
     if ray.is_initialized():
         return
     from rcpipe.cluster.ray_runtime import connect
 
-    # a cluster asking for a token is one line (ray_runtime.join)
-    connect(None, num_cpus=max(os.cpu_count() or 1, int(needed_cpus + 0.999)))
+    # ray.init sets two SIGTERM handlers of its own, each of which ended a start-up stopped
+    # half-way with Ray's processes left (issue 72): Python's, sys.exit(15), as it begins,
+    # and its core worker's C++ failure handler (an abort) as it connects. Neither is set:
+    # `rcpipe serve`'s own (sigterm_stops) holds a SIGTERM until ray.init has returned.
+    # (This process's own C++ crashes go without Ray's stack trace; its replicas keep it.)
+    ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
+    with mock.patch.object(utils, "set_sigterm_handler", lambda handler: None), _held():
+        # a cluster asking for a token is one line (ray_runtime.join)
+        connect(None, num_cpus=max(os.cpu_count() or 1, int(needed_cpus + 0.999)))
 
 
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt  # SIGTERM ends the service as Ctrl-C does
+class _Stop:
+    """`rcpipe serve`'s SIGTERM handler: the stop a container runtime or systemd sends ends
+    the service as Ctrl-C does (KeyboardInterrupt in the main thread), once; a second
+    SIGTERM lets the shutdown go on. While Ray starts (``held``) it waits for ray.init to
+    return: cut half-way, ray.init leaves processes that no ray.shutdown knows of."""
+
+    held = asked = False
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if not self.asked:
+            self.asked = True
+            if not self.held:
+                raise KeyboardInterrupt
 
 
-def _stop_on_sigterm() -> None:
-    """SIGTERM (a container runtime's, systemd's stop) handled as SIGINT is: the service
-    shut down and Ray's processes ended. Set again once Ray is up: ray.init installs its own
-    handler, which aborted the process and left Ray's agents running."""
-    signal.signal(signal.SIGTERM, _interrupt)
+_stop = _Stop()
+
+
+@contextmanager
+def _held() -> Iterator[None]:
+    _stop.held = True
+    try:
+        yield
+    finally:
+        _stop.held = False
+    if _stop.asked:  # a SIGTERM came while Ray started: now there is a whole Ray to end
+        raise KeyboardInterrupt
+
+
+@contextmanager
+def sigterm_stops() -> Iterator[None]:
+    """SIGTERM or Ctrl-C at any moment in here ends it quietly (exit 0). `rcpipe serve` enters
+    it first thing, before its models load, Ray starts and Serve deploys (issue 72: a
+    SIGTERM while Ray started exited 15 or aborted, Ray's agents left running)."""
+    _stop.asked = False
+    before = signal.signal(signal.SIGTERM, _stop)
+    try:
+        yield
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def serve(cfg: Config, models: list[str] | None = None, host: str = "127.0.0.1",
           port: int = 8000, limits: Any = None, threads: int = 1, runtime: str = "torch",
           replicas: int | None = None) -> None:
     """`rcpipe serve`: the service and its page on http://host:port/ until interrupted
-    (SIGINT or SIGTERM: exit 0, Serve and a Ray it started shut down)."""
+    (SIGINT or SIGTERM: exit 0, Serve and a Ray it started shut down), under
+    ``sigterm_stops``."""
     from rcpipe.serve import deployments, server
     from rcpipe.serve.app import Limits
-
-    before = signal.signal(signal.SIGTERM, _interrupt)
 
     # a bad or taken port is said before the models load; the guard answers on it at once,
     # 503 with Retry-After until the app is deployed (rather than refused connections, then
     # Serve's 404 while the app deploys)
     sock = server.listen(host, port)
     s = cfg.serve
-    front = deployments.waiting(sock, s.header_timeout_s, s.max_connections)
+    front = None
     serving = False  # Serve started: a mistake before it (a bad model) starts no Ray
     try:
+        front = deployments.waiting(sock, s.header_timeout_s, s.max_connections)
         limits = limits or Limits()
         app, served = application(cfg, models, limits, threads, runtime, replicas)
         count = replicas or s.replicas
         join_ray(count * s.replica_cpus * len([m for m in served if m != ENSEMBLE]))
-        _stop_on_sigterm()
         t0, serving = time.perf_counter(), True
         deployments.behind(front, limits, s.keep_alive_s)
         deployments.run(app)
-        _stop_on_sigterm()
         front.guard.ready = True
         how = "autoscaled" if s.autoscaling and not replicas else f"{count} replica(s)"
         log.info(f"serve ({runtime}, Ray Serve, {how} a model): {', '.join(served)} on "
@@ -125,12 +167,23 @@ def serve(cfg: Config, models: list[str] | None = None, host: str = "127.0.0.1",
                  f"{time.perf_counter() - t0:.1f} s; Ctrl-C stops")
         while True:
             time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM: the shutdown goes on
-        front.stop()
+        if front is not None:
+            front.stop()
         sock.close()
-        if serving:
+        _shut_down(serving)
+
+
+def _shut_down(serving: bool) -> None:
+    """Serve shut down (once started) and Ray left, wherever the start-up was stopped:
+    a local Ray's processes end with it, a joined cluster's go on without this driver."""
+    import ray
+
+    from rcpipe.serve import deployments
+
+    if serving:
+        try:
             deployments.shutdown()
-        signal.signal(signal.SIGTERM, before)
+        except Exception as e:  # noqa: BLE001 - a Serve stopped half-way: ray.shutdown ends it
+            log.warning(f"Serve's shutdown failed ({e!r:.200}); Ray's goes on")
+    ray.shutdown()  # nothing when no Ray was joined

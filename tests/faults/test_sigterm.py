@@ -1,15 +1,20 @@
 """Issue 56: `rcpipe serve` and SIGTERM, what a container runtime and systemd send to stop a
 service. SIGINT exited 0 and left nothing; SIGTERM exited -6 (SIGABRT: Ray's own handler)
 and left `ray::DashboardAgent` and `ray::RuntimeEnvAgent` running. SIGTERM now ends the
-service as SIGINT does."""
+service as SIGINT does.
+
+Issue 72 (item 11): a SIGTERM during the start-up, while Ray started, exited 15 (ray.init's
+own handler); now every moment of it ends with 0 and nothing left of the service's session."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -22,6 +27,8 @@ from tests.faults.test_abuse import PKG, here, run_dir
 __all__ = ["here", "run_dir"]  # the abuse cases' run directory: a package of bidaf
 
 BIN = Path(sys.executable).parent
+START_S = 300  # a start-up beside a busy machine's other work
+STOP_S = 180  # the stop: a SIGTERM while Ray starts waits for ray.init, then shuts it down
 
 
 def _alive(p: psutil.Process) -> bool:
@@ -29,6 +36,17 @@ def _alive(p: psutil.Process) -> bool:
         return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def _session(sid: int) -> list[psutil.Process]:
+    """The live processes of session ``sid``: `rcpipe serve` started in its own session, its
+    local Ray's processes (GCS, raylet, agents, workers) are in it too."""
+    found = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getsid(p.pid) == sid and _alive(p):
+                found.append(p)
+    return found
 
 
 def _ray_processes(proc: psutil.Process) -> list[psutil.Process]:
@@ -41,39 +59,95 @@ def _ray_processes(proc: psutil.Process) -> list[psutil.Process]:
     return found
 
 
-@pytest.mark.integration  # `rcpipe serve` starts its own local Ray
-def test_sigterm_ends_rcpipe_serve_as_sigint_does(here: Path, tmp_path: Path) -> None:
-    port = ray_nodes.free_port()
-    log = (tmp_path / "serve.log").open("w")
-    proc = subprocess.Popen(
-        [str(BIN / "rcpipe"), "serve", "--model", PKG, "--port", str(port),
-         "--set", "serve.replica_cpus=0"],
-        cwd=here, env=ray_nodes.node_env({"NO_COLOR": "1"}), stdout=log, stderr=log)
-    started: list[psutil.Process] = []
-    try:
-        deadline, up = time.monotonic() + 300, False
-        with httpx.Client(timeout=10) as client:
-            while time.monotonic() < deadline and proc.poll() is None and not up:
-                with contextlib.suppress(httpx.TransportError):
-                    up = client.get(f"http://127.0.0.1:{port}/health").status_code == 200
-                time.sleep(0.5)
-        assert up, (tmp_path / "serve.log").read_text()[-3000:]
-        started = _ray_processes(psutil.Process(proc.pid))
-        titles = {" ".join(p.cmdline())[:40] for p in started}
-        assert any("ray::" in t for t in titles), titles  # its agents, as the issue saw
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(120)
-        assert code == 0, (code, (tmp_path / "serve.log").read_text()[-3000:])
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(map(_alive, started)):
+class Serving:
+    """`rcpipe serve` of the abuse cases' package in its own session, its output in a file."""
+
+    def __init__(self, here: Path, log: Path) -> None:
+        self.port, self.log = ray_nodes.free_port(), log
+        with log.open("w") as out:
+            self.proc = subprocess.Popen(
+                [str(BIN / "rcpipe"), "serve", "--model", PKG, "--port", str(self.port),
+                 "--set", "serve.replica_cpus=0"], cwd=here, start_new_session=True,
+                env=ray_nodes.node_env({"NO_COLOR": "1"}), stdout=out, stderr=out)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def until(self, seen: Callable[[], bool], what: str) -> None:
+        """Wait for an event of the start-up (no fixed sleep: a busy machine is slower)."""
+        deadline = time.monotonic() + START_S
+        while not seen():
+            assert self.proc.poll() is None and time.monotonic() < deadline, \
+                (what, self.proc.poll(), self.output()[-3000:])
+            time.sleep(0.1)
+
+    def answers(self, status: int) -> bool:
+        with contextlib.suppress(httpx.TransportError):
+            return httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=10
+                             ).status_code == status
+        return False
+
+    def has(self, title: str) -> bool:
+        with contextlib.suppress(psutil.Error):
+            return any(title in " ".join(p.cmdline())
+                       for p in psutil.Process(self.proc.pid).children(recursive=True))
+        return False
+
+    def stopped(self) -> None:
+        """SIGTERM now: exit 0, nothing of its session left, no traceback said."""
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(STOP_S)
+        assert code == 0, (code, self.output()[-3000:])
+        deadline = time.monotonic() + 30  # Ray's processes end a moment after their driver
+        while (left := _session(self.proc.pid)) and time.monotonic() < deadline:
             time.sleep(0.5)
-        left = [p.pid for p in started if _alive(p)]
-        assert not left, left
-        assert "Traceback" not in (tmp_path / "serve.log").read_text()
-    finally:
-        log.close()
-        if proc.poll() is None:
-            proc.kill()
-        for p in started:  # whatever a failed run left: this test's own processes only
+        assert not left, [" ".join(p.cmdline())[:60] for p in left]
+        assert "Traceback" not in self.output()
+
+    def end(self) -> None:
+        """Whatever a failed run left: this test's own session only."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        for p in _session(self.proc.pid):
             with contextlib.suppress(psutil.Error):
                 p.kill()
+        self.proc.wait()
+
+
+@contextlib.contextmanager
+def serving(here: Path, tmp_path: Path) -> Iterator[Serving]:
+    s = Serving(here, tmp_path / "serve.log")
+    try:
+        yield s
+    finally:
+        s.end()
+
+
+@pytest.mark.integration  # `rcpipe serve` starts its own local Ray
+def test_sigterm_ends_rcpipe_serve_as_sigint_does(here: Path, tmp_path: Path) -> None:
+    with serving(here, tmp_path) as s:
+        s.until(lambda: s.answers(200), "the service up")
+        started = _ray_processes(psutil.Process(s.proc.pid))
+        titles = {" ".join(p.cmdline())[:40] for p in started}
+        assert any("ray::" in t for t in titles), titles  # its agents, as the issue saw
+        s.stopped()
+
+
+# moments of the start-up, each an event a SIGTERM follows at once (the service up: above)
+MOMENTS: dict[str, Callable[[Serving], bool]] = {
+    # the guard answers 503 on the port while the models load, before any Ray
+    "models_loading": lambda s: s.answers(503),
+    # Ray's first process: ray.init under way (before: exit 15, ray.init's own handler)
+    "ray_starting": lambda s: s.has("gcs_server"),
+    # Ray up, Serve's controller up, the app deploying
+    "serve_deploying": lambda s: "Started Serve" in s.output(),
+}
+
+
+@pytest.mark.integration  # `rcpipe serve` starts its own local Ray
+@pytest.mark.parametrize("moment", MOMENTS)
+def test_sigterm_at_any_moment_of_the_start_up_ends_with_0_and_nothing_left(
+        here: Path, tmp_path: Path, moment: str) -> None:
+    with serving(here, tmp_path) as s:
+        s.until(lambda: MOMENTS[moment](s), moment)
+        s.stopped()

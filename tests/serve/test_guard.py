@@ -211,6 +211,20 @@ def test_an_upstream_that_is_not_up_is_502(guard: Callable[..., int]) -> None:
         assert "not up" in refusal(until_closed(sock), 502)
 
 
+def test_a_guard_stopped_while_it_refuses_logs_no_traceback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """`rcpipe serve` stopped (SIGTERM) while its guard lingers over a 503 of the start-up:
+    the cancelled refusal's traceback was logged (issue 72)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", free_port()))
+    front = Running(sock, ("127.0.0.1", free_port()), T, 10, ready=False)
+    with connect(sock.getsockname()[1]) as client:
+        client.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert "starting" in refusal(until_closed(client), 503)  # still open: it lingers
+        front.stop()
+    assert not [r for r in caplog.records if r.exc_info], caplog.text
+
+
 def test_the_guard_runs_alone_from_its_params(upstream: int, tmp_path: Path) -> None:
     """`python -m rcpipe.serve.guard`, as the cluster's pods run it beside Serve's proxy."""
     params = write_params(tmp_path / "params.yaml", serve={"header_timeout_s": T})

@@ -139,8 +139,8 @@ MOMENTS: dict[str, Callable[[Serving], bool]] = {
     "models_loading": lambda s: s.answers(503),
     # Ray's first process: ray.init under way (before: exit 15, ray.init's own handler)
     "ray_starting": lambda s: s.has("gcs_server"),
-    # Ray up, Serve's controller up, the app deploying
-    "serve_deploying": lambda s: "Started Serve" in s.output(),
+    # (Ray up and Serve deploying held before the fix: the service-up test above stops a
+    # Serve through the same path, so that moment costs the suite no ~50 s of its own)
 }
 
 

@@ -70,14 +70,15 @@ def shared_vectors(work: Path, train_file: Path, test: Path) -> tuple[Path, Path
 
 
 def peer_run(model: str, peer: Path, prepared: Path, test: Path, minutes: float, seed: int,
-             every: int, out: Path, device: str) -> dict[str, Any]:
+             every: int, out: Path, device: str, max_steps: int = 0) -> dict[str, Any]:
     """The peer trained by its recipe in its own process (bench/peer_train.py)."""
     if not (out / "summary.json").is_file():
         out.mkdir(parents=True, exist_ok=True)
         with (out.parent / f"{model}.log").open("w") as log:
             subprocess.run([sys.executable, "-m", "bench.peer_train", model, str(peer),
                             "--prepared", str(prepared), "--test", str(test),
-                            "--minutes", str(minutes), "--seed", str(seed),
+                            "--minutes", str(minutes), "--max-steps", str(max_steps),
+                            "--seed", str(seed),
                             "--eval-every", str(every), "--device", device,
                             "--out", str(out)], check=True, stdout=log, stderr=log,
                            cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -134,40 +135,55 @@ def one_pair(model: str, seed: int, args: argparse.Namespace, vectors: Path | No
         theirs = pool.submit(peer_run, model, peer, prepared, test, args.minutes, seed,
                              every["peer"], work / "peer" / model, args.device)
         ours_s = ours.result()
-        steps = min(ours_s["steps"], peer_steps(work / "peer" / model, theirs))
+        trained = {"rcpipe": ours_s["steps"], "peer": peer_steps(work / "peer" / model, theirs)}
+        steps = min(trained.values())
+        # the faster side's first S steps again, at the slower side's cadence, while the
+        # peer's checkpoints are scored: its own run may have saved none at or before S (a
+        # cadence longer than the slower side's steps). No clock: the cap ends it (a clock
+        # would stop it short of S on a busy or slow device)
+        faster = next((side for side, n in trained.items() if n > steps), None)
         capped = None
-        if ours_s["steps"] > steps:  # rcpipe's first S steps again, at the peer's cadence,
-            # while the peer's checkpoints are scored
-            capped = pool.submit(rcpipe_run, model, vectors, prepared, train_file, test,
-                                 10 * args.minutes, every["peer"], seed,
-                                 work / "rcpipe-steps" / model, args.device,
-                                 [f"models.{model}.max_steps={steps}"])
+        if faster == "rcpipe":
+            capped = pool.submit(rcpipe_run, model, vectors, prepared, train_file, test, 0,
+                                 every["peer"], seed, work / "rcpipe-steps" / model,
+                                 args.device, [f"models.{model}.max_steps={steps}"])
+        elif faster == "peer":
+            capped = pool.submit(peer_run, model, peer, prepared, test, 0, seed,
+                                 every["rcpipe"], work / "peer-steps" / model, args.device,
+                                 steps)
         theirs_s = theirs.result()
         capped_s = capped.result() if capped else None
-    peer_answers = work / "peer" / model / "answers"
     r: dict[str, Any] = {"steps": {"rcpipe": ours_s["steps"], "peer": theirs_s["steps"],
                                    "equal": steps},
                          "rcpipe": ours_s, "peer": theirs_s}
     minutes_pick = best_until(theirs_s["history"], theirs_s["steps"])["step"]
     answers = {"minutes": (rcpipe_answers(model, work / "rcpipe" / model, prepared, test),
-                           json.loads((peer_answers / f"step-{minutes_pick}.json").read_text()))}
-    theirs_pick = best_until(theirs_s["history"], steps)["step"]
-    if capped_s is not None:
-        long = {h["step"]: h["heldout_f1"] for h in ours_s["history"]}
-        r["rcpipe_steps"] = capped_s
+                           peer_answers(work / "peer" / model, minutes_pick))}
+    # at equal steps: the slower side's run, the faster side's capped one
+    ours_steps, theirs_run, theirs_history = answers["minutes"][0], work / "peer" / model, \
+        theirs_s["history"]
+    if faster == "rcpipe":
+        ours_steps = rcpipe_answers(model, work / "rcpipe-steps" / model, prepared, test)
+    elif faster == "peer":
+        theirs_run, theirs_history = work / "peer-steps" / model, capped_s["history"]
+    if faster:
+        long = {h["step"]: h["heldout_f1"] for h in r[faster]["history"]}
+        r[f"{faster}_steps"] = capped_s
         r["same_first_steps"] = {
             "steps": [h["step"] for h in capped_s["history"] if h["step"] in long],
             "largest_heldout_f1_gap": max((abs(long[h["step"]] - h["heldout_f1"])
                                            for h in capped_s["history"] if h["step"] in long),
                                           default=None)}
-        ours_steps = rcpipe_answers(model, work / "rcpipe-steps" / model, prepared, test)
-    else:  # the peer ran further: its checkpoints at or before S
-        ours_steps = answers["minutes"][0]
-    answers["steps"] = (ours_steps, json.loads(
-        (peer_answers / f"step-{theirs_pick}.json").read_text()))
+    theirs_pick = best_until(theirs_history, steps)["step"]
+    answers["steps"] = (ours_steps, peer_answers(theirs_run, theirs_pick))
     r["chosen_steps"] = {"peer_minutes": minutes_pick, "peer_steps": theirs_pick}
     r["answers"] = answers
     return r
+
+
+def peer_answers(run: Path, step: int) -> dict[str, str]:
+    """The test answers the peer's checkpoint at ``step`` of ``run`` gave (peer_train.py)."""
+    return json.loads((run / "answers" / f"step-{step}.json").read_text())
 
 
 def compared(runs: list[dict[str, Any]], doc: dict[str, Any]) -> dict[str, Any]:

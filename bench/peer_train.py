@@ -1,7 +1,8 @@
 """Train a peer's model by its own recipe (bench/peer_recipes.py) on rcpipe's prepared data,
 for a wall-clock budget, scoring it as `rcpipe train` scores a run.
 
-The clock is wall time from the first step; a step that ends past ``--minutes`` is the last.
+The clock is wall time from the first step; a step that ends past ``--minutes`` is the last
+(``--max-steps N``: the N-th is, whichever comes first; ``--minutes 0``: no clock).
 Every ``--eval-every`` steps and at the last, the weights it would be evaluated on (its EMA's
 where its recipe keeps one) are saved; after the clock stops, each answers the held-out slice
 prepare set aside and the test file through rcpipe's reader, and the official scorer scores
@@ -79,6 +80,7 @@ def main() -> None:
     ap.add_argument("--prepared", type=Path, required=True, help="rcpipe prepare's folder")
     ap.add_argument("--test", type=Path, required=True, help="the SQuAD file prepared as dev")
     ap.add_argument("--minutes", type=float, default=15.0)
+    ap.add_argument("--max-steps", type=int, default=0, help="steps at most (0: no cap)")
     ap.add_argument("--eval-every", type=int, default=200)
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--device", type=torch.device, default=torch.device("cpu"))
@@ -99,8 +101,10 @@ def main() -> None:
     found = files.heldout()
     held = heldout_split(found, None) if found else None
     saved = trained(recipe, SquadDataset.from_parquet(files.train), args.minutes,
-                    args.eval_every, args.seed, args.out / "checkpoints", args.device)
-    # how far it got, before the scoring: bench/peer_accuracy.py starts rcpipe's capped run
+                    args.eval_every, args.seed, args.out / "checkpoints", args.device,
+                    args.max_steps)
+    # how far it got, before the scoring: bench/peer_accuracy.py starts the faster side's
+    # capped run
     write(args.out / "trained.json", {"steps": saved[-1]["step"], "saved": saved})
     (args.out / "answers").mkdir(exist_ok=True)
     history = []
@@ -124,9 +128,10 @@ def main() -> None:
 
 
 def trained(recipe: Recipe, train: SquadDataset, minutes: float, every: int, seed: int,
-            out: Path, device: torch.device) -> list[dict[str, Any]]:
-    """Train for ``minutes`` of wall clock, saving the weights it would be evaluated on (its
-    EMA's where it keeps one) every ``every`` steps and at the last: a point per save."""
+            out: Path, device: torch.device, max_steps: int = 0) -> list[dict[str, Any]]:
+    """Train for ``minutes`` of wall clock (0: no clock) or ``max_steps`` (0: no cap), the
+    first reached, saving the weights it would be evaluated on (its EMA's where it keeps one)
+    every ``every`` steps and at the last: a point per save."""
     rows = np.flatnonzero(train.y1 >= 0)  # v1.1: every row answers (chrischute's v1.1 filter)
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -140,7 +145,8 @@ def trained(recipe: Recipe, train: SquadDataset, minutes: float, every: int, see
                 batch = padded(batch, *recipe.pad_to)
             loss = step(recipe, batch, updates)
             updates, examples = updates + 1, examples + len(indices)
-            done = time.perf_counter() - started > minutes * 60
+            done = bool(minutes and time.perf_counter() - started > minutes * 60
+                        or max_steps and updates >= max_steps)
             if updates % every == 0 or done:
                 path = out / f"step-{updates}.pt"
                 if recipe.ema is not None:

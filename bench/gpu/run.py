@@ -453,8 +453,8 @@ PEER_EVERY = {"bidaf": 1000, "qanet": 200}
 def peer_accuracy(kit: Kit) -> dict[str, Any]:
     """bench/peer_accuracy.py on the device, one seed: each --peer-models pair its own process,
     the pairs at once (four trainings on the one GPU), over the kit's shared-vectors folder.
-    A pair costs its minutes M, rcpipe's first S steps again (at most M) and the scoring, so
-    M is what the call leaves, halved, less a minute."""
+    A pair costs its minutes M, the faster side's first S steps again (at most M) and the
+    scoring, so M is what the call leaves, halved, less a minute."""
     from bench.gpu.box import PEERS
 
     a, where = kit.args, kit.args.kit / "peer-accuracy"

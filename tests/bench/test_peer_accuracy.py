@@ -3,10 +3,11 @@ timing): a peer's fixed batch shapes, and chrischute/squad's LSTMs packed with t
 the host; end to end, rcpipe's bidaf trained through its worker beside a stand-in peer
 (tests/bench/peer_stand_in.py) is the GPU kit's call 3 in its dry run
 (tests/bench/test_gpu_kit.py): both sides' runs, S and the choices, the paired verdict, the
-chart, rcpipe's first S steps run again identically."""
+chart, the faster side's first S steps run again identically."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -54,3 +55,55 @@ def test_the_bidaf_peer_packs_its_lstm_input_with_the_lengths_on_the_host(
             sys.modules.pop(name, None)
     assert handed == [[2, 1]]  # through the rebound name, sorted as the peer sorts them
     assert log_p1.exp()[0, 2] == 0 and log_p1.exp()[1, 1:].sum() == 0  # padding masked
+
+
+@pytest.mark.parametrize("faster", ["rcpipe", "peer"])
+def test_the_faster_side_trains_its_first_s_steps_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, faster: str) -> None:
+    """Whichever side trained further in the minutes, its first S steps (the slower side's
+    count) run again at the slower side's cadence, with no clock (the cap ends it), and its
+    equal-steps answers come from that run: its own may have saved nothing at or before S
+    (the dry run on a busy machine: rcpipe 3 steps, the peer 8 with a checkpoint every 20)."""
+    import argparse
+
+    from bench import peer_accuracy
+
+    trained = {"rcpipe": 3, "peer": 3} | {faster: 8}
+    cadence = {"rcpipe": 2, "peer": 5}
+    runs: list[tuple[str, float, int, int]] = []  # (side, minutes, cadence, steps)
+
+    def summary(side: str, minutes: float, every: int, cap: int) -> dict:
+        n = cap or trained[side]
+        runs.append((side, minutes, every, n))
+        return {"steps": n, "history": [{"step": s, "heldout_f1": 1.0}
+                                        for s in sorted({*range(every, n + 1, every), n})]}
+
+    def rcpipe_run(model, vectors, prepared, train_file, test, minutes,  # noqa: ANN001, ANN202
+                   every, seed, run, device, extra=()):
+        return summary("rcpipe", minutes, every, int(extra[0].split("=")[1]) if extra else 0)
+
+    def peer_run(model, peer, prepared, test, minutes, seed, every,  # noqa: ANN001, ANN202
+                 out, device, max_steps=0):
+        s = summary("peer", minutes, every, max_steps)
+        (out / "answers").mkdir(parents=True)
+        for h in s["history"]:  # each answer names the run it came from
+            (out / "answers" / f"step-{h['step']}.json").write_text(
+                json.dumps({"q": out.parent.name}))
+        return s
+
+    monkeypatch.setattr(peer_accuracy, "rcpipe_run", rcpipe_run)
+    monkeypatch.setattr(peer_accuracy, "peer_run", peer_run)
+    monkeypatch.setattr(peer_accuracy, "peer_steps", lambda out, run: run.result()["steps"])
+    monkeypatch.setattr(peer_accuracy, "rcpipe_answers",
+                        lambda model, run, prepared, test: {"q": run.parent.name})
+    args = argparse.Namespace(out=tmp_path, every=list(cadence.values()), minutes=0.1,
+                              device="cpu", bidaf_peer=tmp_path / "squad")
+    r = peer_accuracy.one_pair("bidaf", 42, args, None, tmp_path, tmp_path, tmp_path)
+
+    slower = "peer" if faster == "rcpipe" else "rcpipe"
+    assert r["steps"] == {**trained, "equal": 3}
+    assert runs[2] == (faster, 0, cadence[slower], 3)  # capped at S, no clock
+    assert r[f"{faster}_steps"]["steps"] == 3
+    assert r["answers"]["minutes"] == ({"q": "rcpipe"}, {"q": "peer"})  # each side's run
+    at_s = {"rcpipe": "rcpipe", "peer": "peer", faster: f"{faster}-steps"}
+    assert r["answers"]["steps"] == ({"q": at_s["rcpipe"]}, {"q": at_s["peer"]})

@@ -230,3 +230,26 @@ def test_a_large_files_digest_is_read_once_across_processes(
     layout.DIGESTS.write_text("not json")  # a broken memo: read again, then rewritten
     monkeypatch.setattr(fingerprints, "_digests", {})
     assert fingerprints.file_digest(vectors) == truth
+
+
+def test_a_search_is_keyed_by_its_trials_training_and_its_own_settings(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 74: tune's key was the whole config but ray_address: changing serve.replicas,
+    another variant's model, limits.json_mb or train.keep_runs made bidaf's search start
+    over and forget its trials. Its key is now the train row's for the variant (what its
+    trials read) and its own settings: those go on; the variant's model, the training
+    params and its space do not."""
+    from rcpipe.stages.tune import _key
+
+    monkeypatch.chdir(tmp_path)
+
+    def key(*sets: str) -> str:
+        return _key(load_config(ROOT / "params.demo.yaml", list(sets)), "bidaf").digest
+
+    base = key()
+    for unread in ("serve.replicas=3", "models.rnet.hidden=24", "limits.json_mb=7",
+                   "train.keep_runs=5", "train.ray_address=ray://10.0.0.1:10001"):
+        assert key(unread) == base, unread
+    for read in ("models.bidaf.hidden=24", "train.epochs=3", "tune.trials=7",
+                 "tune.bidaf.space={}"):
+        assert key(read) != base, read

@@ -185,20 +185,6 @@ class Prepared:
 
     # --------------------------------------------------------------- what training takes
 
-    def training_files(self) -> dict[str, Path]:
-        """The files a training run reads, by name, those present: a search (`rcpipe tune`)
-        is keyed on their digests (a training run on its row's, the whole folder, as DVC).
-        dev/ counts only when nothing is held out: checkpoints are then ranked on
-        dev."""
-        splits = ["train", "heldout"] if self.has("heldout") else ["train", "dev"]
-        names = [self.VOCAB, self.WORD_EMB]
-        found = {n: self.out_dir / n for n in names if (self.out_dir / n).is_file()}
-        for split in splits:
-            folder = self.split(split)
-            for part in sorted(folder.glob("*.parquet")) if folder.is_dir() else ():
-                found[f"{folder.name}/{part.name}"] = part
-        return found
-
     def job_fields(self) -> dict[str, str]:
         """What a training Job (train/worker.py) takes of the prepared data: train_path,
         dev_path (as strings: Ray pickles the Job; each rank reads them) and vocab_sha256."""

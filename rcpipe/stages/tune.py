@@ -28,7 +28,7 @@ from rcpipe.config import Config, ModelConfig, lay, space_values
 from rcpipe.config.section import flatten
 from rcpipe.data.prepared import Prepared
 from rcpipe.errors import InputError
-from rcpipe.fingerprints import Fingerprint, code_from, file_digest
+from rcpipe.fingerprints import Fingerprint, code_from, of_stage
 
 if TYPE_CHECKING:  # the stages load no training code until a search runs
     from rcpipe.cluster.search import Plan
@@ -122,17 +122,17 @@ def _finished(path: Any, digest: str | None) -> dict[str, Any] | None:
 
 
 def _key(cfg: Config, variant: str) -> Fingerprint:
-    """What a search is, as every stage's key: the prepared files its trials train on, the
-    params they train with and its own settings (the budget, the space; not where the
-    cluster is), its code and rcpipe's version; a resumed search must be the same one."""
-    data = cfg.model_dump(mode="json")
-    tune = data.pop("tune")
-    data["tune"] = {k: v for k, v in tune.items() if k not in type(cfg.models).model_fields} | {
-        "space": tune[variant]["space"]}
-    data["train"].pop("ray_address", None)
-    files = {name: file_digest(path) if path.is_file() else "missing"  # said in one line next
-             for name, path in Prepared.of(cfg).training_files().items()}
-    return Fingerprint(files, flatten(data), code_from("rcpipe/stages/tune.py"))
+    """What a search is: its trials' training, keyed by the table's rule for the variant's
+    training run (fingerprints.of_stage of ``train``: models.<variant>, the training params,
+    the prepared data, its code), and its own settings (the budget, this variant's space)
+    and code. A setting no trial reads (serve.*, another variant's model, limits, where
+    the cluster is: UNKEYED) is no part of it, so changing one never forgets the trials."""
+    trials = of_stage(cfg, "train", variant)
+    tune = cfg.tune.model_dump(mode="json")
+    own = {k: v for k, v in tune.items() if k not in type(cfg.models).model_fields}
+    return Fingerprint(trials.files, {**trials.settings,
+                                      **flatten({"tune": own | tune[variant]})},
+                       {**trials.code, **code_from("rcpipe/stages/tune.py")})
 
 
 def _same_search_or_anew(variant: str, storage: tuple[str, Any], key: Fingerprint) -> None:

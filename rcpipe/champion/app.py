@@ -115,19 +115,17 @@ class Champion:
         asked); a context one voter refuses, all do (one limit)."""
         from rcpipe.inference.answer import averaged, voted
 
-        names = sorted(voters)
-        chosen, weights = how.members(names)
-        if how.method != "vote":
-            if not chosen:
-                raise InputError(self._record(), "ensemble",
-                                 f"weighs none of its voters ({', '.join(names)})")
-            names = [names[i] for i in chosen]  # a voter weighed 0 would answer for nothing
+        names = how.voters(sorted(voters))
+        if not names:
+            raise InputError(self._record(), "ensemble",
+                             f"weighs none of its voters ({', '.join(sorted(voters))})")
+        weights = [how.weights[v] for v in names] if not how.votes else []
         loaded = [self._load(voters[v], sha256s[v]) for v in names]
         max_len = loaded[0][2]  # the packages' decoding
 
         def combined(pair: tuple[str, str], found: tuple[dict[str, Any], ...]
                      ) -> dict[str, Any]:
-            if how.method == "vote":
+            if how.votes:
                 return voted(list(found))
             return averaged(list(found), weights, pair[0], max_len, how.na_threshold)
 

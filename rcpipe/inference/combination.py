@@ -62,7 +62,17 @@ class Combination:
         return {"method": self.method, "weights": self.weights,
                 "na_threshold": self.na_threshold}
 
+    @property
+    def votes(self) -> bool:
+        """The majority vote of the answers given; else the mean of their distributions."""
+        return self.method == "vote"
+
     def members(self, names: list[str]) -> tuple[list[int], list[float]]:
         """(the positions in ``names`` that weigh in the mean, their weights)."""
         chosen = [i for i, n in enumerate(names) if self.weights.get(n, 0) > 0]
         return chosen, [self.weights[names[i]] for i in chosen]
+
+    def voters(self, names: list[str]) -> list[str]:
+        """Those of ``names`` that answer for the ensemble: every one in a vote, the weighted
+        ones in a mean (a member weighed 0 answers for nothing: not loaded, not pinned)."""
+        return list(names) if self.votes else [names[i] for i in self.members(names)[0]]

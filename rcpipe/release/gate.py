@@ -106,7 +106,7 @@ def answers(packages: Mapping[str, Path], gate: Gate, device: torch.device,
     from rcpipe.inference.ensemble import majority_vote, mean_answers
     from rcpipe.inference.reading import Split
 
-    mean = ensemble is not None and ensemble.method != "vote"
+    mean = ensemble is not None and not ensemble.votes
     read = {v: package_nbest(packages[v], gate, device, mean) for v in VARIANTS
             if v in packages}
     dists = {v: distributions.split_off(n) for v, (n, _, _) in read.items()} if mean else {}

@@ -45,7 +45,7 @@ COMMIT = re.compile(r"[0-9a-f]{7,64}")  # a git commit id: what `--ref` hands to
 # so every entry stays far below limits.record_kb and the listing shows what was written
 WRITTEN_CHARS = {"reason": 2000, "by": 200}
 
-__all__ = ["Changed", "Head", "append", "check", "entry_at", "history", "read"]
+__all__ = ["Changed", "Head", "append", "check", "entry_at", "entry_of", "history", "read"]
 
 
 @dataclass(frozen=True)
@@ -105,9 +105,7 @@ def check(entry: Any, source: str) -> dict[str, Any]:
             raise InputError(source, "ensemble", str(e)) from None
         if not isinstance(pins, dict):
             pins = {}
-        names = sorted(packages)
-        voters = names if how.method == "vote" else [names[i] for i in how.members(names)[0]]
-        for v in voters:
+        for v in how.voters(sorted(packages)):
             _pin(pins.get(v), source, f"packages_sha256.{v}")
     else:
         url = entry.get("package")
@@ -122,6 +120,26 @@ def check(entry: Any, source: str) -> dict[str, Any]:
     if change is not None and (not isinstance(change, dict) or change.get("kind") not in KINDS):
         raise InputError(source, "change.kind", f"expected one of {', '.join(KINDS)}")
     return entry
+
+
+def entry_of(score: Mapping[str, Any], packages: Mapping[str, str],
+             pins: Mapping[str, str], *, ensemble: Mapping[str, Any] | None,
+             dvc_lock: str | None, git_commit: str | None, answers: str | None,
+             gate: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The champion fields of an entry, built in this one place for the gate's promotion
+    (stages/version.py) and `rcpipe champion set` (stages/registry.py); ``append`` adds
+    its number and change. ``packages``: what answers for ``score``'s model (its package,
+    or an ensemble's voters), ``pins``: each one's config.json sha256, which pins every
+    other file of it (the champion app checks both); ``ensemble``: how an ensemble's
+    voters are combined (Combination.as_dict); ``answers``: its gate answers' URL."""
+    model = score["model"]
+    own = model != ENSEMBLE  # an ensemble has no package of its own
+    return {"score": dict(score), "dvc_lock": dvc_lock, "git_commit": git_commit,
+            "package": packages[model] if own else None,
+            "package_sha256": pins.get(model) if own else None,
+            "packages": dict(packages), "packages_sha256": dict(pins),
+            **({} if own else {"ensemble": dict(ensemble or {})}),
+            "answers": answers, "gate": None if gate is None else dict(gate)}
 
 
 def written(field: str, text: str) -> str:

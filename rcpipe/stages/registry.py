@@ -113,14 +113,11 @@ def entry_of_night(where: Remote, run: str, model: str | None, limits: ReadLimit
     scores = night.get("scores", {}).get(model) or {}
     score = {"model": model, "f1": scores.get("f1", 0.0), "em": scores.get("em", 0.0),
              "dev_sha256": candidate.get("dev_sha256", ""), "run": run}
-    return {"score": score, "dvc_lock": night.get("dvc_lock"),
-            "git_commit": night.get("git_commit"),
-            "package": packages[model] if model != ENSEMBLE else None,
-            "package_sha256": pins.get(model) if model != ENSEMBLE else None,
-            "packages": {v: packages[v] for v in voters},
-            "packages_sha256": {v: pins[v] for v in voters if v in pins},
-            **({"ensemble": night["ensemble"]} if model == ENSEMBLE else {}),
-            "answers": night.get("gate_answers"), "gate": None}
+    return record.entry_of(score, {v: packages[v] for v in voters},
+                           {v: pins[v] for v in voters if v in pins},
+                           ensemble=night.get("ensemble"), dvc_lock=night.get("dvc_lock"),
+                           git_commit=night.get("git_commit"),
+                           answers=night.get("gate_answers"), gate=None)
 
 
 def _changed(where: Remote, head: record.Head, entry: dict[str, Any], kind: str,

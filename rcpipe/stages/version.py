@@ -276,28 +276,15 @@ def push_package(cfg: Config, where: Remote, run: str, variant: str, out: Path
 def pointer(record: dict[str, Any], score: dict[str, Any], members: list[str],
             packages: dict[str, Path], answers_url: str | None, decided: dict[str, Any],
             ensemble: Combination | None = None) -> dict[str, Any]:
-    """The champion fields of a record entry (release/record.py) for ``score``'s model of the
-    night ``record`` describes (its dvc_lock, git_commit, pushed packages); ``packages``:
-    their local directories; ``ensemble``: how an ensemble champion's voters' answers are
-    combined."""
-    from rcpipe.trained.package_dir import CONFIG, sha256
-
-    model = score["model"]
-    local = packages.get(model)
-    return {"score": score, "dvc_lock": record["dvc_lock"], "git_commit": record["git_commit"],
-            # the champion's package (an ensemble has none of its own), and its config.json's
-            # sha256, which pins every other file's (the champion app checks both)
-            "package": record["packages"].get(model),
-            "package_sha256": sha256((local / CONFIG).read_bytes()) if local else None,
-            # what answers for it: the package, or the ensemble's voters (each pinned by
-            # its config.json's sha256, as the package is)
-            "packages": {v: record["packages"][v] for v in members},
-            "packages_sha256": {v: sha256((packages[v] / CONFIG).read_bytes())
-                                for v in members if v in packages},
-            # an ensemble: ensemble.method, with the weights and threshold it chose
-            **({"ensemble": ensemble.as_dict()} if ensemble is not None else {}),
-            "answers": answers_url, "gate": decided,
-            "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    """The champion fields (release/record.entry_of) of ``score``'s model of the night
+    ``record`` describes (its dvc_lock, git_commit, pushed packages): ``members`` answer
+    for it, each pinned by its local package's (``packages``) config.json sha256."""
+    return champion_record.entry_of(
+        score, {v: record["packages"][v] for v in members},
+        {v: sha256((packages[v] / CONFIG).read_bytes()) for v in members if v in packages},
+        ensemble=ensemble.as_dict() if ensemble is not None else None,
+        dvc_lock=record["dvc_lock"], git_commit=record["git_commit"], answers=answers_url,
+        gate=decided)
 
 
 RACES = 5  # a promotion that loses this many compare-and-swaps in a row gives up

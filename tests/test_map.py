@@ -128,14 +128,16 @@ def test_the_modules_that_write_files_are_the_ones_the_map_names() -> None:
 
 
 def test_each_stages_key_is_built_from_its_row_alone() -> None:
-    """The map's three ways to skip: a stage keyed by its row (`of_stage`), nowhere else a
-    key of its own but a search's (`rcpipe tune`, no stage); fetch skips by the download
-    cache."""
+    """The map's places that skip finished work, each a row of its table naming a module
+    that exists; a stage keyed by its row (`of_stage`), nowhere else a key of its own but a
+    search's (`rcpipe tune`, no stage); fetch skips by the download cache."""
     from rcpipe.pipeline.stages import STAGES
 
-    section = MAP.read_text().split("## Three ways to skip finished work")[1].split("\n## ")[0]
-    assert [line[:3] for line in section.splitlines() if re.match(r"\d\. ", line)] == \
-        ["1. ", "2. ", "3. "]
+    section = MAP.read_text().split("## Where finished work is skipped")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")][1:]
+    assert len(rows) == 8 and f"{len(rows)} places" in section.replace("Eight", "8")
+    named = {m for row in rows for m in re.findall(r"`((?:\w+/)*\w+\.py)`", row)}
+    assert named and all((ROOT / "rcpipe" / m).is_file() for m in named), named
     for row in STAGES:
         code = (ROOT / row.entry).read_text()
         keyed = re.search(rf"of_stage\(cfg, \"{row.name}\"", code)
@@ -164,3 +166,11 @@ def test_a_stage_is_its_row_its_module_its_command_and_its_test() -> None:
         assert row.name in commands, row.name
         stem = Path(row.entry).stem
         assert (ROOT / "tests" / "stages" / f"test_{stem}.py").is_file(), row.name
+
+
+def test_the_readmes_layout_names_every_package() -> None:
+    """README's layout names each of rcpipe's subpackages (release/, champion/ and pipeline/
+    were missing: issue 74)."""
+    layout = (ROOT / "README.md").read_text().split("## Layout")[1].split("\n## ")[0]
+    packages = {p.parent.name for p in (ROOT / "rcpipe").glob("*/__init__.py")}
+    assert {p for p in packages if f"`{p}/`" not in layout} == set()

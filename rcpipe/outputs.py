@@ -20,7 +20,6 @@ Writers hold the output's lock (rcpipe/locks.py): one writer of a set at a time.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -31,6 +30,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from filelock import lock_descriptor
 
 from rcpipe import reads
 from rcpipe.errors import InputError
@@ -157,13 +158,15 @@ def finish(journal: Path) -> int:
     """Put a committed set's files in place and remove the journal; how many moved. Each
     step may be done twice (a kill during the first finisher): a staged file already moved
     is skipped. Finishers take turns on the journal's own flock, so a reader may finish a
-    set without its writers' lock: a second finisher finds the journal gone and stops."""
+    set without its writers' lock: a second finisher finds the journal gone and stops. The
+    journal is data, not a lock file (one made at its name would be a journal): it is
+    locked on its own descriptor (filelock's lock_descriptor, the flock rcpipe.locks takes)."""
     try:  # no link followed, no FIFO waited on: one line, exit 2
         fd = open_lock(journal, create=False)
     except FileNotFoundError:
         return 0  # finished meanwhile
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        lock_descriptor(fd)
         try:
             same = os.stat(journal, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:

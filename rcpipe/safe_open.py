@@ -24,9 +24,11 @@ from rcpipe.errors import InputError, RunError
 from rcpipe.reads import kind_of
 
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+# what opening a lock file says of a link (O_NOFOLLOW), a directory, a socket, a file not ours
+REFUSALS = (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.EACCES)
 
 
-def _refused(path: Path, e: OSError) -> InputError:
+def refused(path: Path, e: OSError) -> InputError:
     """An open refused for what lies at ``path`` (a link, a directory), or the OS's word."""
     try:
         mode = os.lstat(path).st_mode
@@ -36,12 +38,17 @@ def _refused(path: Path, e: OSError) -> InputError:
     return InputError(path, "", f"refused: {what}, not a regular file (rcpipe writes it)")
 
 
-def _regular(fd: int, path: Path) -> int:
+def not_regular(path: Path, fd: int) -> InputError | None:
+    """The refusal of what ``fd`` (opened at ``path``) is when it is not a regular file."""
     mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
+    return None if stat.S_ISREG(mode) else InputError(
+        path, "", f"refused: {kind_of(mode)}, not a regular file (rcpipe writes it)")
+
+
+def _regular(fd: int, path: Path) -> int:
+    if (refusal := not_regular(path, fd)) is not None:
         os.close(fd)
-        raise InputError(path, "", f"refused: {kind_of(mode)}, not a regular file (rcpipe "
-                         "writes it)")
+        raise refusal
     os.set_blocking(fd, True)
     return fd
 
@@ -54,8 +61,8 @@ def open_lock(path: Path, create: bool = True) -> int:
         fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0) | os.O_NOFOLLOW
                      | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError as e:
-        if e.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.EACCES):
-            raise _refused(path, e) from None
+        if e.errno in REFUSALS:
+            raise refused(path, e) from None
         raise
     return _regular(fd, path)
 
@@ -68,14 +75,14 @@ def create_new(path: Path) -> int:
     except FileNotFoundError:
         pass
     except (IsADirectoryError, PermissionError) as e:
-        raise _refused(path, e) from None
+        raise refused(path, e) from None
     try:
         return os.open(path, _NEW, 0o644)
     except OSError as e:
         if e.errno == errno.ENOSPC:
             raise disk_full(path) from None
         if e.errno == errno.EEXIST:  # planted again in between: refused, never followed
-            raise _refused(path, e) from None
+            raise refused(path, e) from None
         raise
 
 

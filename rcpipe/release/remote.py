@@ -11,14 +11,13 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from rcpipe import reads
 from rcpipe.config import ReadLimits
 from rcpipe.errors import InputError
+from rcpipe.locks import locked
 from rcpipe.reads import size_text, too_big
 from rcpipe.safe_open import write_new
 
@@ -125,7 +124,8 @@ class Remote:
                 with self.fs.open(path, "rb") as f:
                     data = f.read(cap + 1)
             else:
-                with self._local_lock(path):
+                # the record's lock, taken by its readers and compare-and-swap writers on
+                with locked(Path(f"{path}.lock")):  # every machine sharing the directory
                     if not os.path.isfile(path):
                         return None, None
                     with open(path, "rb") as f:
@@ -158,7 +158,7 @@ class Remote:
                                  "is changed by compare-and-swap, which rcpipe does on S3 and "
                                  "directory remotes only")
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            with self._local_lock(path):
+            with locked(Path(f"{path}.lock")):  # the record's lock (read_tagged)
                 now = None
                 if os.path.isfile(path):
                     with open(path, "rb") as f:
@@ -173,20 +173,6 @@ class Remote:
         except Exception as e:  # noqa: BLE001
             raise InputError(url, "", f"cannot write: {str(e).splitlines()[0][:200]}") from None
         return url
-
-    @contextmanager
-    def _local_lock(self, path: str) -> Iterator[None]:
-        """A directory remote's lock on one record (its readers and compare-and-swap
-        writers, across processes on the machines sharing the directory)."""
-        import fcntl
-
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(f"{path}.lock", "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def _s3_get(self, path: str, cap: int, url: str, key: str
                 ) -> tuple[bytes | None, str | None]:

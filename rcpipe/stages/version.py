@@ -20,8 +20,8 @@ F1 per model over every recorded night, the champion marked) to
 
 A failed push is retried with backoff: the remote is content-addressed and an object
 appears only once uploaded whole, so a retry sends what is missing and nothing half-written
-is ever visible. One versioning process per workspace at a time (a file lock); DVC's own
-lock is waited for too.
+is ever visible. One versioning process per workspace at a time (rcpipe.locks' lock
+helper); DVC's own lock is waited for too.
 """
 
 from __future__ import annotations
@@ -32,8 +32,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,7 @@ from rcpipe import layout, reads
 from rcpipe.config import VARIANTS, Config
 from rcpipe.errors import InputError
 from rcpipe.inference.combination import Combination
+from rcpipe.locks import locked
 from rcpipe.outputs import settle
 from rcpipe.release import record as champion_record
 from rcpipe.release.champions import crown
@@ -64,31 +64,8 @@ from rcpipe.scoring.metrics import headline
 from rcpipe.trained.package_dir import CONFIG, sha256
 
 log = logging.getLogger(__name__)
-LOCK = Path(".dvc/tmp/rcpipe-version.lock")
-
-
-@contextmanager
-def workspace_lock(root: Path, timeout: float = 3600.0) -> Iterator[None]:
-    """Hold the workspace's versioning lock (waits up to ``timeout`` seconds for it)."""
-    import fcntl
-
-    path = root / LOCK
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise InputError(path, "", f"another `rcpipe version` held the workspace "
-                                               f"for more than {timeout:.0f}s") from None
-                time.sleep(0.2)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+LOCK = Path(".dvc/tmp/rcpipe-version.lock")  # one versioning process per workspace at a time
+LOCK_WAIT = 3600.0  # seconds a second one waits for the first
 
 
 def dvc(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -194,7 +171,9 @@ def version(cfg: Config, variants: Sequence[str] | None = None, *,
     except ValueError as e:
         raise InputError(root / "dvc.yaml", ",".join(variants), str(e)) from None
     run = run or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    with workspace_lock(root), tempfile.TemporaryDirectory(prefix="rcpipe-version-") as tmp:
+    with locked(root / LOCK, LOCK_WAIT, poll=0.2, late="another `rcpipe version` held the "
+                f"workspace for more than {LOCK_WAIT:.0f}s"), \
+            tempfile.TemporaryDirectory(prefix="rcpipe-version-") as tmp:
         where = Remote(root, remote)  # a missing remote fails before anything changes
         clashes = untracked_overrides(overrides, tracked)
         if clashes:

@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 BASE = {"config", "errors", "console", "logs", "layout", "fingerprints", "variants", "outputs",
-        "locks", "reads", "safe_open"}
+        "locks", "reads", "safe_open", "retry"}
 # package -> the rcpipe packages it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {
     "config": {"errors", "variants", "reads"},
@@ -26,8 +26,9 @@ ALLOWED: dict[str, set[str]] = {
     "fingerprints": {"config", "errors", "layout", "reads", "pipeline"},  # pipeline: a stage's code
     "outputs": {"safe_open", "errors", "reads"},  # a stage's files as one set, its journal read
     "locks": {"errors", "reads", "safe_open"},  # one run at a time per output; the holder's line
+    "retry": set(),  # the one retry policy: tries, backoff, a deadline
     # models: the Batch type only; outputs: a half-moved prepared set finished before a read
-    "data": {"config", "errors", "console", "models", "reads", "outputs"},
+    "data": {"config", "errors", "console", "models", "reads", "outputs", "retry"},
     "models": {"config", "variants"},
     "scoring": set(),  # official scoring and the paired comparison: pure, no torch
     "inference": {"config", "errors", "data", "models", "layout", "scoring"},

@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 from rcpipe import reads
 from rcpipe.config import ReadLimits
 from rcpipe.errors import InputError
+from rcpipe.retry import GaveUp, retried
 
 DEFAULT = ReadLimits()  # a caller without a config reads within the params' defaults
 
@@ -86,31 +87,31 @@ def fetch(uri: str, cache_dir: Path, retries: int = 3, limits: ReadLimits = DEFA
     cache_dir.mkdir(parents=True, exist_ok=True)
     _remove_orphans(cache_dir)
     deadline = time.monotonic() + limits.download_minutes * 60
-    for attempt in range(1, retries + 1):
+
+    def once() -> Path:
         fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=f"{PART}{os.getpid()}-")
         os.close(fd)
         try:
             _download(uri, Path(tmp), deadline, limits.download_idle_seconds)
             os.replace(tmp, target)
             return target
-        except InputError:
-            raise
-        except Overdue:
-            raise InputError(uri, "", "download abandoned: not complete within "
-                             f"limits.download_minutes ({limits.download_minutes:g}); its "
-                             "partial file is removed") from None
-        except Idle:
-            raise InputError(uri, "", "download abandoned: nothing received for "
-                             f"limits.download_idle_seconds ({limits.download_idle_seconds:g}"
-                             "); its partial file is removed") from None
-        except Exception as e:  # network errors: retry with backoff, then one clear line
-            if attempt == retries or time.monotonic() >= deadline:
-                raise InputError(uri, "", f"download failed after {attempt} tries: {e}"
-                                 ) from None
-            time.sleep(2 ** (attempt - 1))
         finally:  # an interrupt too leaves no partial file
             Path(tmp).unlink(missing_ok=True)
-    raise AssertionError("unreachable")
+
+    try:  # network errors: retried with backoff, then one clear line
+        return retried(once, retries, 1.0, deadline=deadline,
+                       retryable=lambda e: not isinstance(e, InputError | Overdue | Idle))
+    except GaveUp as e:
+        raise InputError(uri, "", f"download failed after {e.tries} tries: {e.error}"
+                         ) from None
+    except Overdue:
+        raise InputError(uri, "", "download abandoned: not complete within "
+                         f"limits.download_minutes ({limits.download_minutes:g}); its "
+                         "partial file is removed") from None
+    except Idle:
+        raise InputError(uri, "", "download abandoned: nothing received for "
+                         f"limits.download_idle_seconds ({limits.download_idle_seconds:g}"
+                         "); its partial file is removed") from None
 
 
 def _remove_orphans(cache_dir: Path) -> None:

@@ -1,4 +1,5 @@
-"""The records versioning keeps on the DVC remote (``<remote>/rcpipe/``), and its git runner.
+"""The records versioning keeps on the DVC remote (``<remote>/rcpipe/``), the push of a run's
+outputs to it (``push``, retried), and the git and dvc runners of versioning.
 
 `rcpipe version` (rcpipe/stages/version.py), the champion gate (gate.py), the nights page
 (nights.py) and the service's champion lookup all reach the remote through ``Remote``, and
@@ -9,8 +10,11 @@ way: version -> gate, nights -> remote.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import subprocess
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +23,11 @@ from rcpipe.config import ReadLimits
 from rcpipe.errors import InputError
 from rcpipe.locks import locked
 from rcpipe.reads import size_text, too_big
+from rcpipe.release.rules import classify_failure
+from rcpipe.retry import GaveUp, retried
 from rcpipe.safe_open import write_new
 
+log = logging.getLogger(__name__)
 RECORDS = "rcpipe"  # <remote>/rcpipe/: champion.json and versions/<run>/ (DVC uses files/, runs/)
 
 
@@ -30,6 +37,13 @@ class Changed(Exception):
 
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def dvc(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """One dvc command in ``root`` (waiting for DVC's own lock), output captured."""
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+    return subprocess.run([sys.executable, "-m", "dvc", "--wait-for-lock", *args], cwd=root,
+                          env=env, capture_output=True, text=True)
 
 
 def git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -307,3 +321,36 @@ def _real_dirs(folder: Path, dest: Path, name: str) -> None:
         at = dest / part
         if at.is_symlink() or (at.exists() and not at.is_dir()):
             raise InputError(name, "", f"refused: {at} is a link or not a directory")
+
+
+def push(root: Path, targets: Sequence[str], remote: Remote, tries: int = 3,
+         backoff: float = 2.0) -> None:
+    """`dvc push` of ``targets`` to ``remote``, a failure that may pass retried with backoff
+    (rcpipe.retry): the remote is content-addressed and an object appears only once uploaded
+    whole, so a retry sends what is missing and nothing half-written is ever visible. A
+    one-line InputError naming the remote when it gives up."""
+
+    def once() -> None:
+        out = dvc(root, "push", "-r", remote.name, *targets)
+        if out.returncode != 0:
+            failure = classify_failure(out.stdout + "\n" + out.stderr)
+            if not failure.retryable:
+                raise InputError(remote.url, "dvc push", f"{failure.what} ({failure.detail})")
+            raise _Failed(failure)
+
+    def waiting(e: Exception, n: int, wait: float) -> None:
+        log.info(f"version: push failed ({e.args[0].detail}); try {n + 1} of {tries} in "
+                 f"{wait:.0f}s")
+
+    try:
+        retried(once, tries, backoff, retryable=lambda e: isinstance(e, _Failed),
+                waiting=waiting)
+    except GaveUp as e:
+        failure = e.error.args[0]
+        raise InputError(remote.url, "dvc push", f"{failure.what} after {e.tries} tries "
+                         f"({failure.detail}); what was uploaded is complete: push again "
+                         "once it is up") from None
+
+
+class _Failed(Exception):
+    """A `dvc push` that failed in a way a retry may mend (its rules.Failure)."""

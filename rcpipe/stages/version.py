@@ -18,19 +18,14 @@ decision with its interval. Last
 F1 per model over every recorded night, the champion marked) to
 ``versions/<run>/report/``, with a presigned link the flow's artifact shows.
 
-A failed push is retried with backoff: the remote is content-addressed and an object
-appears only once uploaded whole, so a retry sends what is missing and nothing half-written
-is ever visible. One versioning process per workspace at a time (rcpipe.locks' lock
-helper); DVC's own lock is waited for too.
+A failed push is retried with backoff (release/remote.py's ``push``). One versioning process
+per workspace at a time (rcpipe.locks' lock helper); DVC's own lock is waited for too.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -46,7 +41,7 @@ from rcpipe.release import record as champion_record
 from rcpipe.release.champions import crown
 from rcpipe.release.gate import Gate, answers, champion_answers, gate_f1, gate_set, store_answers
 from rcpipe.release.nights import earlier, publish, push_commit
-from rcpipe.release.remote import Remote, git, identity
+from rcpipe.release.remote import Remote, dvc, git, identity, push
 from rcpipe.release.rules import (
     Decision,
     Score,
@@ -68,13 +63,6 @@ LOCK = Path(".dvc/tmp/rcpipe-version.lock")  # one versioning process per worksp
 LOCK_WAIT = 3600.0  # seconds a second one waits for the first
 
 
-def dvc(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """One dvc command in ``root`` (waiting for DVC's own lock), output captured."""
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
-    return subprocess.run([sys.executable, "-m", "dvc", "--wait-for-lock", *args], cwd=root,
-                          env=env, capture_output=True, text=True)
-
-
 def tracked_params(root: Path) -> dict[str, list[str]]:
     """stage address -> the params keys dvc.yaml lists for it (foreach resolved)."""
     from dvc.dependency.param import ParamsDependency
@@ -84,25 +72,6 @@ def tracked_params(root: Path) -> dict[str, list[str]]:
         return {stage.addressing: [k for d in stage.deps if isinstance(d, ParamsDependency)
                                    for k in d.params]
                 for stage in repo.index.stages}
-
-
-def push(root: Path, targets: Sequence[str], remote: Remote, tries: int = 3,
-         backoff: float = 2.0) -> None:
-    """`dvc push` with retries; a one-line InputError naming the remote when it gives up."""
-    for attempt in range(1, tries + 1):
-        out = dvc(root, "push", "-r", remote.name, *targets)
-        if out.returncode == 0:
-            return
-        failure = classify_failure(out.stdout + "\n" + out.stderr)
-        if not failure.retryable:
-            raise InputError(remote.url, "dvc push", f"{failure.what} ({failure.detail})")
-        if attempt < tries:
-            log.info(f"version: push failed ({failure.detail}); try {attempt + 1} of "
-                     f"{tries} in {backoff * 2 ** (attempt - 1):.0f}s")
-            time.sleep(backoff * 2 ** (attempt - 1))
-    raise InputError(remote.url, "dvc push", f"{failure.what} after {tries} tries "
-                                             f"({failure.detail}); what was uploaded is "
-                                             "complete: push again once it is up")
 
 
 def _git_commit(root: Path, message: str) -> str | None:

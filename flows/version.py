@@ -1,7 +1,7 @@
 """The train-all flow's last step with ``version=True``: one task over rcpipe.stages.version.
 
 It commits the run's DVC state, pushes data and models to the DVC remote and runs the
-champion gate (see rcpipe/stages/version.py and gate.py); the decision, with the paired
+champion gate (see rcpipe/stages/version.py and release/promotion.py); the decision, with the paired
 interval it rests on and the gate set it was measured on, becomes a Prefect artifact, so a
 scheduled run says why it kept or replaced the champion.
 """

@@ -1,7 +1,7 @@
 """The champion record's mirror in git: GTO's stage assignments (`gto`).
 
 The registry is the champion record on the DVC remote (release/record.py); a promotion
-(stages/version.py's ``champion_gate``) is mirrored here, where the night ran in a git
+(promotion.py's ``champion_gate``) is mirrored here, where the night ran in a git
 checkout, by assigning the stage ``champion`` of the artifact ``rcpipe`` to the night's
 commit: GTO writes two annotated tags that never move, ``rcpipe@v0.0.N`` (the version) and
 ``rcpipe#champion#M`` (the assignment, M counting every promotion), the latter's message

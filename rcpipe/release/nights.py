@@ -3,6 +3,9 @@ and its git commit on the workspace's git remote.
 
 `rcpipe version` (and the nightly flow's version step) calls these after the champion gate:
 
+- ``keep``: the night's record, ``<remote>/rcpipe/versions/<run>/version.json`` (written
+  before a promotion's swap too, release/promotion.py), which ``earlier`` reads back;
+
 - ``publish``: the run's report (every file `rcpipe report` wrote under reports/) goes to
   ``<remote>/rcpipe/versions/<run>/report/``, and beside it the nights page
   (``nights.html``, ``nights.png``, ``nights.csv``): each model's dev F1 over every night the
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -108,6 +112,12 @@ class _Night(_Open):
     candidate: dict[str, Any] | None = None
     packages: dict[str, StrictStr] | None = None
     packages_sha256: dict[str, StrictStr] | None = None
+
+
+def keep(where: Remote, record: dict[str, Any]) -> str:
+    """The night's record, ``versions/<run>/version.json`` on the remote; its URL."""
+    return where.write(json.dumps(record, indent=1).encode(), "versions", record["run"],
+                       "version.json")
 
 
 def check_night(found: Any, url: str) -> dict[str, Any]:

@@ -127,7 +127,7 @@ def entry_of(score: Mapping[str, Any], packages: Mapping[str, str],
              dvc_lock: str | None, git_commit: str | None, answers: str | None,
              gate: Mapping[str, Any] | None) -> dict[str, Any]:
     """The champion fields of an entry, built in this one place for the gate's promotion
-    (stages/version.py) and `rcpipe champion set` (stages/registry.py); ``append`` adds
+    (release/promotion.py) and `rcpipe champion set` (stages/registry.py); ``append`` adds
     its number and change. ``packages``: what answers for ``score``'s model (its package,
     or an ensemble's voters), ``pins``: each one's config.json sha256, which pins every
     other file of it (the champion app checks both); ``ensemble``: how an ensemble's

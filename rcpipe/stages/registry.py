@@ -86,7 +86,7 @@ def _night(where: Remote, run: str, limits: ReadLimits) -> dict[str, Any]:
 
 def entry_of_night(where: Remote, run: str, model: str | None, limits: ReadLimits
                    ) -> dict[str, Any]:
-    """The champion fields (as the gate's promotion writes them, version.pointer) of the
+    """The champion fields (as the gate's promotion writes them, promotion.pointer) of the
     night ``run``'s ``model`` (default: the night's gate candidate, else its only
     package), from its versions/<run>/version.json."""
     night = _night(where, run, limits)

@@ -39,12 +39,12 @@ def test_the_gates_ensemble_answers_by_the_ensemble_method(trained: Trained,
 
 def test_the_nights_gate_takes_the_method_from_the_ensembles_metrics(trained: Trained,
                                                                     tmp_path: Path) -> None:
-    """version's champion_gate: the ensemble candidate is answered as metrics/ensemble.json
+    """promotion's champion_gate: the ensemble candidate is answered as metrics/ensemble.json
     says (here selected, bidaf weighed alone: its answers, not the vote's), stored beside
     the night's record; a crowned ensemble's champion.json carries the Combination."""
     import json
 
-    from rcpipe.stages.version import champion_gate
+    from rcpipe.release.promotion import champion_gate
     from tests.serve.conftest import champion_workspace
 
     where = champion_workspace(tmp_path / "work")
@@ -78,11 +78,11 @@ def test_the_nights_gate_takes_the_method_from_the_ensembles_metrics(trained: Tr
     # its name, and the promotion failed)
     import dataclasses
 
-    from rcpipe.stages import version
+    from rcpipe.release import promotion
 
-    real = version.decide
+    real = promotion.decide
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(version, "decide", lambda *a: dataclasses.replace(real(*a), promote=True))
+        mp.setattr(promotion, "decide", lambda *a: dataclasses.replace(real(*a), promote=True))
         again = champion_gate(tmp_path / "work", trained.cfg, where, gate,
                               record | {"run": "n2"}, scores, made, "0" * 64, 0.0,
                               tmp_path / "tmp2")

@@ -253,7 +253,9 @@ def test_the_gate_keeps_the_champion_against_another_seed_and_promotes_a_better_
     the two does not replace the worse (the old rule, any higher F1, did). The 300-step
     model does, on another gate set, which the champion answers with its package."""
     from rcpipe.release.gate import gate_set
-    from rcpipe.stages.version import Remote, champion_gate, push_package
+    from rcpipe.release.promotion import champion_gate
+    from rcpipe.release.remote import Remote
+    from rcpipe.stages.version import push_package
 
     monkeypatch.chdir(tmp_path)
     for cmd in (["init", "--no-scm", "-q"],
@@ -350,7 +352,9 @@ def test_two_nights_racing_to_promote_one_wins_and_the_other_judges_again(
     from rcpipe.config import ReadLimits
     from rcpipe.release import record
     from rcpipe.release.gate import gate_set
-    from rcpipe.stages.version import Remote, champion_gate, push_package
+    from rcpipe.release.promotion import champion_gate
+    from rcpipe.release.remote import Remote
+    from rcpipe.stages.version import push_package
 
     monkeypatch.chdir(tmp_path)
     for listed in s3.list_objects_v2(Bucket=BUCKET, Prefix="race/").get("Contents", []):

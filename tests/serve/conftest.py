@@ -19,9 +19,9 @@ import pytest
 from rcpipe.config import Config, ReadLimits
 from rcpipe.inference.combination import Combination
 from rcpipe.release import record as champion_record
+from rcpipe.release.promotion import pointer
 from rcpipe.release.remote import Remote
 from rcpipe.serve.app import Limits
-from rcpipe.stages.version import pointer
 from rcpipe.trained.package_dir import sha256
 from tests.conftest import Trained
 from tests.ray_nodes import free_port

@@ -2,7 +2,7 @@
 session's local Ray, the application infra/kuberay/rayservice.yaml deploys
 (``champion_app``) over a DVC remote (a local directory) answers under steady load while
 nights go by, each night's packages pushed beside its record and champion.json written as
-`rcpipe version --promote` writes it (stages/version.py's ``pointer``):
+`rcpipe version --promote` writes it (release/promotion.py's ``pointer``):
 
   A crowned before the deploy -> B crowned -> C rejected (champion.json untouched) ->
   D crowned with a broken package (its weights' sha256 is not config.json's) -> E crowned

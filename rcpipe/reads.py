@@ -114,6 +114,16 @@ def read_text(path: Path, cap: int, key: str, name: str | Path | None = None) ->
     return decode(read_bytes(path, cap, key, name), path if name is None else name)
 
 
+def sha256_of(path: Path) -> str:
+    """sha256 of a regular file's bytes, read a block at a time (a device or FIFO named
+    as a source would never end: refused)."""
+    h = hashlib.sha256()
+    with open_regular(path) as f:
+        for block in iter(lambda: f.read(BLOCK), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def read_checked(path: Path, sha256: str | None, cap: int, key: str,
                  inside: Path | None = None, hint: str = "") -> bytes:
     """The bytes of ``path`` once their sha256 is known to be ``sha256``: the file is

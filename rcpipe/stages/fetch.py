@@ -10,27 +10,16 @@ included: DVC versions it with the downloads, so the digests travel with each ve
 
 from __future__ import annotations
 
-import hashlib
 import logging
-from pathlib import Path
 from typing import Any
 
 from rcpipe.config import Config
 from rcpipe.errors import InputError
 from rcpipe.layout import write_json
+from rcpipe.reads import sha256_of
 
 log = logging.getLogger(__name__)
 MANIFEST = "sources.json"
-
-
-def sha256_of(path: Path) -> str:
-    from rcpipe.reads import open_regular
-
-    h = hashlib.sha256()
-    with open_regular(path) as f:  # a device or FIFO named as a source never ends
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def sources(cfg: Config) -> dict[str, str]:

@@ -21,7 +21,6 @@ from rcpipe.errors import InputError
 from rcpipe.layout import NA_THRESHOLD
 from rcpipe.locks import hold
 from rcpipe.outputs import output_set, settle
-from rcpipe.stages.fetch import sha256_of
 from rcpipe.variants import REGISTRY
 
 log = logging.getLogger(__name__)
@@ -70,7 +69,7 @@ def _package(cfg: Config, variant: str, out: Path) -> Path:
         threshold = {**threshold, "na_threshold": fixed, "fixed": True, "source": "params",
                      "chosen_on": None}
     sources = [{"split": split, "uri": uri,
-                "sha256": sha256_of(fetch(uri, cfg.data.cache_dir, limits=cfg.limits))}
+                "sha256": reads.sha256_of(fetch(uri, cfg.data.cache_dir, limits=cfg.limits))}
                for split, uri in (("train", cfg.data.train_file), ("dev", cfg.data.dev_file))]
     prior = length_prior(cfg)
     config = {

@@ -63,7 +63,7 @@ def runs_dir(variant: str) -> Path:
 
 def seed_dir(variant: str, seed: int) -> Path:
     """One run of a variant of several (models.<variant>.seeds): its model.pt, summary.json,
-    metrics.json and live/, kept to make the variant's model from (stages/train.py)."""
+    metrics.json and live/, kept to make the variant's model from (train/seeds.py)."""
     return model_dir(variant) / SEEDS / str(seed)
 
 

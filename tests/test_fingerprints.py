@@ -177,24 +177,24 @@ def test_a_stages_code_keys_it_as_dvc_yaml_lists_it(tmp_path: Path) -> None:
 
 def test_a_training_run_says_why_it_trains_in_one_line(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """rcpipe/stages/train.py's line: first, resumed, --force, or what changed since the
+    """A training run's line (rcpipe/train/runs.py's ``why``, said by
+    rcpipe/cluster/train_run.py): first, resumed, --force, or what changed since the
     model in place (a run of other settings on a real store: tests/cluster/
     test_storage_outage.py, which runs --force)."""
-    from rcpipe.stages.train import _why
-    from rcpipe.train.runs import Runs, run_name
+    from rcpipe.train.runs import Runs, run_name, why
 
     monkeypatch.chdir(tmp_path)
     twenty = _training(_cfg(tmp_path, train={"max_steps": 20}))
     eight = _training(_cfg(tmp_path, train={"max_steps": 8}))
     runs, name, here = Runs("bidaf"), run_name(eight), layout.model_dir("bidaf")
-    assert _why(here, eight, runs, name, False) == f"first run ({name})"
-    assert _why(here, eight, runs, name, True) == f"--force: training anew ({name})"
+    assert why(here, eight, runs, name, False) == f"first run ({name})"
+    assert why(here, eight, runs, name, True) == f"--force: training anew ({name})"
     layout.write_json(layout.summary_file("bidaf"),
                       {"finished": True, "fingerprint": twenty.as_dict()})
-    assert _why(here, eight, runs, name, False) == \
+    assert why(here, eight, runs, name, False) == \
         f"settings changed (train.max_steps 20 -> 8); training anew ({name})"
     runs.started(name, eight)  # interrupted: the same inputs resume it
-    assert _why(here, eight, runs, name, False).startswith(f"resuming {name}, whose")
+    assert why(here, eight, runs, name, False).startswith(f"resuming {name}, whose")
 
 
 def test_a_large_files_digest_is_read_once_across_processes(

@@ -7,9 +7,9 @@ storage: ``models/<variant>/runs/<run>`` or ``s3://.../<variant>/<run>``, the ru
 after what it is trained from (train/runs.py). Running the same job again finds that
 storage and resumes from the latest checkpoint; FailureConfig restarts a worker group
 that died the same way. The driver side (``fit``) hands rank 0's progress messages, as
-they come, to a callback on the calling thread (rcpipe.stages.train: the bar, and
+they come, to a callback on the calling thread (train_run.py: the bar, and
 train/progress.py's log lines and live dev curve; so in a Prefect task they land in that
-task run) and the result back to rcpipe.stages, which writes the files.
+task run) and the result back to train_run.py, which picks its checkpoints.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ def views_of(variant: str) -> tuple[ViewSpec, ...]:
 
 def build_model(variant: str, cfg: ModelConfig, inputs: ModelInputs) -> nn.Module:
     """The variant's model; with ``cfg.seeds`` > 1 that many networks answering as one
-    (seed_mean.py): a trained model of several runs, each trained alone (stages/train.py)."""
+    (seed_mean.py): a trained model of several runs, each trained alone (train/seeds.py)."""
     if cfg.seeds > 1:
         from rcpipe.models.seed_mean import SeedMean
 

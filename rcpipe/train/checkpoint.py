@@ -56,7 +56,7 @@ def step_of(name: str) -> int | None:
 
 # The score a run's checkpoints are ranked by, as each evaluation reports it (evaluation.py),
 # and what it is measured on: Ray Train keeps the best checkpoints by it
-# (cluster/train_job.py), the best one becomes model.pt (stages/train.py) and `rcpipe tune`
+# (cluster/train_job.py), the best one becomes model.pt (cluster/train_run.py) and `rcpipe tune`
 # optimises it (cluster/search.py)
 RANK_METRIC = "rank"
 
@@ -126,7 +126,7 @@ def read_meta(checkpoint: Path) -> dict[str, Any]:
 
 def finish_run(variant: str, run_dir: Path, meta: dict[str, Any], best: Path,
                wall_seconds: float, **extra: Any) -> dict[str, Any]:
-    """The ending of every run, Ray Train's (stages/train.py) and one process's
+    """The ending of every run, Ray Train's (cluster/train_run.py) and one process's
     (train/local.py): the ``best`` checkpoint's model.pt, the dev curve (metrics.json) and the
     summary from the latest checkpoint's ``meta`` (with ``extra``) in ``run_dir``, and the
     closing log line. The three are one set (rcpipe/outputs.py): a kill leaves the last

@@ -98,8 +98,7 @@ class Worker:
     def __init__(self, job: Job, session: Session) -> None:
         self.job, self.session = job, session
         self.cfg = cfg = job.config
-        # a run trains one network: models.<v>.seeds runs are the train stage's, each alone
-        self.mcfg = cfg.models.of(job.variant).model_copy(update={"seeds": 1})
+        self.mcfg = cfg.models.of(job.variant)  # one network: the Job's (train/job.py)
         if job.threads:
             torch.set_num_threads(job.threads)
         self.rank, self.world, self.device = session.rank, session.world, session.device

@@ -117,7 +117,7 @@ def test_the_store_goes_down_mid_run_a_rerun_finishes_and_runs_resume_from_it(
     for key in [k for k in keys if f"/{name}/step-00000004/" in k]:
         s3.copy_object(Bucket="outage", Key=f"{planted}/{key.rsplit('/', 1)[1]}",
                        CopySource={"Bucket": "outage", "Key": key})
-    with caplog.at_level("INFO", logger="rcpipe.stages.train"):
+    with caplog.at_level("INFO", logger="rcpipe.cluster.train_run"):
         anew = stages.train(other, VARIANT, force=True)
     assert planted.split("/")[2] == anew["run"]
     assert anew["resumed_from_step"] == 0 and anew["steps"] == 8 and anew["run"] != name

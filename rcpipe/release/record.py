@@ -138,7 +138,8 @@ def entry_of(score: Mapping[str, Any], packages: Mapping[str, str],
             "package": packages[model] if own else None,
             "package_sha256": pins.get(model) if own else None,
             "packages": dict(packages), "packages_sha256": dict(pins),
-            **({} if own else {"ensemble": dict(ensemble or {})}),
+            # no "ensemble" key: how a promotion from before it reads (the vote)
+            **({} if own or ensemble is None else {"ensemble": dict(ensemble)}),
             "answers": answers, "gate": None if gate is None else dict(gate)}
 
 

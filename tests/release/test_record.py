@@ -130,6 +130,20 @@ def test_an_ensemble_pins_only_the_voters_it_weighs(where: Remote) -> None:
     assert record.read(where, LIMITS).entry == entry
 
 
+def test_an_ensemble_entry_built_without_its_combination_reads_as_the_vote() -> None:
+    """entry_of with no combination writes no "ensemble" key (a promotion from before it,
+    which the champion app serves by the vote), never one the check refuses."""
+    def built(how: dict[str, Any] | None) -> dict[str, Any]:
+        return record.entry_of({"run": "n1", "model": "ensemble"},
+                               {"bidaf": "u", "qanet": "v"}, {"bidaf": PIN, "qanet": PIN},
+                               ensemble=how, dvc_lock=None, git_commit=None, answers=None,
+                               gate=None)
+    legacy = built(None)
+    assert "ensemble" not in legacy and record.check(legacy, "the entry") == legacy
+    mean = {"method": "mean", "weights": {"bidaf": 1, "qanet": 1}, "na_threshold": None}
+    assert record.check(built(mean), "the entry")["ensemble"] == mean
+
+
 def test_a_record_over_its_cap_is_refused_as_it_arrives(where: Remote) -> None:
     where.write(b"{" + b" " * 300_000 + b"}", record.HEAD)
     with pytest.raises(InputError) as e:

@@ -151,6 +151,7 @@ def crown_night(where: Remote, run: str, package: Path, crowned: bool,
                                   for v, d in locals_.items()},
               "candidate": {"model": model, "run": run, "f1": 0.0, "em": 0.0,
                             "dev_sha256": ""},
+              "scores": {m: {"em": 0.0, "f1": 0.0} for m in {*urls, model}},
               **({"ensemble": (ensemble or Combination()).as_dict()} if also else {})}
     # versions/<run>/version.json as `rcpipe version` writes it (`rcpipe champion set`)
     where.write(json.dumps(record).encode(), "versions", run, "version.json")

@@ -7,9 +7,11 @@ predictions/ and metrics/<variant>.json, metrics/ensemble.json. Extra arguments 
 `--set` overrides, e.g. `python -m flows.demo models.bidaf.max_steps=100`; `--workdir DIR`
 puts the outputs elsewhere (a fresh one each, for several seeds side by side).
 
-Each variant trains a fixed number of steps (params.demo.yaml, models.<v>.max_steps), so a
-busy machine gets the same table as an idle one, only later; the time limits there are a
-safety net far above the expected time.
+Each variant trains a fixed number of steps (params.demo.yaml, models.<v>.max_steps) and no
+time limit, so a busy machine gets the same table as an idle one, only later. The table
+shows README's range beside each F1 and says which rows land far outside it (another CPU's
+kernels part the random trajectories; a run stopped by a time limit set by hand), so a
+newcomer knows at once whether the run is the one README describes.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import time
 from pathlib import Path
+from typing import Any
 
 # the embedded Prefect server must not try to phone home: a laptop demo may be offline
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -33,10 +37,17 @@ from rich.table import Table  # noqa: E402 - after the environment above
 from flows.report import score_rows  # noqa: E402
 from flows.train_all import train_all  # noqa: E402
 from rcpipe import layout, reads  # noqa: E402
+from rcpipe.config import Config, load_config  # noqa: E402
 from rcpipe.console import console  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SQLITE = "sqlite+aiosqlite:///"  # Prefect's default database: $PREFECT_HOME/prefect.db
+README = ROOT / "README.md"
+# README's table to expect: "| `bidaf` | 96.9 [95.2, 98.0] | 96.8 | 800 |" -> bidaf's range
+README_ROW = re.compile(r"^\| `?([a-z_ -]+?)`? \| [\d.]+ \[([\d.]+), ([\d.]+)\] \|")
+# F1 points outside README's range that mark a row: the fixed steps' own rule (three seeds'
+# curves within 5 F1, params.demo.yaml); a new CPU's kernels move a row by a few points
+FAR = 5.0
 FIRST_MIGRATION_S = 15  # measured (import and migration): 12 s on 2 quiet cores, 14 s busy
 
 
@@ -77,14 +88,17 @@ def main(overrides: list[str], workdir: Path = ROOT) -> None:
     out = train_all(params=str(ROOT / "params.demo.yaml"), overrides=overrides,
                     synth_data=True, workdir=str(workdir))
     wall = time.perf_counter() - t0
+    cfg = load_config(ROOT / "params.demo.yaml", overrides)
+    rows, far = checked_rows(score_rows(out["scores"]), Path(out["workdir"]), cfg,
+                             readme_ranges())
     table = Table(title="rcpipe demo: dev scores on synthetic SQuAD")
-    rows = [row | {"steps": _steps(Path(out["workdir"]), str(row["model"]))}
-            for row in score_rows(out["scores"])]
     for col in rows[0]:
         table.add_column(col, justify="left" if col == "model" else "right")
     for row in rows:
         table.add_row(*(str(v) for v in row.values()))
     console.print(table)
+    for line in far:
+        console.print(f"[bold]{line}[/bold]", soft_wrap=True)
     console.print(f"outputs under {out['workdir']}: data/ (synthetic SQuAD, Parquet), "
                   "models/<variant>/ (checkpoints, model.pt, summary.json, live/: the dev "
                   "curve for `dvc plots show`), predictions/, "
@@ -95,10 +109,42 @@ def main(overrides: list[str], workdir: Path = ROOT) -> None:
                   "its fixed steps, so a busy machine gets this same table, only later")
 
 
-def _steps(workdir: Path, model: str) -> int | str:
-    """The steps a variant trained (its summary.json); "" for the ensemble."""
-    summary = workdir / layout.summary_file(model)
-    return reads.read_json(summary)["steps"] if summary.is_file() else ""
+def readme_ranges(readme: Path = README) -> dict[str, tuple[float, float]]:
+    """README's table to expect: model -> its dev F1 [min, max] over the seeds and CPUs
+    measured ("ensemble" for its majority-vote row)."""
+    found = {}
+    for line in readme.read_text().splitlines():
+        if m := README_ROW.match(line):
+            found[layout.ENSEMBLE if "ensemble" in m[1] else m[1]] = float(m[2]), float(m[3])
+    return found
+
+
+def checked_rows(rows: list[dict[str, Any]], workdir: Path, cfg: Config,
+                 ranges: dict[str, tuple[float, float]]
+                 ) -> tuple[list[dict[str, Any]], list[str]]:
+    """The table's rows with each variant's steps (its summary.json; "412 of 750, time
+    limit" where a time limit ended it first) and README's range; and a line for each row
+    more than FAR F1 outside that range."""
+    out, far = [], []
+    for row in rows:
+        model, f1 = str(row["model"]), float(row["F1"])
+        summary = workdir / layout.summary_file(model)
+        steps: int | str = ""
+        if summary.is_file():
+            steps = reads.read_json(summary)["steps"]
+            planned = cfg.models.steps(model, cfg.train.max_steps)
+            if planned and steps < planned:
+                steps = f"{steps} of {planned}, time limit"
+        low, high = ranges.get(model, (float("-inf"), float("inf")))
+        out.append(row | {"steps": steps,
+                          "README's F1": f"[{low}, {high}]" if model in ranges else ""})
+        if not low - FAR <= f1 <= high + FAR:
+            why = ("a time limit ended its training before its steps" if "time" in str(steps)
+                   else "not the table README measured: see docs/results/demo.md, "
+                        "'Far outside README's ranges'")
+            far.append(f"{model}: F1 {f1} is far outside README's range [{low}, {high}]: {why}")
+    return out, far
+
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description="make demo: the train-all flow on the demo preset")

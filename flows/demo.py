@@ -112,8 +112,8 @@ def main(overrides: list[str], workdir: Path = ROOT) -> None:
 def readme_ranges(readme: Path = README) -> dict[str, tuple[float, float]]:
     """README's table to expect: model -> its dev F1 [min, max] over the seeds and CPUs
     measured ("ensemble" for its majority-vote row)."""
-    found = {}
-    for line in readme.read_text().splitlines():
+    found: dict[str, tuple[float, float]] = {}
+    for line in (readme.read_text() if readme.is_file() else "").splitlines():
         if m := README_ROW.match(line):
             found[layout.ENSEMBLE if "ensemble" in m[1] else m[1]] = float(m[2]), float(m[3])
     return found

@@ -139,6 +139,17 @@ def _synth(factory: pytest.TempPathFactory, version: str) -> SynthData:
     return SynthData(version, root / "train.json", root / "dev.json", docs["train"], docs["dev"])
 
 
+def prepared_files(out: Path) -> dict[str, Any]:
+    """Everything prepare wrote in ``out`` that a later stage reads, but where it came from:
+    two prepares that wrote the same data compare equal."""
+    import pyarrow.parquet as pq
+
+    meta = json.loads((out / "meta.json").read_text())
+    return {"rows": {s: pq.read_table(out / s).to_pylist() for s in ("train", "dev", "heldout")},
+            **{n: (out / n).read_bytes() for n in ("vocab.json", "report.json", "heldout.json")},
+            **{k: meta[k] for k in ("words", "chars", "version", "heldout", "splits")}}
+
+
 @pytest.fixture(scope="session")
 def synth_v1(tmp_path_factory: pytest.TempPathFactory) -> SynthData:
     """A tiny SQuAD v1.1 train/dev pair (read-only: tests must not modify it)."""

@@ -120,6 +120,10 @@ class DataConfig(Section):
     shards: Shards = Shards()
     workers: int = Field(2, ge=1, description="tokenizer processes (nlp.pipe n_process), at "
                          "most the CPUs this machine gives the process")
+    on_ray: bool = Field(False, description="prepare tokenizes as Ray tasks spread over "
+                         "the nodes of train.ray_address's cluster (RAY_ADDRESS's; a local Ray "
+                         "without either) instead of data.workers processes here; the output "
+                         "is the same row for row")
     sha256: dict[str, str] = Field(
         default_factory=dict, description="source URI -> sha256 of its content: `rcpipe "
         "fetch` refuses a file that does not match (the official files' digests pinned)")

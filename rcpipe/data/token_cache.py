@@ -33,7 +33,7 @@ import numpy as np
 
 from rcpipe import reads
 from rcpipe.data.squad import SquadFile
-from rcpipe.data.tokenize import Tokenizer, Tokens, version_tag
+from rcpipe.data.tokenize import Tokenizes, Tokens, version_tag
 from rcpipe.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -185,7 +185,7 @@ class Tokenized(Generic[X]):
 
 
 def tokenized(articles: Iterable[tuple[X, SquadFile]], cache: TokenCache,
-              tokenizer: Tokenizer, texts: int = 512) -> Iterator[Tokenized[X]]:
+              tokenizer: Tokenizes, texts: int = 512) -> Iterator[Tokenized[X]]:
     """Each article with its tokens, in order: from the cache, else tokenized (articles
     gathered into jobs of about ``texts`` texts, across the tokenizer's processes) and
     kept."""

@@ -11,9 +11,9 @@ import bisect
 import multiprocessing as mp
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -47,7 +47,7 @@ def _nlp() -> spacy.language.Language:
     return _NLP
 
 
-def _spans_chunk(texts: list[str]) -> list[np.ndarray]:
+def spans_chunk(texts: list[str]) -> list[np.ndarray]:
     """(T, 2) int32 start/end offsets of the non-space tokens of each text.
 
     Workers send back only offsets (compact arrays pickle fast); the parent slices the words
@@ -82,8 +82,8 @@ def tokenize(texts: list[str], workers: int = 1, chunk: int = 512,
     results: list[Tokens] = []
     pool = _context().Pool(workers) if workers > 1 and len(texts) > chunk else None
     # the pool starts before the bar: the bar's refresh thread would rule out fork
-    parts = pool.imap(_spans_chunk, _chunks(texts, chunk)) if pool else map(
-        _spans_chunk, _chunks(texts, chunk))
+    parts = pool.imap(spans_chunk, _chunks(texts, chunk)) if pool else map(
+        spans_chunk, _chunks(texts, chunk))
     try:
         with progress(disable=quiet) as bar:
             task = bar.add_task(desc, total=len(texts))
@@ -95,6 +95,16 @@ def tokenize(texts: list[str], workers: int = 1, chunk: int = 512,
             pool.close()
             pool.join()
     return results
+
+
+class Tokenizes(Protocol):
+    """What prepare's passes tokenize with: processes here (Tokenizer) or Ray tasks over a
+    cluster (cluster/tokenize_tasks.py's RayTokenizer, data.on_ray)."""
+
+    def spans(self, jobs: Iterable[tuple[T, list[str]]], ahead: int = 2
+              ) -> Iterator[tuple[T, list[np.ndarray]]]: ...
+
+    def described(self) -> str: ...
 
 
 class Tokenizer:
@@ -115,28 +125,42 @@ class Tokenizer:
             self.pool.terminate()
             self.pool.join()
 
+    def described(self) -> str:
+        return f"{self.workers} process(es)"
+
     def spans(self, jobs: Iterable[tuple[T, list[str]]], ahead: int = 2
               ) -> Iterator[tuple[T, list[np.ndarray]]]:
-        """Each job's texts' (T, 2) token offsets, job after job in order. At most
-        ``ahead`` jobs a process are read ahead of the one given back (Pool.imap would read
-        ``jobs`` to their end, holding them all)."""
+        """Each job's texts' (T, 2) token offsets, job after job in order, at most
+        ``ahead`` jobs a process read ahead of the one given back."""
         if self.pool is None:
             for job, texts in jobs:
-                yield job, _spans_chunk(texts) if texts else []
+                yield job, spans_chunk(texts) if texts else []
             return
-        waiting: deque[tuple[T, Any]] = deque()
-        for job, texts in jobs:
-            waiting.append((job, self.pool.apply_async(_spans_chunk, (texts,))
-                            if texts else None))
-            if len(waiting) >= self.workers * ahead:
-                yield _done(waiting.popleft())
-        while waiting:
-            yield _done(waiting.popleft())
+        pool = self.pool
+        yield from in_order(jobs, lambda texts: pool.apply_async(spans_chunk, (texts,)),
+                            lambda result: result.get(), self.workers * ahead)
 
 
-def _done(item: tuple[T, Any]) -> tuple[T, list[np.ndarray]]:
-    job, result = item
-    return job, result.get() if result is not None else []
+def in_order(jobs: Iterable[tuple[T, list[str]]], submit: Callable[[list[str]], Any],
+             get: Callable[[Any], list[np.ndarray]], width: int
+             ) -> Iterator[tuple[T, list[np.ndarray]]]:
+    """Each job's texts' offsets, job after job in order, from ``submit(texts)``'s handle
+    (``get(handle)``: the offsets), at most ``width`` jobs submitted ahead of the one given
+    back: Pool.imap would read ``jobs`` to their end, holding them all. A job without texts
+    (its articles all cached) is submitted to no one. Processes here (Tokenizer) and Ray
+    tasks over a cluster (cluster/tokenize_tasks.py) both give their spans through it."""
+    waiting: deque[tuple[T, Any]] = deque()
+
+    def given() -> tuple[T, list[np.ndarray]]:
+        job, handle = waiting.popleft()
+        return job, get(handle) if handle is not None else []
+
+    for job, texts in jobs:
+        waiting.append((job, submit(texts) if texts else None))
+        if len(waiting) >= width:
+            yield given()
+    while waiting:
+        yield given()
 
 
 def version_tag() -> str:

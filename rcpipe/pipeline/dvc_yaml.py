@@ -38,7 +38,7 @@ HEADER = """\
 #
 # Every stage is one `rcpipe` command, the same code the CLI and the Prefect flow run.
 # `params` lists the params.yaml keys a stage's outputs depend on: keys that only say where
-# or how fast to run are left out (data.workers; train.device, threads, cpus_per_worker,
+# or how fast to run are left out (data.workers, on_ray; train.device, threads, cpus_per_worker,
 # ray_address, storage_path, max_failures, keep_checkpoints, keep_runs), so a cluster run may
 # set them with --set and dvc.lock still describes its outputs. `deps` are the files a stage
 # reads, then the code it runs (its entry module's rcpipe imports, transitively: a folder

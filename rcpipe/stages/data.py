@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # prepare's modules are imported when it runs: `rcpipe --help
     from rcpipe.data.shards import SplitWriter
     from rcpipe.data.squad import SquadFile
     from rcpipe.data.token_cache import TokenCache, Tokenized
-    from rcpipe.data.tokenize import Tokenizer
+    from rcpipe.data.tokenize import Tokenizes
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,6 @@ def _prepare(cfg: Config, files: OutputSet) -> dict[str, Any]:
     the counts; (d) label, index and write each article's rows to its split."""
     from rcpipe.data.features import Indexer
     from rcpipe.data.token_cache import TokenCache
-    from rcpipe.data.tokenize import Tokenizer
 
     d = cfg.data
     t0 = time.perf_counter()
@@ -110,7 +109,7 @@ def _prepare(cfg: Config, files: OutputSet) -> dict[str, Any]:
 
     cache = TokenCache(d.cache_dir / "tokens")
     out = Prepared(d.out_dir)
-    with Tokenizer(d.workers) as tokenizer:  # its processes load spaCy as the files are read
+    with tokenizer_of(cfg) as tokenizer:  # its processes load spaCy as the files are read
         inputs = _read_inputs(cfg)
         done("read")
         counts = _count_words(cfg, inputs, cache, tokenizer)
@@ -159,6 +158,18 @@ def _prepare(cfg: Config, files: OutputSet) -> dict[str, Any]:
         f"words, {len(chars)} chars; {seconds:.1f}s -> {d.out_dir}"
     )
     return report
+
+
+def tokenizer_of(cfg: Config) -> Any:
+    """What passes (b) and (d) tokenize with (a context): Ray tasks over the cluster with
+    data.on_ray, else data.workers processes here."""
+    if cfg.data.on_ray:
+        from rcpipe.cluster.tokenize_tasks import RayTokenizer
+
+        return RayTokenizer(cfg.train.ray_address)
+    from rcpipe.data.tokenize import Tokenizer
+
+    return Tokenizer(cfg.data.workers)
 
 
 # ------------------------------------------------------------------- (a) the inputs, read
@@ -263,7 +274,7 @@ class Counts:
     overlap: Counter[str] = field(default_factory=Counter)  # training ids also in dev ...
 
 
-def _count_words(cfg: Config, inputs: Inputs, cache: TokenCache, tokenizer: Tokenizer
+def _count_words(cfg: Config, inputs: Inputs, cache: TokenCache, tokenizer: Tokenizes
                  ) -> Counts:
     """Pass (b): every article tokenized (or its tokens taken from the cache) and counted."""
     from rcpipe.console import progress
@@ -274,7 +285,7 @@ def _count_words(cfg: Config, inputs: Inputs, cache: TokenCache, tokenizer: Toke
     held = inputs.held.questions
     train = inputs.train.questions - (held if inputs.held_file is None else 0)
     log.info(f"prepare: tokenizing {train} train, {inputs.dev.questions} dev and {held} "
-             f"held-out questions ({inputs.total} articles) on {d.workers} process(es)")
+             f"held-out questions ({inputs.total} articles) on {tokenizer.described()}")
     others = {"dev": inputs.dev.ids}
     if inputs.held_file is not None:  # a slice of train shares none: a file's ids are unique
         others["held-out"] = inputs.held_file.ids
@@ -378,7 +389,7 @@ class _Rows:
     and held out), indexed and written to its split's writer; the held-out articles to
     heldout.json too."""
 
-    def __init__(self, cfg: Config, inputs: Inputs, cache: TokenCache, tokenizer: Tokenizer,
+    def __init__(self, cfg: Config, inputs: Inputs, cache: TokenCache, tokenizer: Tokenizes,
                  indexer: Indexer) -> None:
         self.cfg, self.inputs, self.cache, self.tokenizer = cfg, inputs, cache, tokenizer
         self.indexer = indexer

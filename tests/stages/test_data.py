@@ -19,7 +19,13 @@ from rcpipe.config import Config, load_config
 from rcpipe.data.squad import load_squad
 from rcpipe.data.tokenize import tokenize
 from rcpipe.errors import InputError
-from tests.conftest import Prepared, SynthData, questions_of, vectors_for_half
+from tests.conftest import (
+    Prepared,
+    SynthData,
+    prepared_files,
+    questions_of,
+    vectors_for_half,
+)
 
 MakeConfig = Callable[..., Config]
 
@@ -467,14 +473,6 @@ def test_prepare_writes_what_prepare_wrote_before_it_streamed(
     assert digests(cfg.data.out_dir) == frozen
 
 
-def _prepared(out: Path) -> dict[str, Any]:
-    """Everything prepare wrote that a later stage reads, but where it came from."""
-    meta = json.loads((out / "meta.json").read_text())
-    return {"rows": {s: pq.read_table(out / s).to_pylist() for s in ("train", "dev", "heldout")},
-            **{n: (out / n).read_bytes() for n in ("vocab.json", "report.json", "heldout.json")},
-            **{k: meta[k] for k in ("words", "chars", "version", "heldout", "splits")}}
-
-
 def _as_json_lines(doc: dict[str, Any], path: Path) -> Path:
     """``doc`` as JSON Lines: its version on the first line, then an article a line."""
     lines = [json.dumps({"version": doc["version"]}), *(json.dumps(a) for a in doc["data"])]
@@ -492,7 +490,7 @@ def test_json_lines_prepare_as_the_json_file(make_config: MakeConfig, synth_v2: 
     cfg_lines = make_config(synth_v2, data={"train_file": str(lines),
                                             "out_dir": str(tmp_path / "lines")})
     stages.prepare(cfg_lines)
-    assert _prepared(tmp_path / "lines") == _prepared(tmp_path / "json")
+    assert prepared_files(tmp_path / "lines") == prepared_files(tmp_path / "json")
 
 
 def test_json_lines_dev_file_is_refused(make_config: MakeConfig, synth_v1: SynthData,
@@ -526,7 +524,7 @@ def test_a_second_prepare_tokenizes_only_the_new_articles(
     assert f"prepare: 1 articles tokenized, {n - 1} from the token cache" in caplog.messages
     stages.prepare(make_config(synth_v1, data={"out_dir": str(tmp_path / "cold"),
                                                "cache_dir": str(tmp_path / "cold-cache")}))
-    assert _prepared(tmp_path / "prepared") == _prepared(tmp_path / "cold")
+    assert prepared_files(tmp_path / "prepared") == prepared_files(tmp_path / "cold")
 
 
 def test_a_corrupt_token_cache_entry_is_tokenized_again(
@@ -534,7 +532,7 @@ def test_a_corrupt_token_cache_entry_is_tokenized_again(
         caplog: pytest.LogCaptureFixture) -> None:
     cfg = make_config(synth_v1)
     stages.prepare(cfg)
-    before = _prepared(cfg.data.out_dir)
+    before = prepared_files(cfg.data.out_dir)
     entries = sorted((cfg.data.cache_dir / "tokens").rglob("*.tok"))
     assert len(entries) == len(synth_v1.train_doc["data"]) + len(synth_v1.dev_doc["data"])
     data = bytearray(entries[0].read_bytes())
@@ -546,7 +544,7 @@ def test_a_corrupt_token_cache_entry_is_tokenized_again(
     assert said and "its checksum does not match its content; tokenized again" in said[0]
     assert any("1 articles tokenized" in m and "(1 of its entries unreadable" in m
                for m in caplog.messages)
-    assert _prepared(cfg.data.out_dir) == before
+    assert prepared_files(cfg.data.out_dir) == before
 
 
 # ---------------------------------------------------------------- bad input, nothing written

@@ -1,0 +1,50 @@
+"""prepare's tokenizing as Ray tasks over a cluster's nodes (data.on_ray,
+rcpipe/cluster/tokenize_tasks.py): on a two-node cluster on loopback, `rcpipe prepare`
+writes what one process writes, row for row, and both nodes tokenize."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from rcpipe import stages
+from rcpipe.config import load_config
+from tests import ray_nodes
+from tests.conftest import prepared_files, write_params
+
+
+@pytest.mark.integration
+def test_prepare_on_a_two_node_cluster_writes_what_one_process_writes(tmp_path: Path) -> None:
+    # 40 articles, ~600 texts with dev's: two jobs of ~512 texts at least, one a node
+    params = write_params(tmp_path / "params.yaml", synth={"train_articles": 40,
+                                                           "dev_articles": 4}, data={
+        "train_file": str(tmp_path / "train.json"), "dev_file": str(tmp_path / "dev.json"),
+        "out_dir": str(tmp_path / "here"), "cache_dir": str(tmp_path / "cache-here")})
+    cfg = load_config(params)
+    stages.synth(cfg)
+    stages.prepare(cfg)  # data.workers' one process
+    env = ray_nodes.node_env({"NO_COLOR": "1"})
+    short = Path(tempfile.mkdtemp(prefix="rp-", dir="/tmp"))  # Ray's sockets: <= 107 bytes
+    head, gcs, _ = ray_nodes.start_head(short / "head", env, cpus=1)
+    nodes = [head]
+    try:
+        nodes.append(ray_nodes.start(short / "second", env, "--address", gcs, "--num-cpus", "1"))
+        # a cache of its own: every article is tokenized on the cluster, none read back
+        run = subprocess.run(
+            [str(Path(sys.executable).parent / "rcpipe"), "prepare", "--params", str(params),
+             "--set", "data.on_ray=true", "--set", f"train.ray_address={gcs}",
+             "--set", f"data.out_dir={tmp_path / 'cluster'}",
+             "--set", f"data.cache_dir={tmp_path / 'cache-cluster'}"],
+            env=env, capture_output=True, text=True, timeout=600)
+    finally:
+        ray_nodes.stop_all(nodes)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "on Ray tasks over 2 CPU(s)" in run.stderr, run.stderr[-3000:]
+    assert "prepare: tokenized on 2 Ray node(s)" in run.stderr, run.stderr[-3000:]
+    assert "prepare: 44 articles tokenized, 0 from the token cache" in run.stderr, \
+        run.stderr[-3000:]
+    assert prepared_files(tmp_path / "cluster") == prepared_files(tmp_path / "here")

@@ -1,25 +1,24 @@
-"""prepare's tokenizing as Ray tasks spread over a cluster's nodes (data.on_ray).
+"""prepare's spaCy and labelling as Ray tasks spread over a cluster's nodes (data.on_ray).
 
-spaCy is the slow part of preparing real text, and the only part whose cost grows with a
-night's new articles; labelling, indexing and writing the Parquet parts stay in the driver,
-which reads the inputs article by article. Each job of about 512 texts (token_cache.py's
-runs of articles) is one task, ``spans_chunk`` on whichever node Ray's SPREAD strategy
-picks; the driver keeps at most ``ahead`` tasks a cluster CPU in flight and takes their
-offsets back in order (tokenize.in_order, as the local process pool does), so the prepared
-folder equals one process's row for row: the same function on the same texts, in the same
-order.
+The driver reads the inputs article by article (a streaming parser: SQuAD JSON or JSON
+Lines, validated there first) and writes the Parquet parts; what costs CPU in between runs
+as tasks on whichever node Ray's SPREAD strategy picks: pass (b)'s jobs of about 512 texts
+(token_cache.py's runs of articles, ``spans_chunk``) and pass (d)'s batches of about 1,024
+questions (stages/data.py's ``labelled``: an Arrow table back). The driver keeps
+at most ``ahead`` tasks a cluster CPU in flight and takes their answers back in order
+(tokenize.in_order, as the local process pool does), so the prepared folder equals one
+process's row for row: the same functions on the same inputs, in the same order.
 
-Plain tasks, not a Ray Data pipeline: the articles come from a streaming parser in the
-driver (SQuAD JSON or JSON Lines, validated there first), in order, and each job's answer
-must come back to its place; a task per job, a bounded window, is that with nothing
-materialized. The workers need rcpipe and spaCy installed (the image has both), as Ray Train's
-do.
+Plain tasks, not a Ray Data pipeline: the articles come in order from the driver's parser
+and each answer must go back to its place; a task per job in a bounded window is that, with
+nothing materialized. The workers need rcpipe and spaCy installed (the image has both), as
+Ray Train's do.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from typing import Any, TypeVar
 
@@ -29,6 +28,8 @@ from rcpipe.cluster.ray_runtime import ray_cluster
 from rcpipe.data.tokenize import in_order, spans_chunk
 
 T = TypeVar("T")
+A = TypeVar("A")
+R = TypeVar("R")
 log = logging.getLogger(__name__)
 
 
@@ -39,26 +40,36 @@ def _spans_on_a_node(texts: list[str]) -> tuple[list[np.ndarray], str]:
     return spans_chunk(texts), ray.get_runtime_context().get_node_id()
 
 
+def _work_on_a_node(work: Callable[[A], R], arg: A) -> tuple[R, str]:
+    """``work(arg)`` and the node that ran it."""
+    import ray
+
+    return work(arg), ray.get_runtime_context().get_node_id()
+
+
 class RayTokenizer:
-    """Tokenizer's contract (``spans``, a context) on the Ray cluster at ``address``
+    """Tokenizer's contract (``spans``, ``mapped``, a context) on the Ray cluster at ``address``
     (train.ray_address; RAY_ADDRESS; else a local Ray), joined for prepare's passes."""
 
     def __init__(self, address: str | None) -> None:
         self.address = address
-        self.nodes: set[str] = set()  # those that tokenized a job
+        # the nodes that ran a task of each pass
+        self.nodes: dict[str, set[str]] = {"tokenized": set(), "labelled": set()}
         self._stack = ExitStack()
 
     def __enter__(self) -> RayTokenizer:
         import ray
 
         self._stack.enter_context(ray_cluster(self.address))
-        self._task = ray.remote(num_cpus=1, scheduling_strategy="SPREAD")(_spans_on_a_node)
+        spread = ray.remote(num_cpus=1, scheduling_strategy="SPREAD")
+        self._spans, self._work = spread(_spans_on_a_node), spread(_work_on_a_node)
         self.cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
         return self
 
     def __exit__(self, *_: Any) -> None:
-        if self.nodes:
-            log.info(f"prepare: tokenized on {len(self.nodes)} Ray node(s)")
+        if any(self.nodes.values()):
+            log.info("prepare: " + ", ".join(f"{did} on {len(nodes)} Ray node(s)"
+                                             for did, nodes in self.nodes.items()))
         self._stack.close()
 
     def spans(self, jobs: Iterable[tuple[T, list[str]]], ahead: int = 2
@@ -68,11 +79,30 @@ class RayTokenizer:
         import ray
 
         def get(ref: Any) -> list[np.ndarray]:
+            if ref is None:  # a job whose articles were all cached
+                return []
             spans, node = ray.get(ref)
-            self.nodes.add(node)
+            self.nodes["tokenized"].add(node)
             return spans
 
-        yield from in_order(jobs, self._task.remote, get, self.cpus * ahead)
+        yield from in_order(jobs, lambda texts: self._spans.remote(texts) if texts else None,
+                            get, self.cpus * ahead)
+
+    def mapped(self, jobs: Iterable[tuple[T, A]], work: Callable[[A], R], ahead: int = 2
+               ) -> Iterator[tuple[T, R]]:
+        """``work(arg)`` of each job in a task (pass (d): a batch labelled and indexed), in
+        order, ``work`` (the vocabularies with it) sent to the cluster once."""
+        import ray
+
+        shared = ray.put(work)
+
+        def get(ref: Any) -> R:
+            done, node = ray.get(ref)
+            self.nodes["labelled"].add(node)
+            return done
+
+        yield from in_order(jobs, lambda arg: self._work.remote(shared, arg), get,
+                            self.cpus * ahead)
 
     def described(self) -> str:
         return f"Ray tasks over {self.cpus} CPU(s)"

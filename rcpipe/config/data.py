@@ -120,7 +120,7 @@ class DataConfig(Section):
     shards: Shards = Shards()
     workers: int = Field(2, ge=1, description="tokenizer processes (nlp.pipe n_process), at "
                          "most the CPUs this machine gives the process")
-    on_ray: bool = Field(False, description="prepare tokenizes as Ray tasks spread over "
+    on_ray: bool = Field(False, description="prepare tokenizes and labels as Ray tasks over "
                          "the nodes of train.ray_address's cluster (RAY_ADDRESS's; a local Ray "
                          "without either) instead of data.workers processes here; the output "
                          "is the same row for row")

@@ -27,6 +27,8 @@ _NLP = None
 # it must change this, so that no token cached by the old rule is read (data/token_cache.py)
 TOKENS = 1
 T = TypeVar("T")
+A = TypeVar("A")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -98,11 +100,14 @@ def tokenize(texts: list[str], workers: int = 1, chunk: int = 512,
 
 
 class Tokenizes(Protocol):
-    """What prepare's passes tokenize with: processes here (Tokenizer) or Ray tasks over a
-    cluster (cluster/tokenize_tasks.py's RayTokenizer, data.on_ray)."""
+    """What prepare's passes tokenize and label with: processes here (Tokenizer) or Ray
+    tasks over a cluster (cluster/tokenize_tasks.py's RayTokenizer, data.on_ray)."""
 
     def spans(self, jobs: Iterable[tuple[T, list[str]]], ahead: int = 2
               ) -> Iterator[tuple[T, list[np.ndarray]]]: ...
+
+    def mapped(self, jobs: Iterable[tuple[T, A]], work: Callable[[A], R]
+               ) -> Iterator[tuple[T, R]]: ...
 
     def described(self) -> str: ...
 
@@ -137,26 +142,31 @@ class Tokenizer:
                 yield job, spans_chunk(texts) if texts else []
             return
         pool = self.pool
-        yield from in_order(jobs, lambda texts: pool.apply_async(spans_chunk, (texts,)),
-                            lambda result: result.get(), self.workers * ahead)
+        yield from in_order(
+            jobs, lambda texts: pool.apply_async(spans_chunk, (texts,)) if texts else None,
+            lambda result: result.get() if result is not None else [], self.workers * ahead)
+
+    def mapped(self, jobs: Iterable[tuple[T, A]], work: Callable[[A], R]
+               ) -> Iterator[tuple[T, R]]:
+        """``work(arg)`` of each job, in this process, in order (pass (d)'s labelling)."""
+        for job, arg in jobs:
+            yield job, work(arg)
 
 
-def in_order(jobs: Iterable[tuple[T, list[str]]], submit: Callable[[list[str]], Any],
-             get: Callable[[Any], list[np.ndarray]], width: int
-             ) -> Iterator[tuple[T, list[np.ndarray]]]:
-    """Each job's texts' offsets, job after job in order, from ``submit(texts)``'s handle
-    (``get(handle)``: the offsets), at most ``width`` jobs submitted ahead of the one given
-    back: Pool.imap would read ``jobs`` to their end, holding them all. A job without texts
-    (its articles all cached) is submitted to no one. Processes here (Tokenizer) and Ray
-    tasks over a cluster (cluster/tokenize_tasks.py) both give their spans through it."""
+def in_order(jobs: Iterable[tuple[T, A]], submit: Callable[[A], Any],
+             get: Callable[[Any], R], width: int) -> Iterator[tuple[T, R]]:
+    """Each job's result, job after job in order: ``submit(arg)`` starts it (a handle),
+    ``get(handle)`` waits for it, at most ``width`` jobs submitted ahead of the one given
+    back (Pool.imap would read ``jobs`` to their end, holding them all). The process pool
+    here and Ray tasks over a cluster (cluster/tokenize_tasks.py) both go through it."""
     waiting: deque[tuple[T, Any]] = deque()
 
-    def given() -> tuple[T, list[np.ndarray]]:
+    def given() -> tuple[T, R]:
         job, handle = waiting.popleft()
-        return job, get(handle) if handle is not None else []
+        return job, get(handle)
 
-    for job, texts in jobs:
-        waiting.append((job, submit(texts) if texts else None))
+    for job, arg in jobs:
+        waiting.append((job, submit(arg)))
         if len(waiting) >= width:
             yield given()
     while waiting:

@@ -6,9 +6,10 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,9 @@ from rcpipe.locks import hold
 from rcpipe.outputs import OutputSet, output_set
 
 if TYPE_CHECKING:  # prepare's modules are imported when it runs: `rcpipe --help` needs none
+    import pyarrow as pa
+
+    from rcpipe.config import DataConfig
     from rcpipe.data.articles import Article, SquadWriter, Survey
     from rcpipe.data.features import Indexer
     from rcpipe.data.shards import SplitWriter
@@ -384,6 +388,40 @@ class Tally:
         return report
 
 
+@dataclass
+class Part:
+    """A batch of one split's articles labelled and indexed: its rows, and report.json's
+    counts of it."""
+
+    table: pa.Table | None  # None: no question of the batch gave a row
+    questions: int
+    kept: int  # questions with a row
+    rows: int
+    dropped: Counter[str]
+    windows: Counter[str]
+
+
+def labelled(job: tuple[str, list[Tokenized]], cfg: DataConfig, indexer: Indexer) -> Part:
+    """A split's batch of tokenized articles as rows: training's rules for train (its drops
+    and windows counted), every question for dev and held out. Pure: pass (d) runs it here
+    or, with data.on_ray, in a Ray task on any node."""
+    from rcpipe.data import features as F
+    from rcpipe.data.squad import joined
+
+    split, batch = job
+    sq = joined([t.sq for t in batch])
+    ctx = [c for t in batch for c in t.contexts]  # sq's contexts' tokens, in order
+    qs = [q for t in batch for q in t.questions]
+    dropped, windows = Counter[str](), Counter[str]()
+    if split == "train":
+        rows, dropped, windows = F.label_train(sq, ctx, qs, cfg)
+    else:
+        rows = F.label_dev(sq, ctx, cfg)
+    table = F.build_table(sq, ctx, qs, rows, indexer) if rows else None
+    return Part(table, len(sq.questions), len({r.index for r in rows}), len(rows), dropped,
+                windows)
+
+
 class _Rows:
     """Pass (d): each article labelled (training's rules for train, every question for dev
     and held out), indexed and written to its split's writer; the held-out articles to
@@ -397,49 +435,51 @@ class _Rows:
         self.tally = Tally(held_out=inputs.held.source is not None)
 
     def write(self, writers: dict[str, SplitWriter], doc: SquadWriter | None) -> None:
-        """Every article through, its split's rows written a batch of articles at a time
-        (Arrow's calls are paid a batch, not an article)."""
+        """Every article through, its split's rows labelled and written a batch of articles
+        at a time (Arrow's calls are paid a batch, not an article), each batch's part in
+        order from the tokenizer (in this process, or Ray tasks with data.on_ray)."""
         from rcpipe.console import progress
+
+        label = partial(labelled, cfg=self.cfg.data, indexer=self.indexer)
+        with progress() as bar:
+            task = bar.add_task("write", total=self.inputs.total)
+            jobs = ((split, (split, batch))
+                    for split, batch in self._batches(doc, lambda: bar.advance(task)))
+            for split, part in self.tokenizer.mapped(jobs, label):
+                self._add(split, part, writers[split])
+
+    def _batches(self, doc: SquadWriter | None, advance: Callable[[], Any]
+                 ) -> Iterator[tuple[str, list[Tokenized]]]:
+        """(split, its batch of about BATCH questions' articles), in the inputs' order; the
+        held-out articles into ``doc`` as they pass."""
         from rcpipe.data.token_cache import tokenized
 
         batches: dict[str, list[Tokenized]] = {split: [] for split in self.splits}
         waiting = Counter[str]()  # questions in each split's batch
-        with progress() as bar:
-            task = bar.add_task("write", total=self.inputs.total)
-            for t in tokenized(self.inputs.articles(), self.cache, self.tokenizer):
-                split, article = t.item
-                if split == "heldout":
-                    doc.add(article.raw)
-                batches[split].append(t)
-                waiting[split] += len(t.sq.questions)
-                if waiting[split] >= BATCH:
-                    self._write(split, batches[split], writers[split])
-                    batches[split], waiting[split] = [], 0
-                bar.advance(task)
+        for t in tokenized(self.inputs.articles(), self.cache, self.tokenizer):
+            split, article = t.item
+            if split == "heldout":
+                doc.add(article.raw)
+            batches[split].append(t)
+            waiting[split] += len(t.sq.questions)
+            if waiting[split] >= BATCH:
+                yield split, batches[split]
+                batches[split], waiting[split] = [], 0
+            advance()
         for split, batch in batches.items():
             if batch:
-                self._write(split, batch, writers[split])
+                yield split, batch
 
-    def _write(self, split: str, batch: list[Tokenized], writer: SplitWriter) -> None:
-        """A batch of a split's articles labelled, counted, indexed and written."""
-        from rcpipe.data import features as F
-        from rcpipe.data.squad import joined
-
-        d, tally = self.cfg.data, self.tally
-        sq = joined([t.sq for t in batch])
-        ctx = [c for t in batch for c in t.contexts]  # sq's contexts' tokens, in order
-        qs = [q for t in batch for q in t.questions]
-        if split == "train":
-            rows, dropped, windows = F.label_train(sq, ctx, qs, d)
-            tally.dropped.update(dropped)
-            tally.windows.update(windows)
-        else:
-            rows = F.label_dev(sq, ctx, d)
-        tally.questions[split] += len(sq.questions)
-        tally.kept[split] += len({r.index for r in rows})
-        tally.rows[split] += len(rows)
-        if rows:
-            writer.write(F.build_table(sq, ctx, qs, rows, self.indexer))
+    def _add(self, split: str, part: Part, writer: SplitWriter) -> None:
+        """A batch's part counted and its rows written."""
+        tally = self.tally
+        tally.dropped.update(part.dropped)
+        tally.windows.update(part.windows)
+        tally.questions[split] += part.questions
+        tally.kept[split] += part.kept
+        tally.rows[split] += part.rows
+        if part.table is not None:
+            writer.write(part.table)
 
 
 def _write_prepared(files: OutputSet, out: Prepared, rows: _Rows, words: Any, chars: Any,

@@ -1,6 +1,6 @@
 """prepare's tokenizing as Ray tasks over a cluster's nodes (data.on_ray,
 rcpipe/cluster/tokenize_tasks.py): on a two-node cluster on loopback, `rcpipe prepare`
-writes what one process writes, row for row, and both nodes tokenize."""
+writes what one process writes, row for row, and both nodes tokenize and label."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from tests.conftest import prepared_files, write_params
 
 @pytest.mark.integration
 def test_prepare_on_a_two_node_cluster_writes_what_one_process_writes(tmp_path: Path) -> None:
-    # 40 articles, ~600 texts with dev's: two jobs of ~512 texts at least, one a node
+    # 40 articles, ~600 texts and ~480 training questions with dev's: two jobs of ~512 texts
+    # and three batches (train, dev, held out) at least, one a node
     params = write_params(tmp_path / "params.yaml", synth={"train_articles": 40,
                                                            "dev_articles": 4}, data={
         "train_file": str(tmp_path / "train.json"), "dev_file": str(tmp_path / "dev.json"),
@@ -44,7 +45,8 @@ def test_prepare_on_a_two_node_cluster_writes_what_one_process_writes(tmp_path: 
         ray_nodes.stop_all(nodes)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "on Ray tasks over 2 CPU(s)" in run.stderr, run.stderr[-3000:]
-    assert "prepare: tokenized on 2 Ray node(s)" in run.stderr, run.stderr[-3000:]
+    assert "prepare: tokenized on 2 Ray node(s), labelled on 2 Ray node(s)" in run.stderr, \
+        run.stderr[-3000:]
     assert "prepare: 44 articles tokenized, 0 from the token cache" in run.stderr, \
         run.stderr[-3000:]
     assert prepared_files(tmp_path / "cluster") == prepared_files(tmp_path / "here")

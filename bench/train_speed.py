@@ -8,6 +8,12 @@ Modes: fp32 (TF32 matmuls on CUDA, train.tf32), bf16 (autocast, CUDA only) and c
 (torch.compile). On CUDA also the peak memory and the share of a step the GPU is busy. It
 needs no Ray or spaCy, so it runs on a bare GPU box.
 
+``--step-modes off default reduce-overhead`` also times the Worker's own step: TrainStep with
+train.compile each mode (TF32, EMA, fused Adam with a tensor lr, batches collated ahead) on
+the epoch's ``--step-shapes`` most frequent padded shapes of train.buckets' batches, compiled
+by inductor on CUDA and by aot_eager on the CPU (a check, not a speed). The GPU kit's
+compiled step runs one such mode a process, with ``--modes`` given none.
+
     .venv/bin/python bench/train_speed.py --prepared data/prepared [--params params.yaml]
     .venv/bin/python bench/train_speed.py --audit --prepared data/prepared [--devices cpu]
 
@@ -22,6 +28,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+import traceback
 from collections.abc import Callable
 from itertools import cycle, islice
 from pathlib import Path
@@ -35,11 +42,13 @@ from rcpipe.data.dataset import SquadDataset, bucket_batches
 from rcpipe.data.stream import TrainStream
 from rcpipe.models import build_model
 from rcpipe.models.layers import count_parameters
-from rcpipe.train.loop import EMA, make_optimizer, train_step
+from rcpipe.train.loop import EMA, TrainStep, make_optimizer, train_step
 from rcpipe.train.worker import mixed_precision
 from rcpipe.trained.model_file import prepared_inputs
 
 MODES = ("fp32", "bf16", "compile")
+STEP_MODES = ("off", "default", "reduce-overhead")  # the Worker's step with train.compile
+STEP_BACKEND = {"cuda": "inductor", "cpu": "aot_eager"}
 
 
 def measure(variant: str, cfg: Config, data: SquadDataset, prepared: Path,
@@ -67,6 +76,64 @@ def measure(variant: str, cfg: Config, data: SquadDataset, prepared: Path,
     with mixed_precision(device, cfg.train.tf32):
         return timed(run, lambda: run(args.warmup), device, args.steps, args.repeats) | {
             "params": count_parameters(model, exclude_embeddings=True)}
+
+
+def measure_step(variant: str, cfg: Config, prepared: Path, device: torch.device, mode: str,
+                 args: argparse.Namespace) -> dict[str, Any]:
+    """One variant's step as the Worker takes it (TrainStep over batches collated ahead) on
+    the epoch's --step-shapes most frequent padded shapes (each compiled, and captured,
+    in the warm-up: every compile is tens of seconds on a GPU), then timed runs."""
+    from torch._dynamo.utils import counters
+
+    from rcpipe.data.dataset import ahead
+    from rcpipe.train.audit import epoch_shapes
+
+    torch._dynamo.reset()
+    skipped = counters["inductor"]["cudagraph_skips"]  # graphs reduce-overhead left uncaptured
+    mcfg, b = cfg.models.of(variant), cfg.train.buckets
+    # the batches training makes (data/stream.py): a buffer holds the whole split
+    data, epoch = TrainStream.of(prepared, args.batch, buckets=(b.context, b.question) if b
+                                 else None).epoch(0).cut(0)
+    torch.manual_seed(0)
+    model = build_model(variant, mcfg, prepared_inputs(prepared, cfg.data.word_dim)).to(device)
+    optimizer, scheduler = make_optimizer(model, mcfg.optim, lr_tensor=mode != "off")
+    ema = EMA(model, mcfg.optim.ema_decay) if mcfg.optim.ema_decay else None
+    step = TrainStep(model, optimizer, scheduler, mcfg.optim.grad_clip, ema, compile=mode,
+                     backend=STEP_BACKEND[device.type])
+    shapes = epoch_shapes(data, epoch)
+    kept = {shape for shape, _ in shapes.most_common(args.step_shapes)}
+    epoch = [i for i in epoch if (len(i), *data.padded_shape(i)) in kept]
+    first = {}  # a batch of each kept shape, three times: compile, warm, capture
+    for indices in epoch:
+        first.setdefault((len(indices), *data.padded_shape(indices)), indices)
+    feed = cycle(epoch)
+    losses: list[Any] = []  # every step's, kept as the Worker keeps them
+
+    def run(batches: Any) -> int:
+        seen = 0
+        pinned = device.type == "cuda"  # as the Worker: page-locked, so the copy overlaps
+        for batch in ahead(data.collate(i).pin() if pinned else data.collate(i)
+                           for i in batches):
+            # one call on both devices, so the CPU dry run goes through the box's line
+            # (it called Batch.to with an argument Batch.to does not take, on CUDA only:
+            # the 2026-11-27 draw lost its compiled figures to it)
+            losses.append(step(batch.to(device)))
+            seen += args.batch
+        sync(device)
+        return seen
+
+    with mixed_precision(device, cfg.train.tf32):
+        r = timed(lambda n: run(islice(feed, n)),
+                  lambda: run([i for i in first.values() for _ in range(3)]), device,
+                  args.steps, args.repeats)
+    # read once every step ran, outside the timed runs, as the Worker reads them after
+    # later steps: a loss left in a CUDA graph's memory is written over by then (torch raises)
+    if not torch.isfinite(torch.stack(losses)).all():
+        raise FloatingPointError(f"{variant} {mode}: a step's loss is not finite")
+    return r | {"params": count_parameters(model, exclude_embeddings=True),
+                "shapes": len(kept), "epoch_shapes": len(shapes),
+                "epoch_share": sum(shapes[k] for k in kept) / sum(shapes.values()),
+                "cudagraph_skips": counters["inductor"]["cudagraph_skips"] - skipped}
 
 
 def timed(run: Callable[[int], int], warm: Callable[[], Any], device: torch.device,
@@ -115,28 +182,34 @@ def compare(args: argparse.Namespace, prepared: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"params": str(args.params), "sets": args.sets, "batch": args.batch,
                            "steps": args.steps, "repeats": args.repeats,
                            "mean_context_tokens": float(data.context_lengths().mean()),
-                           "devices": {}}
+                           "devices": {}, "skipped": {}}
     for device in devices:
         modes = [m for m in args.modes if not (m == "bf16" and device.type == "cpu")]
         by_variant: dict[str, dict[str, Any]] = {}
         for v in args.variants:
-            by_variant[v] = {}
-            for mode in modes:
-                r = measure(v, cfg, data, prepared, device, mode, args)
-                by_variant[v][mode] = r
+            for mode in [*modes, *args.step_modes]:
+                try:
+                    r = (measure_step(v, cfg, prepared, device, mode, args)
+                         if mode in STEP_MODES else measure(v, cfg, data, prepared, device,
+                                                            mode, args))
+                except Exception as e:  # noqa: BLE001 - one mode failing leaves the others
+                    traceback.print_exc()
+                    out["skipped"][f"{v} {mode}"] = f"{type(e).__name__}: {str(e)[:300]}"
+                    continue
+                by_variant.setdefault(v, {})[mode] = r
                 extra = (f" {r['peak_mib']:8.0f} MiB {100 * r['gpu_busy']:5.1f}% busy"
                          if "peak_mib" in r else "")
                 print(f"{device.type:<5} {v:<15} {mode:<8} {r['examples_per_s']:9.1f} ex/s "
                       f"{r['step_ms']:9.1f} ms/step{extra}", flush=True)
-        out["devices"][device.type] = {"name": device_name(device),
-                                       "results": by_variant}
+        out["devices"][device.type] = {"name": device_name(device), "results": by_variant} | (
+            {"step_backend": STEP_BACKEND[device.type]} if args.step_modes else {})
     return out
 
 
 def table(out: dict[str, Any]) -> None:
     for kind, d in out["devices"].items():
         res = d["results"]
-        modes = sorted({m for r in res.values() for m in r}, key=MODES.index)
+        modes = sorted({m for r in res.values() for m in r}, key=(*MODES, *STEP_MODES).index)
         print(f"\n{d['name']} ({kind}): examples/s, batch {out['batch']}, "
               f"mean context {out['mean_context_tokens']:.0f} tokens")
         print(f"{'variant':<15}" + "".join(f"{m:>12}" for m in modes) + f"{'params':>11}")
@@ -218,6 +291,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0: default")
     ap.add_argument("--devices", nargs="*", default=["cpu", "cuda"])
     ap.add_argument("--modes", nargs="*", default=list(MODES), choices=MODES)
+    ap.add_argument("--step-modes", nargs="*", default=[], choices=STEP_MODES,
+                    help="the Worker's TrainStep with train.compile MODE too")
+    ap.add_argument("--step-shapes", type=int, default=1, help="the epoch's most frequent")
     ap.add_argument("--variants", nargs="*", default=list(VARIANTS))
     ap.add_argument("--audit", action="store_true", help="graphs, breaks, syncs, shapes, kernels")
     args = ap.parse_args()

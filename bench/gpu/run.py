@@ -34,8 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # bench.gpu.results, rcpipe: the repo is the working tree
 
-from bench.common import device_name, parser, set_args, sync  # noqa: E402 - the repo root first
-from bench.gpu.box import sha256  # noqa: E402
+from bench.common import parser, set_args  # noqa: E402 - the repo root first
 from bench.gpu.results import CALLS as PLANNED  # noqa: E402
 from bench.gpu.results import VARIANTS, open_steps  # noqa: E402
 
@@ -97,12 +96,6 @@ def log(*parts: Any) -> None:
     print(time.strftime("%H:%M:%S"), *parts, flush=True)
 
 
-def python(kit: Kit, *argv: str, timeout: float | None = None) -> int:
-    """A child Python on the kit's path, its output in the call's log: its exit code."""
-    return subprocess.run([sys.executable, *argv], env=kit.env(), cwd=ROOT, timeout=timeout,
-                          check=False).returncode
-
-
 def spawn(kit: Kit, argv: list[str], log_file: Path, cwd: Path = ROOT, threads: int = 0,
           session: bool = True) -> subprocess.Popen[bytes]:
     """A child left running, its output in ``log_file``."""
@@ -150,7 +143,9 @@ def ray_archive(kit: Kit, ray: dict[str, Any] | None, site: Path) -> str:
     archive = kit.args.kit.parent / ray["path"]
     if not archive.is_file():
         return "not carried by this call"
-    if sha256(archive) != ray["archive_sha256"]:
+    from rcpipe.reads import sha256_of
+
+    if sha256_of(archive) != ray["archive_sha256"]:
         raise RuntimeError(f"{archive.name}: not the archive the kit was built with")
     with tarfile.open(archive, "r:xz") as tar:
         tar.extractall(site, filter="data")
@@ -364,15 +359,16 @@ def ray(kit: Kit) -> dict[str, Any]:
             "wall_s": round(time.monotonic() - t0, 1)}
 
 
-# -------------------------------------------------------------- one child a variant
+# ------------------------------------------------------------------ one child a job
 
 def in_children(kit: Kit, name: str, seconds: float, jobs: dict[str, tuple[list[str], Path]],
-                keep: Callable[[str, Any], Any],
+                keep: Callable[[str, Any], dict[str, Any]],
                 top: Callable[[Any], dict[str, Any]] = lambda got: {}) -> dict[str, Any]:
     """Each job (key: its child's argv, the JSON it writes) a child Python in turn, none past
-    the call's time or ``seconds`` in all; ``keep(key, got)`` is the key's result, ``top(got)``
-    what goes beside the results. A job that runs past its time or fails leaves the others'
-    results, and <name>.json is written after each: a call stopped at its limit keeps them."""
+    the call's time or ``seconds`` in all; ``keep(key, got)`` is the key's results by
+    variant, ``top(got)`` what goes beside the results. A job that runs past its time or
+    fails leaves the others' results, and <name>.json is written after each: a call stopped
+    at its limit keeps them."""
     a = kit.args
     out: dict[str, Any] = {"results": {}, "skipped": {}}
     ends = time.monotonic() + seconds
@@ -385,8 +381,9 @@ def in_children(kit: Kit, name: str, seconds: float, jobs: dict[str, tuple[list[
             out["skipped"][key] = "the call's time"
             continue
         written.unlink(missing_ok=True)
-        try:
-            code = python(kit, *argv, timeout=max(1.0, left()))
+        try:  # a child Python on the kit's path, its output in the call's log
+            code = subprocess.run([sys.executable, *argv], env=kit.env(), cwd=ROOT,
+                                  timeout=max(1.0, left()), check=False).returncode
         except subprocess.TimeoutExpired:
             out["skipped"][key] = "ran past the call's time"
             continue
@@ -394,40 +391,64 @@ def in_children(kit: Kit, name: str, seconds: float, jobs: dict[str, tuple[list[
             out["skipped"][key] = f"failed (exit {code}), see the log"
             continue
         got = json.loads(written.read_text())
-        out["results"][key] = keep(key, got)
+        for variant, found in keep(key, got).items():  # a variant's modes from several jobs
+            out["results"][variant] = out["results"].get(variant, {}) | found
+        out["skipped"] |= got.get("skipped", {})  # a mode that failed in the child, say
         out |= top(got)
         kit.write(name, out)  # so far
     return out
 
 
-def train_speed(kit: Kit, name: str, extra: list[str], written: str) -> dict[str, Any]:
-    """bench/train_speed.py, one variant a process (its compile state its own)."""
+def train_speed(kit: Kit, name: str, seconds: float, jobs: dict[str, tuple[str, list[str]]]
+                ) -> dict[str, Any]:
+    """bench/train_speed.py, each job (key: its variant, its options) a process of its own (its
+    compile state its own), stopped at ``seconds`` in all."""
     a = kit.args
-    jobs = {v: (["bench/train_speed.py", "--prepared", str(kit.prepared(a.versions[0])),
-                 "--params", str(a.params), *set_args(kit.data_sets(a.versions[0])),
-                 "--devices", a.device, "--batch", str(a.batch), "--variants", v, *extra,
-                 "--out", str(kit.state / name / v / "train_speed.json")],
-                kit.state / name / v / written)
-            for v in SPEED_ORDER if v in a.variants}
-    return in_children(
-        kit, name, kit.capped(a.speed_seconds), jobs,
-        lambda v, got: got["results"][v] if name == "audit"
-        else got["devices"][a.device]["results"][v],
-        lambda got: {k: got[k] for k in ("batch", "mean_context_tokens", "buckets") if k in got}
-        | {"device": got.get("device") or got["devices"][a.device]["name"]})
+    written = "train_audit.json" if name == "audit" else "train_speed.json"
+    children = {key: (["bench/train_speed.py", "--prepared", str(kit.prepared(a.versions[0])),
+                       "--params", str(a.params), *set_args(kit.data_sets(a.versions[0])),
+                       "--devices", a.device, "--batch", str(a.batch), "--variants", v, *extra,
+                       "--out", str(kit.state / name / key / "train_speed.json")],
+                      kit.state / name / key / written)
+                for key, (v, extra) in jobs.items()}
+
+    def beside(got: dict[str, Any]) -> dict[str, Any]:  # the audit names its one device
+        on = got["devices"][a.device] if "devices" in got else {"name": got["device"]}
+        found = {k: got[k] for k in ("batch", "mean_context_tokens", "buckets") if k in got}
+        return found | {"device": on["name"]} | (
+            {"backend": on["step_backend"]} if "step_backend" in on else {})
+
+    return in_children(kit, name, seconds, children,
+                       lambda _, got: got["results"] if name == "audit"
+                       else got["devices"][a.device]["results"], beside)
 
 
 def speed(kit: Kit) -> dict[str, Any]:
     """bench/train_speed.py in fp32 (TF32 on CUDA) and bf16 (CUDA only)."""
     a = kit.args
-    return train_speed(kit, "speed", ["--modes", "fp32", "bf16", "--steps", str(a.speed_steps),
-                                      "--repeats", str(a.speed_repeats),
-                                      "--warmup", str(a.speed_warmup)], "train_speed.json")
+    return train_speed(kit, "speed", kit.capped(a.speed_seconds), {
+        v: (v, ["--modes", "fp32", "bf16", "--steps", str(a.speed_steps), "--repeats",
+                str(a.speed_repeats), "--warmup", str(a.speed_warmup)])
+        for v in SPEED_ORDER if v in a.variants})
+
+
+def compiled(kit: Kit) -> dict[str, Any]:
+    """bench/train_speed.py --step-modes alone (the Worker's TrainStep; inductor on CUDA,
+    aot_eager on the CPU), a process a variant and mode: a compile cannot be stopped once
+    begun in a process."""
+    a = kit.args
+    return train_speed(kit, "compiled", kit.capped(a.compile_seconds), {
+        f"{v} {mode}": (v, ["--modes", "--step-modes", mode, "--step-shapes",
+                            str(a.compile_shapes), "--steps", str(a.speed_steps),
+                            "--repeats", str(a.speed_repeats)])
+        for v in SPEED_ORDER if v in a.compile_variants for mode in a.compile_modes})
 
 
 def audit(kit: Kit) -> dict[str, Any]:
     """bench/train_speed.py --audit: graphs, breaks, host syncs, kernels per step."""
-    return train_speed(kit, "audit", ["--audit"], "train_audit.json")
+    a = kit.args
+    return train_speed(kit, "audit", kit.capped(a.speed_seconds),
+                       {v: (v, ["--audit"]) for v in SPEED_ORDER if v in a.variants})
 
 
 def peers(kit: Kit) -> dict[str, Any]:
@@ -440,7 +461,7 @@ def peers(kit: Kit) -> dict[str, Any]:
                  str(where / PEER_TEXT), "--device", a.device, "--repeats", str(a.peer_repeats),
                  "--out", str(kit.state / "peers" / f"{m}.json")],
                 kit.state / "peers" / f"{m}.json") for m in a.peer_models}
-    return in_children(kit, "peers", float("inf"), jobs, lambda m, got: got)
+    return in_children(kit, "peers", float("inf"), jobs, lambda m, got: {m: got})
 
 
 # steps between checkpoints on the GPU, the same on both sides of a pair: a guess of about
@@ -487,132 +508,6 @@ def peer_accuracy(kit: Kit) -> dict[str, Any]:
         else:
             got["skipped"][m] = f"exit {code}: {' '.join(tail(out / 'log', 600).split())}"
     return got
-
-
-# ------------------------------------------------------------------ compiled steps
-
-def compiled(kit: Kit) -> dict[str, Any]:
-    """The compiled steps in a child process, stopped at --compile-seconds (a compile cannot
-    be stopped once begun in this process): what it measured before stays in compiled.json."""
-    a = kit.args
-    seconds = min(kit.capped(a.compile_seconds), kit.left() - a.reserve)
-    if seconds < a.compile_seconds / 3:
-        return {"results": {}, "skipped": {"all": "the call's time"}}
-    forwarded = [
-        "--device", a.device, "--kit", str(a.kit), "--state", str(a.state), "--out",
-        str(a.out), "--params", str(a.params), *set_args(a.sets), "--versions", *a.versions,
-        "--batch", str(a.batch), "--speed-steps", str(a.speed_steps), "--speed-repeats",
-        str(a.speed_repeats), "--compile-variants", *a.compile_variants, "--compile-modes",
-        *a.compile_modes, "--compile-shapes", str(a.compile_shapes)]
-    try:
-        python(kit, __file__, "compiled", "--child", "--budget", str(seconds), *forwarded,
-               timeout=seconds + 5)
-    except subprocess.TimeoutExpired:
-        log(f"compiled: stopped after {seconds:.0f} s")
-    path = kit.state / "compiled.json"
-    got = json.loads(path.read_text()) if path.is_file() else {"results": {}, "skipped": {}}
-    for v in a.compile_variants:
-        for mode in a.compile_modes:
-            if mode not in got["results"].get(v, {}):
-                got["skipped"].setdefault(f"{v} {mode}", f"not done within {seconds:.0f} s")
-    return got
-
-
-def compile_steps(kit: Kit) -> None:
-    """Examples/s of the Worker's TrainStep with each --compile-modes (off, default,
-    reduce-overhead; TF32, EMA, fused Adam with a tensor lr) on train.buckets' batches."""
-    import torch
-
-    from rcpipe.config import load_config
-
-    a = kit.args
-    cfg = load_config(a.params, kit.data_sets(a.versions[0]))
-    device = torch.device(a.device)
-    backend = "inductor" if device.type == "cuda" else "aot_eager"  # CPU: a check, not a speed
-    out: dict[str, Any] = {"device": device_name(device), "backend": backend, "batch": a.batch,
-                           "steps": a.speed_steps, "repeats": a.speed_repeats, "results": {},
-                           "skipped": {}}
-    for v in [v for v in SPEED_ORDER if v in a.compile_variants]:
-        for mode in a.compile_modes:
-            t0 = time.perf_counter()
-            try:
-                r = time_step(v, cfg, kit.prepared(a.versions[0]), device, mode, backend, a)
-            except Exception as e:  # noqa: BLE001 - one mode failing leaves the others
-                traceback.print_exc()
-                out["skipped"][f"{v} {mode}"] = f"{type(e).__name__}: {str(e)[:300]}"
-                kit.write("compiled", out)  # the parent reports the error, not a timeout
-                continue
-            r["wall_s"] = time.perf_counter() - t0
-            out["results"].setdefault(v, {})[mode] = r
-            log(f"compiled {v:<15} {mode:<16} {r['examples_per_s']:9.1f} ex/s "
-                f"(warm-up {r['warmup_s']:.0f} s)")
-            kit.write("compiled", out)
-
-
-def time_step(variant: str, cfg: Any, prepared: Path, device: Any, mode: str, backend: str,
-              a: argparse.Namespace) -> dict[str, Any]:
-    """One variant's step as the Worker takes it (TrainStep over batches collated ahead) on
-    the epoch's --compile-shapes most frequent padded shapes (each compiled, and captured,
-    in the warm-up: every compile is tens of seconds on the box), then timed runs."""
-    from itertools import cycle, islice
-
-    import torch
-    from torch._dynamo.utils import counters
-
-    from bench.train_speed import timed
-    from rcpipe.data.dataset import ahead
-    from rcpipe.data.stream import TrainStream
-    from rcpipe.models import build_model
-    from rcpipe.train.audit import epoch_shapes
-    from rcpipe.train.loop import EMA, TrainStep, make_optimizer
-    from rcpipe.train.worker import mixed_precision
-    from rcpipe.trained.model_file import prepared_inputs
-
-    torch._dynamo.reset()
-    skipped = counters["inductor"]["cudagraph_skips"]  # graphs reduce-overhead left uncaptured
-    mcfg, b = cfg.models.of(variant), cfg.train.buckets
-    # the batches training makes (data/stream.py): a buffer holds the kit's whole split
-    data, epoch = TrainStream.of(prepared, a.batch, buckets=(b.context, b.question) if b
-                                 else None).epoch(0).cut(0)
-    torch.manual_seed(0)
-    model = build_model(variant, mcfg, prepared_inputs(prepared, cfg.data.word_dim)).to(device)
-    optimizer, scheduler = make_optimizer(model, mcfg.optim, lr_tensor=mode != "off")
-    ema = EMA(model, mcfg.optim.ema_decay) if mcfg.optim.ema_decay else None
-    step = TrainStep(model, optimizer, scheduler, mcfg.optim.grad_clip, ema, compile=mode,
-                     backend=backend)
-    shapes = epoch_shapes(data, epoch)
-    kept = {shape for shape, _ in shapes.most_common(a.compile_shapes)}
-    epoch = [i for i in epoch if (len(i), *data.padded_shape(i)) in kept]
-    first = {}  # a batch of each kept shape, three times: compile, warm, capture
-    for indices in epoch:
-        first.setdefault((len(indices), *data.padded_shape(indices)), indices)
-    feed = cycle(epoch)
-    losses: list[Any] = []  # every step's, kept as the Worker keeps them
-
-    def run(batches: Any) -> int:
-        seen = 0
-        pinned = device.type == "cuda"  # as the Worker: page-locked, so the copy overlaps
-        for batch in ahead(data.collate(i).pin() if pinned else data.collate(i)
-                           for i in batches):
-            # one call on both devices, so the CPU dry run goes through the box's line
-            # (it called Batch.to with an argument Batch.to does not take, on CUDA only:
-            # the 2026-11-27 draw lost its compiled figures to it)
-            losses.append(step(batch.to(device)))
-            seen += a.batch
-        sync(device)
-        return seen
-
-    with mixed_precision(device, cfg.train.tf32):
-        r = timed(lambda n: run(islice(feed, n)),
-                  lambda: run([i for i in first.values() for _ in range(3)]), device,
-                  a.speed_steps, a.speed_repeats)
-    # read once every step ran, outside the timed runs, as the Worker reads them after
-    # later steps: a loss left in a CUDA graph's memory is written over by then (torch raises)
-    if not torch.isfinite(torch.stack(losses)).all():
-        raise FloatingPointError(f"{variant} {mode}: a step's loss is not finite")
-    return r | {"shapes": len(kept), "epoch_shapes": len(shapes),
-                "epoch_share": sum(shapes[k] for k in kept) / sum(shapes.values()),
-                "cudagraph_skips": counters["inductor"]["cudagraph_skips"] - skipped}
 
 
 # ----------------------------------------------------------------------------- main
@@ -690,23 +585,21 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--reserve", type=float, default=30.0)
     ap.add_argument("--start-reserve", type=float, default=25.0)
     ap.add_argument("--eval-reserve", type=float, default=40.0)
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.params, args.kit, args.state, args.out, args.results = (
         p.resolve() for p in (args.params, args.kit, args.state, args.out, args.results))
-    call = args.steps[0] if len(args.steps) == 1 and args.steps[0] in CALLS else "steps"
-    args.budget = args.budget or BUDGETS.get(call, 555.0)
+    args.call = args.steps[0] if len(args.steps) == 1 and args.steps[0] in CALLS else "steps"
+    args.budget = args.budget or BUDGETS.get(args.call, 555.0)
     return args
 
 
 def chosen_steps(args: argparse.Namespace) -> tuple[str, list[str]]:
     """The call's name and its steps; with --steps open, setup and the steps still open."""
-    call = args.steps[0] if len(args.steps) == 1 and args.steps[0] in CALLS else "steps"
     steps = [s for x in args.steps for s in CALLS.get(x, (x,))]
     if args.which == "open":
         still = open_steps(args.results, args.versions)
         steps = [s for s in steps if s == "setup" or s in still]
-    return call, steps
+    return args.call, steps
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -718,9 +611,6 @@ def main(argv: list[str] | None = None) -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(  # every child: Ray's workers too
         filter(None, [str(site), str(ROOT), os.environ.get("PYTHONPATH")]))
     kit = Kit(args, chosen=steps)
-    if args.child:  # the compiled steps for a parent runner: its files, none of its own
-        compile_steps(kit)
-        return
     log(f"call {call}: {' '.join(steps)} on {args.device}; kit {args.kit}, state {args.state}, "
         f"{args.budget:.0f} s")
     try:

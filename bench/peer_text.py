@@ -108,18 +108,13 @@ def save_text_batch(text: TextBatch, word_rows: int, path: Path) -> Path:
     return path
 
 
-def load_text_batch(path: Path, word_rows: int | None = None) -> TextBatch:
-    """A batch save_text_batch wrote; ``word_rows``, where given, must be the table's it was
-    built for (its ids index that table: another size would read past it or leave rows
-    unused)."""
+def load_text_batch(path: Path, word_rows: int | None = None) -> tuple[TextBatch, int]:
+    """A batch save_text_batch wrote, and the word table's rows it was built for;
+    ``word_rows``, where given, must be those (its ids index that table: another size would
+    read past it or leave rows unused)."""
     saved = torch.load(path, weights_only=True)
-    built_for = saved.pop("word_rows")
+    built_for = int(saved.pop("word_rows"))
     if word_rows is not None and built_for != word_rows:
         raise ValueError(f"{path}: built for a table of {built_for} words, a different "
                          f"number of words than --words {word_rows}")
-    return TextBatch(**saved)
-
-
-def saved_word_rows(path: Path) -> int:
-    """The word table's rows a saved batch was built for."""
-    return int(torch.load(path, weights_only=True)["word_rows"])
+    return TextBatch(**saved), built_for

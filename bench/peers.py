@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from common import ROOT, SQUAD, device_name, parser, write
 from peer_recipes import bangliu_module, chrischute_modules
-from peer_text import TextBatch, load_text_batch, read_text_batch, saved_word_rows
+from peer_text import TextBatch, load_text_batch, read_text_batch
 from torch import nn
 
 from rcpipe.config import ModelConfig, load_config
@@ -264,8 +264,7 @@ def main() -> None:
         ap.error(f"{peer}: a peer's checkout lives outside this repository")
     try:
         if args.text:
-            text = load_text_batch(args.text, args.words)
-            args.words = args.words or saved_word_rows(args.text)
+            text, args.words = load_text_batch(args.text, args.words)
         else:
             args.words = args.words or 20_000
             text = read_text_batch(args.squad, args.batch, args.context, args.question,

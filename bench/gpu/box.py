@@ -8,7 +8,6 @@ typer, and no spaCy, Prefect, DVC, boto3, Ray or pydantic.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import re
 from pathlib import Path
@@ -67,15 +66,6 @@ PEERS = {  # rcpipe variant: (repository, commit, directory in the kit, files)
                "model/modules/position.py")),
 }
 PEER_TEXT = "text.pt"  # bench/peer_text.save_text_batch's file, beside the peers
-
-
-def sha256(path: Path) -> str:
-    """A file's sha256, read a MiB at a time (the kit's archives: here and on the box)."""
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(2**20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _norm(name: str) -> str:

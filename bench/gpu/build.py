@@ -38,8 +38,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.accuracy import prepare  # noqa: E402 - the repo root first
 from bench.common import SPLIT, SQUAD  # noqa: E402
-from bench.gpu.box import PEER_TEXT, PEERS, RAY, RAY_LEFT_OUT, WHEELS, sha256  # noqa: E402
+from bench.gpu.box import PEER_TEXT, PEERS, RAY, RAY_LEFT_OUT, WHEELS  # noqa: E402
 from bench.gpu.results import CALLS  # noqa: E402
+from rcpipe.reads import sha256_of  # noqa: E402
 
 MiB = 2**20
 VERSIONS = ("1.1", "2.0")
@@ -67,7 +68,7 @@ def download(names: list[str], lock: dict[str, dict[str, Any]], dest: Path) -> l
 def check_locked_hash(wheel: Path, package: dict[str, Any]) -> None:
     """The downloaded wheel is the one uv.lock names, byte for byte."""
     want = {w["url"].rsplit("/", 1)[1]: w["hash"] for w in package.get("wheels", [])}
-    if want.get(wheel.name) != f"sha256:{sha256(wheel)}":
+    if want.get(wheel.name) != f"sha256:{sha256_of(wheel)}":
         raise SystemExit(f"{wheel.name}: not the wheel uv.lock pins")
 
 
@@ -99,7 +100,7 @@ def ray_slim(lock: dict[str, dict[str, Any]], kit: Path) -> dict[str, Any]:
         archive = pack(tree, kit / "ray" / f"{wheel.name.removesuffix('.whl')}.tar.xz")
         return {"wheel": wheel.name, "wheel_bytes": wheel.stat().st_size, "cut_bytes": cut,
                 "left_out": list(RAY_LEFT_OUT), "archive": archive.name,
-                "archive_bytes": archive.stat().st_size, "archive_sha256": sha256(archive),
+                "archive_bytes": archive.stat().st_size, "archive_sha256": sha256_of(archive),
                 "path": str(archive.relative_to(kit.parent))}
 
 

@@ -24,8 +24,9 @@ import pytest
 import yaml
 
 from bench.gpu import box, results
-from bench.gpu.build import pack, sha256
+from bench.gpu.build import pack
 from bench.gpu.run import CALLS
+from rcpipe.reads import sha256_of
 from tests.conftest import TINY_MODEL, Prepared, write_params
 
 pytestmark = pytest.mark.ray_train(2)  # tests/job_count.py; docs/dev/testing.md
@@ -85,7 +86,7 @@ def tiny_kit(root: Path, prepared: Prepared) -> Path:
     (root / "src" / "kitprobe" / "__init__.py").write_text("ARRIVED = True\n")
     archive = pack(root / "src", kit / "ray" / "kitprobe.tar.xz")
     (kit / "base" / "manifest.json").write_text(json.dumps({"ray": {
-        "wheel": "kitprobe", "archive": archive.name, "archive_sha256": sha256(archive),
+        "wheel": "kitprobe", "archive": archive.name, "archive_sha256": sha256_of(archive),
         "path": str(archive.relative_to(root))}}))
     return kit
 

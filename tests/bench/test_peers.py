@@ -77,7 +77,7 @@ def test_a_saved_batch_stands_for_the_squad_file_and_the_ratios_come_as_json(
     peers(tmp_path, str(peer))  # writes dev.json
     text = read_text_batch(tmp_path / "dev.json", 2, 6, 3, 8)
     saved = save_text_batch(text, 8, tmp_path / "text.pt")
-    again = load_text_batch(saved, 8)
+    again, _ = load_text_batch(saved, 8)
     assert all((getattr(text, k) == getattr(again, k)).all() for k in ("cw", "cc", "qw", "qc"))
     out = tmp_path / "peers.json"
     run = peers(tmp_path, str(peer), "--text", str(saved), "--out", str(out))

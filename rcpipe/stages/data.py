@@ -168,8 +168,15 @@ def tokenizer_of(cfg: Config) -> Any:
     """What passes (b) and (d) tokenize with (a context): Ray tasks over the cluster with
     data.on_ray, else data.workers processes here."""
     if cfg.data.on_ray:
+        from rcpipe.cluster.jobs_api import is_jobs_api
         from rcpipe.cluster.tokenize_tasks import RayTokenizer
 
+        address = cfg.train.ray_address or os.environ.get("RAY_ADDRESS")
+        if is_jobs_api(address):  # a job's submitter, not a driver: ray.init takes no URL
+            raise InputError(cfg.source, "data.on_ray", f"prepare joins the cluster as a "
+                             f"driver, and {address} is a Jobs API: set train.ray_address "
+                             "to the head's GCS address (head:6379) for prepare, or run it "
+                             "on the head node")
         return RayTokenizer(cfg.train.ray_address)
     from rcpipe.data.tokenize import Tokenizer
 

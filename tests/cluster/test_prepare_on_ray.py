@@ -13,8 +13,9 @@ import pytest
 
 from rcpipe import stages
 from rcpipe.config import load_config
+from rcpipe.errors import InputError
 from tests import ray_nodes
-from tests.conftest import prepared_files, write_params
+from tests.conftest import SynthData, prepared_files, write_params
 
 
 @pytest.mark.integration
@@ -50,3 +51,16 @@ def test_prepare_on_a_two_node_cluster_writes_what_one_process_writes(tmp_path: 
     assert "prepare: 44 articles tokenized, 0 from the token cache" in run.stderr, \
         run.stderr[-3000:]
     assert prepared_files(tmp_path / "cluster") == prepared_files(tmp_path / "here")
+
+
+def test_prepare_on_ray_through_a_jobs_api_url_is_one_located_line(
+        make_config, synth_v1: SynthData, tmp_path: Path) -> None:  # noqa: ANN001
+    """A Jobs API URL submits jobs; prepare's tasks need a driver that joins the cluster:
+    refused before anything is read or started, naming the setting."""
+    cfg = make_config(synth_v1, data={"on_ray": True},
+                      train={"ray_address": "http://head:8265"})
+    with pytest.raises(InputError) as info:
+        stages.prepare(cfg)
+    assert info.value.location == "data.on_ray", info.value.line()
+    assert "http://head:8265 is a Jobs API" in info.value.what
+    assert not (tmp_path / "prepared").exists()

@@ -30,9 +30,15 @@ log = logging.getLogger(__name__)
 # Its log monitor scans the logs folder for new files every 0.1 s (until 1,000 files) to
 # forward their lines to drivers; rcpipe's drivers take none (log_to_driver=False), so a scan
 # every 5 s loses nothing: idle, 0.8% of a core instead of 1.9% (117 log files, 30 s here).
+# Serve's controller gives a starting proxy 5 s to answer its ready check and a running one
+# 10 s its health check, then kills it: on 2 cores at load 12-18 (`make test` beside two CPU
+# hogs, 2026-12-03) the session's proxy was killed before it ran ("killed by `ray.kill`")
+# and every Serve test after it errored. A local Ray is one machine, not a network: 30 s.
 LOCAL_RAY_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
                  "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
-                 "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0", "LOG_NAME_UPDATE_INTERVAL_S": "5"}
+                 "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0", "LOG_NAME_UPDATE_INTERVAL_S": "5",
+                 "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "30",
+                 "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "30"}
 
 
 _joined: str | None = None  # the address of the cluster this process joined; None: local

@@ -33,13 +33,6 @@ R = TypeVar("R")
 log = logging.getLogger(__name__)
 
 
-def _spans_on_a_node(texts: list[str]) -> tuple[list[np.ndarray], str]:
-    """A job's offsets and the node that tokenized it (said in prepare's log)."""
-    import ray
-
-    return spans_chunk(texts), ray.get_runtime_context().get_node_id()
-
-
 def _work_on_a_node(work: Callable[[A], R], arg: A) -> tuple[R, str]:
     """``work(arg)`` and the node that ran it."""
     import ray
@@ -61,8 +54,7 @@ class RayTokenizer:
         import ray
 
         self._stack.enter_context(ray_cluster(self.address))
-        spread = ray.remote(num_cpus=1, scheduling_strategy="SPREAD")
-        self._spans, self._work = spread(_spans_on_a_node), spread(_work_on_a_node)
+        self._work = ray.remote(num_cpus=1, scheduling_strategy="SPREAD")(_work_on_a_node)
         self.cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
         return self
 
@@ -76,33 +68,32 @@ class RayTokenizer:
               ) -> Iterator[tuple[T, list[np.ndarray]]]:
         """Each job's texts' (T, 2) token offsets, in order, ``ahead`` tasks a CPU of the
         cluster in flight."""
-        import ray
-
-        def get(ref: Any) -> list[np.ndarray]:
-            if ref is None:  # a job whose articles were all cached
-                return []
-            spans, node = ray.get(ref)
-            self.nodes["tokenized"].add(node)
-            return spans
-
-        yield from in_order(jobs, lambda texts: self._spans.remote(texts) if texts else None,
-                            get, self.cpus * ahead)
+        yield from self._in_tasks(jobs, spans_chunk, "tokenized", ahead)
 
     def mapped(self, jobs: Iterable[tuple[T, A]], work: Callable[[A], R], ahead: int = 2
                ) -> Iterator[tuple[T, R]]:
         """``work(arg)`` of each job in a task (pass (d): a batch labelled and indexed), in
-        order, ``work`` (the vocabularies with it) sent to the cluster once."""
+        order."""
+        yield from self._in_tasks(jobs, work, "labelled", ahead)
+
+    def _in_tasks(self, jobs: Iterable[tuple[T, Any]], work: Callable[[Any], Any], did: str,
+                  ahead: int) -> Iterator[tuple[T, Any]]:
+        """``work(arg)`` of each job as a task, answers in order, ``work`` (the vocabularies
+        with pass (d)'s) sent to the cluster once. An empty job (its articles all in the
+        token cache) is no task: its answer is []."""
         import ray
 
         shared = ray.put(work)
 
-        def get(ref: Any) -> R:
+        def get(ref: Any) -> Any:
+            if ref is None:
+                return []
             done, node = ray.get(ref)
-            self.nodes["labelled"].add(node)
+            self.nodes[did].add(node)
             return done
 
-        yield from in_order(jobs, lambda arg: self._work.remote(shared, arg), get,
-                            self.cpus * ahead)
+        yield from in_order(jobs, lambda arg: self._work.remote(shared, arg) if arg else None,
+                            get, self.cpus * ahead)
 
     def described(self) -> str:
         return f"Ray tasks over {self.cpus} CPU(s)"

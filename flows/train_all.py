@@ -1,6 +1,7 @@
 """The `train-all` Prefect flow: the pipeline's stages in the table's order
 (rcpipe/pipeline/stages.py, the table dvc.yaml is made from): fetch -> prepare -> train +
-evaluate each variant -> ensemble -> report.
+evaluate each variant -> ensemble -> distill (where distill.student names a student) ->
+report.
 
 Every task is one call into rcpipe.stages, so `dvc repro`, the CLI and this flow run the
 same code. A re-run skips what is done: prepare when its output matches the params and
@@ -104,6 +105,8 @@ def _single(s: Stage, cfg: Config, variants: list[str]) -> Any:
         return prepare(cfg)
     if s.name == "ensemble":  # one variant: nothing to vote
         return ensemble(cfg, variants) if len(variants) > 1 else None
+    if s.name == "distill":  # a student of the ensemble, where the params name one
+        return step(cfg, s.name) if cfg.distill.student and len(variants) > 1 else None
     return step(cfg, s.name)
 
 
@@ -201,7 +204,8 @@ def _run(params_path: Path, sets: list[str], variants: list[str], synth_data: bo
                                + "; ".join(f"{v}: {why[:300]}" for v, why in failed.items())
                                + kept)
         done |= results
-    scores = done["evaluate"] | ({"ensemble": done["ensemble"]} if done["ensemble"] else {})
+    scores = done["evaluate"] | ({"ensemble": done["ensemble"]} if done["ensemble"] else {}) \
+        | ({layout.STUDENT: done["distill"]["metrics"]} if done["distill"] else {})
     timed("artifacts", artifacts, scores, seconds, done["report"]["html"])
     if version:  # DVC commit + push of this run, then the champion gate
         from flows.version import version_run

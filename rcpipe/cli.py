@@ -86,6 +86,8 @@ def config_(
 
 
 Variant = Annotated[str, typer.Argument(help=", ".join(VARIANTS))]
+# a trained model: a variant, or the student `rcpipe distill` trains
+TrainedModel = Annotated[str, typer.Argument(help=", ".join((*VARIANTS, layout.STUDENT)))]
 
 
 @app.command()
@@ -124,9 +126,10 @@ Redo = Annotated[bool, typer.Option(
 
 
 @app.command()
-def evaluate(variant: Variant, params: Params = None, set_: Sets = None,
+def evaluate(variant: TrainedModel, params: Params = None, set_: Sets = None,
              force: Redo = False, wait: Wait = False) -> None:
-    """Predict the dev split with a trained variant; predictions/ and metrics/ files."""
+    """Predict the dev split with a trained variant (or the student); predictions/ and
+    metrics/ files."""
     stages.evaluate(_config(params, set_), variant, force=force, wait=wait)
 
 
@@ -160,6 +163,16 @@ def ensemble(
     their start/end distributions averaged, then the best span; selected: the mean weighted
     on the held-out questions."""
     stages.ensemble(_config(params, set_), inputs, out, force=force, wait=wait)
+
+
+@app.command()
+def distill(params: Params = None, set_: Sets = None,
+            force: Annotated[bool, typer.Option(help="train the student anew even if it was "
+                                                     "trained from these inputs")] = False,
+            wait: Wait = False) -> None:
+    """Train one student (distill.student) on the ensemble's answers, then evaluate it;
+    models/student/, and predictions/ and metrics/ files named student."""
+    stages.distill(_config(params, set_), force=force, wait=wait)
 
 
 # ------------------------------------------------------- DVC: fetch, version (dvc.yaml)

@@ -169,7 +169,7 @@ def of_stage(cfg: Config, name: str, variant: str = "", models: Sequence[str] = 
     for key in row.keys():
         key = key.replace(VARIANT, variant)
         if key.startswith("models."):  # the variant's effective model: defaults included
-            value: Any = cfg.models.of(key.split(".", 1)[1]).model_dump(mode="json")
+            value: Any = cfg.model_of(key.split(".", 1)[1]).model_dump(mode="json")
         else:
             value = _at(tree, key)
         if isinstance(value, str) and Path(value).is_absolute():

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rcpipe.safe_open import write_new
+from rcpipe.variants import STUDENT
 
 MODELS = Path("models")  # models/<variant>/: runs/, runs.json, model.pt, summary.json, ...
 PREDICTIONS = Path("predictions")  # <model>.json (official format), <model>.nbest.json
@@ -22,6 +23,8 @@ EXPLANATIONS = Path("explanations")  # rcpipe explain
 PACKAGES = Path("packages")  # rcpipe package: packages/<variant>/ (trained/package_dir.py)
 TUNE = Path("tune")  # rcpipe tune: <variant>.yaml (a params layer), <variant>.trials.json
 ENSEMBLE = "ensemble"  # the majority vote's name among the models
+# STUDENT (rcpipe/variants.py): `rcpipe distill`'s model, models/student/
+TEACHER = "teacher"  # models/student/teacher/: the ensemble's targets for each training row
 LIVE = "live"  # models/<variant>/live/: the dev curve as training writes it (dvclive's files)
 MODEL = "model.pt"  # a trained model (trained/model_file.py): in models/<variant>/ and checkpoints
 NA_THRESHOLD = "na_threshold.json"  # beside model.pt: the no-answer threshold evaluate chose
@@ -46,6 +49,11 @@ def model_dir(variant: str) -> Path:
 
 def model_file(variant: str) -> Path:
     return model_dir(variant) / MODEL
+
+
+def teacher_dir() -> Path:
+    """The teacher's start/end distributions for each training row (data/teacher.py)."""
+    return model_dir(STUDENT) / TEACHER
 
 
 def na_threshold_file(variant: str) -> Path:

@@ -19,6 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+# the model `rcpipe distill` trains: one network (distill.student's variant) whose files sit
+# beside the variants' under this name, models/student/ (a name no variant may take)
+STUDENT = "student"
+
 
 @dataclass(frozen=True)
 class Variant:

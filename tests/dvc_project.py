@@ -44,6 +44,9 @@ def tiny_params(dev_sha256: str) -> dict[str, Any]:
                   "compile_backend": "inductor", "buckets": None, "shuffle_buffer": 32768},
         "eval": {"max_answer_len": 15, "na_threshold": None, "length_prior": False},
         "ensemble": {"method": "selected", "rounds": 10},  # params.yaml's
+        # no student: the nights train the variants (the distill stage's own test:
+        # tests/stages/test_distill.py); dvc.yaml made without it (make_project)
+        "distill": {"student": None, "temperature": 2.0, "alpha": 0.5},
         "models": {v: dict(TINY_MODEL) for v in VARIANTS},  # copies: no YAML aliases
     }
 
@@ -67,16 +70,13 @@ def make_project(root: Path, synth: SynthData, prefix: str = "dvc",
                  variants: Sequence[str] = VARIANTS) -> Path:
     """The workspace at ``root`` (git committed), not reproduced yet; its remote is
     s3://rcpipe-test/<prefix> (moto keeps one store per process: a prefix per test module).
-    ``variants``: the project's dvc.yaml, or one of those alone made in the workspace as a
-    user makes it (rcpipe/pipeline/dvc_yaml.py --variants)."""
+    ``variants``: its dvc.yaml made in the workspace as a user makes one (rcpipe/pipeline/
+    dvc_yaml.py --variants), without a student (tiny_params' distill.student is null)."""
     root.mkdir(parents=True)
     shutil.copytree(REPO / "rcpipe", root / "rcpipe",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    if tuple(variants) == VARIANTS:
-        shutil.copy(REPO / "dvc.yaml", root)
-    else:
-        sh(root, sys.executable, "-m", "rcpipe.pipeline.dvc_yaml",
-           "--variants", ",".join(variants))
+    sh(root, sys.executable, "-m", "rcpipe.pipeline.dvc_yaml",
+       "--variants", ",".join(variants), "--no-student")
     for split, src in (("train", synth.train), ("dev", synth.dev)):
         (root / "data/synth").mkdir(parents=True, exist_ok=True)
         shutil.copy(src, root / f"data/synth/{split}.json")

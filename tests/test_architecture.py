@@ -21,7 +21,7 @@ ALLOWED: dict[str, set[str]] = {
     "console": set(),
     "logs": {"console"},  # rich's handler writes on the console the bars use
     "safe_open": {"errors", "reads"},  # writing beside outputs: no link followed, no wait
-    "layout": {"safe_open"},
+    "layout": {"safe_open", "variants"},  # variants: the student's name beside theirs
     # what a run's and a stage's outputs were made from
     "fingerprints": {"config", "errors", "layout", "reads", "pipeline"},  # pipeline: a stage's code
     "outputs": {"safe_open", "errors", "reads"},  # a stage's files as one set, its journal read

@@ -196,8 +196,9 @@ def test_metrics_and_plots_are_declared(stages: dict[str, Any]) -> None:
     written = {str(o.def_path) for s in stages.values() for o in s.outs}
     # each model's scores are the metrics (`dvc metrics show`: EM/F1, one row a model); the
     # by-type breakdown is an output beside them, drawn by the plots below
-    assert metrics == {f"metrics/{m}.json" for m in (*VARIANTS, "ensemble")}
-    assert {f"metrics/{m}.by_type.json" for m in (*VARIANTS, "ensemble")} <= written - metrics
+    models = (*VARIANTS, "ensemble", "student")  # the student: distill evaluates it
+    assert metrics == {f"metrics/{m}.json" for m in models}
+    assert {f"metrics/{m}.by_type.json" for m in models} <= written - metrics
     assert "metrics/ensemble.methods.json" in written - metrics  # every method, the weights
     data_plots = [p for p in doc["plots"] if isinstance(p, dict)]
     files = {f for plot in data_plots for spec in plot.values() for f in spec["y"]}

@@ -39,17 +39,20 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def train_run(cfg: Config, key: Fingerprint, out: Path, *, variant: str, force: bool
-              ) -> dict[str, Any]:
+def train_run(cfg: Config, key: Fingerprint, out: Path, *, variant: str, force: bool,
+              model: str = "", teacher: Path | None = None) -> dict[str, Any]:
     """The run of ``key`` (cfg: one network's) to its end, its model and summary in ``out``
-    (the model in place, or a seed's folder); ``force``: its checkpoints removed first."""
+    (the model in place, or a seed's folder); ``force``: its checkpoints removed first.
+    ``model``: the model's name, where its runs live (default ``variant``: the student of
+    `rcpipe distill` is another); ``teacher``: a student's targets (data/teacher.py)."""
+    model = model or variant
     inputs = opening.model_inputs(cfg)
     opening.check_build(cfg, variant, inputs, f"models.{variant}",
                         lambda: cfg.models.of(variant))
-    runs, name = Runs(variant), run_name(key)
-    storage = opening.run_storage(cfg, variant, layout.runs_dir(variant))
+    runs, name = Runs(model), run_name(key)
+    storage = opening.run_storage(cfg, model, layout.runs_dir(model))
     path, filesystem = storage
-    log.info("train %s: %s", variant, why(out, key, runs, name, force))
+    log.info("train %s: %s", model, why(out, key, runs, name, force))
     if force or (runs.get(name) or {}).get("finished"):  # a finished run's storage is spent
         opening.forget(storage, name)
     runs.started(name, key)
@@ -57,10 +60,10 @@ def train_run(cfg: Config, key: Fingerprint, out: Path, *, variant: str, force: 
     dev_doc = opening.dev_document(cfg)
     t0 = time.perf_counter()
     result, attempt = _fit(cfg, variant, inputs, dev_doc, path, filesystem, name,
-                           out / layout.LIVE)
+                           out / layout.LIVE, model, teacher)
 
     def say(line: str) -> None:
-        log.warning("train %s: %s", variant, line)
+        log.warning("train %s: %s", model, line)
 
     with picked(result, f"{path}/{name}", filesystem, say,
                 Prepared(cfg.data.out_dir).train) as (last, best):
@@ -72,7 +75,8 @@ def train_run(cfg: Config, key: Fingerprint, out: Path, *, variant: str, force: 
         summary = finish_run(variant, out, meta, best,
                              time.perf_counter() - t0, checkpoints=result.path,
                              finished=True, run=name, fingerprint=key.as_dict(),
-                             resumed_from_step=resumed)
+                             resumed_from_step=resumed,
+                             **({"model": model} if model != variant else {}))
     runs.finished(name)
     for old in runs.stale(cfg.train.keep_runs, name):  # train.keep_runs: the newest kept
         opening.forget(storage, old)
@@ -118,18 +122,20 @@ def picked(result: Any, run: str, filesystem: Any, say: Callable[[str], None],
 
 
 def _fit(cfg: Config, variant: str, inputs: ModelInputs, dev_doc: dict[str, Any],
-         path: str, filesystem: Any, name: str, live: Path) -> tuple[Any, str]:
+         path: str, filesystem: Any, name: str, live: Path, model: str,
+         teacher: Path | None) -> tuple[Any, str]:
     """The Ray Train job, to its end; Ray Train's Result and the job's attempt (the token
     its checkpoints' meta carries). A checkpoint store that fails
     mid-run is one RunError line, not Ray's traceback."""
     with opening.on_ray(cfg):
         train_job.check_fits(cfg)  # before any job starts: Ray would wait forever
-        job = make_job(cfg, variant, opening.job_data(cfg))
-        log.info("train %s: Ray Train job of %d worker(s), run storage %s%s/%s", variant,
+        job = make_job(cfg, variant, opening.job_data(cfg),
+                       str(teacher.resolve()) if teacher is not None else "")
+        log.info("train %s: Ray Train job of %d worker(s), run storage %s%s/%s", model,
                  cfg.train.num_workers, "s3://" if filesystem is not None else "", path, name)
-        shown = ProgressLog(variant, live)  # lines, the live dev curve
+        shown = ProgressLog(model, live)  # lines, the live dev curve
         with shared_progress() as bar:
-            task = bar.add_task(f"train {variant}", total=cfg.train.epochs)
+            task = bar.add_task(f"train {model}", total=cfg.train.epochs)
             try:
                 result = train_job.fit(job, inputs, dev_doc, cfg, path, filesystem, name,
                                        lambda message: _show(bar, task, shown, message))

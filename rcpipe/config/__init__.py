@@ -1,13 +1,13 @@
 """Typed, frozen run configuration: params.yaml plus repeated ``--set dotted.key=value``.
 
 Every section rejects unknown keys, so a typo in params.yaml is an error, not a silent default.
-A module per params section (data, synth, train, eval, ensemble, models, tune, version, serve,
-limits),
-Config over them (root), and the loading and printing (load); every name is here, so callers
-import from ``rcpipe.config`` alone.
+A module per params section (data, synth, train, eval, ensemble, distill, models, tune,
+version, serve, limits), Config over them (root), and the loading and printing (load);
+every name is here, so callers import from ``rcpipe.config`` alone.
 """
 
 from rcpipe.config.data import DataConfig, Heldout, Limits, Window
+from rcpipe.config.distill import DistillConfig
 from rcpipe.config.ensemble import EnsembleConfig
 from rcpipe.config.eval import EvalConfig
 from rcpipe.config.limits import PARAMS_BYTES, ReadLimits
@@ -33,8 +33,8 @@ from rcpipe.config.version import VersionConfig
 __all__ = [
     "DEFAULTS", "NAMED_AS_ENV", "PARAMS_BYTES", "SPACE_KINDS", "VARIANTS", "Arch",
     "Autoscaling", "Buckets",
-    "Config", "DataConfig", "EnsembleConfig", "EvalConfig", "Heldout", "Layers", "Limits",
-    "ModelConfig",
+    "Config", "DataConfig", "DistillConfig", "EnsembleConfig", "EvalConfig", "Heldout",
+    "Layers", "Limits", "ModelConfig",
     "ModelsConfig", "OptimConfig", "ReadLimits", "SearchConfig", "Section", "ServeConfig",
     "SynthConfig", "TrainConfig", "VariantSearch", "VersionConfig", "Window", "effective_yaml",
     "lay", "load_config", "located", "merge_over", "parse_override", "safe_yaml",

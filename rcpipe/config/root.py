@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
 from rcpipe.config.data import DataConfig
+from rcpipe.config.distill import DistillConfig
 from rcpipe.config.ensemble import EnsembleConfig
 from rcpipe.config.eval import EvalConfig
 from rcpipe.config.limits import ReadLimits
@@ -23,6 +24,7 @@ class Config(Section):
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
     ensemble: EnsembleConfig = EnsembleConfig()
+    distill: DistillConfig = DistillConfig()
     models: ModelsConfig = Field(default_factory=ModelsConfig)
     tune: SearchConfig = Field(default_factory=SearchConfig)
     version: VersionConfig = VersionConfig()
@@ -77,6 +79,24 @@ class Config(Section):
                             else f"{value!r}: {err['msg']}"
                         raise ValueError(f"tune.{variant}.space.{key}: {what}") from None
         return self
+
+    def model_of(self, name: str) -> ModelConfig:
+        """The settings of the network model ``name`` is: models.<name> for a variant, and
+        for the student (variants.STUDENT) models.<distill.student>."""
+        return self.models.of(self.network_of(name))
+
+    def network_of(self, name: str) -> str:
+        """The variant model ``name`` is: itself, or distill.student for the student (an
+        InputError naming the key when distill.student is null)."""
+        from rcpipe.errors import InputError
+        from rcpipe.variants import STUDENT
+
+        if name != STUDENT:
+            return name
+        if self.distill.student is None:
+            raise InputError(self.source, "distill.student", "null: there is no student; "
+                             "set it to a variant to distill one")
+        return self.distill.student
 
     @property
     def source(self) -> str:

@@ -18,6 +18,7 @@ import torch
 
 from rcpipe import reads
 from rcpipe.data.prepared import Prepared
+from rcpipe.data.teacher import COLUMNS as TEACHER
 from rcpipe.data.windows import Windows
 from rcpipe.models.batch import Batch
 
@@ -162,6 +163,9 @@ class SquadDataset:
         self._contexts = table.column("context")
         self.starts = _Ragged(table.column("context_starts"))
         self.ends = _Ragged(table.column("context_ends"))
+        # a student's rows carry their teacher's distributions (data/teacher.py)
+        self.teacher = tuple(_Ragged(table.column(c)) for c in TEACHER) \
+            if TEACHER[0] in table.column_names else ()
 
     def answer_text(self, i: int, start: int, end: int) -> str:
         """The context text of row i from token ``start`` to token ``end`` (inclusive)."""
@@ -247,6 +251,12 @@ class SquadDataset:
         outside = (y2 >= c_len) | (y1 < 0)
         y1[outside], y2[outside] = -1, -1
         cw_t, qw_t = torch.from_numpy(cw), torch.from_numpy(qw)
+        teacher = {}  # a student's whole rows only: windows (evaluation's reads) carry none
+        for name, column in zip(TEACHER, self.teacher if np.ndim(skip) == 0 else (),
+                                strict=False):
+            p = np.zeros((n, lc + 1), dtype=np.float32)  # [no-answer, the row's tokens]
+            column.fill(rows, c_len + 1, p)
+            teacher[name] = torch.from_numpy(p)
         return Batch(
             ids=[self.ids[i] for i in rows.tolist()],
             cw=cw_t,
@@ -258,7 +268,7 @@ class SquadDataset:
             y1=torch.from_numpy(y1),
             y2=torch.from_numpy(y2),
             is_impossible=torch.from_numpy(self.impossible[rows].astype(bool)),
-            **distinct_words(cw, cc, qw, qc),
+            **distinct_words(cw, cc, qw, qc), **teacher,
         )
 
 

@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from rcpipe.data.dataset import Edges, SquadDataset, bucket_batches
 from rcpipe.data.shards import Shards, Unit
+from rcpipe.data.teacher import TeacherTargets
 from rcpipe.models.batch import Batch
 
 POOL = 50  # batches a length-sorted pool holds (dataset.bucket_batches' bucket_factor)
@@ -78,6 +79,8 @@ class TrainStream:
     buffer_rows: int = 32_768
     buckets: Edges | None = None
     char_limit: int = 16
+    # a student's stream (`rcpipe distill`): each row group read with its teacher's targets
+    teacher: TeacherTargets | None = None
 
     @classmethod
     def of(cls, out_dir: Path, batch_size: int, seed: int = 0, buckets: Edges | None = None,
@@ -130,7 +133,10 @@ class TrainStream:
         tables, cache = [], {}
         for p in pieces:
             if p.unit not in cache:
-                cache = {p.unit: self.shards.read(p.unit)}  # one row group held at a time
+                rows = self.shards.read(p.unit)
+                if self.teacher is not None:
+                    rows = self.teacher.beside(p.unit, rows)
+                cache = {p.unit: rows}  # one row group held at a time
             tables.append(cache[p.unit].slice(p.lo, p.hi - p.lo))
         return SquadDataset(pa.concat_tables(tables), char_limit=self.char_limit,
                             buckets=self.buckets)

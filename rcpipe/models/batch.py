@@ -32,6 +32,10 @@ class Batch:
     word_ids: torch.Tensor | None = None  # (U,) its word id
     cu: torch.Tensor | None = None  # (B, Lc) context token -> row of words
     qu: torch.Tensor | None = None  # (B, Lq)
+    # a student's batch (`rcpipe distill`): the teacher's p_start and p_end over [no-answer,
+    # token 0 .. Lc-1], 0 on padding (data/teacher.py)
+    teacher_start: torch.Tensor | None = None  # (B, 1 + Lc)
+    teacher_end: torch.Tensor | None = None  # (B, 1 + Lc)
 
     @property
     def lists_words(self) -> bool:

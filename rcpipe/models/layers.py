@@ -81,8 +81,9 @@ class SpanLogits:
     end: torch.Tensor  # (B, Lc)
     na: torch.Tensor | None = None  # (B, 2): no-answer logits for the start and end softmax
 
-    def log_probs(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """log p_start, log p_end over [no-answer, token 0 .. Lc-1]: (B, 1 + Lc) each.
+    def log_probs(self, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """log p_start, log p_end over [no-answer, token 0 .. Lc-1]: (B, 1 + Lc) each;
+        ``temperature``: of the logits divided by it (distillation's softened p).
 
         Without a no-answer logit (SQuAD v1.1) index 0 has probability 0.
         """
@@ -90,6 +91,8 @@ class SpanLogits:
         na = self.na if self.na is not None else self.start.new_full((b, 2), NEG_INF)
         start = torch.cat([na[:, :1], self.start], dim=1).float()  # (B, 1 + Lc)
         end = torch.cat([na[:, 1:], self.end], dim=1).float()  # (B, 1 + Lc)
+        if temperature != 1.0:
+            start, end = start / temperature, end / temperature
         return F.log_softmax(start, dim=1), F.log_softmax(end, dim=1)
 
 
@@ -97,6 +100,23 @@ def span_loss(out: SpanLogits, y1: torch.Tensor, y2: torch.Tensor) -> torch.Tens
     """Cross-entropy on start and end; y = -1 (no answer) targets index 0, the na logit."""
     log_p1, log_p2 = out.log_probs()
     return F.nll_loss(log_p1, y1 + 1) + F.nll_loss(log_p2, y2 + 1)
+
+
+def distillation_loss(out: SpanLogits, teacher_start: torch.Tensor,
+                      teacher_end: torch.Tensor, temperature: float) -> torch.Tensor:
+    """T^2 x KL(teacher || student) over start and end, both softened at temperature T
+    (Hinton et al. 2015; Hu et al. 2018 for span readers). The teacher's (B, 1 + Lc)
+    probabilities are softened as softmax(log p / T); where it puts nothing (padding, v1.1's
+    no-answer position) its softened p is 0 too and the entry adds nothing."""
+    loss = out.start.new_zeros((), dtype=torch.float32)
+    for log_s, p in zip(out.log_probs(temperature), (teacher_start, teacher_end),
+                        strict=True):
+        log_t = torch.where(p > 0, p.clamp_min(1e-30).log() / temperature, NEG_INF)
+        log_t = F.log_softmax(log_t, dim=1)  # (B, 1 + Lc)
+        q = log_t.exp()
+        kl = torch.where(q > 0, q * (log_t - log_s), 0.0).sum(dim=1)  # (B,)
+        loss = loss + kl.mean()
+    return loss * temperature**2
 
 
 class NoAnswerHead(nn.Module):

@@ -4,6 +4,8 @@
     .venv/bin/python -m rcpipe.pipeline.dvc_yaml --check  exit 1 when dvc.yaml is stale
     .venv/bin/python -m rcpipe.pipeline.dvc_yaml --variants bidaf,qanet
                                                           a pipeline of those alone
+    .venv/bin/python -m rcpipe.pipeline.dvc_yaml --no-student
+                                                          without the distill stage
 
 The file is checked in, as DVC users expect one they can read; tests/test_dvc_pipeline.py
 fails when it differs from what this module makes. DVC cannot make a list of files from
@@ -27,6 +29,7 @@ from rcpipe.pipeline.code import ROOT, code_deps
 from rcpipe.pipeline.stages import STAGES, VARIANT, VARIANTS, Stage
 
 DVC_YAML = ROOT / "dvc.yaml"
+DISTILL = "distill"  # the stage a pipeline without a student leaves out (--no-student)
 HEADER = """\
 # GENERATED from rcpipe/pipeline/stages.py by `python -m rcpipe.pipeline.dvc_yaml`: edit the
 # table there, not this file (tests/test_dvc_pipeline.py fails when the two differ).
@@ -101,10 +104,13 @@ def pipeline_variants(names: str) -> tuple[str, ...]:
     return tuple(v for v in VARIANTS if v in chosen)
 
 
-def render(variants: Sequence[str] = VARIANTS) -> str:
-    doc = {"stages": {s.name: stage_entry(s, variants) for s in STAGES},
+def render(variants: Sequence[str] = VARIANTS, student: bool = True) -> str:
+    """dvc.yaml of ``variants``; without the distill stage unless ``student`` (a workspace
+    whose distill.student is null: no student to train)."""
+    rows = [s for s in STAGES if student or s.name != DISTILL]
+    doc = {"stages": {s.name: stage_entry(s, variants) for s in rows},
            "plots": plots(variants)}
-    order = " -> ".join(f"{s.name}@<variant>" if s.per_variant else s.name for s in STAGES)
+    order = " -> ".join(f"{s.name}@<variant>" if s.per_variant else s.name for s in rows)
     return HEADER.format(order=order) + "\n" + yaml.safe_dump(
         doc, sort_keys=False, width=100, allow_unicode=True)
 
@@ -115,13 +121,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=DVC_YAML)
     ap.add_argument("--variants", default=",".join(VARIANTS),
                     help="comma-separated: the variants the pipeline trains (default: all)")
+    ap.add_argument("--no-student", action="store_true",
+                    help="without the distill stage (params' distill.student: null)")
     args = ap.parse_args(argv)
     try:
         variants = pipeline_variants(args.variants)
     except ValueError as e:  # one line, exit 2, as every rcpipe command's bad input
         print(f"error: --variants: {args.variants}: {e}", file=sys.stderr)
         sys.exit(2)
-    text = render(variants)
+    text = render(variants, student=not args.no_student)
     if args.check:
         stale = not args.out.is_file() or args.out.read_text() != text
         print(f"{args.out}: " + ("stale: run python -m rcpipe.pipeline.dvc_yaml" if stale

@@ -32,6 +32,8 @@ WINDOW = ("data.window.length", "data.window.stride")  # a longer context read a
 DECODE = ("eval.max_answer_len", "eval.na_threshold", "eval.length_prior")
 # every train.* key a training run's key holds (config/train.py's UNKEYED: the others)
 TRAIN = tuple(f"train.{k}" for k in TrainConfig.model_fields if k not in UNKEYED)
+DISTILL = ("distill.student", "distill.temperature", "distill.alpha")
+STUDENT = layout.STUDENT
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,23 @@ STAGES: tuple[Stage, ...] = (
           outs=lambda v: _p(layout.predictions(layout.ENSEMBLE), layout.nbest(layout.ENSEMBLE),
                             layout.by_type(layout.ENSEMBLE), layout.methods(layout.ENSEMBLE)),
           metrics=lambda v: _p(layout.metrics(layout.ENSEMBLE))),
+    Stage("distill", "rcpipe/stages/distill.py",
+          "one network (distill.student) trained as a Ray Train job on the gold spans and on "
+          "the ensemble's start/end distributions over every training row (the teacher: its "
+          "members as ensemble.method combines them), then evaluated as a variant is; "
+          "models/student/ is a model like the variants'",
+          # the whole models section: the student's own (models.<distill.student>) and the
+          # members' settings, as their model files are read
+          (*DISTILL, "models", *TRAIN, *DECODE, "data.word_dim", *WINDOW, "data.out_dir",
+           *DEV),
+          each=lambda m: _p(layout.model_file(m)),
+          deps=lambda v: [str(layout.methods(layout.ENSEMBLE)), PREPARED, CACHE],
+          outs=lambda v: _p(layout.model_file(STUDENT), layout.summary_file(STUDENT),
+                            layout.model_dir(STUDENT) / layout.CURVE, layout.live_dir(STUDENT),
+                            layout.predictions(STUDENT), layout.nbest(STUDENT),
+                            layout.dists(STUDENT), layout.na_threshold_file(STUDENT),
+                            layout.by_type(STUDENT)),
+          metrics=lambda v: _p(layout.metrics(STUDENT))),
     Stage("report", "rcpipe/stages/report.py",
           "the evaluation report: report.html, a PNG per chart and the charts' data (CSV, "
           "by_type/<model>.json rows) that dvc.yaml's plots draw", DEV,

@@ -27,6 +27,7 @@ from rcpipe.config import VARIANTS, Config, ReadLimits, Window
 from rcpipe.errors import InputError
 from rcpipe.inference.combination import Combination
 from rcpipe.release.rules import GateSet, Score
+from rcpipe.variants import STUDENT
 
 if TYPE_CHECKING:
     import torch
@@ -101,7 +102,8 @@ def answers(packages: Mapping[str, Path], gate: Gate, device: torch.device,
     """model -> (qid -> answer text) on the gate set: each variant's package, and with
     ``ensemble`` their ensemble as `rcpipe ensemble` made it (ensemble.method: the majority
     vote of all of them in registry order, or the mean of their distributions with its
-    weights; prepare's tokenizer gives every package the same tokens)."""
+    weights; prepare's tokenizer gives every package the same tokens); the student's
+    package (`rcpipe distill`) answering alone, as one model."""
     from rcpipe.inference import distributions
     from rcpipe.inference.ensemble import majority_vote, mean_answers
     from rcpipe.inference.reading import Split
@@ -124,6 +126,9 @@ def answers(packages: Mapping[str, Path], gate: Gate, device: torch.device,
         mean_of = mean_answers([dists[names[i]] for i in chosen], weights,
                                Split(dataset, gate.doc), max_len, ensemble.na_threshold)
         found[ENSEMBLE] = {q: a["text"] for q, a in mean_of.items()}
+    if STUDENT in packages:  # one model, as a variant: never a member of the ensemble
+        nbest, _, _ = package_nbest(packages[STUDENT], gate, device, False)
+        found[STUDENT] = {q: a["text"] for q, a in nbest.items()}
     return found
 
 

@@ -21,17 +21,19 @@ from rcpipe.scoring.metrics import headline
 # ---------------------------------------------------------------------------- what to commit
 
 
-def commit_targets(variants: Sequence[str], pipeline: Sequence[str] = VARIANTS) -> list[str]:
+def commit_targets(variants: Sequence[str], pipeline: Sequence[str] = VARIANTS,
+                   student: bool = False) -> list[str]:
     """dvc.yaml stages a run of ``variants`` produced, in a dvc.yaml that trains
-    ``pipeline`` (rcpipe/pipeline/dvc_yaml.py --variants); ensemble and report need every
-    variant it trains."""
+    ``pipeline`` (rcpipe/pipeline/dvc_yaml.py --variants) and, with ``student``, distills;
+    ensemble, distill and report need every variant it trains."""
     unknown = [v for v in variants if v not in pipeline]
     if unknown:
         raise ValueError(f"dvc.yaml trains no variant {unknown}; it trains {list(pipeline)}")
     ordered = [v for v in pipeline if v in variants]
     targets = ["fetch", "prepare", *(f"train@{v}" for v in ordered),
                *(f"evaluate@{v}" for v in ordered)]
-    return targets + (["ensemble", "report"] if len(ordered) == len(pipeline) else [])
+    whole = ["ensemble", *(["distill"] if student else []), "report"]
+    return targets + (whole if len(ordered) == len(pipeline) else [])
 
 
 def untracked_overrides(overrides: Iterable[str], tracked: Mapping[str, Iterable[str]]

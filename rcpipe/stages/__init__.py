@@ -10,6 +10,7 @@ implementation. Heavy libraries are imported inside the stage that needs them, w
 """
 
 from rcpipe.stages.data import prepare, prepared_changes, synth
+from rcpipe.stages.distill import distill
 from rcpipe.stages.ensemble import ensemble
 from rcpipe.stages.evaluate import evaluate
 from rcpipe.stages.explain import explain
@@ -29,7 +30,7 @@ from rcpipe.stages.train import (
 from rcpipe.stages.tune import tune
 
 __all__ = [
-    "ensemble", "evaluate", "prepare", "prepared_changes",
+    "distill", "ensemble", "evaluate", "prepare", "prepared_changes",
     "score", "synth", "train", "trained_is_current", "tune",
     "explain", "report",
     "export", "package", "predict", "serve",

@@ -1,6 +1,7 @@
-"""`rcpipe package VARIANT [--out DIR]`: a trained, evaluated variant as a directory people
-can take away (trained/package_dir.py: model.safetensors, config.json, vocab.json, na_threshold.json
-for SQuAD v2.0, README.md, the model card).
+"""`rcpipe package VARIANT [--out DIR]`: a trained, evaluated variant (or the student of
+`rcpipe distill`) as a directory people can take away (trained/package_dir.py:
+model.safetensors, config.json, vocab.json, na_threshold.json for SQuAD v2.0, README.md, the
+model card; a student's says what it was distilled from).
 
 Reads models/<V>/model.pt (trained/model_file.py), metrics/<V>.json and .by_type.json,
 models/<V>/summary.json and na_threshold.json, <data.out_dir>/vocab.json, meta.json and
@@ -34,13 +35,21 @@ def _json(path: Path, hint: str | None = None) -> Any:
     return reads.read_json(path)
 
 
+def _teacher() -> dict[str, Any]:
+    """Who the student learnt from: its teacher's members, method and their shares."""
+    from rcpipe.data.teacher import RECORD
+
+    return dict(_json(layout.teacher_dir() / RECORD, "run `rcpipe distill` first"
+                      ).get("teacher") or {})
+
+
 def package(cfg: Config, variant: str, out: Path | None = None, wait: bool = False) -> Path:
     """Write the package of ``variant`` to ``out`` (default packages/<variant>); returns it.
     Under models/<variant>/'s lock (what it reads is one model's, not half a new one's) and
     out's (one writer); ``wait``: for their holders. The package's files are one set
     (rcpipe/outputs.py): a kill leaves the old package whole or the new one."""
     out = out or layout.package_dir(variant)
-    cfg.models.of(variant)  # an unknown variant is an InputError naming the choices
+    cfg.model_of(variant)  # an unknown variant is an InputError naming the choices
     with hold(layout.model_dir(variant), f"{variant} is being packaged", wait), \
             hold(out, f"{out} is being packaged", wait):
         settle(layout.model_dir(variant), layout.PREDICTIONS, layout.METRICS, out)
@@ -72,8 +81,11 @@ def _package(cfg: Config, variant: str, out: Path) -> Path:
                 "sha256": reads.sha256_of(fetch(uri, cfg.data.cache_dir, limits=cfg.limits))}
                for split, uri in (("train", cfg.data.train_file), ("dev", cfg.data.dev_file))]
     prior = length_prior(cfg)
+    network = cfg.network_of(variant)  # the student's: distill.student's
     config = {
-        "variant": variant, "paper": REGISTRY[variant].cite,
+        "variant": network, "paper": REGISTRY[network].cite,
+        # a student: what it learnt from (its teacher's record, data/teacher.py)
+        **({"distilled_from": _teacher()} if variant == layout.STUDENT else {}),
         "model_config": saved["model_config"], "inputs": saved["inputs"],
         "data": {"version": meta["version"]["train"],
                  "limits": cfg.data.limits.model_dump(),

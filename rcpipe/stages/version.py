@@ -44,6 +44,7 @@ from rcpipe.release.remote import Remote, dvc, git, identity, push
 from rcpipe.release.rules import classify_failure, commit_targets, cost_of, untracked_overrides
 from rcpipe.scoring.metrics import headline
 from rcpipe.trained.package_dir import CONFIG, sha256
+from rcpipe.variants import STUDENT
 
 log = logging.getLogger(__name__)
 LOCK = Path(".dvc/tmp/rcpipe-version.lock")  # one versioning process per workspace at a time
@@ -90,6 +91,7 @@ def _scores(targets: Sequence[str]) -> dict[str, dict[str, Any]]:
     """Each model's metrics; the ensemble's with its methods (how it combines) beside."""
     models = [t.partition("@")[2] for t in targets if t.startswith("evaluate@")]
     models += ["ensemble"] if "ensemble" in targets else []
+    models += [STUDENT] if "distill" in targets else []  # distill evaluates its student
     found = {m: reads.read_json(layout.metrics(m)) for m in models}
     if "ensemble" in found and (methods := layout.methods("ensemble")).is_file():
         found["ensemble"] |= reads.read_json(methods)
@@ -123,7 +125,7 @@ def version(cfg: Config, variants: Sequence[str] | None = None, *,
     pipeline = [a.partition("@")[2] for a in tracked if a.startswith("train@")]
     variants = pipeline if variants is None else variants
     try:
-        targets = commit_targets(variants, pipeline)
+        targets = commit_targets(variants, pipeline, "distill" in tracked)
     except ValueError as e:
         raise InputError(root / "dvc.yaml", ",".join(variants), str(e)) from None
     run = run or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -170,7 +172,7 @@ def version(cfg: Config, variants: Sequence[str] | None = None, *,
             "cost": _costs(targets),  # the nights page's cost of each night
         }
         packages = {m: push_package(cfg, where, run, m, Path(tmp) / "packages" / m)
-                    for m in scores if m in VARIANTS}
+                    for m in scores if m in (*VARIANTS, STUDENT)}
         record["packages"] = {m: url for m, (_, url) in packages.items()}
         # each package's pin (its config.json's sha256): `rcpipe champion set` checks it
         record["packages_sha256"] = {m: sha256((d / CONFIG).read_bytes())

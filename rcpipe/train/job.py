@@ -21,12 +21,15 @@ class Job:
     dev_path: str
     vocab_sha256: str
     threads: int = 0  # torch CPU threads; 0: leave torch's default
+    # a student's run (`rcpipe distill`): its teacher's targets beside the training split
+    # (data/teacher.py), a path every rank can read; "": trained on the gold spans alone
+    teacher_path: str = ""
     # this attempt's token, in each checkpoint's meta it writes: the driver tells a
     # checkpoint of this attempt from one of the attempt before (cluster/train_run.py)
     attempt: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
 
-def make_job(cfg: Config, variant: str, data: dict[str, str]) -> Job:
+def make_job(cfg: Config, variant: str, data: dict[str, str], teacher: str = "") -> Job:
     """``variant``'s Job under ``cfg``, one network's run (train/seeds.py's ``run_config``:
     a variant of several seeds is several runs); ``data``: the prepared data's paths and
     vocabulary digest as ``Prepared.job_fields()`` gives them (read once on the driver: a

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -17,7 +18,7 @@ from torch import nn
 
 from rcpipe.config import OptimConfig
 from rcpipe.models.batch import Batch
-from rcpipe.models.layers import span_loss
+from rcpipe.models.layers import distillation_loss, span_loss
 
 
 def make_optimizer(model: nn.Module, cfg: OptimConfig, lr_tensor: bool = False
@@ -120,6 +121,16 @@ class EMA:
 Compile = Literal["off", "default", "reduce-overhead"]
 
 
+@dataclass(frozen=True)
+class Distill:
+    """A student's loss (`rcpipe distill`, config/distill.py): (1 - alpha) x the gold span's
+    cross-entropy + alpha x distillation_loss at ``temperature``, on batches that carry the
+    teacher's targets."""
+
+    alpha: float
+    temperature: float
+
+
 class TrainStep:
     """One optimisation step on one batch, eager or compiled (train.compile).
 
@@ -136,8 +147,10 @@ class TrainStep:
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer,
                  scheduler: torch.optim.lr_scheduler.LRScheduler, grad_clip: float,
                  ema: EMA | None = None, raw: nn.Module | None = None, bf16: bool = False,
-                 compile: Compile = "off", backend: str = "inductor") -> None:
+                 compile: Compile = "off", backend: str = "inductor",
+                 distill: Distill | None = None) -> None:
         self.model, self.raw = model, raw if raw is not None else model
+        self.distill = distill
         self.optimizer, self.scheduler, self.ema = optimizer, scheduler, ema
         self.grad_clip, self.bf16 = grad_clip, bf16
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -165,7 +178,12 @@ class TrainStep:
     def loss(self, batch: Batch) -> torch.Tensor:
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.bf16):
             logits = self.model(batch)
-        return span_loss(logits, batch.y1, batch.y2)  # log_probs() computes in fp32
+        gold = span_loss(logits, batch.y1, batch.y2)  # log_probs() computes in fp32
+        if self.distill is None or batch.teacher_start is None or batch.teacher_end is None:
+            return gold
+        alpha, temperature = self.distill.alpha, self.distill.temperature
+        return (1 - alpha) * gold + alpha * distillation_loss(
+            logits, batch.teacher_start, batch.teacher_end, temperature)
 
     def update(self) -> None:
         nn.utils.clip_grad_norm_(self.params, self.grad_clip)

@@ -136,7 +136,7 @@ class ProgressLog:
 def finished(summary: dict[str, Any]) -> None:
     """The line that ends a run (train/checkpoint.py's run_summary)."""
     log.info("train %s: best (ranked on %s) at step %d: dev EM %.2f F1 %.2f; "
-             "%.0f examples/s on %d worker(s) (%s)", summary["variant"],
+             "%.0f examples/s on %d worker(s) (%s)", summary.get("model", summary["variant"]),
              summary.get("ranked_on", "dev"), summary["best_step"], summary["best_dev_em"],
              summary["best_dev_f1"], summary["examples_per_s"], summary["world_size"],
              summary["device"])

@@ -13,6 +13,7 @@ from rcpipe.config import Config
 from rcpipe.data.dataset import answer_length_prior, char_limit_of
 from rcpipe.data.prepared import Prepared, PreparedHeldout
 from rcpipe.data.stream import TrainStream
+from rcpipe.data.teacher import TeacherTargets
 from rcpipe.train.job import Job
 
 
@@ -40,10 +41,12 @@ class TrainingData:
         prepared = Prepared(folder.parent)
         shards = prepared.shards(folder.name)
         buckets = cfg.train.buckets
+        teacher = TeacherTargets.open(Path(job.teacher_path), shards) \
+            if job.teacher_path else None  # a student's run: its targets beside its rows
         train = TrainStream(shards, batch_size // world, cfg.train.seed, rank, world,
                             cfg.train.shuffle_buffer,
                             (buckets.context, buckets.question) if buckets else None,
-                            char_limit_of(prepared.out_dir))
+                            char_limit_of(prepared.out_dir), teacher)
         dev = Path(job.dev_path)
         prepared.shards(dev.name)  # there, and of this layout: found before the first step
         heldout = prepared.heldout()  # prepare's held-out questions, beside the training split

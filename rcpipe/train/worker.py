@@ -31,7 +31,7 @@ from rcpipe.models import ModelInputs
 from rcpipe.train.checkpoint import RANK_METRIC, first_whole
 from rcpipe.train.evaluation import Evaluation, Verdict
 from rcpipe.train.job import Job
-from rcpipe.train.loop import TrainStep
+from rcpipe.train.loop import Distill, TrainStep
 from rcpipe.train.state import (
     RunState,
     Trainee,
@@ -123,16 +123,25 @@ class Worker:
         self.step = TrainStep(self.session.prepare_model(t.raw), t.optimizer, t.scheduler,
                               self.mcfg.optim.grad_clip, t.ema, raw=t.raw, bf16=self.bf16,
                               compile=self.cfg.train.compile,
-                              backend=self.cfg.train.compile_backend)
+                              backend=self.cfg.train.compile_backend, distill=self._distill())
         self.data = TrainingData.load(self.job, self.cfg, self.rank, self.world,
                                       self.batch_size)
         self.evaluation = Evaluation(self.cfg, self.mcfg.optim, self.data,
                                      self.session.dev_doc, self.device)
+        if (d := self.step.distill) is not None:
+            self._note(f"a student: its loss (1 - {d.alpha}) x the gold span's + {d.alpha} x "
+                       f"T^2 x KL(teacher || student) at T = {d.temperature}, the teacher's "
+                       f"targets {self.job.teacher_path}")
         self.run.started = time.perf_counter()
         stop = self.run.step > 0 and self.stop_now(check_time=True)
         with mixed_precision(self.device, self.cfg.train.tf32):
             while self.run.epoch < self.cfg.train.epochs and not stop:
                 stop = self.epoch()
+
+    def _distill(self) -> Distill | None:
+        """A student's loss (its Job names its teacher's targets), else None."""
+        d = self.cfg.distill
+        return Distill(d.alpha, d.temperature) if self.job.teacher_path else None
 
     def resume(self) -> None:
         """The trainee, position and this rank's RNG from the newest whole checkpoint the

@@ -208,8 +208,10 @@ def load_payload(cfg: Config, variant: str) -> tuple[nn.Module, ModelInputs, dic
     saved = read_payload(path, cfg.limits)
     try:
         prepared = Prepared(cfg.data.out_dir)
-        model, inputs = model_from_payload(saved, variant, prepared.vocab_digest(),
-                                           cfg.models.of(variant), cfg.limits.parameters)
+        # the network ``variant`` is: itself, or for the student distill.student's
+        model, inputs = model_from_payload(saved, cfg.network_of(variant),
+                                           prepared.vocab_digest(), cfg.model_of(variant),
+                                           cfg.limits.parameters)
         return model, inputs, saved
     except PayloadMismatch as e:
         hint = f" than {prepared.vocab_file}; prepare or train again" \

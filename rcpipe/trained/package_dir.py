@@ -262,6 +262,18 @@ def card_metadata(config: dict[str, Any], metrics: dict[str, Any],
     return f"---\n{data.to_yaml()}\n---\n\n"
 
 
+def _distilled(teacher: dict[str, Any] | None) -> list[str]:
+    """The card's line for a student (`rcpipe distill`): the ensemble it learnt from."""
+    if not teacher:
+        return []
+    shares = teacher.get("weights") or {}
+    members = ", ".join(f"`{m}`" + (f" ({shares[m]:.2f})" if m in shares else "")
+                        for m in teacher.get("members", []))
+    return [f"- distilled from: the ensemble of {members} ({teacher.get('method')}): "
+            "trained on the gold spans and on its start/end distributions (Hu et al. 2018, "
+            "Attention-Guided Answer Distillation for Machine Reading Comprehension)"]
+
+
 def model_card(config: dict[str, Any], metrics: dict[str, Any],
                by_type: dict[str, dict[str, Any]] | None, summary: dict[str, Any] | None,
                sources: list[dict[str, Any]], report: dict[str, Any],
@@ -275,6 +287,7 @@ def model_card(config: dict[str, Any], metrics: dict[str, Any],
              f"An extractive reading-comprehension model: given a passage and a question it "
              f"returns a span of the passage{abstains}.",
              "", f"- variant: `{v}`", f"- paper: {config.get('paper') or 'see rcpipe/variants.py'}",
+             *_distilled(config.get("distilled_from")),
              f"- SQuAD version: {config['data']['version']}",
              f"- params digest (sha256 of the effective params): `{config['params_sha256']}`",
              "", "## Training data", "", "| file | sha256 | questions | kept for training |",

@@ -138,6 +138,10 @@ def test_commit_targets_follow_the_variants_the_run_trained() -> None:
     assert commit_targets(["qanet", "bidaf"], ["bidaf", "qanet"])[-2:] == ["ensemble", "report"]
     with pytest.raises(ValueError, match=r"no variant \['rnet'\]; it trains \['bidaf', 'qanet'\]"):
         commit_targets(["rnet"], ["bidaf", "qanet"])
+    # a dvc.yaml with the distill stage: its student after the ensemble, on a whole run only
+    assert commit_targets(["qanet", "bidaf"], ["bidaf", "qanet"], student=True)[-3:] == [
+        "ensemble", "distill", "report"]
+    assert "distill" not in commit_targets(["qanet"], ["bidaf", "qanet"], student=True)
 
 
 def test_overrides_of_tracked_keys_are_found() -> None:

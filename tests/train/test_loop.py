@@ -74,3 +74,66 @@ def test_train_steps_reduce_the_loss() -> None:
     opt, sched = make_optimizer(m, OptimConfig(name="adam", lr=0.1))
     losses = [float(train_step(m, batch, opt, sched, 5.0)) for _ in range(60)]
     assert losses[-1] < 0.7 * losses[0]
+
+
+def _teacher(batch: Batch, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """A teacher's (B, 1 + Lc) p_start and p_end over the real tokens (v1.1: 0 on the
+    no-answer position and on padding)."""
+    g = torch.Generator().manual_seed(seed)
+    real = torch.cat([torch.zeros(len(batch), 1, dtype=torch.bool), batch.c_mask], dim=1)
+    out = []
+    for _ in range(2):
+        logits = torch.randn(real.shape, generator=g) * 3
+        out.append(torch.softmax(logits.masked_fill(~real, float("-inf")), dim=1))
+    return out[0], out[1]
+
+
+@pytest.mark.parametrize("temperature", [1.0, 2.0, 5.0])
+def test_the_distillation_loss_is_zero_against_itself_and_pulls_the_student_to_its_teacher(
+        temperature: float) -> None:
+    """KL(teacher || student) at T, times T^2: 0 when the teacher is the student's own
+    distribution (softened alike), finite on padding and v1.1's no-answer position (p 0
+    there), and its gradient moves the student's distributions towards the teacher's."""
+    from rcpipe.models.layers import distillation_loss
+
+    torch.manual_seed(0)
+    m = Pointer()
+    batch = make_batch(b=6, lc=12)
+    with torch.no_grad():
+        own = [lp.exp() for lp in m(batch).log_probs()]
+    assert float(distillation_loss(m(batch), *own, temperature)) == pytest.approx(0, abs=1e-5)
+    t1, t2 = _teacher(batch)
+    opt = torch.optim.SGD(m.parameters(), lr=1.0)
+    losses = []
+    for _ in range(30):
+        opt.zero_grad()
+        loss = distillation_loss(m(batch), t1, t2, temperature)
+        assert torch.isfinite(loss)
+        loss.backward()
+        assert all(torch.isfinite(p.grad).all() for p in m.parameters())
+        opt.step()
+        losses.append(float(loss))
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_a_students_step_weighs_gold_and_teacher_by_alpha_and_plain_batches_stay_gold(
+        ) -> None:
+    from rcpipe.models.layers import distillation_loss, span_loss
+    from rcpipe.train.loop import Distill, TrainStep
+
+    torch.manual_seed(0)
+    m = Pointer()
+    batch = make_batch(b=6, lc=12)
+    t1, t2 = _teacher(batch)
+    taught = Batch(**{**batch.__dict__, "teacher_start": t1, "teacher_end": t2})
+    opt, sched = make_optimizer(m, OptimConfig(name="adam", lr=0.1))
+    with torch.no_grad():
+        out = m(batch)
+        gold = float(span_loss(out, batch.y1, batch.y2))
+        kl = float(distillation_loss(out, t1, t2, 2.0))
+    for alpha in (0.0, 0.3, 1.0):
+        step = TrainStep(m, opt, sched, 5.0, distill=Distill(alpha, 2.0))
+        assert float(step.loss(taught)) == pytest.approx((1 - alpha) * gold + alpha * kl,
+                                                         rel=1e-5)
+        assert float(step.loss(batch)) == pytest.approx(gold, rel=1e-6)  # no targets: gold
+    assert float(TrainStep(m, opt, sched, 5.0).loss(taught)) == pytest.approx(gold, rel=1e-6)

@@ -1,0 +1,109 @@
+"""`rcpipe distill`: the student trained on the session's ensemble (tests/conftest.py
+`trained`: bidaf and qanet, their vote) as one Ray Train job, then evaluated as a variant
+is; again with nothing changed it trains nothing, and its key moves with what it learns
+from."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from rcpipe import layout, stages
+from rcpipe.data.prepared import Prepared
+from rcpipe.errors import InputError
+from rcpipe.stages.distill import student_key
+from tests.conftest import Trained, questions_of
+
+pytestmark = [pytest.mark.integration, pytest.mark.trains, pytest.mark.ray_train(1),
+              pytest.mark.usefixtures("local_ray")]
+
+
+def test_the_student_learns_from_the_vote_once_and_is_evaluated_as_a_variant(
+        trained: Trained, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    root = tmp_path / "run"
+    shutil.copytree(trained.root, root)
+    monkeypatch.chdir(root)
+    cfg = trained.cfg.model_copy(update={"distill": trained.cfg.distill.model_copy(
+        update={"student": "bidaf", "temperature": 2.0, "alpha": 0.5})})
+    with caplog.at_level(logging.INFO):
+        out = stages.distill(cfg)
+
+    # the teacher: the vote's two voters, equally, over every training row
+    about = json.loads((layout.teacher_dir() / "teacher.json").read_text())["teacher"]
+    assert about["method"] == "vote" and about["members"] == ["bidaf", "qanet"]
+    train = Prepared(cfg.data.out_dir).shards("train")
+    table = pq.read_table(sorted(layout.teacher_dir().glob("part-*.parquet")))
+    assert table.num_rows == train.rows and table.column("id") == train.read_all(["id"])[0]
+    for p in table.column("teacher_start").to_pylist()[:20]:
+        assert abs(sum(p) - 1) < 1e-4 and p[0] < 1e-6  # v1.1: no answer has no mass
+    assert "a student: its loss (1 - 0.5) x the gold span's + 0.5 x T^2 x KL" in caplog.text
+
+    # trained as a variant is: its run, model and summary under models/student/
+    summary = out["summary"]
+    assert summary["finished"] and summary["variant"] == "bidaf" and summary["steps"] == 3
+    assert json.loads(layout.summary_file(layout.STUDENT).read_text()) == summary
+    assert list(layout.runs_dir(layout.STUDENT).glob("run-*/step-*/model.pt"))
+    # and evaluated as one: every dev question answered, the official scores
+    preds = json.loads(layout.predictions(layout.STUDENT).read_text())
+    assert set(preds) == {q["id"] for q in questions_of(trained.data.dev_doc)}
+    assert out["metrics"] == json.loads(layout.metrics(layout.STUDENT).read_text())
+    assert 0 <= out["metrics"]["f1"] <= 100
+
+    # nothing changed: nothing trained, nothing evaluated (no second Ray Train job)
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        again = stages.distill(cfg)
+    assert again["summary"] == summary and "nothing to train" in caplog.text
+    assert "evaluate student: the model, data and settings are those" in caplog.text
+
+    # a model like the others: packaged (its card names its teacher), and the gate weighs
+    # it beside the ensemble as one model, never as one of the ensemble's voters
+    import torch
+
+    from rcpipe.inference.combination import Combination
+    from rcpipe.release.gate import answers, gate_set
+    from rcpipe.trained.package_dir import load_package
+
+    made = {m: stages.package(cfg, m, tmp_path / "packages" / m)
+            for m in ("bidaf", "qanet", layout.STUDENT)}
+    package = load_package(made[layout.STUDENT])
+    assert package.variant == "bidaf"
+    config = json.loads((made[layout.STUDENT] / "config.json").read_text())
+    assert config["distilled_from"]["members"] == ["bidaf", "qanet"]
+    assert "- distilled from: the ensemble of `bidaf`, `qanet` (vote)" in \
+        (made[layout.STUDENT] / "README.md").read_text()
+    gate = gate_set(cfg, "0" * 64)
+    cpu = torch.device("cpu")
+    found = answers(made, gate, cpu, Combination())
+    voters = {m: made[m] for m in ("bidaf", "qanet")}
+    assert found.keys() == {"bidaf", "qanet", "ensemble", layout.STUDENT}
+    assert found["ensemble"] == answers(voters, gate, cpu, Combination())["ensemble"]
+
+    # the key moves with the teacher's members and the student's own settings alone
+    key = student_key(cfg)
+    hotter = cfg.model_copy(update={"distill": cfg.distill.model_copy(
+        update={"temperature": 4.0})})
+    assert student_key(hotter).digest != key.digest
+    served = cfg.model_copy(update={"serve": cfg.serve.model_copy(update={"replicas": 3})})
+    assert student_key(served).digest == key.digest
+    member = layout.model_file("qanet")
+    member.write_bytes(member.read_bytes() + b"\0")
+    assert student_key(cfg).digest != key.digest
+
+
+def test_no_ensemble_or_no_student_is_one_line_before_anything_starts(
+        trained: Trained, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError, match="no ensemble to distill; run `rcpipe ensemble`"):
+        stages.distill(trained.cfg)
+    none = trained.cfg.model_copy(update={"distill": trained.cfg.distill.model_copy(
+        update={"student": None})})
+    with pytest.raises(InputError, match="distill.student: null: there is no student"):
+        stages.distill(none)
+    assert not Path("models").exists()

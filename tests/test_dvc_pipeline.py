@@ -242,3 +242,12 @@ def test_the_report_writes_every_file_the_plots_name(
         for f in [plot] if isinstance(plot, str) else next(iter(plot.values()))["y"]:
             if f.startswith("reports/"):
                 assert Path(f).is_file(), f
+
+
+def test_a_pipeline_without_a_student_has_no_distill_stage() -> None:
+    """params whose distill.student is null: `dvc_yaml --no-student` leaves the stage out,
+    and every other row is the full pipeline's."""
+    full, none = dvc_yaml.render(), dvc_yaml.render(student=False)
+    assert "rcpipe distill" in full and "rcpipe distill" not in none
+    # every other line is the full pipeline's, but the header's order of the stages
+    assert {line for line in none.splitlines() if " -> " not in line} <= set(full.splitlines())

@@ -85,8 +85,10 @@ def teacher_of(cfg: Config) -> tuple[list[str], dict[str, Any]]:
 
 
 def student_key(cfg: Config) -> Fingerprint:
-    """What the student learns from: the distill stage's row of the table."""
-    return fingerprints.of_stage(cfg, "distill")
+    """What the student learns from: the distill stage's row of the table, over the model
+    files of the variants trained here (dvc.yaml's row lists its pipeline's)."""
+    trained = [v for v in VARIANTS if layout.model_file(v).is_file()]
+    return fingerprints.of_stage(cfg, "distill", models=trained)
 
 
 def _targets(cfg: Config, members: list[str], how: dict[str, Any], key: Fingerprint) -> Path:

@@ -33,7 +33,8 @@ def make_job(cfg: Config, variant: str, data: dict[str, str], teacher: str = "")
     """``variant``'s Job under ``cfg``, one network's run (train/seeds.py's ``run_config``:
     a variant of several seeds is several runs); ``data``: the prepared data's paths and
     vocabulary digest as ``Prepared.job_fields()`` gives them (read once on the driver: a
-    search's trials share them). A Ray Train job sets ``threads`` from its scaling
-    (cluster/train_job.py); one process takes train.threads."""
+    search's trials share them); ``teacher``: a student's targets (Job.teacher_path). A Ray
+    Train job sets ``threads`` from its scaling (cluster/train_job.py); one process takes
+    train.threads."""
     return Job(config=run_config(cfg, variant), variant=variant, **data,
-               threads=cfg.train.threads)
+               threads=cfg.train.threads, teacher_path=teacher)

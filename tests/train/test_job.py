@@ -20,3 +20,13 @@ def test_a_job_carries_the_config_and_where_every_rank_reads_the_data(
     assert pickle.loads(pickle.dumps(job)).config == cfg  # as Ray hands it to each rank
     assert (job.train_path, job.dev_path, job.vocab_sha256) == \
         (data["train_path"], data["dev_path"], data["vocab_sha256"])
+
+
+def test_a_students_job_names_its_teachers_targets(make_config, synth_v1  # noqa: ANN001
+        ) -> None:
+    from rcpipe.train.job import make_job
+
+    cfg = make_config(synth_v1)
+    data = {"train_path": "t", "dev_path": "d", "vocab_sha256": "v"}
+    assert make_job(cfg, "bidaf", data).teacher_path == ""
+    assert make_job(cfg, "bidaf", data, "/x/teacher").teacher_path == "/x/teacher"

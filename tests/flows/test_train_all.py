@@ -65,7 +65,8 @@ def test_the_flow_walks_the_stage_table_a_new_row_included(
         return run
 
     scores = {"exact_match": 1.0, "f1": 1.0}
-    for name, result in (("fetch", {}), ("evaluate", scores), ("report", {"html": "r"})):
+    for name, result in (("fetch", {}), ("evaluate", scores), ("report", {"html": "r"}),
+                         ("distill", {"summary": {}, "metrics": scores})):
         monkeypatch.setattr(importlib.import_module(f"rcpipe.stages.{name}"), name,
                             stand_in(name, result))
     for name, result in (("prepare", {}), ("train", {}), ("ensemble", scores)):
@@ -79,12 +80,14 @@ def test_the_flow_walks_the_stage_table_a_new_row_included(
     monkeypatch.setattr(flow, "STAGES", table)
     monkeypatch.setattr(flow, "STAGE", {s.name: s for s in table})
     CALLS.clear()
+    # a student named: distill runs after the ensemble, its scores beside the others
     params = write_params(tmp_path / "params.yaml", data={"train_file": "t.json",
-                                                          "dev_file": "d.json"})
+                                                          "dev_file": "d.json"},
+                          distill={"student": "bidaf"})
     variants = ["bidaf", "qanet"]
     out = train_all(params=str(params), variants=variants, workdir=str(tmp_path / "w"))
 
-    assert set(out["scores"]) == {*variants, "ensemble"}
+    assert set(out["scores"]) == {*variants, "ensemble", "student"}
     singles = [name for name, v in CALLS if not v]
     assert singles == [s.name for s in table if not s.per_variant]
     chain = [s.name for s in table if s.per_variant]

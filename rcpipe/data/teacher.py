@@ -53,13 +53,9 @@ class TeacherTargets:
     @classmethod
     def open(cls, folder: Path, train: Shards) -> TeacherTargets:
         """The folder's targets of ``train``; one line when it holds another split's."""
-        record_file = folder / RECORD
-        if not record_file.is_file():
-            raise InputError(record_file, "", f"no teacher's targets here; {AGAIN}")
-        record = reads.parse_json(reads.read_bytes(record_file, RECORD_BYTES,
-                                                   "a teacher record's cap"), record_file)
+        record_file, record = folder / RECORD, read_record(folder)
         want = manifest(train.parts, train.vocab)
-        if not isinstance(record, dict) or record.get("train") != want:
+        if record.get("train") != want:
             raise InputError(record_file, "train", "the targets of another preparation of "
                              f"the training split than {train.folder}'s; {AGAIN}")
         return cls(folder, train, dict(record.get("teacher") or {}))
@@ -78,6 +74,19 @@ class TeacherTargets:
         for name in COLUMNS:
             rows = rows.append_column(name, found.column(name))
         return rows
+
+
+def read_record(folder: Path) -> dict[str, Any]:
+    """The folder's teacher.json: {"train": the split's manifest, "teacher": who}; one
+    located line when it is not there or not an object."""
+    record_file = folder / RECORD
+    if not record_file.is_file():
+        raise InputError(record_file, "", f"no teacher's targets here; {AGAIN}")
+    record = reads.parse_json(reads.read_bytes(record_file, RECORD_BYTES,
+                                               "a teacher record's cap"), record_file)
+    if not isinstance(record, dict):
+        raise InputError(record_file, "", f"not a teacher record; {AGAIN}")
+    return record
 
 
 def write(folder: Path, train: Shards, targets: Targets, teacher: dict[str, Any],

@@ -37,10 +37,9 @@ def _json(path: Path, hint: str | None = None) -> Any:
 
 def _teacher() -> dict[str, Any]:
     """Who the student learnt from: its teacher's members, method and their shares."""
-    from rcpipe.data.teacher import RECORD
+    from rcpipe.data.teacher import read_record
 
-    return dict(_json(layout.teacher_dir() / RECORD, "run `rcpipe distill` first"
-                      ).get("teacher") or {})
+    return dict(read_record(layout.teacher_dir()).get("teacher") or {})
 
 
 def package(cfg: Config, variant: str, out: Path | None = None, wait: bool = False) -> Path:

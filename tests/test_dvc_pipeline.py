@@ -65,11 +65,12 @@ def test_a_pipeline_of_some_variants_is_the_same_rows_with_fewer_names() -> None
     COMPILED_MULTI_STAGE_SCHEMA(doc)
     assert doc["stages"]["train"]["foreach"] == doc["stages"]["evaluate"]["foreach"] == \
         ["bidaf", "qanet"]
-    models = {"bidaf", "qanet", "ensemble"}
-    for name in ("ensemble", "report"):
+    # the ensemble reads the two; the report those, the ensemble and the student
+    models = {"bidaf", "qanet", "ensemble", "student"}
+    for name, reads in (("ensemble", {"bidaf", "qanet"}), ("report", models)):
         read = {Path(d).name.split(".")[0] for d in doc["stages"][name]["deps"]
                 if d.startswith(("predictions/", "metrics/"))}
-        assert read == models - ({"ensemble"} if name == "ensemble" else set()), (name, read)
+        assert read == reads, (name, read)
     drawn = {Path(f).name.split(".")[0] if "by_type" in f else Path(f).parts[1]
              for p in doc["plots"] if isinstance(p, dict)
              for f, y in next(iter(p.values()))["y"].items() if not f.endswith(".csv")}
@@ -128,7 +129,8 @@ def test_the_pipeline_runs_rcpipe_in_order(stages: dict[str, Any]) -> None:
         assert f"predictions/{variant}.nbest.json" in \
             {str(d.def_path) for d in stages["ensemble"].deps}
     report_deps = {str(d.def_path) for d in stages["report"].deps}
-    for model in (*VARIANTS, "ensemble"):  # the report reads every model's answers
+    # the report reads every model's answers, the student's beside the ensemble's
+    for model in (*VARIANTS, "ensemble", "student"):
         assert {f"predictions/{model}.json", f"metrics/{model}.json"} <= report_deps
     assert stages["fetch"].outs[0].persist
 
@@ -206,13 +208,13 @@ def test_metrics_and_plots_are_declared(stages: dict[str, Any]) -> None:
     # the dev curve as training writes it (rcpipe/train/progress.py's dvclive files)
     assert {f"models/{v}/live/plots/metrics/{m}.tsv" for v in VARIANTS
             for m in ("dev/f1", "dev/em", "train/loss")} <= files
-    assert {f"reports/by_type/{m}.json" for m in (*VARIANTS, "ensemble")} <= files
+    assert {f"reports/by_type/{m}.json" for m in models} <= files
     assert {"reports/f1_by_answer_length.csv", "reports/f1_by_context_length.csv"} <= files
     assert {"reports/scores.png", "reports/agreement.png"} <= images
     for plot in data_plots:  # a CSV plot draws one line per model: every column declared
         for f, columns in next(iter(plot.values()))["y"].items():
             if f.endswith(".csv"):
-                assert columns == [*VARIANTS, "ensemble"], f
+                assert columns == list(models), f
     outs = {str(o.def_path) for s in stages.values() for o in s.outs}
     for f in files | images:  # every plotted file is some stage's output
         assert f in outs or any(f.startswith(o + "/") for o in outs), f
@@ -228,7 +230,7 @@ def test_the_report_writes_every_file_the_plots_name(
     dev = json.loads(synth_v1.dev.read_text())
     qids = [qa["id"] for a in dev["data"] for p in a["paragraphs"] for qa in p["qas"]]
     monkeypatch.chdir(tmp_path)
-    for model in (*VARIANTS, "ensemble"):
+    for model in (*VARIANTS, "ensemble", "student"):
         answers = {q: "" for q in qids}
         Path("predictions").mkdir(exist_ok=True)
         Path("metrics").mkdir(exist_ok=True)

@@ -55,26 +55,30 @@ def _outs(paths: list[str], s: Stage) -> list[Any]:
             for p in paths]
 
 
-def stage_entry(s: Stage, variants: Sequence[str] = VARIANTS) -> dict[str, Any]:
+def stage_entry(s: Stage, variants: Sequence[str] = VARIANTS, student: bool = True
+                ) -> dict[str, Any]:
     v = VARIANT if s.per_variant else ""
     entry: dict[str, Any] = {
         "desc": s.desc, "cmd": s.cmd(v),
         "params": s.keys(),
-        "deps": [*s.reads(variants, v), *code_deps(s.entry)], "outs": _outs(s.outs(v), s)}
+        "deps": [*s.reads(variants, v, student), *code_deps(s.entry)],
+        "outs": _outs(s.outs(v), s)}
     if metrics := s.metrics(v):
         entry["metrics"] = metrics
     return {"foreach": list(variants), "do": entry} if s.per_variant else entry
 
 
-def plots(variants: Sequence[str] = VARIANTS) -> list[Any]:
+def plots(variants: Sequence[str] = VARIANTS, student: bool = True) -> list[Any]:
     """What `dvc plots show` draws: each variant's curves as training writes them
-    (rcpipe/train/progress.py: dvclive's files), and the report's charts and images."""
+    (rcpipe/train/progress.py: dvclive's files), and the report's charts and images (the
+    student's beside the ensemble's where the pipeline distills one)."""
     def curve(title: str, metric: str, column: str) -> dict[str, Any]:
         return {title: {"template": "linear", "x": "step", "y": {
             f"{layout.live_dir(v)}/plots/metrics/{metric}.tsv": column for v in variants}}}
 
     report = layout.REPORTS
-    models = (*variants, layout.ENSEMBLE)  # every model the report compares
+    # every model the report compares
+    models = (*variants, layout.ENSEMBLE, *([layout.STUDENT] if student else []))
     return [
         curve("dev F1 during training", "dev/f1", "f1"),
         curve("dev EM during training", "dev/em", "em"),
@@ -108,8 +112,8 @@ def render(variants: Sequence[str] = VARIANTS, student: bool = True) -> str:
     """dvc.yaml of ``variants``; without the distill stage unless ``student`` (a workspace
     whose distill.student is null: no student to train)."""
     rows = [s for s in STAGES if student or s.name != DISTILL]
-    doc = {"stages": {s.name: stage_entry(s, variants) for s in rows},
-           "plots": plots(variants)}
+    doc = {"stages": {s.name: stage_entry(s, variants, student) for s in rows},
+           "plots": plots(variants, student)}
     order = " -> ".join(f"{s.name}@<variant>" if s.per_variant else s.name for s in rows)
     return HEADER.format(order=order) + "\n" + yaml.safe_dump(
         doc, sort_keys=False, width=100, allow_unicode=True)

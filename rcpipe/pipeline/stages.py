@@ -55,17 +55,22 @@ class Stage:
     persist: tuple[str, ...] = ()  # outputs DVC keeps when the stage runs again
     notes: dict[str, str] = field(default_factory=dict)  # path -> why it is there
     # the files it reads of each model before it (every variant, then the ensemble where
-    # ``each_ensemble``), listed before ``deps``
+    # ``each_ensemble``, then the student where ``each_student`` and the pipeline distills
+    # one), listed before ``deps``
     each: Callable[[str], list[str]] = lambda m: []
     each_ensemble: bool = False
+    each_student: bool = False
     # files it reads when they are there that no stage makes, so no DVC dep (DVC refuses a
     # missing one): in the CLI's key only (a search's trials: `rcpipe tune` is no stage)
     unstaged: Callable[[], list[str]] = lambda: []
 
-    def reads(self, variants: Sequence[str], variant: str = "") -> list[str]:
-        """Every file it reads in a pipeline of ``variants``: ``each`` model's, kind by kind
-        (every model's first file, then every model's second, ...), then ``deps``."""
-        models = [*variants, *([layout.ENSEMBLE] if self.each_ensemble else [])]
+    def reads(self, variants: Sequence[str], variant: str = "", student: bool = False
+              ) -> list[str]:
+        """Every file it reads in a pipeline of ``variants`` (and a student where
+        ``student``): ``each`` model's, kind by kind (every model's first file, then every
+        model's second, ...), then ``deps``."""
+        models = [*variants, *([layout.ENSEMBLE] if self.each_ensemble else []),
+                  *([STUDENT] if self.each_student and student else [])]
         per_model = [self.each(m) for m in models]
         kinds = len(per_model[0]) if per_model else 0
         return [files[k] for k in range(kinds) for files in per_model] + self.deps(variant)
@@ -155,7 +160,7 @@ STAGES: tuple[Stage, ...] = (
           "the evaluation report: report.html, a PNG per chart and the charts' data (CSV, "
           "by_type/<model>.json rows) that dvc.yaml's plots draw", DEV,
           each=lambda m: _p(layout.predictions(m), layout.metrics(m)), each_ensemble=True,
-          deps=lambda v: [str(layout.methods(layout.ENSEMBLE)), CACHE],
+          each_student=True, deps=lambda v: [str(layout.methods(layout.ENSEMBLE)), CACHE],
           unstaged=lambda: _p(*(layout.tune_trials(v) for v in VARIANTS)),
           outs=lambda v: [str(layout.REPORTS)]),
 )

@@ -1,16 +1,17 @@
 """`rcpipe report [--out reports/]`: the run's evaluation report, HTML + PNG + plot data.
 
-Reads predictions/<model>.json and metrics/<model>.json of every evaluated variant and of
-the ensemble (when there is one) and the dev set (data.dev_file). Writes under ``out``:
-report.html (self-contained), scores.png, f1_by_type.png, f1_by_answer_length.png,
-f1_by_context_length.png, f1_by_answerability.png (v2.0), agreement.png, and the data of
-each chart as CSV (scores.csv, f1_by_*.csv, agreement.csv: what `dvc plots` reads; the
-f1_by_* files have a column for every variant and the ensemble, "" where one was not
-evaluated, and the length buckets a numeric min_words for the x axis), by_type/<model>.json
-(F1 by question type as one model's rows: the categorical chart `dvc plots` draws from one
-file per model) and everything in report.json. Where a settings search ran here
-(tune/<variant>.trials.json, `rcpipe tune`), its trials' table and best-score-by-minutes
-curve too: tune_<variant>.csv and .png. dvc.yaml's `report` stage owns the whole
+Reads predictions/<model>.json and metrics/<model>.json of every evaluated variant, of
+the ensemble and of the student (`rcpipe distill`) where there are these, and the dev set
+(data.dev_file). Writes under ``out``: report.html (self-contained), scores.png,
+f1_by_type.png, f1_by_answer_length.png, f1_by_context_length.png, f1_by_answerability.png
+(v2.0), agreement.png, and the data of each chart as CSV (scores.csv, f1_by_*.csv,
+agreement.csv: what `dvc plots` reads; the f1_by_* files have a column for every variant,
+the ensemble and the student, "" where one was not evaluated, and the length buckets a
+numeric min_words for the x axis), by_type/<model>.json (F1 by question type as one model's
+rows: the categorical chart `dvc plots` draws from one file per model) and everything in
+report.json. Where a settings search ran here (tune/<variant>.trials.json, `rcpipe tune`),
+its trials' table and best-score-by-minutes curve too: tune_<variant>.csv and .png.
+dvc.yaml's `report` stage owns the whole
 directory, so nothing else writes there. When every file it reads and the dev set are
 those the report was made from (rcpipe/fingerprints.py: Stamp), nothing is done.
 """
@@ -42,9 +43,14 @@ def _csv(rows: list[dict[str, Any]]) -> bytes:
     return buf.getvalue().encode()
 
 
+# the report's models in its columns' order: every variant, the ensemble, then the student
+# distilled from it (`rcpipe distill`), shown beside the ensemble it is measured against
+MODELS = (*VARIANTS, layout.ENSEMBLE, layout.STUDENT)
+
+
 def evaluated_models() -> list[str]:
-    """Every variant with a predictions file, in VARIANTS order, then the ensemble."""
-    return [m for m in (*VARIANTS, layout.ENSEMBLE) if layout.predictions(m).is_file()]
+    """Every model of MODELS with a predictions file, in that order."""
+    return [m for m in MODELS if layout.predictions(m).is_file()]
 
 
 def report(cfg: Config, out: Path = layout.REPORTS, force: bool = False, wait: bool = False
@@ -64,8 +70,9 @@ def _report(cfg: Config, out: Path, force: bool) -> dict[str, Any]:
 
     models = evaluated_models()
     page, record = out / layout.REPORT_PAGE, out / layout.REPORT_DATA
-    voters = [m for m in models if m != layout.ENSEMBLE]
-    stamp = Stamp("report", of_stage(cfg, "report", models=voters, args={"out": str(out)}))
+    # the stage row adds the ensemble's files itself (each_ensemble)
+    scored = [m for m in models if m != layout.ENSEMBLE]
+    stamp = Stamp("report", of_stage(cfg, "report", models=scored, args={"out": str(out)}))
     if not force and models and stamp.is_current([page, record]):
         log.info(f"report: the scores and predictions are those of {page}; nothing to do")
         return {"html": str(page), "files": []}
@@ -99,7 +106,7 @@ def _report(cfg: Config, out: Path, force: bool) -> dict[str, Any]:
         for title, name, table in groups:
             png = plots.grouped_bars_png(table, title)
             put(f"{name}.png", png)
-            put(f"{name}.csv", _csv(table.rows([*VARIANTS, "ensemble"])))
+            put(f"{name}.csv", _csv(table.rows(list(MODELS))))
             sections.append((title, table, png, f"{name}.csv"))
         for m in models:
             rows_json = out / "by_type" / f"{m}.json"

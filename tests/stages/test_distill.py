@@ -88,6 +88,15 @@ def test_the_student_learns_from_the_vote_once_and_is_evaluated_as_a_variant(
     assert found.keys() == {"bidaf", "qanet", "ensemble", layout.STUDENT}
     assert found["ensemble"] == answers(voters, gate, cpu, Combination())["ensemble"]
 
+    # the report shows it beside the ensemble: its scores, its column in every chart's
+    # data, its question-type rows (and the report's key holds its files)
+    stages.report(cfg)
+    record = json.loads((layout.REPORTS / layout.REPORT_DATA).read_text())
+    assert record["models"] == ["bidaf", "qanet", "ensemble", layout.STUDENT]
+    assert [r["model"] for r in record["scores"]][-1] == layout.STUDENT
+    assert layout.STUDENT in (layout.REPORTS / "f1_by_type.csv").read_text().split("\n")[0]
+    assert (layout.REPORTS / "by_type" / f"{layout.STUDENT}.json").is_file()
+
     # the key moves with the teacher's members and the student's own settings alone
     key = student_key(cfg)
     hotter = cfg.model_copy(update={"distill": cfg.distill.model_copy(

@@ -74,9 +74,9 @@ def test_report_writes_html_png_and_plot_data(make_config, synth_v1: SynthData) 
     with open("out/f1_by_type.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert [r["question_type"] for r in rows] == by_type.groups
-    # a column for every variant and the ensemble, as dvc.yaml declares them
-    assert list(rows[0]) == ["question_type", "questions", *VARIANTS, "ensemble"]
-    assert {r["rnet"] for r in rows} == {""}
+    # a column for every variant, the ensemble and the student, as dvc.yaml declares them
+    assert list(rows[0]) == ["question_type", "questions", *VARIANTS, "ensemble", "student"]
+    assert {r["rnet"] for r in rows} == {r["student"] for r in rows} == {""}
     assert [float(r["bidaf"]) for r in rows] == [100.0] * len(rows)
     assert [float(r["qanet"]) for r in rows] == [round(v, 2) for v in by_type.f1["qanet"]]
     assert [float(r["ensemble"]) for r in rows] == [0.0] * len(rows)

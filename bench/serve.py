@@ -6,7 +6,8 @@ then ``--requests`` dev questions are sent ``--concurrency`` at a time (bench/lo
 loopback only, bounded), and one question over a document of ``--long-tokens`` tokens (dev
 contexts joined: windows). Reports requests/s, p50/p95, the statuses (lost: no response;
 5xx), the Reader's mean batch, the long document's latency and the start-up seconds.
-``--repeats`` alternates the arms.
+``--repeats`` alternates the arms. ``--model a,b`` measures each arm with each model in turn
+(the student beside the ensemble it was distilled from, at the same replicas: issue 73).
 
     .venv/bin/python bench/serve.py                          # an untrained demo model
     .venv/bin/python bench/serve.py --workdir demo --params params.demo.yaml --model qanet
@@ -176,7 +177,8 @@ def main() -> None:
     ap = parser(__doc__, sets=False)
     ap.add_argument("--workdir", type=Path, help="a trained run; default: make an untrained one")
     ap.add_argument("--params", type=Path, default=Path("params.yaml"))
-    ap.add_argument("--model", default="bidaf")
+    ap.add_argument("--model", default="bidaf", help="a model, or several: a,b (each arm "
+                    "each, in turn; needs --workdir)")
     ap.add_argument("--requests", type=int, default=1000, help="1 to 5,000")
     ap.add_argument("--concurrency", type=int, default=200, help="1 to 500")
     ap.add_argument("--max-batch", type=int, default=16)
@@ -195,7 +197,9 @@ def main() -> None:
     if not (1 <= args.requests <= 5000 and 1 <= args.concurrency <= 500):
         ap.error("--requests must be 1..5000, --concurrency 1..500")
     weights = "trained"
-    workdir, params = args.workdir, args.params
+    workdir, params, models = args.workdir, args.params, args.model.split(",")
+    if len(models) > 1 and (workdir is None or args.untrained or args.compare != "service"):
+        ap.error("several --model: a --workdir that trained them, --compare service")
     if workdir is None:
         workdir, params = untrained_run(args.model)
         weights = "untrained (params.demo.yaml sizes)"
@@ -207,15 +211,17 @@ def main() -> None:
             with contextlib.chdir(workdir):
                 save_untrained(load_config(params), args.model)
     workdir, params = workdir.resolve(), params.resolve()
-    payloads = dev_payloads(workdir, params, args.requests, args.model)
+    payloads = {m: dev_payloads(workdir, params, args.requests, m) for m in models}
     arms = args.arms.split(",") if args.compare == "service" else ["serve-1-onnx", "serve-1"]
     export = exported(workdir, params, args.model) if any("onnx" in a for a in arms) else None
-    runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
+    # an arm a model: "serve-1", or with several models "student serve-1"
+    named = {(m, arm): f"{m} {arm}" if len(models) > 1 else arm for arm in arms for m in models}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in named.values()}
     for _ in range(args.repeats):
-        for arm in arms:
-            r = measure(arm, workdir, params, args.model, args, payloads)
-            runs[arm].append(r)
-            print(f"{arm:>8}: {r['requests_per_s']:7.1f} req/s  p50 {r['p50_ms']:7.0f} ms  "
+        for (m, arm), name in named.items():
+            r = measure(arm, workdir, params, m, args, payloads[m])
+            runs[name].append(r)
+            print(f"{name:>8}: {r['requests_per_s']:7.1f} req/s  p50 {r['p50_ms']:7.0f} ms  "
                   f"p95 {r['p95_ms']:7.0f} ms  mean batch {r['mean_batch']:5.1f}  lost "
                   f"{r['lost']}  5xx {r['5xx']}  statuses {r['statuses']}  "
                   f"{args.long_tokens}-token document {r['long_ms']:6.0f} ms "

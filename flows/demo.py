@@ -1,9 +1,10 @@
 """`make demo`: the train-all flow on the demo preset, here, then a table of the results.
 
 synth -> prepare -> train and evaluate the five variants (Ray Train jobs on a local Ray)
--> majority-vote ensemble -> report, all as one Prefect flow run (an embedded Prefect API
-starts when none is configured). Outputs land in the project directory: data/, models/,
-predictions/ and metrics/<variant>.json, metrics/ensemble.json. Extra arguments are
+-> majority-vote ensemble -> a bidaf student distilled from it (params.demo.yaml's
+distill.student) -> report, all as one Prefect flow run (an embedded Prefect API starts when
+none is configured). Outputs land in the project directory: data/, models/, predictions/
+and metrics/<variant>.json, metrics/ensemble.json, metrics/student.json. Extra arguments are
 `--set` overrides, e.g. `python -m flows.demo models.bidaf.max_steps=100`; `--workdir DIR`
 puts the outputs elsewhere (a fresh one each, for several seeds side by side).
 
@@ -101,8 +102,9 @@ def main(overrides: list[str], workdir: Path = ROOT) -> None:
         console.print(f"[bold]{line}[/bold]", soft_wrap=True)
     console.print(f"outputs under {out['workdir']}: data/ (synthetic SQuAD, Parquet), "
                   "models/<variant>/ (checkpoints, model.pt, summary.json, live/: the dev "
-                  "curve for `dvc plots show`), predictions/, "
-                  "metrics/<variant>.json and metrics/ensemble.json")
+                  "curve for `dvc plots show`), models/student/ (where distill.student names "
+                  "one), predictions/, metrics/<variant>.json, metrics/ensemble.json and "
+                  "metrics/student.json")
     shares = ", ".join(f"{k} {v:.0f}s ({100 * v / wall:.0f}%)"
                        for k, v in out["seconds"].items())
     console.print(f"demo done in {wall / 60:.1f} minutes ({shares}); every variant trains "
@@ -132,7 +134,8 @@ def checked_rows(rows: list[dict[str, Any]], workdir: Path, cfg: Config,
         steps: int | str = ""
         if summary.is_file():
             steps = reads.read_json(summary)["steps"]
-            planned = cfg.models.steps(model, cfg.train.max_steps)
+            # the student trains its network's steps (models.<distill.student>)
+            planned = cfg.models.steps(cfg.network_of(model), cfg.train.max_steps)
             if planned and steps < planned:
                 steps = f"{steps} of {planned}, time limit"
         low, high = ranges.get(model, (float("-inf"), float("inf")))

@@ -340,8 +340,8 @@ def package(
 
 @app.command()
 def export(
-    model: Annotated[str, typer.Option("--model", help="a trained variant or a package "
-                                                        "directory")],
+    model: Annotated[str, typer.Option("--model", help="a trained variant, the student or a "
+                                                        "package directory")],
     questions: Annotated[int, typer.Option(
         help="check against the eager model on this many dev questions")] = 256,
     tolerance: Annotated[float, typer.Option(
@@ -357,8 +357,9 @@ def export(
     print(json.dumps({"model": model, "onnx_sha256": record["onnx_sha256"]} | record["check"]))
 
 
-Model = Annotated[str, typer.Option("--model", help="a variant, ensemble (majority vote "
-                                    "of every trained variant) or a package directory")]
+Model = Annotated[str, typer.Option("--model", help="a variant, the student, ensemble "
+                                    "(majority vote of every trained variant) or a package "
+                                    "directory")]
 Runtime = Annotated[str, typer.Option(help="the model's forward: torch (eager) or onnx (the "
                                       "graph `rcpipe export` wrote, on onnxruntime)")]
 
@@ -387,8 +388,9 @@ def predict(
 @app.command()
 def serve(
     model: Annotated[list[str] | None, typer.Option(
-        "--model", help="a model to serve (repeatable): a variant, ensemble or a "
-                        "package directory; default: ensemble and every trained variant")] = None,
+        "--model", help="a model to serve (repeatable): a variant, the student, ensemble or "
+                        "a package directory; default: ensemble and every trained variant")
+    ] = None,
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port")] = 8000,
     replicas: Annotated[int | None, typer.Option(

@@ -23,7 +23,7 @@ from rcpipe.config.load import (
 )
 from rcpipe.config.models import Arch, ModelConfig, ModelsConfig, OptimConfig
 from rcpipe.config.root import Config
-from rcpipe.config.section import VARIANTS, Section, lay, merge_over
+from rcpipe.config.section import TRAINED, VARIANTS, Section, lay, merge_over
 from rcpipe.config.serve import Autoscaling, ServeConfig
 from rcpipe.config.synth import SynthConfig
 from rcpipe.config.train import Buckets, TrainConfig
@@ -31,7 +31,7 @@ from rcpipe.config.tune import SPACE_KINDS, SearchConfig, VariantSearch, space_v
 from rcpipe.config.version import VersionConfig
 
 __all__ = [
-    "DEFAULTS", "NAMED_AS_ENV", "PARAMS_BYTES", "SPACE_KINDS", "VARIANTS", "Arch",
+    "DEFAULTS", "NAMED_AS_ENV", "PARAMS_BYTES", "SPACE_KINDS", "TRAINED", "VARIANTS", "Arch",
     "Autoscaling", "Buckets",
     "Config", "DataConfig", "DistillConfig", "EnsembleConfig", "EvalConfig", "Heldout",
     "Layers", "Limits", "ModelConfig",

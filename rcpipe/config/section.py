@@ -11,10 +11,13 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
-from rcpipe.variants import REGISTRY
+from rcpipe.variants import REGISTRY, STUDENT
 
 # every variant rcpipe knows, in registry order (rcpipe/variants.py)
 VARIANTS: tuple[str, ...] = tuple(REGISTRY)
+# the names a workspace's trained model goes by (models/<name>/): each variant, and the
+# student `rcpipe distill` trains (its network one of the variants: Config.network_of)
+TRAINED: tuple[str, ...] = (*VARIANTS, STUDENT)
 
 
 def _is_number(annotation: object) -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rcpipe import layout, reads
-from rcpipe.config import VARIANTS, Config
+from rcpipe.config import TRAINED, Config
 from rcpipe.errors import InputError, RunError
 from rcpipe.locks import hold
 from rcpipe.outputs import output_set, settle
@@ -26,13 +26,13 @@ log = logging.getLogger(__name__)
 
 def export(cfg: Config, model: str, questions: int = 256, tolerance: float = 1e-4,
            wait: bool = False) -> dict[str, Any]:
-    """Export ``model`` (a variant or a package directory), check it, write it; returns
-    export.json's record. Under the lock of the folder it writes in (models/<V>/ or the
+    """Export ``model`` (a variant, the student or a package directory), check it, write it;
+    returns export.json's record. Under the lock of the folder it writes in (models/<V>/ or the
     package's; ``wait``: for its holder); model.onnx and export.json are one set
     (rcpipe/outputs.py): a kill never leaves a graph beside another graph's record."""
     if model == layout.ENSEMBLE:
         raise InputError("export", model, "export one variant or package directory at a time")
-    where = layout.model_dir(model) if model in VARIANTS else Path(model)
+    where = layout.model_dir(model) if model in TRAINED else Path(model)
     if not where.is_dir():  # nothing to export: _export's refusal says so, nothing locked
         return _export(cfg, model, questions, tolerance)
     with hold(where, f"{model} is being exported", wait):
@@ -64,7 +64,7 @@ def _export(cfg: Config, model: str, questions: int, tolerance: float) -> dict[s
     reader = load_reader(cfg, [model])  # predict's refusals, its encoding
     eager = reader.models[model].cpu()
     source, where = locations(model)
-    variant = model if model in VARIANTS else \
+    variant = cfg.network_of(model) if model in TRAINED else \
         reads.read_json(Path(model) / package_dir.CONFIG)["variant"]
     dev = load_squad(cfg.data.dev_file, cfg.data.cache_dir, require_answers=False,
                      limits=cfg.limits)

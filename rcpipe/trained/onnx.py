@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from rcpipe import layout, reads
-from rcpipe.config import VARIANTS
+from rcpipe.config import TRAINED
 from rcpipe.data.dataset import SquadDataset
 from rcpipe.errors import InputError
 from rcpipe.models.batch import Batch
@@ -218,8 +218,8 @@ def sha256(data: bytes) -> str:
 def locations(name: str) -> tuple[Path, Path]:
     """(the weights file ``name`` is exported from, the directory its model.onnx goes in):
     models/<V>/model.pt and models/<V>/ for a variant, DIR/model.safetensors and DIR for a
-    package directory."""
-    if name in VARIANTS:
+    package directory (the student's as a variant's)."""
+    if name in TRAINED:
         return layout.model_file(name), layout.model_dir(name)
     from rcpipe.trained.package_dir import WEIGHTS
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rcpipe import layout
-from rcpipe.config import VARIANTS, Config
+from rcpipe.config import TRAINED, VARIANTS, Config
 from rcpipe.errors import InputError
 
 if TYPE_CHECKING:  # heavy (torch): imported where it is used
@@ -37,7 +37,7 @@ def packages_only(names: list[str]) -> bool:
     """Whether ``names`` are all package directories (which carry their own settings)."""
     from rcpipe.trained.package_dir import is_package
 
-    return bool(names) and all(n not in VARIANTS and is_package(Path(n)) for n in names)
+    return bool(names) and all(n not in TRAINED and is_package(Path(n)) for n in names)
 
 
 def load_reader(cfg: Config, names: list[str], runtime: str = "torch", threads: int = 0
@@ -71,7 +71,7 @@ def _torch_reader(cfg: Config, names: list[str]) -> Reader:
     device = device_of(cfg)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
-    packages = [n for n in names if n not in (*VARIANTS, ENSEMBLE) and Path(n).is_dir()]
+    packages = [n for n in names if n not in (*TRAINED, ENSEMBLE) and Path(n).is_dir()]
     if packages:
         if len(names) != 1:
             raise InputError("--model", packages[0], "a package is served on its own")
@@ -84,11 +84,11 @@ def _torch_reader(cfg: Config, names: list[str]) -> Reader:
                 raise InputError("models/", "", "no trained variant to ensemble; run "
                                  "`rcpipe train VARIANT` first")
             variants += found
-        elif name in VARIANTS:
+        elif name in TRAINED:  # a variant, or the student (never one of the ensemble's)
             variants.append(name)
         else:
             raise InputError("--model", name, f"unknown model; choose from "
-                             f"{', '.join((*VARIANTS, ENSEMBLE))} or a package directory")
+                             f"{', '.join((*TRAINED, ENSEMBLE))} or a package directory")
     d = Prepared.of(cfg)
     if not d.vocab_file.is_file() or not d.meta_file.is_file():
         raise InputError(d.out_dir, "", "no prepared data; run `rcpipe prepare` first")

@@ -64,6 +64,13 @@ def test_the_student_learns_from_the_vote_once_and_is_evaluated_as_a_variant(
         again = stages.distill(cfg)
     assert again["summary"] == summary and "nothing to train" in caplog.text
     assert "evaluate student: the model, data and settings are those" in caplog.text
+    # a run resumed after a kill (cluster/train_run.py, as a variant's: tests/faults/) reads
+    # the very targets its checkpoint streamed: the teacher's folder of this key is kept
+    from rcpipe.stages.distill import _targets, teacher_of
+
+    parts = {p: p.stat().st_mtime_ns for p in layout.teacher_dir().glob("part-*.parquet")}
+    assert _targets(cfg, *teacher_of(cfg), student_key(cfg)) == layout.teacher_dir()
+    assert {p: p.stat().st_mtime_ns for p in layout.teacher_dir().glob("part-*")} == parts
 
     # a model like the others: packaged (its card names its teacher), and the gate weighs
     # it beside the ensemble as one model, never as one of the ensemble's voters
@@ -87,6 +94,19 @@ def test_the_student_learns_from_the_vote_once_and_is_evaluated_as_a_variant(
     voters = {m: made[m] for m in ("bidaf", "qanet")}
     assert found.keys() == {"bidaf", "qanet", "ensemble", layout.STUDENT}
     assert found["ensemble"] == answers(voters, gate, cpu, Combination())["ensemble"]
+
+    # and by its name in the workspace, as a variant is: predict, serve (its Serve app
+    # built; tests/serve/ runs the app itself) and export
+    from rcpipe.serve.app import Limits
+    from rcpipe.stages.serving import application
+
+    context = trained.data.dev_doc["data"][0]["paragraphs"][0]["context"]
+    said = stages.predict(cfg, layout.STUDENT, "Who was it?", context)
+    assert said["model"] == layout.STUDENT and said["answer"] in context
+    assert application(cfg, [layout.STUDENT], Limits())[1] == [layout.STUDENT]
+    exported = stages.export(cfg, layout.STUDENT, questions=4)
+    assert exported["variant"] == "bidaf" and (layout.model_dir(layout.STUDENT) / "model.onnx"
+                                               ).is_file()
 
     # the report shows it beside the ensemble: its scores, its column in every chart's
     # data, its question-type rows (and the report's key holds its files)

@@ -102,7 +102,7 @@ def test_the_demo_reads_readme_s_ranges_for_every_model() -> None:
     from flows.demo import readme_ranges
 
     ranges = readme_ranges()
-    assert set(ranges) == {*VARIANTS, "ensemble"}, ranges
+    assert set(ranges) == {*VARIANTS, "ensemble", "student"}, ranges
     assert all(0 <= low <= high <= 100 for low, high in ranges.values()), ranges
 
 

@@ -7,7 +7,8 @@
 # 1. the five members as bench/accuracy.py trains them (--preset cpu, --minutes 3, seed SEED);
 # 2. a workspace (bench/out/distill/seed-SEED/) holding their model files, where the product's
 #    own commands run: `rcpipe evaluate` each (test F1 at the held-out thresholds), `rcpipe
-#    ensemble` (ensemble.method METHOD, default mean: the distribution the student learns);
+#    ensemble` (ensemble.method METHOD, default selected, params.yaml's: the members' mean
+#    weighted on the held-out slice, the distribution the student then learns);
 # 3. for each T:ALPHA (default 2:0.5), a copy of that workspace and `rcpipe distill` (STUDENT,
 #    default bidaf, for MINUTES, default 3, train.seed SEED): its checkpoints ranked on the
 #    held-out slice, its test F1 at its held-out threshold. Where several T:ALPHA are given,
@@ -22,7 +23,7 @@ cd "$(dirname "$0")/.."
 SEED=${1:?usage: bash bench/distill.sh SEED [STUDENT] [MINUTES] [METHOD] [T:ALPHA ...]}
 STUDENT=${2:-bidaf}
 MINUTES=${3:-3}
-METHOD=${4:-mean}
+METHOD=${4:-selected}
 shift $(( $# < 4 ? $# : 4 ))
 CONFIGS=("${@:-2:0.5}")
 PY=$(realpath .venv/bin/python)

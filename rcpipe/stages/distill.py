@@ -87,8 +87,9 @@ def teacher_of(cfg: Config) -> tuple[list[str], dict[str, Any]]:
 def student_key(cfg: Config) -> Fingerprint:
     """What the student learns from: the distill stage's row of the table, over the model
     files of the variants trained here (dvc.yaml's row lists its pipeline's)."""
-    trained = [v for v in VARIANTS if layout.model_file(v).is_file()]
-    return fingerprints.of_stage(cfg, "distill", models=trained)
+    from rcpipe.trained.reader import trained_variants
+
+    return fingerprints.of_stage(cfg, "distill", models=trained_variants())
 
 
 def _targets(cfg: Config, members: list[str], how: dict[str, Any], key: Fingerprint) -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rcpipe.safe_open import write_new
-from rcpipe.variants import STUDENT
+from rcpipe.variants import REGISTRY, STUDENT
 
 MODELS = Path("models")  # models/<variant>/: runs/, runs.json, model.pt, summary.json, ...
 PREDICTIONS = Path("predictions")  # <model>.json (official format), <model>.nbest.json
@@ -49,6 +49,11 @@ def model_dir(variant: str) -> Path:
 
 def model_file(variant: str) -> Path:
     return model_dir(variant) / MODEL
+
+
+def trained_variants() -> list[str]:
+    """The variants with a model file here, in the registry's order."""
+    return [v for v in REGISTRY if model_file(v).is_file()]
 
 
 def teacher_dir() -> Path:

@@ -87,9 +87,7 @@ def teacher_of(cfg: Config) -> tuple[list[str], dict[str, Any]]:
 def student_key(cfg: Config) -> Fingerprint:
     """What the student learns from: the distill stage's row of the table, over the model
     files of the variants trained here (dvc.yaml's row lists its pipeline's)."""
-    from rcpipe.trained.reader import trained_variants
-
-    return fingerprints.of_stage(cfg, "distill", models=trained_variants())
+    return fingerprints.of_stage(cfg, "distill", models=layout.trained_variants())
 
 
 def _targets(cfg: Config, members: list[str], how: dict[str, Any], key: Fingerprint) -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rcpipe import layout
-from rcpipe.config import TRAINED, VARIANTS, Config
+from rcpipe.config import TRAINED, Config
 from rcpipe.errors import InputError
 
 if TYPE_CHECKING:  # heavy (torch): imported where it is used
@@ -24,10 +24,6 @@ if TYPE_CHECKING:  # heavy (torch): imported where it is used
     from rcpipe.trained.package_dir import Package
 
 ENSEMBLE = layout.ENSEMBLE
-
-
-def trained_variants() -> list[str]:
-    return [v for v in VARIANTS if layout.model_file(v).is_file()]
 
 
 RUNTIMES = ("torch", "onnx")
@@ -79,7 +75,7 @@ def _torch_reader(cfg: Config, names: list[str]) -> Reader:
     variants: list[str] = []
     for name in names:
         if name == ENSEMBLE:
-            found = trained_variants()
+            found = layout.trained_variants()
             if not found:
                 raise InputError("models/", "", "no trained variant to ensemble; run "
                                  "`rcpipe train VARIANT` first")

@@ -13,7 +13,7 @@ two models that remain. One torch thread unless ``--threads``; the CPU unless ``
 (``cuda``: rcpipe's distinct words found on the host and copied each step, as its collate
 does). Name the machine with the numbers (its load moves them: compare within one run).
 
-    OMP_NUM_THREADS=1 .venv/bin/python -m bench.peers bidaf /tmp/peers/squad [--profile 3]
+    OMP_NUM_THREADS=1 .venv/bin/python -m bench.peers bidaf /tmp/peers/squad
     OMP_NUM_THREADS=1 .venv/bin/python -m bench.peers qanet /tmp/peers/QANet-PyTorch
 
 ``--text FILE`` reads the batch bench/peer_text.save_text_batch wrote instead of tokenizing
@@ -185,35 +185,6 @@ def measure(sides: list[Side], warmup: int, repeats: int) -> dict[str, dict[str,
     return times
 
 
-def profile_ops(sides: list[Side], count: int, top: int) -> None:
-    """Where a training step's and an inference forward's time goes on each side:
-    torch.profiler's self CPU time per aten op, per step (``count`` profiled after the timed
-    rounds), the ``top`` largest."""
-    from torch.profiler import ProfilerActivity, profile
-
-    for kind, what in (("train", "training step"), ("inference", "inference forward")):
-        per_side = {}
-        for side in sides:
-            step = steps(side)[kind]
-            step()  # the optimiser's state made outside the profile
-            with profile(activities=[ProfilerActivity.CPU]) as prof:
-                for _ in range(count):
-                    step()
-            per_side[side.name] = {e.key: e.self_cpu_time_total / 1e6 / count
-                                   for e in prof.key_averages() if e.key.startswith("aten::")}
-        names = [s.name for s in sides]
-        ops = sorted(set().union(*per_side.values()),
-                     key=lambda k: -max(per_side[n].get(k, 0.0) for n in names))[:top]
-        print(f"\nA {what}'s time by op (torch.profiler, self CPU s per step, {count} "
-              "steps a side):")
-        print("| op | " + " | ".join(names) + " |\n|---|" + "---|" * len(names))
-        for op in ops:
-            print(f"| `{op}` | " + " | ".join(f"{per_side[n].get(op, 0.0):.3f}" for n in names)
-                  + " |")
-        print("| all aten ops | " + " | ".join(f"{sum(per_side[n].values()):.3f}"
-                                               for n in names) + " |")
-
-
 def ratios(times: dict[str, dict[str, list[float]]], ours: str, peer: str
            ) -> dict[str, dict[str, float]]:
     """Per step kind: each side's median and minimum seconds, and rcpipe/peer of each."""
@@ -252,7 +223,6 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
-    ap.add_argument("--profile", type=int, default=0, metavar="STEPS", help="then by op")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -305,8 +275,6 @@ def main() -> None:
                          "batch": len(text.cw), "context": text.cw.size(1),
                          "question": text.qw.size(1), "hidden": args.hidden,
                          "warmup": args.warmup, "repeats": args.repeats, "steps": steps})
-    if args.profile:
-        profile_ops(sides, args.profile, top=15)
     print("\nRemaining differences:")
     for line in DIFFERENCES[args.model]:
         print(f"- {line}")

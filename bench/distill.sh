@@ -26,8 +26,8 @@ MINUTES=${3:-3}
 METHOD=${4:-selected}
 shift $(( $# < 4 ? $# : 4 ))
 CONFIGS=("${@:-2:0.5}")
-PY=$(realpath .venv/bin/python)
-RC=$(realpath .venv/bin/rcpipe)
+PY=$PWD/.venv/bin/python  # not realpath: the venv's python is a symlink out of it
+RC=$PWD/.venv/bin/rcpipe
 SPLIT=../shared/data/squad-split
 ACC=bench/out/accuracy/cpu/v1.1
 WS=bench/out/distill/seed-$SEED
@@ -60,11 +60,13 @@ for config in "${CONFIGS[@]}"; do
   T=${config%%:*} ALPHA=${config##*:}
   here="$WS/T$T-a$ALPHA"
   [ -d "$here" ] || cp -a "$WS/base" "$here"
-  (cd "$here" && "$RC" distill "${SETS[@]}" \
-    --set "distill.student=$STUDENT" --set "distill.temperature=$T" --set "distill.alpha=$ALPHA" \
-    --set "train.seed=$SEED" --set train.epochs=1000 --set train.eval_every=50 \
-    --set train.max_steps=0 --set "models.$STUDENT.max_steps=0" \
+  STUDENT_SETS=(--set "distill.student=$STUDENT" --set "distill.temperature=$T"
+    --set "distill.alpha=$ALPHA" --set "train.seed=$SEED" --set train.epochs=1000
+    --set train.eval_every=50 --set train.max_steps=0 --set "models.$STUDENT.max_steps=0"
     --set "train.max_minutes=$MINUTES" --set "models.$STUDENT.max_minutes=$MINUTES")
+  (cd "$here" && "$RC" distill "${SETS[@]}" "${STUDENT_SETS[@]}")
+  # the workspace's settings whole, for bench/serve.py --workdir "$here" --params params.yaml
+  (cd "$here" && "$RC" config "${SETS[@]}" "${STUDENT_SETS[@]}" > params.yaml)
 done
 
 # 4. the same network alone for the student's minutes, gold spans only (at 3 minutes, the

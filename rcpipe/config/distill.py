@@ -21,9 +21,11 @@ class DistillConfig(Section):
         "and dvc.yaml goes without the stage (`python -m rcpipe.pipeline.dvc_yaml "
         "--no-student`)")
     temperature: float = Field(
-        2.0, gt=0, le=20, description="T: both the teacher's and the student's start/end "
+        1.0, gt=0, le=20, description="T: both the teacher's and the student's start/end "
         "distributions are softened as softmax(log p / T) before their divergence, which is "
-        "weighed by T^2 (Hinton et al. 2015), so its gradients keep their scale across T")
+        "weighed by T^2 (Hinton et al. 2015), so its gradients keep their scale across T. "
+        "The default, 1 with alpha 0.5, was chosen on the held-out questions of the article "
+        "split (docs/results/distill.md: of T:alpha 1:0.5, 2:0.5, 2:0.9)")
     alpha: float = Field(
         0.5, ge=0, le=1, description="the loss: (1 - alpha) x the gold span's cross-entropy "
         "+ alpha x T^2 x KL(teacher || student) over start and end (v2.0: the no-answer "

@@ -9,7 +9,7 @@
 #    own commands run: `rcpipe evaluate` each (test F1 at the held-out thresholds), `rcpipe
 #    ensemble` (ensemble.method METHOD, default selected, params.yaml's: the members' mean
 #    weighted on the held-out slice, the distribution the student then learns);
-# 3. for each T:ALPHA (default 2:0.5), a copy of that workspace and `rcpipe distill` (STUDENT,
+# 3. for each T:ALPHA (default 1:0.5, params.yaml's), a copy of that workspace and `rcpipe distill` (STUDENT,
 #    default bidaf, for MINUTES, default 3, train.seed SEED): its checkpoints ranked on the
 #    held-out slice, its test F1 at its held-out threshold. Where several T:ALPHA are given,
 #    the one with the best held-out F1 is the result (the test articles choose nothing);
@@ -25,7 +25,7 @@ STUDENT=${2:-bidaf}
 MINUTES=${3:-3}
 METHOD=${4:-selected}
 shift $(( $# < 4 ? $# : 4 ))
-CONFIGS=("${@:-2:0.5}")
+CONFIGS=("${@:-1:0.5}")
 PY=$PWD/.venv/bin/python  # not realpath: the venv's python is a symlink out of it
 RC=$PWD/.venv/bin/rcpipe
 SPLIT=../shared/data/squad-split
@@ -60,13 +60,14 @@ for config in "${CONFIGS[@]}"; do
   T=${config%%:*} ALPHA=${config##*:}
   here="$WS/T$T-a$ALPHA"
   [ -d "$here" ] || cp -a "$WS/base" "$here"
-  STUDENT_SETS=(--set "distill.student=$STUDENT" --set "distill.temperature=$T"
-    --set "distill.alpha=$ALPHA" --set "train.seed=$SEED" --set train.epochs=1000
-    --set train.eval_every=50 --set train.max_steps=0 --set "models.$STUDENT.max_steps=0"
-    --set "train.max_minutes=$MINUTES" --set "models.$STUDENT.max_minutes=$MINUTES")
-  (cd "$here" && "$RC" distill "${SETS[@]}" "${STUDENT_SETS[@]}")
-  # the workspace's settings whole, for bench/serve.py --workdir "$here" --params params.yaml
-  (cd "$here" && "$RC" config "${SETS[@]}" "${STUDENT_SETS[@]}" > params.yaml)
+  # the workspace's settings whole, written once: distill reads them, and so does
+  # bench/serve.py --workdir "$here" --params "$here/params.yaml"
+  (cd "$here" && "$RC" config "${SETS[@]}" --set "distill.student=$STUDENT" \
+    --set "distill.temperature=$T" --set "distill.alpha=$ALPHA" --set "train.seed=$SEED" \
+    --set train.epochs=1000 --set train.eval_every=50 --set train.max_steps=0 \
+    --set "models.$STUDENT.max_steps=0" --set "train.max_minutes=$MINUTES" \
+    --set "models.$STUDENT.max_minutes=$MINUTES" > params.yaml)
+  (cd "$here" && "$RC" distill --params params.yaml)
 done
 
 # 4. the same network alone for the student's minutes, gold spans only (at 3 minutes, the

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -98,14 +99,30 @@ class _Stop:
     return: cut half-way, ray.init leaves processes that no ray.shutdown knows of."""
 
     held = asked = False
+    before_hook = sys.__unraisablehook__
 
     def __call__(self, signum: int, frame: Any) -> None:
+        if frame is not None and frame.f_code is _Stop.swallowed.__code__:
+            signal.setitimer(signal.ITIMER_REAL, AGAIN_S)  # raised in the hook, it is lost
+            return
         if not self.asked:
             self.asked = True
             if not self.held:
                 raise KeyboardInterrupt
 
+    def swallowed(self, unraisable: Any) -> None:
+        """The unraisable-exception hook: a KeyboardInterrupt that landed in a weakref
+        callback or a ``__del__`` (the garbage collector runs them between any two lines,
+        e.g. while the models load) is one Python prints as "Exception ignored" and drops;
+        the stop is delivered again a moment later (SIGALRM), to ordinary code."""
+        if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+            self.before_hook(unraisable)
+            return
+        self.asked = False
+        signal.setitimer(signal.ITIMER_REAL, AGAIN_S)
 
+
+AGAIN_S = 0.01
 _stop = _Stop()
 
 
@@ -125,14 +142,18 @@ def sigterm_stops() -> Iterator[None]:
     """SIGTERM or Ctrl-C at any moment in here ends it quietly (exit 0). `rcpipe serve` enters
     it first thing, before its models load, Ray starts and Serve deploys (issue 72: a
     SIGTERM while Ray started exited 15 or aborted, Ray's agents left running)."""
-    _stop.asked = False
-    before = signal.signal(signal.SIGTERM, _stop)
+    _stop.asked, _stop.before_hook = False, sys.unraisablehook
+    before = {n: signal.signal(n, _stop) for n in (signal.SIGTERM, signal.SIGALRM)}
+    sys.unraisablehook = _stop.swallowed
     try:
         yield
     except KeyboardInterrupt:
         pass
     finally:
-        signal.signal(signal.SIGTERM, before)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        for n, handler in before.items():
+            signal.signal(n, handler)
+        sys.unraisablehook = _stop.before_hook
 
 
 def serve(cfg: Config, models: list[str] | None = None, host: str = "127.0.0.1",

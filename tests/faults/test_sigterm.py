@@ -151,3 +151,26 @@ def test_sigterm_at_any_moment_of_the_start_up_ends_with_0_and_nothing_left(
     with serving(here, tmp_path) as s:
         s.until(lambda: MOMENTS[moment](s), moment)
         s.stopped()
+
+
+def test_a_stop_python_swallowed_in_a_finalizer_is_delivered_again(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """CI, 2026-12-03: the SIGTERM came while the garbage collector ran a weakref callback
+    (the models loading); Python printed the KeyboardInterrupt as "Exception ignored" with
+    its traceback, dropped it, and the start-up went on. It is delivered again now."""
+    from rcpipe.stages.serving import sigterm_stops
+
+    class Dropped:
+        def __del__(self) -> None:
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # the handler runs on one of these lines, in __del__
+                pass
+
+    went_on, hook = [], sys.unraisablehook
+    with sigterm_stops():
+        Dropped()  # collected at once
+        time.sleep(30)  # the stop delivered again ends this (a moment later) or nothing does
+        went_on.append(True)
+    assert not went_on
+    assert "Exception ignored" not in capsys.readouterr().err
+    assert sys.unraisablehook is hook  # put back as it was

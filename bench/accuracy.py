@@ -119,19 +119,11 @@ def best_evaluations(variants: list[str], runs: Path, params: Path, prepared: Pa
     return evaluations, dev, heldout
 
 
-def best_answers(variants: list[str], runs: Path, params: Path, prepared: Path, test: Path
-                 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """({variant: its Evaluation on the test articles}, the test file's SQuAD JSON)
-    (best_evaluations)."""
-    evaluations, dev, _ = best_evaluations(variants, runs, params, prepared, test)
-    return {v: ev for v, (ev, _) in evaluations.items()}, dev.doc
+def voted(evaluations: dict[str, Any]) -> dict[str, str]:
+    """best_evaluations' variants' majority vote on the test articles: question -> text."""
+    from rcpipe.inference.ensemble import majority_vote, predictions_from
 
-
-def voted(answers: dict[str, Any]) -> dict[str, str]:
-    """The majority vote of the variants' answers (best_answers), question -> text."""
-    from rcpipe.inference.ensemble import majority_vote
-
-    return {q: e["text"] for q, e in majority_vote([a.nbest for a in answers.values()]).items()}
+    return predictions_from(majority_vote([ev.nbest for ev, _ in evaluations.values()]))
 
 
 def ensemble(variants: list[str], runs: Path, params: Path, prepared: Path, test: Path,
@@ -150,7 +142,7 @@ def ensemble(variants: list[str], runs: Path, params: Path, prepared: Path, test
     members = {v: {"dev": distributions.split_off(ev.nbest)}
                | ({"heldout": distributions.split_off(h.nbest)} if h else {})
                for v, (ev, h) in evaluations.items()}
-    result = metrics.score(dev.doc, voted({v: ev for v, (ev, _) in evaluations.items()}))
+    result = metrics.score(dev.doc, voted(evaluations))
     methods = {"vote": {"f1": result["f1"], "em": metrics.headline(result)[0]}}
     # each member's own test F1 (a variant of several runs: their mean's)
     result["members"] = {v: metrics.headline(ev.result)[1] for v, (ev, _) in evaluations.items()}

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from accuracy import PRESETS, best_answers, voted
+from accuracy import PRESETS, best_evaluations, voted
 from common import OUT, SPLIT, parser, write
 
 
@@ -41,12 +41,12 @@ def compare(a: Path, b: Path, params: Path, prepared: Path, test: Path) -> dict[
         name: ([], []) for name in [*variants, *(["ensemble"] if len(variants) > 1 else [])]}
     for run_a, run_b in pairs:
         for side, run in enumerate((run_a, run_b)):
-            answers, doc = best_answers(variants, run, params, prepared, test)
+            evaluations, dev, _ = best_evaluations(variants, run, params, prepared, test)
             for v in variants:
-                sides[v][side].append(answers[v].predictions)
+                sides[v][side].append(evaluations[v][0].predictions)
             if "ensemble" in sides:
-                sides["ensemble"][side].append(voted(answers))
-    found = {name: seeded_difference(doc, pa, pb) for name, (pa, pb) in sides.items()}
+                sides["ensemble"][side].append(voted(evaluations))
+    found = {name: seeded_difference(dev.doc, pa, pb) for name, (pa, pb) in sides.items()}
     return {name: {"seeds": [p[0].name for p in pairs] if len(pairs) > 1 else [],
                    **d.record(),
                    "line": d.line() if len(pairs) > 1 else d.mean.line()}

@@ -8,10 +8,11 @@ at the sizes rcpipe's is; both read the same real-text batch (bench/peer_text.py
 train with the same optimiser (Adam, lr 1e-3; no EMA, no clipping on either side). After
 ``--warmup`` rounds, each of ``--repeats`` rounds times a training step and an inference
 forward of each side, the side that goes first alternating round by round; it prints medians,
-minimums and rcpipe/peer ratios (above 1: rcpipe slower), then the differences between the
-two models that remain. One torch thread unless ``--threads``; the CPU unless ``--device``
-(``cuda``: rcpipe's distinct words found on the host and copied each step, as its collate
-does). Name the machine with the numbers (its load moves them: compare within one run).
+minimums and rcpipe/peer ratios (above 1: rcpipe slower); the differences between the two
+models that remain are listed in docs/results/peers.md. One torch thread unless
+``--threads``; the CPU unless ``--device`` (``cuda``: rcpipe's distinct words found on the
+host and copied each step, as its collate does). Name the machine with the numbers (its
+load moves them: compare within one run).
 
     OMP_NUM_THREADS=1 .venv/bin/python -m bench.peers bidaf /tmp/peers/squad
     OMP_NUM_THREADS=1 .venv/bin/python -m bench.peers qanet /tmp/peers/QANet-PyTorch
@@ -112,34 +113,6 @@ def bangliu_qanet(peer: Path, args: argparse.Namespace, text: TextBatch,
 
 
 PEERS = {"bidaf": chrischute_bidaf, "qanet": bangliu_qanet}
-
-DIFFERENCES = {
-    "bidaf": [
-        "peer has no char CNN: its embedding is the word vector projected to hidden "
-        "(Linear, no bias) under a 2-layer highway; rcpipe's highway runs over [word; char]",
-        "peer's query-to-context attention is DCN's (a (B, Lc, Lc) product), rcpipe's "
-        "BiDAF's (max over the query)",
-        "peer drops out each LSTM's output and the attention's inputs; rcpipe drops each "
-        "LSTM layer's input (one mask per sequence) and [G; M] before the output layer",
-        "peer packs each LSTM's input (pack_padded_sequence, nn.LSTM); rcpipe runs "
-        "torch.lstm unpacked and time first, the backward direction on each row reversed "
-        "within its length",
-        "peer embeds every token; rcpipe each distinct (word id, chars) pair of the batch "
-        "once (word vector, char CNN, highway), gathered",
-    ],
-    "qanet": [
-        "peer's char table is frozen (its default); rcpipe's trains",
-        "rcpipe's char CNN runs once per distinct word of the batch (the whole embedding "
-        "at inference); the peer's per token",
-        "peer's PosEncoder is wrapped to run on the CPU (the same signal)",
-        "peer computes every attention weight and drops them out; rcpipe calls "
-        "scaled_dot_product_attention without attention dropout",
-        "peer skips a dropped layer with a Python branch; rcpipe scales it by a tensor coin",
-        "peer's encoder blocks and highway drop at their own 0.1 whatever --dropout; rcpipe "
-        "drops at --dropout (chars at 0.05 on both sides)",
-    ],
-}
-
 
 def timed(fn: Callable[[], None]) -> float:
     """Seconds of ``fn``, the GPU's queue drained before and after (METHOD: synchronise)."""
@@ -275,9 +248,7 @@ def main() -> None:
                          "batch": len(text.cw), "context": text.cw.size(1),
                          "question": text.qw.size(1), "hidden": args.hidden,
                          "warmup": args.warmup, "repeats": args.repeats, "steps": steps})
-    print("\nRemaining differences:")
-    for line in DIFFERENCES[args.model]:
-        print(f"- {line}")
+    print("\nRemaining differences: docs/results/peers.md, under this pair's table")
 
 
 if __name__ == "__main__":

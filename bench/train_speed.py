@@ -1,15 +1,15 @@
 """Benchmark: training speed of every variant at a params file's sizes, side by side.
 
 The models, optimisers and batch are the params file's (default params.yaml: the papers'
-sizes) on a prepared split. Each (device, variant, mode) gets warm-up steps, then
-``--repeats`` timed runs of ``--steps`` steps, the device synchronised at both ends of each;
-the median run gives examples/s and ms per step. Devices: the CPU, and CUDA where present.
-Modes: fp32 (TF32 matmuls on CUDA, train.tf32), bf16 (autocast, CUDA only) and compile
-(torch.compile). On CUDA also the peak memory and the share of a step the GPU is busy. It
-needs no Ray or spaCy, so it runs on a bare GPU box.
+sizes) on a prepared split; each step is the Worker's own (TrainStep: TF32, the EMA, fused
+Adam, the batches training makes, collated ahead). Each (device, variant, mode) gets
+warm-up steps, then ``--repeats`` timed runs of ``--steps`` steps, the device synchronised
+at both ends of each; the median run gives examples/s and ms per step. Devices: the CPU,
+and CUDA where present. ``--modes``: fp32 (TF32 matmuls on CUDA, train.tf32) and bf16
+(autocast, CUDA only), eager over the whole epoch. On CUDA also the peak memory and the
+share of a step the GPU is busy. It needs no Ray or spaCy, so it runs on a bare GPU box.
 
-``--step-modes off default reduce-overhead`` also times the Worker's own step: TrainStep with
-train.compile each mode (TF32, EMA, fused Adam with a tensor lr, batches collated ahead) on
+``--step-modes off default reduce-overhead`` times the step with train.compile each mode on
 the epoch's ``--step-shapes`` most frequent padded shapes of train.buckets' batches, compiled
 by inductor on CUDA and by aot_eager on the CPU (a check, not a speed). The GPU kit's
 compiled step runs one such mode a process, with ``--modes`` given none.
@@ -38,7 +38,6 @@ import torch
 from common import OUT, ROOT, device_name, parser, sync, write
 
 from rcpipe.config import VARIANTS, Config, load_config
-from rcpipe.data.dataset import SquadDataset, bucket_batches
 from rcpipe.data.stream import TrainStream
 from rcpipe.models import build_model
 from rcpipe.models.layers import count_parameters
@@ -46,43 +45,36 @@ from rcpipe.train.loop import EMA, TrainStep, make_optimizer, train_step
 from rcpipe.train.worker import mixed_precision
 from rcpipe.trained.model_file import prepared_inputs
 
-MODES = ("fp32", "bf16", "compile")
+MODES = ("fp32", "bf16")  # the Worker's eager step over the whole epoch; bf16: CUDA only
 STEP_MODES = ("off", "default", "reduce-overhead")  # the Worker's step with train.compile
 STEP_BACKEND = {"cuda": "inductor", "cpu": "aot_eager"}
 
 
-def measure(variant: str, cfg: Config, data: SquadDataset, prepared: Path,
-            device: torch.device, mode: str, args: argparse.Namespace) -> dict[str, Any]:
+def stream(cfg: Config, prepared: Path, batch_size: int) -> tuple[Any, list[list[int]]]:
+    """(the split's first buffer, its epoch's batches): the batches training makes
+    (data/stream.py; a buffer holds the whole split here), train.buckets' shapes."""
+    b = cfg.train.buckets
+    return TrainStream.of(prepared, batch_size, buckets=(b.context, b.question) if b
+                          else None).epoch(0).cut(0)
+
+
+def built(variant: str, cfg: Config, prepared: Path, device: torch.device,
+          lr_tensor: bool = False) -> tuple[Any, ...]:
+    """(model, optimizer, scheduler, EMA or None) as the Worker builds them, seed 0."""
     mcfg = cfg.models.of(variant)
     torch.manual_seed(0)
     model = build_model(variant, mcfg, prepared_inputs(prepared, cfg.data.word_dim)).to(device)
-    optimizer, scheduler = make_optimizer(model, mcfg.optim)
-    step_model = torch.compile(model) if mode == "compile" else model
-    batches = bucket_batches(data.context_lengths(), args.batch, shuffle=True, seed=0)
-    batches = [b for b in batches if len(b) == args.batch]
-    feed = cycle(batches)
-    bf16 = mode == "bf16"
-
-    def run(steps: int) -> int:
-        seen = 0
-        for indices in islice(feed, steps):
-            batch = data.collate(indices).to(device)
-            train_step(step_model, batch, optimizer, scheduler, mcfg.optim.grad_clip,
-                       bf16=bf16)
-            seen += len(indices)
-        sync(device)
-        return seen
-
-    with mixed_precision(device, cfg.train.tf32):
-        return timed(run, lambda: run(args.warmup), device, args.steps, args.repeats) | {
-            "params": count_parameters(model, exclude_embeddings=True)}
+    optimizer, scheduler = make_optimizer(model, mcfg.optim, lr_tensor=lr_tensor)
+    return model, optimizer, scheduler, (EMA(model, mcfg.optim.ema_decay)
+                                         if mcfg.optim.ema_decay else None)
 
 
-def measure_step(variant: str, cfg: Config, prepared: Path, device: torch.device, mode: str,
-                 args: argparse.Namespace) -> dict[str, Any]:
-    """One variant's step as the Worker takes it (TrainStep over batches collated ahead) on
-    the epoch's --step-shapes most frequent padded shapes (each compiled, and captured,
-    in the warm-up: every compile is tens of seconds on a GPU), then timed runs."""
+def measure(variant: str, cfg: Config, prepared: Path, device: torch.device, mode: str,
+            args: argparse.Namespace) -> dict[str, Any]:
+    """One variant's step as the Worker takes it (TrainStep over batches collated ahead).
+    Eager (fp32, bf16): the whole epoch's batches, --warmup steps first. Compiled (a step
+    mode): the epoch's --step-shapes most frequent padded shapes, each compiled, and
+    captured, in the warm-up (every compile is tens of seconds on a GPU). Then timed runs."""
     from torch._dynamo.utils import counters
 
     from rcpipe.data.dataset import ahead
@@ -90,18 +82,15 @@ def measure_step(variant: str, cfg: Config, prepared: Path, device: torch.device
 
     torch._dynamo.reset()
     skipped = counters["inductor"]["cudagraph_skips"]  # graphs reduce-overhead left uncaptured
-    mcfg, b = cfg.models.of(variant), cfg.train.buckets
-    # the batches training makes (data/stream.py): a buffer holds the whole split
-    data, epoch = TrainStream.of(prepared, args.batch, buckets=(b.context, b.question) if b
-                                 else None).epoch(0).cut(0)
-    torch.manual_seed(0)
-    model = build_model(variant, mcfg, prepared_inputs(prepared, cfg.data.word_dim)).to(device)
-    optimizer, scheduler = make_optimizer(model, mcfg.optim, lr_tensor=mode != "off")
-    ema = EMA(model, mcfg.optim.ema_decay) if mcfg.optim.ema_decay else None
-    step = TrainStep(model, optimizer, scheduler, mcfg.optim.grad_clip, ema, compile=mode,
-                     backend=STEP_BACKEND[device.type])
+    compile = mode if mode in STEP_MODES else "off"
+    data, epoch = stream(cfg, prepared, args.batch)
+    model, optimizer, scheduler, ema = built(variant, cfg, prepared, device,
+                                             lr_tensor=compile != "off")
+    step = TrainStep(model, optimizer, scheduler, cfg.models.of(variant).optim.grad_clip, ema,
+                     bf16=mode == "bf16", compile=compile, backend=STEP_BACKEND[device.type])
     shapes = epoch_shapes(data, epoch)
-    kept = {shape for shape, _ in shapes.most_common(args.step_shapes)}
+    kept = {shape for shape, _ in shapes.most_common(args.step_shapes if mode in STEP_MODES
+                                                     else None)}
     epoch = [i for i in epoch if (len(i), *data.padded_shape(i)) in kept]
     first = {}  # a batch of each kept shape, three times: compile, warm, capture
     for indices in epoch:
@@ -118,14 +107,15 @@ def measure_step(variant: str, cfg: Config, prepared: Path, device: torch.device
             # (it called Batch.to with an argument Batch.to does not take, on CUDA only:
             # the 2026-11-27 draw lost its compiled figures to it)
             losses.append(step(batch.to(device)))
-            seen += args.batch
+            seen += len(batch.ids)
         sync(device)
         return seen
 
+    warm = [i for i in first.values() for _ in range(3)] if compile != "off" else \
+        list(islice(feed, args.warmup))
     with mixed_precision(device, cfg.train.tf32):
-        r = timed(lambda n: run(islice(feed, n)),
-                  lambda: run([i for i in first.values() for _ in range(3)]), device,
-                  args.steps, args.repeats)
+        r = timed(lambda n: run(islice(feed, n)), lambda: run(warm), device, args.steps,
+                  args.repeats)
     # read once every step ran, outside the timed runs, as the Worker reads them after
     # later steps: a loss left in a CUDA graph's memory is written over by then (torch raises)
     if not torch.isfinite(torch.stack(losses)).all():
@@ -177,7 +167,7 @@ def gpu_busy(run: Any, device: torch.device, steps: int, step_s: float) -> float
 
 def compare(args: argparse.Namespace, prepared: Path) -> dict[str, Any]:
     cfg = load_config(args.params, args.sets)
-    data = SquadDataset.from_parquet(prepared / "train", para_limit=cfg.data.limits.para)
+    data, _ = stream(cfg, prepared, args.batch)
     devices = [torch.device(d) for d in args.devices if d == "cpu" or torch.cuda.is_available()]
     out: dict[str, Any] = {"params": str(args.params), "sets": args.sets, "batch": args.batch,
                            "steps": args.steps, "repeats": args.repeats,
@@ -189,9 +179,7 @@ def compare(args: argparse.Namespace, prepared: Path) -> dict[str, Any]:
         for v in args.variants:
             for mode in [*modes, *args.step_modes]:
                 try:
-                    r = (measure_step(v, cfg, prepared, device, mode, args)
-                         if mode in STEP_MODES else measure(v, cfg, data, prepared, device,
-                                                            mode, args))
+                    r = measure(v, cfg, prepared, device, mode, args)
                 except Exception as e:  # noqa: BLE001 - one mode failing leaves the others
                     traceback.print_exc()
                     out["skipped"][f"{v} {mode}"] = f"{type(e).__name__}: {str(e)[:300]}"
@@ -223,24 +211,20 @@ def table(out: dict[str, Any]) -> None:
                 print(f"  {a} / {b} (each at its fastest mode): {best[a] / best[b]:.2f}x")
 
 
-def audit_variant(variant: str, cfg: Config, data: SquadDataset, prepared: Path,
-                  device: torch.device, batch_size: int) -> dict[str, Any]:
+def audit_variant(variant: str, cfg: Config, prepared: Path, device: torch.device,
+                  batch_size: int) -> dict[str, Any]:
     from rcpipe.train import audit
 
-    mcfg = cfg.models.of(variant)
-    torch.manual_seed(0)
-    model = build_model(variant, mcfg, prepared_inputs(prepared, cfg.data.word_dim)).to(device)
-    optimizer, scheduler = make_optimizer(model, mcfg.optim)
-    ema = EMA(model, mcfg.optim.ema_decay) if mcfg.optim.ema_decay else None
-    # as training makes them: the split fits one buffer (data/stream.py)
-    data, epoch = TrainStream.of(prepared, batch_size, buckets=data.buckets).epoch(0).cut(0)
+    model, optimizer, scheduler, ema = built(variant, cfg, prepared, device)
+    data, epoch = stream(cfg, prepared, batch_size)
     # the counts of a step do not depend on how many rows it has: 8 rows of the epoch's
     # first batch, at that batch's padded shape, keep the audit minutes short on a CPU
     batch = data.collate(epoch[0][:8]).to(device)
     shapes = audit.epoch_shapes(data, epoch)
+    grad_clip = cfg.models.of(variant).optim.grad_clip
 
     def step() -> None:
-        train_step(model, batch, optimizer, scheduler, mcfg.optim.grad_clip, ema)
+        train_step(model, batch, optimizer, scheduler, grad_clip, ema)
 
     with mixed_precision(device, cfg.train.tf32):
         step()  # warm-up: lazy state (optimiser moments, the EMA's tensors) made once
@@ -259,9 +243,7 @@ def audit_variant(variant: str, cfg: Config, data: SquadDataset, prepared: Path,
 
 def run_audit(args: argparse.Namespace, prepared: Path) -> dict[str, Any]:
     cfg = load_config(args.params, args.sets)
-    b = cfg.train.buckets
-    data = SquadDataset.from_parquet(prepared / "train", para_limit=cfg.data.limits.para,
-                                     buckets=(b.context, b.question) if b else None)
+    data, _ = stream(cfg, prepared, args.batch)
     device = torch.device("cuda" if "cuda" in args.devices and torch.cuda.is_available()
                           else "cpu")
     out: dict[str, Any] = {"params": str(args.params), "sets": args.sets, "batch": args.batch,
@@ -272,7 +254,7 @@ def run_audit(args: argparse.Namespace, prepared: Path) -> dict[str, Any]:
             "kernels_per_step")
     print(f"{'variant':<15}" + "".join(f"{c:>27}" for c in cols), flush=True)
     for v in args.variants:
-        r = out["results"][v] = audit_variant(v, cfg, data, prepared, device, args.batch)
+        r = out["results"][v] = audit_variant(v, cfg, prepared, device, args.batch)
         print(f"{v:<15}" + "".join(f"{r[c]:>27g}" for c in cols), flush=True)
         for reason in r["break_reasons"]:
             print(f"{'':<15}break: {reason}")

@@ -58,12 +58,12 @@ def test_every_file_the_docs_name_exists_or_is_said_removed() -> None:
     assert missing == []
 
 
-BENCH_LINES = 3_600  # issue 59: bench/ holds what the docs cite, not every investigation
-# (3,500 until the GPU kit's call 3, issue 55 item 5, took bench/ to 3,600; 3,800 with
-# bench/data_scale.py, issue 71's figures; issue 74 item 6 brought it to 3,743, then 3,605
-# with data_scale.py gone (its figures kept, `git show 2a97ada:bench/data_scale.py`), 3,579
-# with peers.py's --profile gone (`git show 21a3529:bench/peers.py`), and aims under 3,500:
-# lower this as it goes)
+BENCH_LINES = 3_500  # issue 59: bench/ holds what the docs cite, not every investigation
+# (3,600 from the GPU kit's call 3, issue 55 item 5, and 3,800 with bench/data_scale.py;
+# issue 74 item 6 brought it back under 3,500: data_scale.py gone (`git show
+# 2a97ada:bench/data_scale.py`), peers.py's --profile gone (`git show 21a3529:bench/peers.py`),
+# train_speed.py timing the Worker's step alone, the peers' differences listed once in
+# docs/results/peers.md, the box image's package list a data file)
 
 
 def test_bench_stays_under_its_line_budget() -> None:

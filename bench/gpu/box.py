@@ -1,7 +1,7 @@
 """The GPU box's Python, as the kit sees it: what its image holds, what the kit adds, and a
 stand-in for it here (a Python that cannot import anything else) for the CPU dry run.
 
-The image's packages were read off a machine running it on 2026-11-17
+The image's packages (bench/gpu/image.txt) were read off a machine running it on 2026-11-17
 (/work/.library/device/KINDS.md): Python 3.12 with torch, numpy, pyarrow, PyYAML, rich and
 typer, and no spaCy, Prefect, DVC, boto3, Ray or pydantic.
 """
@@ -12,31 +12,9 @@ import importlib.metadata
 import re
 from pathlib import Path
 
-IMAGE = frozenset("""
-absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch
-build certifi charset-normalizer chex click cloudpickle cmake colorama contourpy coverage
-cuda-bindings cuda-core cuda-pathfinder cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn
-einops equinox etils execnet filelock flatbuffers flax fonttools formulaic frozenlist fsspec
-gpytorch grpcio h11 h5py hf-xet httpcore httpx huggingface-hub humanize hypothesis idna imageio
-iniconfig interface-meta jax jax-cuda13-pjrt jax-cuda13-plugin jaxlib jaxtyping jinja2 joblib
-kiwisolver lazy-loader lightning lightning-utilities linear-operator lineax llvmlite lxml
-markdown markdown-it-py markupsafe matplotlib mdurl meson ml-dtypes mpi4py mpmath msgpack
-multidict multipledispatch mypy-extensions nanobind narwhals networkx ninja numba numba-cuda
-numpy numpyro nvidia-cublas nvidia-cuda-cupti nvidia-cuda-nvrtc nvidia-cuda-runtime
-nvidia-cudnn-cu13 nvidia-cufft nvidia-cufile nvidia-curand nvidia-cusolver nvidia-cusparse
-nvidia-cusparselt-cu13 nvidia-ml-py nvidia-nccl-cu13 nvidia-nvjitlink nvidia-nvshmem-cu13
-nvidia-nvtx onnx onnx-ir onnxruntime onnxscript opencv-python-headless optax opt-einsum
-opt-einsum-fx optimistix orbax-checkpoint packaging pandas pathspec patsy peft pillow pip
-pluggy portalocker prometheus-client propcache protobuf psutil pyarrow pybind11 py-cpuinfo
-pygments pyparsing pyproject-hooks pyre-extensions pytest pytest-benchmark pytest-cov
-pytest-mock pytest-timeout pytest-xdist python-dateutil pytorch-lightning pyyaml regex requests
-rich sacrebleu safetensors scikit-build-core scikit-image scikit-learn scipy seaborn
-sentencepiece sentence-transformers setuptools shellingham simplejson six sortedcontainers
-statsmodels sympy tabulate tensorboard tensorboard-data-server tensorstore threadpoolctl
-tifffile tiktoken timm tokenizers toolz torch torchaudio torchdiffeq torch-geometric
-torchmetrics torchvision tqdm transformers treescope triton typer typing-extensions
-typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp
-""".split())
+# the image's distributions, one a line (bench/gpu/image.txt: data read off a machine)
+IMAGE = frozenset(line for line in (Path(__file__).with_name("image.txt").read_text()
+                                    .splitlines()) if line and not line.startswith("#"))
 
 # what `import rcpipe.train.local` and `import ray.train.torch` need that the image lacks:
 # pydantic and its parts, Ray's jsonschema and its parts (dvclive, for the live curve, is

@@ -44,6 +44,13 @@ SPEED_ORDER = ("qanet", "rnet", "rnet_mult", "bidaf", "bidaf_selfattn")
 CALLS = {c["call"]: tuple(c["steps"]) for c in PLANNED}
 CALLS["all"] = tuple(dict.fromkeys(s for steps in CALLS.values() for s in steps))
 BUDGETS = {c["call"]: c["budget_s"] for c in PLANNED}
+# the compiled step's variants and modes, in this order, each as far as the step's time goes:
+# reduce-overhead (CUDA graphs) is the cure the launch counts point to (QANet's eager step:
+# 4,074 kernels, 111 ms)
+COMPILE_VARIANTS, COMPILE_MODES = ("qanet",), ("off", "default", "reduce-overhead")
+# seconds a step leaves for the ones after it; the trainings' processes take to reach their
+# first step; kept after the trainings for the evaluation
+RESERVE, START_RESERVE, EVAL_RESERVE = 30.0, 25.0, 40.0
 
 
 @dataclass
@@ -171,7 +178,7 @@ def train(kit: Kit) -> dict[str, Any]:
     threads = max(1, (os.cpu_count() or 1) // (len(a.variants) * len(a.versions)))
     # --minutes 0: the minutes the call has left, less the processes' start (a run's clock
     # starts at its first step) and the evaluation after them
-    minutes = a.minutes or max(0.5, (kit.left() - a.start_reserve - a.eval_reserve) / 60)
+    minutes = a.minutes or max(0.5, (kit.left() - START_RESERVE - EVAL_RESERVE) / 60)
     for version in a.versions:
         for v in a.variants:
             run_dir = kit.state / "runs" / f"v{version}" / v
@@ -217,16 +224,16 @@ def trainings(kit: Kit, needed: bool = True) -> dict[str, Any] | None:
 
 
 def wait(kit: Kit) -> dict[str, Any]:
-    """Until every training has ended, or until the call must keep --eval-reserve seconds."""
+    """Until every training has ended, or until the call must keep EVAL_RESERVE seconds."""
     started = trainings(kit)
     while True:
         running = [r for r in started["runs"] if alive(r["pid"])]
-        if not running or kit.left() < kit.args.eval_reserve:  # time left to evaluate
+        if not running or kit.left() < EVAL_RESERVE:  # time left to evaluate
             break
         log(f"wait: {len(running)} training(s) running, {kit.left():.0f} s of the call left")
         # every 2 s: a finished training's evaluation starts at once (each idle second is
         # the draw's device time; a dry run's 4-step trainings end within one)
-        time.sleep(min(2.0, max(0.5, kit.left() - kit.args.eval_reserve)))
+        time.sleep(min(2.0, max(0.5, kit.left() - EVAL_RESERVE)))
     for r in started["runs"]:
         done = (Path(r["run_dir"]) / "summary.json").is_file()
         r["status"] = "running" if alive(r["pid"]) else "done" if done else "failed"
@@ -239,7 +246,7 @@ def wait(kit: Kit) -> dict[str, Any]:
 def evaluate(kit: Kit) -> dict[str, Any]:
     """Per version: each variant's training summary and its best model's test scores at the
     no-answer threshold chosen on the held-out slice, then their majority-vote ensemble."""
-    from bench.accuracy import abstain_all, best_answers, voted
+    from bench.accuracy import abstain_all, best_evaluations, voted
     from rcpipe.scoring import metrics
 
     started = trainings(kit)
@@ -256,19 +263,20 @@ def evaluate(kit: Kit) -> dict[str, Any]:
         r: dict[str, Any] = {"abstain_all_f1": abstain_all(test), "variants": {},
                              "missing": sorted({x["variant"] for x in runs} - set(summaries))}
         if summaries:
-            answers, doc = best_answers(list(summaries), kit.state / "runs" / f"v{version}",
-                                        kit.args.params, kit.prepared(version), test)
+            answers, dev, _ = best_evaluations(list(summaries), kit.state / "runs" /
+                                               f"v{version}", kit.args.params,
+                                               kit.prepared(version), test)
             for v, s in summaries.items():
-                res = answers[v].result
+                res = answers[v][0].result
                 r["variants"][v] = {
                     "test_f1": res["f1"], "test_em": res.get("exact_match", res.get("exact")),
-                    "na_threshold": answers[v].na_threshold,
+                    "na_threshold": answers[v][0].na_threshold,
                     "best_heldout_f1": s.get("best_heldout_f1"), "best_step": s["best_step"],
                     "steps": s["steps"], "train_minutes": s["train_seconds"] / 60,
                     "examples_per_s": s["examples_per_s"], "device": s["device"]}
                 log(f"v{version} {v:<15} test F1 {res['f1']:6.2f} ({s['steps']} steps)")
             if len(summaries) > 1:
-                r["ensemble"] = metrics.score(doc, voted(answers))
+                r["ensemble"] = metrics.score(dev.doc, voted(answers))
                 log(f"v{version} {'ensemble':<15} test F1 {r['ensemble']['f1']:6.2f}")
         out["versions"][version] = r
     return out
@@ -328,7 +336,7 @@ def ray(kit: Kit) -> dict[str, Any]:
         return next(runs.glob("run-*"), runs / "none-yet")
 
     while not _checkpointed(checkpoints := run_dir()):
-        if proc.poll() is not None or kit.left() < a.reserve:
+        if proc.poll() is not None or kit.left() < RESERVE:
             kill_tree(proc.pid) if proc.poll() is None else None
             raise RuntimeError("no checkpoint before the kill:\n" + tail(logs[0]))
         time.sleep(0.5)
@@ -340,7 +348,7 @@ def ray(kit: Kit) -> dict[str, Any]:
         f"{killed['checkpoints_at_kill']}; resuming")
     again = spawn(kit, argv, logs[1], cwd=work, session=False)
     try:
-        again.wait(timeout=max(1.0, kit.left() - a.reserve))
+        again.wait(timeout=max(1.0, kit.left() - RESERVE))
     except subprocess.TimeoutExpired:
         kill_tree(again.pid)
         again.wait()
@@ -369,15 +377,14 @@ def in_children(kit: Kit, name: str, seconds: float, jobs: dict[str, tuple[list[
     variant, ``top(got)`` what goes beside the results. A job that runs past its time or
     fails leaves the others' results, and <name>.json is written after each: a call stopped
     at its limit keeps them."""
-    a = kit.args
     out: dict[str, Any] = {"results": {}, "skipped": {}}
     ends = time.monotonic() + seconds
 
     def left() -> float:
-        return min(kit.left() - a.reserve / 2, ends - time.monotonic())
+        return min(kit.left() - RESERVE / 2, ends - time.monotonic())
 
     for key, (argv, written) in jobs.items():
-        if left() < a.reserve / 2:
+        if left() < RESERVE / 2:
             out["skipped"][key] = "the call's time"
             continue
         written.unlink(missing_ok=True)
@@ -441,7 +448,7 @@ def compiled(kit: Kit) -> dict[str, Any]:
         f"{v} {mode}": (v, ["--modes", "--step-modes", mode, "--step-shapes",
                             str(a.compile_shapes), "--steps", str(a.speed_steps),
                             "--repeats", str(a.speed_repeats)])
-        for v in SPEED_ORDER if v in a.compile_variants for mode in a.compile_modes})
+        for v in SPEED_ORDER if v in COMPILE_VARIANTS for mode in COMPILE_MODES})
 
 
 def audit(kit: Kit) -> dict[str, Any]:
@@ -479,7 +486,7 @@ def peer_accuracy(kit: Kit) -> dict[str, Any]:
     from bench.gpu.box import PEERS
 
     a, where = kit.args, kit.args.kit / "peer-accuracy"
-    minutes = a.peer_minutes or (kit.left() - a.reserve - 60) / 120
+    minutes = a.peer_minutes or (kit.left() - RESERVE - 60) / 120
     if minutes < 0.5 and not a.peer_minutes:
         raise NotYet(f"{minutes:.2f} min a side: the call's time is too short")
     a.out.mkdir(parents=True, exist_ok=True)  # where the charts go, were this step alone
@@ -497,7 +504,7 @@ def peer_accuracy(kit: Kit) -> dict[str, Any]:
     got: dict[str, Any] = {"minutes": round(minutes, 2), "results": {}, "skipped": {}}
     for m, (out, child) in children.items():
         try:
-            code = child.wait(timeout=max(1.0, kit.left() - a.reserve / 2))
+            code = child.wait(timeout=max(1.0, kit.left() - RESERVE / 2))
         except subprocess.TimeoutExpired:
             child.kill()
             code = "killed at the call's time"
@@ -560,11 +567,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--speed-repeats", type=int, default=3)
     ap.add_argument("--speed-warmup", type=int, default=2)
     ap.add_argument("--speed-seconds", type=float, default=90.0, help="speed's and audit's cap")
-    ap.add_argument("--compile-variants", nargs="+", default=["qanet"], choices=VARIANTS)
-    # in this order, each as far as the step's time goes: reduce-overhead (CUDA graphs) is
-    # the cure the launch counts point to (QANet's eager step: 4,074 kernels, 111 ms)
-    ap.add_argument("--compile-modes", nargs="+", default=["off", "default", "reduce-overhead"],
-                    choices=["off", "default", "reduce-overhead"])
     ap.add_argument("--compile-shapes", type=int, default=1, help="the epoch's most frequent")
     ap.add_argument("--compile-seconds", type=float, default=75.0)
     # 100 steps, a checkpoint at 50: on the H200 (2026-11-27) the first run reached its
@@ -580,11 +582,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--peer-every", type=int, nargs=2, metavar=("RCPIPE", "PEER"),
                     help="peer_accuracy's checkpoint cadence (default: PEER_EVERY)")
     ap.add_argument("--budget", type=float, default=0.0, help="seconds (0: plan.json's, or 555)")
-    # seconds a step leaves for the ones after it; the trainings' processes take to reach
-    # their first step; kept after the trainings for the evaluation
-    ap.add_argument("--reserve", type=float, default=30.0)
-    ap.add_argument("--start-reserve", type=float, default=25.0)
-    ap.add_argument("--eval-reserve", type=float, default=40.0)
     args = ap.parse_args(argv)
     args.params, args.kit, args.state, args.out, args.results = (
         p.resolve() for p in (args.params, args.kit, args.state, args.out, args.results))

@@ -231,7 +231,7 @@ def test_every_variant_trains_three_steps_compiled(prepared: Prepared, tmp_path:
     """train.compile=default through the whole run (train_local: the Worker every rank
     runs). The backend is aot_eager: the same graphs, forward and backward, captured by
     dynamo and AOTAutograd, without inductor's code generation, which takes 20-105 s a
-    variant on 2 cores from a cold cache (bench/train_speed.py --modes compile runs it)."""
+    variant on 2 cores from a cold cache (bench/train_speed.py --step-modes runs it)."""
     cfg = paper_config(prepared, "train.compile=default", "train.compile_backend=aot_eager",
                        "train.max_steps=3", "train.epochs=1", sizes=TINY_MODEL)
     for variant in VARIANTS:
